@@ -1,0 +1,150 @@
+"""Settings: one object read from command-line flags, then the environment, then a YAML file.
+
+Precedence is flags > environment (``L4_*``) > ``--config FILE`` > defaults. Secrets are
+``SecretStr`` and never appear in ``repr``, logs or error messages (``redacted_url``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+import yaml
+from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from l4_plugin.errors import ConfigError
+
+# Characters Elasticsearch and OpenSearch refuse in index names (plus upper case).
+_ILLEGAL_INDEX_CHARS = re.compile(r'[\\/*?"<>| ,#:]')
+
+
+class Settings(BaseSettings):
+    """Everything L4 needs to know to talk to a cluster and run its analyses."""
+
+    model_config = SettingsConfigDict(env_prefix="L4_", extra="forbid", validate_default=True)
+
+    es_url: str | None = Field(None, description="Cluster URL; unset = embedded osmem-server")
+    es_api_key: SecretStr | None = Field(None, description="Elasticsearch API key (encoded form)")
+    es_user: str | None = None
+    es_password: SecretStr | None = None
+    es_ca_certs: Path | None = Field(None, description="CA bundle for https clusters")
+    es_verify_certs: bool = True
+    index_prefix: str = "l4-"
+    request_timeout: float = Field(30.0, gt=0)
+    max_retries: int = Field(4, ge=0, le=20)
+    retry_backoff: float = Field(0.5, ge=0)
+    embedded_startup_timeout: float = Field(30.0, gt=0)
+    state_dir: Path = Field(
+        Path.home() / ".local" / "state" / "l4",
+        description="Where `l4 cluster up` records the URL of the running embedded cluster",
+    )
+    random_state: int = 0
+
+    @field_validator("index_prefix")
+    @classmethod
+    def _check_prefix(cls, value: str) -> str:
+        if not value or value != value.lower() or _ILLEGAL_INDEX_CHARS.search(value):
+            raise ValueError(
+                "must be lower case without \\ / * ? \" < > | , # : or spaces (e.g. 'l4-')"
+            )
+        if value[0] in "-_+.":
+            raise ValueError("must not start with -, _, + or .")
+        return value
+
+    @field_validator("es_url")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http:// or https:// URL with a host")
+        return value.rstrip("/")
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # load_settings merges flags, environment and the YAML file itself (with the precedence
+        # documented above) and passes the result as init data, so that errors can name the source.
+        return (init_settings,)
+
+    def redacted_url(self) -> str:
+        """The cluster URL without any user:password part, safe to print."""
+        return redact_url(self.es_url) if self.es_url else "embedded"
+
+
+def redact_url(url: str) -> str:
+    """Drop credentials embedded in a URL (``https://user:pw@host`` → ``https://***@host``)."""
+    parts = urlsplit(url)
+    if parts.username or parts.password:
+        host = parts.hostname or ""
+        if parts.port:
+            host = f"{host}:{parts.port}"
+        return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
+    return url
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Build the settings: ``overrides`` (CLI flags, None = not given) > env > YAML file."""
+    file_values = _read_yaml(config_file) if config_file else {}
+    flags = {k: v for k, v in overrides.items() if v is not None}
+    # Environment beats the file: read env by building once without file values for known keys.
+    try:
+        return Settings(**{**file_values, **_env_values(), **flags})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "settings"
+        source = _source_of(field, flags, file_values, config_file)
+        bad = err.get("input")
+        shown = "***" if "password" in field or "api_key" in field else repr(bad)
+        raise ConfigError(f"invalid setting {field} ({source}): {shown} — {err['msg']}") from None
+
+
+def _env_values() -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name in Settings.model_fields:
+        env = os.environ.get(f"L4_{name.upper()}")
+        if env is not None and env != "":
+            values[name] = env
+    return values
+
+
+def _source_of(
+    field: str, flags: dict[str, Any], file_values: dict[str, Any], config_file: Path | None
+) -> str:
+    if field in flags:
+        return "command line"
+    if os.environ.get(f"L4_{field.upper()}"):
+        return f"environment L4_{field.upper()}"
+    if field in file_values and config_file is not None:
+        return f"config file {config_file}"
+    return "default"

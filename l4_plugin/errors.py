@@ -1,0 +1,39 @@
+"""The exceptions L4 raises: one base class, one subclass per concern.
+
+Every message is written for the person at the terminal: what failed, where (file:line, field path,
+index or URL), the bad value and, where there is one, a hint.
+"""
+
+from __future__ import annotations
+
+
+class L4Error(Exception):
+    """Base class of every error L4 reports to a user (the CLI prints it and exits 1)."""
+
+
+class ConfigError(L4Error):
+    """A setting, a config file or a command-line value is wrong."""
+
+
+class StoreError(L4Error):
+    """The cluster could not be reached or refused a request."""
+
+
+class EmbeddedClusterError(StoreError):
+    """The embedded osmem-server could not be started or died."""
+
+
+class IngestError(L4Error):
+    """A job directory or log file cannot be ingested."""
+
+
+class AnalysisError(L4Error):
+    """An analysis cannot run on the given job."""
+
+
+class RuleError(L4Error):
+    """A fault rule is invalid; ``location`` is ``file:line`` or ``file`` and a field path."""
+
+    def __init__(self, message: str, location: str = "") -> None:
+        self.location = location
+        super().__init__(f"{location}: {message}" if location else message)

@@ -1,0 +1,386 @@
+"""The store interface the rest of L4 uses, with the behaviour both flavours share.
+
+Adapters (``elastic.py``, ``opensearch.py``) implement a handful of primitive calls with their own
+client; this class adds what must be identical everywhere: bounded retries with backoff for
+transient failures, readable ``StoreError`` messages naming the index and the operation, bulk
+chunking, composite-aggregation pagination and template installation.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, TypeVar
+
+from l4_plugin.errors import StoreError
+from l4_plugin.store.names import IndexNames
+from l4_plugin.store.templates import template_bodies
+
+T = TypeVar("T")
+
+# Statuses worth another try: throttled, or the cluster is (re)starting.
+TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
+
+
+class ConflictError(StoreError):
+    """A conditional write lost: the document changed (``if_seq_no``) or already exists."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterInfo:
+    """What ``GET /`` says about a cluster."""
+
+    flavour: str  # "elasticsearch" | "opensearch"
+    version: str
+    name: str
+    url: str
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedDoc:
+    """A document with the sequence number and primary term used for optimistic concurrency."""
+
+    id: str
+    source: dict[str, Any]
+    seq_no: int
+    primary_term: int
+
+
+@dataclass(frozen=True, slots=True)
+class CallFailure:
+    """A client exception reduced to what the retry loop and the error message need."""
+
+    status: int | None
+    reason: str
+    transient: bool
+    conflict: bool = False
+    not_found: bool = False
+
+
+class Store(ABC):
+    """One cluster, one index prefix. Create with ``l4_plugin.store.connect``."""
+
+    flavour: str = ""
+
+    def __init__(
+        self,
+        url: str,
+        names: IndexNames,
+        *,
+        max_retries: int = 4,
+        retry_backoff: float = 0.5,
+        display_url: str | None = None,
+    ) -> None:
+        self.url = url
+        self.display_url = display_url or url
+        self.names = names
+        self.max_retries = max_retries
+        self.retry_backoff = retry_backoff
+
+    # -- primitives every adapter implements -------------------------------------------------
+    @abstractmethod
+    def _info(self) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def _search(
+        self, index: str, body: dict[str, Any], params: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def _count(self, index: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def _bulk(self, operations: list[dict[str, Any]], refresh: bool) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def _get(self, index: str, doc_id: str) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def _index(
+        self, index: str, doc_id: str, doc: dict[str, Any], params: dict[str, Any]
+    ) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def _delete(self, index: str, doc_id: str, params: dict[str, Any]) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def _refresh(self, index: str) -> None: ...
+
+    @abstractmethod
+    def _put_template(self, name: str, body: dict[str, Any]) -> None: ...
+
+    @abstractmethod
+    def _get_templates(self, name: str) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def _delete_by_query(self, index: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def _cat_indices(self, pattern: str) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    def _delete_indices(self, pattern: str) -> None: ...
+
+    @abstractmethod
+    def _classify(self, exc: Exception) -> CallFailure | None:
+        """Map a client exception to a CallFailure; None = not a cluster error (re-raise)."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release the client's connections."""
+
+    # -- retry and error wrapping ------------------------------------------------------------
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                return fn()
+            except Exception as exc:
+                failure = self._classify(exc)
+                if failure is None:
+                    raise
+                if failure.not_found:
+                    raise _NotFound(what) from None
+                if failure.conflict:
+                    raise ConflictError(f"{what}: version conflict ({failure.reason})") from None
+                if failure.transient and attempt < self.max_retries:
+                    time.sleep(self.retry_backoff * (2**attempt))
+                    attempt += 1
+                    continue
+                status = f"HTTP {failure.status}: " if failure.status else ""
+                tries = f" (after {attempt + 1} attempts)" if attempt else ""
+                raise StoreError(
+                    f"{what} failed on {self.display_url}: {status}{failure.reason}{tries}"
+                ) from None
+
+    # -- public interface --------------------------------------------------------------------
+    def info(self) -> ClusterInfo:
+        """Flavour, version and name of the cluster."""
+        raw = self._call("GET /", self._info)
+        version = raw.get("version", {})
+        flavour = "opensearch" if version.get("distribution") == "opensearch" else "elasticsearch"
+        return ClusterInfo(
+            flavour, str(version.get("number", "?")), raw.get("cluster_name", ""), self.display_url
+        )
+
+    def search(
+        self, index: str, body: dict[str, Any], *, params: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """Run a search (query and/or aggregations); returns the raw response."""
+        return self._call(f"search on {index}", lambda: self._search(index, body, params or {}))
+
+    def count(self, index: str, query: dict[str, Any] | None = None) -> int:
+        """Number of documents matching ``query`` (all when None); 0 for a missing index."""
+        body = {"query": query} if query else {}
+        try:
+            return int(self._call(f"count on {index}", lambda: self._count(index, body))["count"])
+        except _NotFound:
+            return 0
+
+    def composite(
+        self,
+        index: str,
+        sources: list[dict[str, Any]],
+        *,
+        query: dict[str, Any] | None = None,
+        aggs: dict[str, Any] | None = None,
+        page_size: int = 1000,
+    ) -> Iterator[dict[str, Any]]:
+        """Every bucket of a composite aggregation, following ``after_key`` page by page."""
+        after: dict[str, Any] | None = None
+        while True:
+            comp: dict[str, Any] = {"size": page_size, "sources": sources}
+            if after is not None:
+                comp["after"] = after
+            agg: dict[str, Any] = {"composite": comp}
+            if aggs:
+                agg["aggs"] = aggs
+            body: dict[str, Any] = {"size": 0, "aggs": {"c": agg}, "track_total_hits": False}
+            if query:
+                body["query"] = query
+            try:
+                res = self.search(index, body)
+            except _NotFound:
+                return
+            result = res.get("aggregations", {}).get("c", {})
+            buckets = result.get("buckets", [])
+            yield from buckets
+            after = result.get("after_key")
+            if not buckets or after is None or len(buckets) < page_size:
+                return
+
+    def bulk_index(
+        self,
+        index: str,
+        docs: Iterable[tuple[str, dict[str, Any]]],
+        *,
+        refresh: bool = False,
+        chunk_docs: int = 2000,
+        chunk_bytes: int = 8 * 1024 * 1024,
+    ) -> int:
+        """Index ``(id, source)`` pairs (same id overwrites); returns how many were written."""
+        written = 0
+        ops: list[dict[str, Any]] = []
+        size = 0
+        for doc_id, source in docs:
+            ops.append({"index": {"_index": index, "_id": doc_id}})
+            ops.append(source)
+            size += len(json.dumps(source, default=str)) + len(doc_id) + 40
+            if len(ops) >= 2 * chunk_docs or size >= chunk_bytes:
+                written += self._bulk_chunk(index, ops, refresh=False)
+                ops, size = [], 0
+        if ops:
+            written += self._bulk_chunk(index, ops, refresh=False)
+        if refresh:
+            self.refresh(index)
+        return written
+
+    def _bulk_chunk(self, index: str, ops: list[dict[str, Any]], *, refresh: bool) -> int:
+        pending = ops
+        for attempt in range(self.max_retries + 1):
+            res = self._call(f"bulk write to {index}", lambda p=pending: self._bulk(p, refresh))  # type: ignore[misc]
+            if not res.get("errors"):
+                return len(ops) // 2
+            retry: list[dict[str, Any]] = []
+            fatal: list[str] = []
+            for i, item in enumerate(res.get("items", [])):
+                result = next(iter(item.values()))
+                status = int(result.get("status", 200))
+                if status < 300:
+                    continue
+                if status in TRANSIENT_STATUSES:
+                    retry += pending[2 * i : 2 * i + 2]
+                else:
+                    err = result.get("error", {})
+                    reason = err.get("reason", err) if isinstance(err, dict) else err
+                    fatal.append(f"{result.get('_id')}: {reason}")
+            if fatal:
+                raise StoreError(
+                    f"bulk write to {index} on {self.display_url}: {len(fatal)} of "
+                    f"{len(pending) // 2} documents rejected; first: {fatal[0]}"
+                )
+            if not retry:
+                return len(ops) // 2
+            pending = retry
+            time.sleep(self.retry_backoff * (2**attempt))
+        raise StoreError(
+            f"bulk write to {index} on {self.display_url}: {len(pending) // 2} documents still "
+            f"throttled after {self.max_retries + 1} attempts"
+        )
+
+    def get(self, index: str, doc_id: str) -> VersionedDoc | None:
+        """One document with its seq_no/primary_term, or None when it (or the index) is absent."""
+        try:
+            raw = self._call(f"get {index}/{doc_id}", lambda: self._get(index, doc_id))
+        except _NotFound:
+            return None
+        if not raw.get("found", True):
+            return None
+        return VersionedDoc(
+            raw["_id"], raw.get("_source", {}), int(raw["_seq_no"]), int(raw["_primary_term"])
+        )
+
+    def put(
+        self,
+        index: str,
+        doc_id: str,
+        doc: dict[str, Any],
+        *,
+        if_seq_no: int | None = None,
+        if_primary_term: int | None = None,
+        create: bool = False,
+        refresh: bool = False,
+    ) -> VersionedDoc:
+        """Write one document; conditional writes raise ``ConflictError`` when they lose."""
+        params: dict[str, Any] = {}
+        if if_seq_no is not None and if_primary_term is not None:
+            params["if_seq_no"] = if_seq_no
+            params["if_primary_term"] = if_primary_term
+        if create:
+            params["op_type"] = "create"
+        if refresh:
+            params["refresh"] = "true"
+        raw = self._call(f"write {index}/{doc_id}", lambda: self._index(index, doc_id, doc, params))
+        return VersionedDoc(doc_id, doc, int(raw["_seq_no"]), int(raw["_primary_term"]))
+
+    def delete(
+        self,
+        index: str,
+        doc_id: str,
+        *,
+        if_seq_no: int | None = None,
+        if_primary_term: int | None = None,
+    ) -> bool:
+        """Delete one document; False when it was not there."""
+        params: dict[str, Any] = {}
+        if if_seq_no is not None and if_primary_term is not None:
+            params = {"if_seq_no": if_seq_no, "if_primary_term": if_primary_term}
+        try:
+            self._call(f"delete {index}/{doc_id}", lambda: self._delete(index, doc_id, params))
+        except _NotFound:
+            return False
+        return True
+
+    def delete_by_query(self, index: str, query: dict[str, Any]) -> int:
+        """Delete every matching document (refreshing first and after); returns how many."""
+        try:
+            res = self._call(
+                f"delete-by-query on {index}",
+                lambda: self._delete_by_query(index, {"query": query}),
+            )
+        except _NotFound:
+            return 0
+        return int(res.get("deleted", 0))
+
+    def refresh(self, index: str) -> None:
+        """Make recent writes visible to searches (missing indices are ignored)."""
+        try:
+            self._call(f"refresh {index}", lambda: self._refresh(index))
+        except _NotFound:
+            return
+
+    def install_templates(self) -> list[tuple[str, str]]:
+        """Install or update every L4 index template; returns (name, created|updated|unchanged)."""
+        done: list[tuple[str, str]] = []
+        for name, body in template_bodies(self.names).items():
+            try:
+                existing = self._call(
+                    f"get index template {name}", partial(self._get_templates, name)
+                )
+            except _NotFound:
+                existing = []
+            if existing and _same_template(existing[0], body):
+                done.append((name, "unchanged"))
+                continue
+            self._call(f"put index template {name}", partial(self._put_template, name, body))
+            done.append((name, "updated" if existing else "created"))
+        return done
+
+    def indices(self) -> list[tuple[str, int]]:
+        """L4 indices of this prefix with their document counts."""
+        try:
+            rows = self._call("list indices", lambda: self._cat_indices(f"{self.names.prefix}*"))
+        except _NotFound:
+            return []
+        out = [(str(r["index"]), int(r.get("docs.count") or 0)) for r in rows]
+        return sorted(out)
+
+    def drop_indices(self) -> None:
+        """Delete every index of this prefix (tests and ``l4 cluster reset``)."""
+        self._call("delete indices", lambda: self._delete_indices(f"{self.names.prefix}*"))
+
+
+class _NotFound(StoreError):
+    """Internal: a 404 that the public methods turn into None / 0 / empty."""
+
+
+def _same_template(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    have = existing.get("index_template", existing)
+    if have.get("index_patterns") != wanted["index_patterns"]:
+        return False
+    have_map = have.get("template", {}).get("mappings", {})
+    return bool(have_map == wanted["template"].get("mappings", {}))

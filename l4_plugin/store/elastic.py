@@ -1,0 +1,130 @@
+"""Elasticsearch 8/9 adapter, on the official ``elasticsearch`` client."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elastic_transport import ConnectionError as TransportConnectionError
+from elastic_transport import ConnectionTimeout, TlsError
+from elasticsearch import ApiError, Elasticsearch
+
+from l4_plugin.store.base import TRANSIENT_STATUSES, CallFailure, Store
+from l4_plugin.store.names import IndexNames
+
+
+class ElasticsearchStore(Store):
+    """Store on an Elasticsearch cluster (plain documented REST APIs only)."""
+
+    flavour = "elasticsearch"
+
+    def __init__(
+        self,
+        url: str,
+        names: IndexNames,
+        *,
+        api_key: str | None = None,
+        basic_auth: tuple[str, str] | None = None,
+        ca_certs: str | None = None,
+        verify_certs: bool = True,
+        request_timeout: float = 30.0,
+        node_class: Any = None,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(url, names, **kwargs)
+        options: dict[str, Any] = {
+            "request_timeout": request_timeout,
+            # Retries are ours (bounded, with backoff, with readable errors): see Store._call.
+            "max_retries": 0,
+            "retry_on_timeout": False,
+        }
+        if api_key:
+            options["api_key"] = api_key
+        if basic_auth:
+            options["basic_auth"] = basic_auth
+        if url.startswith("https://"):
+            options["verify_certs"] = verify_certs
+            if ca_certs:
+                options["ca_certs"] = ca_certs
+        if node_class is not None:
+            options["node_class"] = node_class
+        self.client = Elasticsearch(url, **options)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def _info(self) -> dict[str, Any]:
+        return dict(self.client.info().body)
+
+    def _search(self, index: str, body: dict[str, Any], params: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.client.search(index=index, body=body, **params).body)
+
+    def _count(self, index: str, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.client.count(index=index, body=body or None).body)
+
+    def _bulk(self, operations: list[dict[str, Any]], refresh: bool) -> dict[str, Any]:
+        return dict(self.client.bulk(operations=operations, refresh=refresh).body)
+
+    def _get(self, index: str, doc_id: str) -> dict[str, Any]:
+        return dict(self.client.get(index=index, id=doc_id).body)
+
+    def _index(
+        self, index: str, doc_id: str, doc: dict[str, Any], params: dict[str, Any]
+    ) -> dict[str, Any]:
+        return dict(self.client.index(index=index, id=doc_id, document=doc, **params).body)
+
+    def _delete(self, index: str, doc_id: str, params: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.client.delete(index=index, id=doc_id, **params).body)
+
+    def _refresh(self, index: str) -> None:
+        self.client.indices.refresh(index=index)
+
+    def _put_template(self, name: str, body: dict[str, Any]) -> None:
+        self.client.indices.put_index_template(name=name, body=body)
+
+    def _get_templates(self, name: str) -> list[dict[str, Any]]:
+        return list(self.client.indices.get_index_template(name=name).body["index_templates"])
+
+    def _delete_by_query(self, index: str, body: dict[str, Any]) -> dict[str, Any]:
+        res = self.client.delete_by_query(index=index, body=body, conflicts="proceed", refresh=True)
+        return dict(res.body)
+
+    def _cat_indices(self, pattern: str) -> list[dict[str, Any]]:
+        return list(self.client.cat.indices(index=pattern, format="json").body)
+
+    def _delete_indices(self, pattern: str) -> None:
+        self.client.indices.delete(index=pattern, ignore_unavailable=True)
+
+    def _classify(self, exc: Exception) -> CallFailure | None:
+        if isinstance(exc, ApiError):
+            status = exc.meta.status
+            reason = _api_reason(exc)
+            return CallFailure(
+                status,
+                reason,
+                transient=status in TRANSIENT_STATUSES,
+                conflict=status == 409,
+                not_found=status == 404,
+            )
+        if isinstance(exc, TlsError):
+            return CallFailure(None, f"TLS failure: {_first_line(exc)}", transient=False)
+        if isinstance(exc, ConnectionTimeout):
+            return CallFailure(None, "request timed out", transient=True)
+        if isinstance(exc, TransportConnectionError):
+            return CallFailure(None, f"cannot connect: {_first_line(exc)}", transient=True)
+        return None
+
+
+def _api_reason(exc: ApiError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            return f"{err.get('type', 'error')}: {err.get('reason', '')}".strip()
+        if err:
+            return str(err)
+    return str(exc.message)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]

@@ -1,0 +1,141 @@
+"""The store interface on both adapters, against a real osmem-server process."""
+
+from __future__ import annotations
+
+import pytest
+
+from l4_plugin.errors import StoreError
+from l4_plugin.store import ConflictError, IndexNames, OpenSearchStore, Store
+
+
+def test_info_reports_flavour(any_store: Store) -> None:
+    info = any_store.info()
+    # osmem identifies itself as OpenSearch whichever client asks.
+    assert info.flavour == "opensearch"
+    assert info.version
+
+
+def test_install_templates_is_idempotent(any_store: Store) -> None:
+    again = any_store.install_templates()
+    assert {action for _, action in again} == {"unchanged"}
+    assert {name for name, _ in again} == set(any_store.names.all().values())
+
+
+def test_bulk_with_same_ids_overwrites(any_store: Store) -> None:
+    index = any_store.names.events
+    docs = [
+        (f"id{i}", {"l4.job.id": "j1", "host.name": f"n{i % 3}", "l4.count": i}) for i in range(50)
+    ]
+    assert any_store.bulk_index(index, docs, refresh=True) == 50
+    any_store.bulk_index(index, docs, refresh=True)
+    assert any_store.count(index) == 50
+    assert any_store.count(index, {"term": {"host.name": "n1"}}) == 17
+
+
+def test_templates_apply_mappings(any_store: Store) -> None:
+    index = any_store.names.events
+    any_store.bulk_index(index, [("a", {"host.name": "Node-A", "l4.count": 3})], refresh=True)
+    # host.name is a keyword: exact, case-sensitive term match.
+    assert any_store.count(index, {"term": {"host.name": "Node-A"}}) == 1
+    assert any_store.count(index, {"term": {"host.name": "node-a"}}) == 0
+
+
+def test_strict_mapping_rejects_unknown_field_with_readable_error(any_store: Store) -> None:
+    with pytest.raises(StoreError, match=r"bulk write to .*events.*rejected; first: x:"):
+        any_store.bulk_index(any_store.names.events, [("x", {"no.such.field": 1})])
+
+
+def test_composite_paginates_every_bucket(any_store: Store) -> None:
+    index = any_store.names.events
+    docs = [
+        (f"d{n}-{t}", {"host.name": f"node-{n:03d}", "l4.template.id": f"t{t}", "l4.count": n + t})
+        for n in range(23)
+        for t in range(7)
+    ]
+    any_store.bulk_index(index, docs, refresh=True)
+    buckets = list(
+        any_store.composite(
+            index,
+            [
+                {"node": {"terms": {"field": "host.name"}}},
+                {"tpl": {"terms": {"field": "l4.template.id"}}},
+            ],
+            aggs={"n": {"sum": {"field": "l4.count"}}},
+            page_size=10,
+        )
+    )
+    assert len(buckets) == 23 * 7
+    assert len({(b["key"]["node"], b["key"]["tpl"]) for b in buckets}) == 23 * 7
+    first = next(b for b in buckets if b["key"] == {"node": "node-002", "tpl": "t5"})
+    assert first["n"]["value"] == 7
+
+
+def test_composite_on_missing_index_is_empty(any_store: Store) -> None:
+    assert (
+        list(
+            any_store.composite(
+                any_store.names.prefix + "nothing", [{"a": {"terms": {"field": "x"}}}]
+            )
+        )
+        == []
+    )
+
+
+def test_conditional_write_detects_conflict(any_store: Store) -> None:
+    index = any_store.names.jobs
+    first = any_store.put(
+        index, "job-1", {"l4.job.id": "job-1", "l4.job.status": "failed"}, refresh=True
+    )
+    doc = any_store.get(index, "job-1")
+    assert doc is not None and doc.seq_no == first.seq_no
+    any_store.put(
+        index,
+        "job-1",
+        {"l4.job.id": "job-1", "l4.job.status": "running"},
+        if_seq_no=doc.seq_no,
+        if_primary_term=doc.primary_term,
+    )
+    with pytest.raises(ConflictError, match="version conflict"):
+        any_store.put(
+            index,
+            "job-1",
+            {"l4.job.id": "job-1"},
+            if_seq_no=doc.seq_no,
+            if_primary_term=doc.primary_term,
+        )
+    with pytest.raises(ConflictError):
+        any_store.put(index, "job-1", {"l4.job.id": "job-1"}, create=True)
+
+
+def test_missing_documents_and_indices(any_store: Store) -> None:
+    assert any_store.get(any_store.names.jobs, "nope") is None
+    assert any_store.get(any_store.names.prefix + "absent", "nope") is None
+    assert any_store.count(any_store.names.prefix + "absent") == 0
+    assert any_store.delete(any_store.names.jobs, "nope") is False
+
+
+def test_delete_by_query_and_indices_listing(any_store: Store) -> None:
+    index = any_store.names.lines
+    any_store.bulk_index(
+        index, [(str(i), {"l4.job.id": "a" if i < 4 else "b"}) for i in range(10)], refresh=True
+    )
+    assert any_store.delete_by_query(index, {"term": {"l4.job.id": "a"}}) == 4
+    assert any_store.count(index) == 6
+    assert (index, 6) in any_store.indices()
+
+
+def test_search_error_names_the_index(any_store: Store) -> None:
+    with pytest.raises(StoreError, match=r"search on .*events failed on http://127\.0\.0\.1"):
+        any_store.search(any_store.names.events, {"query": {"no_such_query": {}}})
+
+
+def test_unreachable_cluster_is_retried_then_reported() -> None:
+    store = OpenSearchStore(
+        "http://127.0.0.1:9", IndexNames("l4-"), max_retries=2, retry_backoff=0.01
+    )
+    with pytest.raises(
+        StoreError,
+        match=r"GET / failed on http://127\.0\.0\.1:9: cannot connect.*"
+        r"\(after 3 attempts\)",
+    ):
+        store.info()
