@@ -80,9 +80,10 @@ class EmbeddedCluster:
                 f"cannot start the embedded cluster ({binary}): {exc.strerror}"
             ) from None
         ready: dict[str, str] = {}
-        reader = threading.Thread(target=self._read_ready, args=(ready,), daemon=True)
+        event = threading.Event()
+        reader = threading.Thread(target=self._read_ready, args=(ready, event), daemon=True)
         reader.start()
-        reader.join(self.startup_timeout)
+        event.wait(self.startup_timeout)
         if "url" not in ready:
             code = self._process.poll()
             self._kill()
@@ -100,17 +101,21 @@ class EmbeddedCluster:
         self._url = ready["url"]
         return self
 
-    def _read_ready(self, ready: dict[str, str]) -> None:
+    def _read_ready(self, ready: dict[str, str], event: threading.Event) -> None:
         assert self._process is not None and self._process.stdout is not None
         stdout = self._process.stdout
-        for line in stdout:
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(msg, dict) and "url" in msg:
-                ready["url"] = str(msg["url"])
-                break
+        try:
+            for line in stdout:
+                try:
+                    msg = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(msg, dict) and "url" in msg:
+                    ready["url"] = str(msg["url"])
+                    break
+        finally:
+            # Wakes start() at once: with the URL, or because the server exited.
+            event.set()
         # Keep draining so a chatty server never blocks on a full pipe.
         for _ in stdout:
             pass
