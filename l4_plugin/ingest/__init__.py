@@ -1,0 +1,1 @@
+"""Ingest: job directories and log files → parsed, masked, templated rollups in the cluster."""

@@ -1,0 +1,382 @@
+"""Line headers of the log formats seen in LLM training jobs: time, level, rank, host, emitter.
+
+``parse_header`` recognises the prefix that a framework or launcher writes before the message
+(python logging, DeepSpeed, Megatron, glog/c10, torchrun, NCCL, Ascend CANN/HCCL, Slurm, syslog,
+dmesg, epoch stamps) and says where the message body starts. A cheap look at the first character
+picks the one or two regexes worth trying, because the parser calls this for every *distinct*
+line and the ingest calls it for every line whose timestamp it needs.
+
+Times without a zone are taken as UTC. Formats without a year (glog ``E1023 09:13:42``, syslog
+``May  3 10:11:12``, vLLM ``03-26 11:49:00``) take ``default_year`` (the caller passes the year
+of an earlier full timestamp of the same file; the current UTC year when it has none).
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+from dataclasses import dataclass
+
+EMITTERS = (
+    "torch",
+    "nccl",
+    "megatron",
+    "deepspeed",
+    "hf",
+    "hccl",
+    "slurm",
+    "kernel",
+    "syslog",
+    "python-logging",
+    "plain",
+)
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+_LEVEL_WORDS = {
+    "TRACE": "DEBUG",
+    "DEBUG": "DEBUG",
+    "DBG": "DEBUG",
+    "INFO": "INFO",
+    "NOTICE": "INFO",
+    "EVENT": "INFO",
+    "WARN": "WARNING",
+    "WARNING": "WARNING",
+    "ERR": "ERROR",
+    "ERROR": "ERROR",
+    "CRITICAL": "CRITICAL",
+    "CRIT": "CRITICAL",
+    "FATAL": "CRITICAL",
+    "ALERT": "CRITICAL",
+    "EMERG": "CRITICAL",
+    "I": "INFO",
+    "W": "WARNING",
+    "E": "ERROR",
+    "F": "CRITICAL",
+}
+
+_MONTHS = {
+    m: i + 1
+    for i, m in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+    )
+}
+
+_LV = r"(?i:TRACE|DEBUG|INFO|NOTICE|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+_ISO = (
+    r"(\d{4})-(\d{2})-(\d{2})[T ](\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?"
+    r"(Z|[+-]\d{2}:?\d{2}(?![\d:]))?"
+)
+
+# torchrun --tee / --log-dir prefixes and PyTorch's per-rank prefixes.
+_RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d+)\]:")
+_BODY_RANK = re.compile(r"\[Rank (\d+)\]")
+
+# "[2024-05-03 10:11:12,345] [INFO] [logging.py:96:log_dist] " (DeepSpeed) and
+# " [2024-05-03 10:11:12] " (Megatron) — the bracketed-time family.
+_BRACKET_ISO = re.compile(r"\[" + _ISO + r"\] ?(?:\[(" + _LV + r")\] ?(\[[\w.<>-]+:\d+:\w+\] ?)?)?")
+# "[INFO|trainer.py:2048] 2024-05-03 10:11:12,345 >> " (transformers)
+_HF_BRACKET = re.compile(r"\[(" + _LV + r")\|[\w.<>-]+:\d+\] " + _ISO + r" >> ")
+# "[ERROR] HCCL(12345,python):2024-05-03-10:11:12.123.456 [op_base.cc:974][36818][Init]..." and
+# "[ERROR] 2024-05-21-11:57:54 (PID:927000, Device:3, RankID:3) ERR02200 ..." (Ascend CANN).
+_CANN_TIME = r"(\d{4})-(\d{2})-(\d{2})-(\d{2}):(\d{2}):(\d{2})(?:\.(\d{3})(?:\.(\d{3}))?)?"
+_CANN_MODULE = re.compile(
+    r"\[("
+    + _LV
+    + r")\] ([A-Z][A-Z0-9_]*)\((\d+),[^)\n]*\):"
+    + _CANN_TIME
+    + r" ?(?:\[[\w.]+:\d+\])?"
+    r"(?:\[\d+\])? ?"
+)
+_CANN_PLAIN = re.compile(
+    r"\[(" + _LV + r")\] " + _CANN_TIME + r" ?(?:\(PID:\d+, Device:\d+, RankID:(-?\d+)\) ?)?"
+)
+_CANN_CODE = re.compile(r"([EW])[A-Z]\d{4}: " + _CANN_TIME + r" ?")
+_LEVEL_BRACKET = re.compile(r"\[(" + _LV + r")\] ?")
+# dmesg: "[12345.678901] " — seconds since boot, not a wall-clock time.
+_DMESG = re.compile(r"\[ *\d+\.\d+\] ?")
+# glog / c10: "E1023 09:13:42.123456 1234 ProcessGroupNCCL.cpp:616] " and, behind [rank3]:,
+# "[E1023 09:13:42.123456789 ProcessGroupNCCL.cpp:616] ". Month may be unpadded (W326).
+_GLOG_TIME = r"([IWEF])(\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
+_GLOG = re.compile(_GLOG_TIME + r"(?: +\d+)? [\w./<>-]+:\d+\] ?")
+_GLOG_BRACKET = re.compile(r"\[" + _GLOG_TIME + r"(?: +\d+)? [\w./<>-]+:\d+\] ?")
+# NCCL: "node-a07:1234:5678 [3] NCCL INFO "
+_NCCL = re.compile(r"([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] ?(?:NCCL (INFO|WARN|ERROR|TRACE) ?)?")
+_SYSLOG = re.compile(
+    r"(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) )?(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +"
+    r"(\d{1,2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?(?: (\d{4}))? ([A-Za-z0-9][\w.-]*) "
+    r"([\w./-]+?)(?:\[\d+\])?: ?"
+)
+_SLURM = re.compile(
+    r"(srun|slurmstepd|salloc|sbatch|slurmd|slurmctld)(?:\[\d+\])?: "
+    r"(?:(error|warning|info|debug\d?|fatal): )?"
+)
+_SLURM_AT = re.compile(r" AT (\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})")
+# "WARNING:root:msg" (logging.basicConfig default) and "INFO 03-26 11:49:00 [file.py:111] msg"
+_PY_DEFAULT = re.compile(r"(" + _LV + r"):[\w.<>-]*:")
+_LEVEL_MMDD = re.compile(
+    r"(" + _LV + r") (\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))? \[?[\w./<>-]+:\d+\] ?"
+)
+_ISO_AT = re.compile(_ISO)
+# what follows a leading ISO time: python logging / loguru / plain "LEVEL" layouts
+_AFTER_ISO = (
+    re.compile(r" - [\w.<>-]+ - (" + _LV + r") - "),  # %(asctime)s - %(name)s - %(levelname)s
+    re.compile(r" - (" + _LV + r") - (?:[\w.<>-]+ - )?"),  # %(asctime)s - %(levelname)s - name
+    re.compile(r" \| (" + _LV + r") +\| (?:[\w.<>:-]+ - )?"),  # loguru
+    re.compile(r",? ?\[?(" + _LV + r")\]?:? +"),  # "... INFO msg", "[INFO] msg", "INFO: msg"
+)
+# transformers/accelerate examples: "05/03/2024 10:11:12 - INFO - accelerate.utils - msg"
+_US_TIME = re.compile(
+    r"(\d{2})/(\d{2})/(\d{4}) (\d{2}):(\d{2}):(\d{2})(?:[.,](\d+))?(?: - (" + _LV + r") - "
+    r"(?:[\w.<>-]+ - )?)?"
+)
+# epoch seconds (2001..2096) or milliseconds at the start of the line
+_EPOCH = re.compile(r"(1\d{9}|[2-3]\d{9})(?:\.(\d+)|(\d{3}))?(?![\d.])[ \t,:|]*")
+
+# Level from the body where the header has none.
+_INFER_ERROR = re.compile(
+    r"Traceback \(most recent call last\)|\b[A-Za-z_.]*(?:Error|Exception|Interrupt)\b(?::|$)"
+    r"|\b(?:ERROR|[Ee]rror)\b:|\bCUDA error\b|\bSegmentation fault\b|\bcore dumped\b"
+)
+_INFER_WARNING = re.compile(r"\bNCCL WARN\b|\b[A-Za-z]*Warning\b:|\b(?:WARNING|[Ww]arning)\b:")
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """What the prefix of one line says; ``body_start`` is where the message itself begins."""
+
+    timestamp: float | None
+    level: str | None
+    rank: int | None
+    host: str | None
+    body_start: int
+    emitter: str
+
+
+def normalise_level(word: str | None) -> str | None:
+    """Map a level word or glog letter to DEBUG/INFO/WARNING/ERROR/CRITICAL (None if unknown)."""
+    if not word:
+        return None
+    return _LEVEL_WORDS.get(word.upper())
+
+
+def infer_level(body: str) -> str | None:
+    """Guess the level of a message without a level field: errors, tracebacks, warnings."""
+    if _INFER_ERROR.search(body):
+        return "ERROR"
+    if _INFER_WARNING.search(body):
+        return "WARNING"
+    return None
+
+
+def parse_header(line: str, default_year: int | None = None) -> Header:
+    """Parse the header of one raw log line (no trailing newline needed; a stray ``\\r`` is fine).
+
+    Never raises: a line whose prefix is not recognised is ``emitter="plain"`` with no timestamp,
+    ``body_start`` after any rank prefix, and a level inferred from the body if it has one.
+    """
+    year = default_year if default_year is not None else time.gmtime().tm_year
+    rank: int | None = None
+    pos = 0
+    m = _RANK_PREFIX.match(line)
+    if m is not None:
+        rank = int(m.group(1))
+        pos = m.end()
+    start = pos
+    n = len(line)
+    while pos < n and line[pos] in " \t\r":
+        pos += 1
+    ts, level, host, body, emitter, hdr_rank = _dispatch(line, pos, year)
+    if body < 0:
+        body = start
+        if m is not None:
+            emitter = "torch"
+    if hdr_rank is not None and rank is None:
+        rank = hdr_rank
+    if rank is None:
+        rm = _BODY_RANK.match(line, body)
+        if rm is not None:
+            rank = int(rm.group(1))
+    if level is None:
+        level = infer_level(line[body:])
+    if ts is None and emitter == "slurm":
+        sm = _SLURM_AT.search(line, body)
+        if sm is not None:
+            y, mo, d, h, mi, s = (int(g) for g in sm.groups())
+            ts = _epoch(y, mo, d, h, mi, s, 0.0, None)
+    return Header(ts, level, rank, host, body, emitter)
+
+
+_Parsed = tuple[float | None, str | None, str | None, int, str, int | None]
+_NONE: _Parsed = (None, None, None, -1, "plain", None)
+
+
+def _dispatch(line: str, pos: int, year: int) -> _Parsed:
+    """Try the formats that can start with ``line[pos]``; body -1 means "no header found"."""
+    if pos >= len(line):
+        return _NONE
+    c = line[pos]
+    if c == "[":
+        return _bracket(line, pos, year)
+    if c.isdigit():
+        return _digit(line, pos)
+    if c.isalpha():
+        return _alpha(line, pos, year)
+    return _NONE
+
+
+def _bracket(line: str, pos: int, year: int) -> _Parsed:
+    c1 = line[pos + 1 : pos + 2]
+    if c1.isdigit():
+        m = _BRACKET_ISO.match(line, pos)
+        if m is not None:
+            g = m.groups()
+            ts = _iso_groups(g[:8])
+            level = normalise_level(g[8])
+            if level is None:
+                return ts, None, None, m.end(), "megatron", None
+            emitter = "deepspeed" if g[9] else "python-logging"
+            return ts, level, None, m.end(), emitter, None
+    elif c1 in "IWEF" and line[pos + 2 : pos + 3].isdigit():
+        m = _GLOG_BRACKET.match(line, pos)
+        if m is not None:
+            return (
+                _glog_groups(m.groups(), year),
+                normalise_level(m[1]),
+                None,
+                m.end(),
+                "torch",
+                None,
+            )
+    m = _DMESG.match(line, pos)
+    if m is not None:
+        return None, None, None, m.end(), "kernel", None
+    if c1.isalpha():
+        m = _CANN_MODULE.match(line, pos)
+        if m is not None:
+            g = m.groups()
+            return _cann_groups(g[3:11]), normalise_level(g[0]), None, m.end(), "hccl", None
+        m = _CANN_PLAIN.match(line, pos)
+        if m is not None:
+            g = m.groups()
+            rank = int(g[9]) if g[9] is not None and not g[9].startswith("-") else None
+            return _cann_groups(g[1:9]), normalise_level(g[0]), None, m.end(), "hccl", rank
+        m = _HF_BRACKET.match(line, pos)
+        if m is not None:
+            g = m.groups()
+            return _iso_groups(g[1:9]), normalise_level(g[0]), None, m.end(), "hf", None
+        m = _LEVEL_BRACKET.match(line, pos)
+        if m is not None:
+            return None, normalise_level(m[1]), None, m.end(), "plain", None
+    return _NONE
+
+
+def _digit(line: str, pos: int) -> _Parsed:
+    m = _ISO_AT.match(line, pos)
+    if m is not None:
+        ts = _iso_groups(m.groups())
+        end = m.end()
+        for after in _AFTER_ISO:
+            lm = after.match(line, end)
+            if lm is not None:
+                return ts, normalise_level(lm[1]), None, lm.end(), "python-logging", None
+        while end < len(line) and line[end] in " \t":
+            end += 1
+        return ts, None, None, end, "plain", None
+    m = _US_TIME.match(line, pos)
+    if m is not None:
+        mo, d, y, h, mi, s, frac, lv = m.groups()
+        ts = _epoch(int(y), int(mo), int(d), int(h), int(mi), int(s), _frac(frac), None)
+        level = normalise_level(lv)
+        return ts, level, None, m.end(), "hf" if level else "plain", None
+    m = _EPOCH.match(line, pos)
+    if m is not None:
+        seconds, frac, millis = m.groups()
+        ts = float(seconds) + (_frac(frac) if frac else int(millis) / 1000 if millis else 0.0)
+        return ts, None, None, m.end(), "plain", None
+    return _NONE
+
+
+def _alpha(line: str, pos: int, year: int) -> _Parsed:
+    c = line[pos]
+    if c in "IWEF" and line[pos + 1 : pos + 2].isdigit():
+        m = _GLOG.match(line, pos)
+        if m is not None:
+            return _glog_groups(m.groups(), year), normalise_level(c), None, m.end(), "torch", None
+    if c in "EW":
+        m = _CANN_CODE.match(line, pos)
+        if m is not None:
+            level = "ERROR" if c == "E" else "WARNING"
+            return _cann_groups(m.groups()[1:]), level, None, m.end(), "hccl", None
+    if c == "s":
+        m = _SLURM.match(line, pos)
+        if m is not None:
+            return None, normalise_level(m[2]), None, m.end(), "slurm", None
+    if c.isupper():
+        m = _SYSLOG.match(line, pos)
+        if m is not None:
+            mon, d, h, mi, s, frac, y, host, prog = m.groups()
+            ts = _epoch(
+                int(y) if y else year, _MONTHS[mon], int(d), int(h), int(mi), int(s),
+                _frac(frac), None,
+            )  # fmt: skip
+            end = m.end()
+            if prog == "kernel":
+                dm = _DMESG.match(line, end)
+                if dm is not None:
+                    end = dm.end()
+                return ts, None, host, end, "kernel", None
+            return ts, None, host, end, "syslog", None
+        m = _LEVEL_MMDD.match(line, pos)
+        if m is not None:
+            lv, mo, d, h, mi, s, frac = m.groups()
+            ts = _epoch(year, int(mo), int(d), int(h), int(mi), int(s), _frac(frac), None)
+            return ts, normalise_level(lv), None, m.end(), "python-logging", None
+        m = _PY_DEFAULT.match(line, pos)
+        if m is not None:
+            return None, normalise_level(m[1]), None, m.end(), "python-logging", None
+    m = _NCCL.match(line, pos)
+    if m is not None:
+        return None, normalise_level(m[2]), m[1], m.end(), "nccl", None
+    return _NONE
+
+
+def _frac(digits: str | None) -> float:
+    return float("0." + digits) if digits else 0.0
+
+
+def _iso_groups(g: tuple[str | None, ...]) -> float | None:
+    y, mo, d, h, mi, s, frac, zone = g
+    assert y is not None and mo is not None and d is not None
+    assert h is not None and mi is not None and s is not None
+    return _epoch(int(y), int(mo), int(d), int(h), int(mi), int(s), _frac(frac), zone)
+
+
+def _cann_groups(g: tuple[str | None, ...]) -> float | None:
+    y, mo, d, h, mi, s, ms, us = g
+    assert y is not None and mo is not None and d is not None
+    assert h is not None and mi is not None and s is not None
+    frac = (int(ms) / 1e3 if ms else 0.0) + (int(us) / 1e6 if us else 0.0)
+    return _epoch(int(y), int(mo), int(d), int(h), int(mi), int(s), frac, None)
+
+
+def _glog_groups(g: tuple[str | None, ...], year: int) -> float | None:
+    _, mo, d, h, mi, s, frac = g
+    assert mo is not None and d is not None
+    assert h is not None and mi is not None and s is not None
+    return _epoch(year, int(mo), int(d), int(h), int(mi), int(s), _frac(frac), None)
+
+
+def _epoch(
+    y: int, mo: int, d: int, h: int, mi: int, s: int, frac: float, zone: str | None
+) -> float | None:
+    """Epoch seconds (UTC unless ``zone``); None for an impossible date instead of raising."""
+    if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s <= 60):
+        return None
+    ts = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) + frac
+    if zone and zone != "Z":
+        sign = -1 if zone[0] == "+" else 1
+        digits = zone[1:].replace(":", "")
+        ts += sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
+    return ts

@@ -1,0 +1,258 @@
+"""The parsing hot path: mask a chunk, collapse identical masked lines, mine templates once each.
+
+Training logs repeat the same few thousand messages billions of times with different numbers. So
+``LineParser.feed`` masks a whole chunk with a few C-level regex passes, looks every masked line up
+in a dict, and only for a masked line never seen before parses its header, masks its body and hands
+it to Drain. The per-line Python cost is one dict lookup; every identical masked line shares one
+``LineKind`` object, which the ingest uses as the key of its rollups.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import time
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from l4_plugin.errors import IngestError
+from l4_plugin.ingest.header import parse_header
+from l4_plugin.ingest.masking import Masker
+from l4_plugin.ingest.templates import TemplateMiner
+from l4_plugin.records import ParsedLine, Template
+
+# A line longer than this is cut for masking and keying: a 1 MB line of tensor dump is one message,
+# and keeping megabyte keys per distinct line would cost memory for nothing.
+MAX_LINE_CHARS = 16_384
+MAX_CACHED_KEYS = 1_000_000
+_READ_BYTES = 4 << 20
+_FEED_LINES = 65_536
+
+
+@dataclass(slots=True, eq=False)  # eq=False: hashed and compared by identity (rollup keys)
+class LineKind:
+    """One distinct masked line, shared by every raw line that masks to it.
+
+    ``template`` is None until ``LineParser.finish()``. ``has_timestamp`` / ``rank_prefix`` tell
+    the ingest whether ``parse_header(raw_line)`` would give it a time / a rank for a given line.
+    """
+
+    key: str
+    level: str | None
+    emitter: str
+    has_timestamp: bool
+    rank_prefix: bool
+    body: str
+    template: Template | None = None
+
+
+class LineParser:
+    """Turns raw lines into shared ``LineKind`` objects and, at ``finish()``, stable templates.
+
+    ``drain_params`` go to ``TemplateMiner`` (``sim_th``, ``depth``, ``max_children``,
+    ``extra_delimiters``). ``feed`` may be called again after ``finish``; a later ``finish``
+    re-resolves every kind (Drain may have generalised a template in the meantime).
+    """
+
+    def __init__(
+        self,
+        masker: Masker | None = None,
+        known: Iterable[Template] = (),
+        **drain_params: float | int | tuple[str, ...],
+    ) -> None:
+        self.masker = masker if masker is not None else _default_masker()
+        self.miner = TemplateMiner(known, **drain_params)  # type: ignore[arg-type]
+        self._by_key: dict[str, LineKind] = {}
+        self._by_masked: dict[str, LineKind] = {}
+        self._handles: list[tuple[LineKind, int]] = []
+
+    @property
+    def kinds(self) -> list[LineKind]:
+        """Every distinct line kind seen so far, in first-seen order."""
+        return list(self._by_masked.values())
+
+    def feed(self, lines: list[str]) -> list[LineKind]:
+        """Return one ``LineKind`` per input line (lines without their ``\\n``)."""
+        if not lines:
+            return []
+        if max(map(len, lines)) > MAX_LINE_CHARS:
+            lines = [line[:MAX_LINE_CHARS] for line in lines]
+        keys = self.masker.key("\n".join(lines)).split("\n")
+        if len(keys) != len(lines):
+            # Only a raw line with an embedded "\n" gets here (callers split on "\n").
+            keys = [self.masker.key(line).replace("\n", " ") for line in lines]
+        by_key = self._by_key
+        try:
+            return list(map(by_key.__getitem__, keys))  # the hot path: all keys seen before
+        except KeyError:
+            pass
+        new = [key for key in dict.fromkeys(keys) if key not in by_key]
+        # First raw line of every new key, at C speed: reversed so the earliest occurrence wins.
+        first = dict(zip(reversed(keys), reversed(lines), strict=True))
+        # The regexes run once over all new keys of the chunk, not once per key.
+        masked = self.masker.mask("\n".join(new)).split("\n")
+        by_masked = self._by_masked
+        for key, masked_line in zip(new, masked, strict=True):
+            kind = by_masked.get(masked_line)
+            if kind is None:
+                kind = self._new_kind(masked_line, first[key], key)
+                by_masked[masked_line] = kind
+            by_key[key] = kind
+        result = list(map(by_key.__getitem__, keys))
+        if len(by_key) > MAX_CACHED_KEYS:
+            # by_key is only a cache in front of by_masked (lines with hex ids or hashes make many
+            # keys per kind); dropping it bounds memory without changing any result.
+            by_key.clear()
+        return result
+
+    def finish(self) -> None:
+        """Resolve ``template`` of every kind to its final Drain template (stable id)."""
+        self.miner.finish()
+        template_for = self.miner.template_for
+        for kind, handle in self._handles:
+            kind.template = template_for(handle)
+
+    def new_templates(self) -> list[Template]:
+        """Templates of this parser's lines that were not among the known ones."""
+        return self.miner.new_templates()
+
+    def _new_kind(self, masked_line: str, raw: str, key: str) -> LineKind:
+        header = parse_header(raw)
+        # key is raw with digits normalised, same length: the body offset applies to it as is.
+        body = self.masker.mask(key[header.body_start :]).strip()
+        kind = LineKind(
+            key=masked_line,
+            level=header.level,
+            emitter=header.emitter,
+            has_timestamp=header.timestamp is not None,
+            rank_prefix=raw.startswith(("[rank", "[default")) and header.rank is not None,
+            body=body,
+        )
+        self._handles.append((kind, self.miner.add(body)))
+        return kind
+
+
+_MASKER: Masker | None = None
+
+
+def _default_masker() -> Masker:
+    # Loading and compiling the shipped rules once per process, not once per file.
+    global _MASKER
+    if _MASKER is None:
+        _MASKER = Masker.load()
+    return _MASKER
+
+
+def read_lines(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[list[str]]:
+    """Yield the lines of a plain or ``.gz`` file in chunks, cleaned for parsing.
+
+    Bytes are decoded as UTF-8 with replacement characters, ``\\r`` and NUL are removed, lines are
+    split on ``\\n`` only (so line numbers match ``wc -l``/editors). A truncated or corrupt ``.gz``
+    yields every line that could be read and then raises ``IngestError`` naming the file.
+    """
+    try:
+        raw: gzip.GzipFile | io.BufferedReader = (
+            gzip.GzipFile(path, "rb") if _is_gzip(path) else open(path, "rb")  # noqa: SIM115
+        )
+    except OSError as exc:
+        raise IngestError(f"cannot open log file — {path} — {exc}") from exc
+    with raw:
+        tail = b""
+        while True:
+            try:
+                # read1: at most one underlying read, so a truncated .gz loses only the block
+                # that hit the damage, not a whole chunk of already-decompressed lines.
+                block = raw.read1(chunk_bytes)
+            except (EOFError, OSError, zlib.error) as exc:
+                if tail:
+                    yield _decode(tail)
+                raise IngestError(
+                    f"log file is truncated or corrupt — {path} — {exc}; "
+                    "the lines before the damage were parsed"
+                ) from exc
+            if not block:
+                break
+            block = tail + block if tail else block
+            cut = block.rfind(b"\n")
+            if cut < 0:
+                tail = block
+                continue
+            tail = block[cut + 1 :]
+            yield _decode(block[:cut])
+        if tail:
+            yield _decode(tail)
+
+
+def _decode(data: bytes) -> list[str]:
+    text = data.decode("utf-8", errors="replace")
+    if "\r" in text:
+        text = text.replace("\r", "")
+    if "\x00" in text:
+        text = text.replace("\x00", "")
+    return text.split("\n")
+
+
+def _is_gzip(path: Path) -> bool:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(2) == b"\x1f\x8b"
+    except OSError as exc:
+        raise IngestError(f"cannot open log file — {path} — {exc}") from exc
+
+
+def parse_file(
+    path: Path, masker: Masker | None = None, known: Iterable[Template] = ()
+) -> Iterator[ParsedLine]:
+    """Parse one log file (plain or ``.gz``) into one ``ParsedLine`` per line, 1-based.
+
+    Two passes over the file keep memory flat: the first feeds every line and resolves the final
+    templates, the second re-reads and emits. Lines without a year (glog, syslog) take the year of
+    the last full timestamp before them, else the file's modification year. A truncated ``.gz``
+    yields the readable lines and then raises ``IngestError`` naming the file.
+    """
+    _is_gzip(path)  # an unreadable file fails here, before anything is yielded
+    parser = LineParser(masker, known)
+    damage: IngestError | None = None
+    try:
+        for lines in _batched(read_lines(path)):
+            parser.feed(lines)
+    except IngestError as exc:
+        damage = exc
+    parser.finish()
+    try:
+        year = time.gmtime(path.stat().st_mtime).tm_year
+    except OSError:
+        year = time.gmtime().tm_year
+    number = 0
+    try:
+        for lines in _batched(read_lines(path)):
+            kinds = parser.feed(lines)
+            for raw, kind in zip(lines, kinds, strict=True):
+                number += 1
+                timestamp: float | None = None
+                rank: int | None = None
+                if kind.has_timestamp or kind.rank_prefix:
+                    header = parse_header(raw, year)
+                    timestamp, rank = header.timestamp, header.rank
+                    if timestamp is not None:
+                        year = time.gmtime(timestamp).tm_year
+                template = kind.template
+                if template is None:  # fed only in this pass: the file changed under us
+                    parser.finish()
+                    template = kind.template
+                assert template is not None
+                yield ParsedLine(number, template.id, template.text, kind.level, timestamp, rank)
+    except IngestError:
+        if damage is None:
+            raise
+    if damage is not None:
+        raise damage
+
+
+def _batched(chunks: Iterable[list[str]]) -> Iterator[list[str]]:
+    """Re-cut reader chunks so that ``feed`` sees batches of a bounded number of lines."""
+    for chunk in chunks:
+        for start in range(0, len(chunk), _FEED_LINES):
+            yield chunk[start : start + _FEED_LINES]

@@ -1,0 +1,179 @@
+from __future__ import annotations
+
+import calendar
+
+import pytest
+
+from l4_plugin.ingest.header import infer_level, parse_header
+
+T0 = calendar.timegm((2024, 5, 3, 10, 11, 12, 0, 0, 0))
+
+
+@pytest.mark.parametrize(
+    ("line", "ts", "level", "rank", "emitter", "body"),
+    [
+        ("2024-05-03T10:11:12.123Z hello", T0 + 0.123, None, None, "plain", "hello"),
+        ("2024-05-03T12:11:12+02:00 hello", T0, None, None, "plain", "hello"),
+        (
+            "2024-05-03 10:11:12,345 - torch.distributed - INFO - hi",
+            T0 + 0.345,
+            "INFO",
+            None,
+            "python-logging",
+            "hi",
+        ),
+        (
+            "[2024-05-03 10:11:12,345] [WARNING] [logging.py:96:log_dist] [Rank 0] step=1",
+            T0 + 0.345,
+            "WARNING",
+            0,
+            "deepspeed",
+            "[Rank 0] step=1",
+        ),
+        (
+            " [2024-05-03 10:11:12] iteration      120/ 1000 |",
+            T0,
+            None,
+            None,
+            "megatron",
+            "iteration      120/ 1000 |",
+        ),
+        (
+            "[rank3]:[E0503 10:11:12.123456789 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught",
+            T0 + 0.123456789,
+            "ERROR",
+            3,
+            "torch",
+            "[Rank 3] Watchdog caught",
+        ),
+        (
+            "E0503 10:11:12.123456 1234 ProcessGroupNCCL.cpp:616] boom",
+            T0 + 0.123456,
+            "ERROR",
+            None,
+            "torch",
+            "boom",
+        ),
+        (
+            "[default3]:W0503 10:11:12.123000 140 torch/distributed/elastic/api.py:858] Sending",
+            T0 + 0.123,
+            "WARNING",
+            3,
+            "torch",
+            "Sending",
+        ),
+        (
+            "node-a07:1234:5678 [3] NCCL INFO Channel 00/24",
+            None,
+            "INFO",
+            None,
+            "nccl",
+            "Channel 00/24",
+        ),
+        (
+            "node-a07:1234:5678 [3] NCCL WARN Connect failed",
+            None,
+            "WARNING",
+            None,
+            "nccl",
+            "Connect failed",
+        ),
+        (
+            "[ERROR] HCCL(12345,python):2024-05-03-10:11:12.123.456 [op_base.cc:974][36818]Init x",
+            T0 + 0.123456,
+            "ERROR",
+            None,
+            "hccl",
+            "Init x",
+        ),
+        (
+            "[ERROR] ASCENDCL(12345,python):2024-05-03-10:11:12.123.456 [acl.cpp:1] y",
+            T0 + 0.123456,
+            "ERROR",
+            None,
+            "hccl",
+            "y",
+        ),
+        (
+            "srun: error: node-a07: task 3: Exited with exit code 1",
+            None,
+            "ERROR",
+            None,
+            "slurm",
+            "node-a07: task 3: Exited with exit code 1",
+        ),
+        (
+            "slurmstepd: error: *** STEP 1.0 ON n1 CANCELLED AT 2024-05-03T10:11:12 ***",
+            T0,
+            "ERROR",
+            None,
+            "slurm",
+            "*** STEP 1.0 ON n1 CANCELLED AT 2024-05-03T10:11:12 ***",
+        ),
+        (
+            "May  3 10:11:12 node-a07 kernel: [12345.678901] NVRM: Xid (PCI:0000:3b:00): 79",
+            T0,
+            None,
+            None,
+            "kernel",
+            "NVRM: Xid (PCI:0000:3b:00): 79",
+        ),
+        ("[12345.678901] NVRM: Xid 79", None, None, None, "kernel", "NVRM: Xid 79"),
+        ("1714731072.5 hello", 1714731072.5, None, None, "plain", "hello"),
+        ("1714731072500 hello", 1714731072.5, None, None, "plain", "hello"),
+        ("05/03/2024 10:11:12 - INFO - accelerate.utils - hi", T0, "INFO", None, "hf", "hi"),
+        (
+            "[INFO|trainer.py:2048] 2024-05-03 10:11:12,345 >> go",
+            T0 + 0.345,
+            "INFO",
+            None,
+            "hf",
+            "go",
+        ),
+        ("no header at all", None, None, None, "plain", "no header at all"),
+        ("", None, None, None, "plain", ""),
+    ],
+)
+def test_formats(
+    line: str, ts: float | None, level: str | None, rank: int | None, emitter: str, body: str
+) -> None:
+    h = parse_header(line, default_year=2024)
+    assert h.timestamp == pytest.approx(ts) if ts is not None else h.timestamp is None
+    assert (h.level, h.rank, h.emitter) == (level, rank, emitter)
+    assert line[h.body_start :] == body
+
+
+def test_nccl_host() -> None:
+    assert parse_header("node-a07:1:2 [0] NCCL INFO x").host == "node-a07"
+    assert parse_header("May  3 10:11:12 node-b01 sshd[12]: hi", 2024).host == "node-b01"
+
+
+def test_missing_year_uses_default() -> None:
+    assert parse_header("E0503 10:11:12.0 1 a.cpp:1] x", 2024).timestamp == T0
+    later = parse_header("E0503 10:11:12.0 1 a.cpp:1] x", 2025).timestamp
+    assert later == calendar.timegm((2025, 5, 3, 10, 11, 12, 0, 0, 0))
+
+
+def test_crlf_remnant() -> None:
+    h = parse_header("node-a07:1:2 [0] NCCL WARN timeout\r")
+    assert (h.level, h.emitter) == ("WARNING", "nccl")
+    assert parse_header("2024-05-03T10:11:12Z x\r").timestamp == T0
+
+
+def test_impossible_date_is_no_timestamp() -> None:
+    assert parse_header("2024-13-45T10:11:12Z x").timestamp is None
+
+
+@pytest.mark.parametrize(
+    ("body", "level"),
+    [
+        ("Traceback (most recent call last):", "ERROR"),
+        ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1", "ERROR"),
+        ("torch.OutOfMemoryError: CUDA out of memory.", "ERROR"),
+        ("/x.py:3: UserWarning: deprecated", "WARNING"),
+        ("all good", None),
+    ],
+)
+def test_level_inference(body: str, level: str | None) -> None:
+    assert infer_level(body) == level
+    assert parse_header(body).level == level

@@ -1,0 +1,89 @@
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from l4_plugin.errors import IngestError
+from l4_plugin.ingest.parser import LineParser, parse_file
+
+
+def _write(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_parse_file_bad_bytes_nul_crlf(tmp_path: Path) -> None:
+    data = (
+        b"2024-05-03T10:11:12Z ok \xff\xfe broken\r\n"
+        b"node-a07:1:2 [0] NCCL WARN x\x00y\r\n"
+        b"[rank2]:Traceback (most recent call last):\n"
+        b"\n"
+        b"last line without newline"
+    )
+    lines = list(parse_file(_write(tmp_path / "r.log", data)))
+    assert [p.line for p in lines] == [1, 2, 3, 4, 5]
+    assert lines[0].timestamp is not None
+    assert "\ufffd" not in lines[0].template or "\r" not in lines[0].template
+    assert lines[1].level == "WARNING"
+    assert "\x00" not in lines[1].template and "xy" in lines[1].template
+    assert (lines[2].rank, lines[2].level) == (2, "ERROR")
+    assert all(p.template_id == lines[0].template_id for p in lines[:1])
+
+
+def test_parse_file_empty(tmp_path: Path) -> None:
+    assert list(parse_file(_write(tmp_path / "e.log", b""))) == []
+
+
+def test_parse_file_gz_and_glog_year(tmp_path: Path) -> None:
+    text = "2023-05-03T10:11:12Z start\nE0503 10:11:13.5 1 a.cpp:1] boom\n"
+    path = tmp_path / "r.log.gz"
+    with gzip.open(path, "wt") as fh:
+        fh.write(text)
+    first, second = list(parse_file(path))
+    assert second.level == "ERROR"
+    assert second.timestamp == pytest.approx(first.timestamp + 1.5)  # year 2023 carried over
+
+
+def test_truncated_gz_yields_readable_lines_then_raises(tmp_path: Path) -> None:
+    body = "".join(f"line {i} of a long log with words\n" for i in range(200_000)).encode()
+    whole = gzip.compress(body)
+    path = _write(tmp_path / "t.log.gz", whole[: len(whole) // 2])
+    got = []
+    with pytest.raises(IngestError, match=r"truncated or corrupt.*t\.log\.gz"):
+        for parsed in parse_file(path):
+            got.append(parsed)
+    assert len(got) > 1000
+    assert [p.line for p in got[:3]] == [1, 2, 3]
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(IngestError, match=r"cannot open log file.*nope\.log"):
+        list(parse_file(tmp_path / "nope.log"))
+
+
+def test_feed_alignment_and_long_lines() -> None:
+    parser = LineParser()
+    lines = ["x" * 100_000 + " 1", "x" * 100_000 + " 2", "short 3", ""]
+    kinds = parser.feed(lines)
+    assert len(kinds) == 4 and kinds[0] is kinds[1]
+    parser.finish()
+    assert all(k.template is not None for k in kinds)
+
+
+def test_line_kind_fields() -> None:
+    parser = LineParser()
+    a, b = parser.feed(
+        [
+            "[rank3]:[E0503 10:11:12.1 ProcessGroupNCCL.cpp:616] [Rank 3] Watchdog caught",
+            "[rank5]:[E0503 10:11:19.9 ProcessGroupNCCL.cpp:616] [Rank 5] Watchdog caught",
+        ]
+    )
+    assert a is b
+    assert (a.level, a.emitter, a.has_timestamp, a.rank_prefix) == ("ERROR", "torch", True, True)
+    assert a.body == "[Rank <RANK>] Watchdog caught"
+    assert a.template is None
+    parser.finish()
+    assert a.template is not None and a.template.text == "[Rank <RANK>] Watchdog caught"
+    assert {a} == {b}  # identity hash: usable as a rollup key
