@@ -1,0 +1,331 @@
+"""Fusion: every analysis's evidence into one ranked diagnosis (events, nodes, iterations, stage).
+
+Each event of the failed job collects reasons, and each reason has a weight in [0, 1]; an event's
+score is the noisy-OR of its weights, ``1 - prod(1 - w)``, so independent evidence accumulates but
+never exceeds 1 and no single weak signal dominates. Reasons:
+
+* cross-job: ``absent-in-baseline`` / ``burst-vs-baseline`` (strong), ``rare-in-baseline``
+  (weaker); dropped templates are out of the running, ``no-baseline`` carries no weight;
+* ``spatial-outlier:<node>``: the template explains why a suspect node differs (scaled by that
+  node's score and by the template's level: INFO a quarter, WARN a half, ERROR in full);
+* ``new-in-iteration:<k>``: the template first appears in a suspect iteration;
+* ``error-level`` and ``error-in-failing-stage``;
+* ``only-on-silent-node-peers``: the peers printed it after a silent node stopped (the cascade a
+  dead rank leaves behind — it is how that failure shows, so it belongs in the set);
+* ``earliest-evidence``: among the WARN-or-worse candidates of the failing stage, the one that came
+  first. Root
+  cause before cascade: a node's IB error precedes the completion errors of its ring neighbours and
+  the watchdog timeouts of everyone else, so the earliest distinct evidence is favoured, and later
+  templates printed by most nodes are marked ``cascade``.
+
+The recommended set is not "everything with a reason": it keeps candidates scoring at least
+``min_score`` and at least ``relative_threshold`` times the best, at most ``max_events`` — high
+precision and high recall together, rather than the paper's recall-first list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from l4_plugin.analysis.results import (
+    EventStat,
+    FilterResult,
+    FusionResult,
+    IterationResult,
+    RankedEvent,
+    RankedNode,
+    SilenceResult,
+    SpatialResult,
+    StageResult,
+    StragglerResult,
+)
+from l4_plugin.analysis.spatial import level_weight
+from l4_plugin.errors import AnalysisError
+
+# Reason weights. Cross-job absence and spatial attribution are the paper's two main signals; the
+# rest corroborate. They were set so that one corroborated signal clears the default cut-off and a
+# lone "absent-in-baseline" INFO line on a healthy node does not.
+_FILTER_WEIGHT = {
+    "absent-in-baseline": 0.4,
+    "burst-vs-baseline": 0.4,
+    "rare-in-baseline": 0.25,
+    "no-baseline": 0.0,
+}
+_SPATIAL_WEIGHT = 0.45
+_ITERATION_WEIGHT = 0.35
+_ERROR_WEIGHT = 0.3
+_WARN_WEIGHT = 0.1
+_STAGE_WEIGHT = 0.15
+_SILENT_PEER_WEIGHT = 0.35
+_EARLIEST_WEIGHT = 0.3
+
+
+def is_error(level: str | None) -> bool:
+    """True for ERROR-like levels (ERROR, FATAL, CRITICAL…)."""
+    return level is not None and level_weight(level, 2.0) == 2.0
+
+
+def _noisy_or(weights: Iterable[float]) -> float:
+    p = 1.0
+    for w in weights:
+        p *= 1.0 - min(max(w, 0.0), 1.0)
+    return 1.0 - p
+
+
+class Fusion:
+    """Combines the analyses' results into the final :class:`FusionResult`.
+
+    ``relative_threshold``, ``min_score`` and ``max_events`` shape the recommended event set (see
+    the module docstring); ``root_window`` is how close (same unit as ``EventStat.first_seen``)
+    to the earliest candidate an event must start to share ``earliest-evidence``;
+    ``cascade_fraction`` is the fraction of nodes from which a later template counts as cascade;
+    ``max_node_events`` bounds the events listed per node. After :meth:`fit`, ``result_`` holds it.
+    """
+
+    def __init__(
+        self,
+        relative_threshold: float = 0.55,
+        min_score: float = 0.3,
+        max_events: int = 20,
+        root_window: float = 1.0,
+        cascade_fraction: float = 0.5,
+        max_node_events: int = 5,
+    ) -> None:
+        self.relative_threshold = relative_threshold
+        self.min_score = min_score
+        self.max_events = max_events
+        self.root_window = root_window
+        self.cascade_fraction = cascade_fraction
+        self.max_node_events = max_node_events
+
+    def fit(
+        self,
+        events: Sequence[EventStat],
+        nodes: Sequence[str] | None = None,
+        crossjob: FilterResult | None = None,
+        spatial: SpatialResult | None = None,
+        silence: SilenceResult | None = None,
+        iterations: IterationResult | None = None,
+        stage: StageResult | None = None,
+        stragglers: StragglerResult | None = None,
+    ) -> Fusion:
+        """Rank events and nodes from whatever analyses ran (None = that analysis did not run)."""
+        if not 0.0 < self.relative_threshold <= 1.0:
+            raise AnalysisError(
+                f"fusion: relative_threshold must be in (0, 1], got {self.relative_threshold!r}"
+            )
+        if self.max_events < 1:
+            raise AnalysisError(f"fusion: max_events must be >= 1, got {self.max_events!r}")
+        ids = [e.template_id for e in events]
+        if len(set(ids)) != len(ids):
+            raise AnalysisError("fusion: an event template id is given twice")
+        all_nodes = _all_nodes(events, nodes, spatial, silence)
+        n_nodes = max(len(all_nodes), 1)
+        job_stage = stage.stage if stage is not None else None
+
+        by_id = {e.template_id: e for e in events}
+        reasons: dict[str, list[tuple[str, float]]] = {}
+        kept = crossjob.kept_ids if crossjob is not None else None
+        for e in events:
+            if kept is not None and e.template_id not in kept:
+                continue
+            r: list[tuple[str, float]] = []
+            if crossjob is not None:
+                why = crossjob.reason_of(e.template_id) or "no-baseline"
+                if _FILTER_WEIGHT[why] > 0:
+                    r.append((why, _FILTER_WEIGHT[why]))
+            if is_error(e.level):
+                r.append(("error-level", _ERROR_WEIGHT))
+                if job_stage is not None and e.stage == job_stage:
+                    r.append(("error-in-failing-stage", _STAGE_WEIGHT))
+            elif e.level is not None and e.level.upper() in ("WARN", "WARNING"):
+                r.append(("warning-level", _WARN_WEIGHT))
+            reasons[e.template_id] = r
+
+        if spatial is not None and spatial.defined:
+            suspects = set(spatial.suspects)
+            for ns in spatial.nodes:
+                if ns.node not in suspects:
+                    continue
+                for a in ns.attributions:
+                    if a.direction == "excess" and a.template_id in reasons:
+                        # An INFO line that explains an outlier node is weaker evidence than an
+                        # ERROR line doing so: healthy nodes carry benign informational oddities.
+                        lw = level_weight(by_id[a.template_id].level, 2.0) / 2.0
+                        reasons[a.template_id].append(
+                            (f"spatial-outlier:{ns.node}", _SPATIAL_WEIGHT * ns.score * lw)
+                        )
+        if iterations is not None:
+            for it in iterations.suspects:
+                for t in it.new_events:
+                    if t in reasons:
+                        reasons[t].append((f"new-in-iteration:{it.iteration}", _ITERATION_WEIGHT))
+        if silence is not None:
+            for sn in silence.silent:
+                for t in sn.missing_new:
+                    if t in reasons:
+                        reasons[t].append(("only-on-silent-node-peers", _SILENT_PEER_WEIGHT))
+
+        pre = {t: _noisy_or(w for _, w in r) for t, r in reasons.items() if r}
+        earliest = self._earliest(pre, by_id, job_stage)
+        if earliest:
+            first = min(by_id[t].first or 0.0 for t in earliest)
+            for t in earliest:
+                reasons[t].append(("earliest-evidence", _EARLIEST_WEIGHT))
+            root_nodes = {n for t in earliest for n in by_id[t].first_seen}
+            for t, r in reasons.items():
+                e = by_id[t]
+                if (
+                    t not in earliest
+                    and r
+                    and e.first is not None
+                    and e.first > first + self.root_window
+                    and len(e.first_seen) >= self.cascade_fraction * n_nodes
+                    and not set(e.first_seen) <= root_nodes
+                ):
+                    r.append(("cascade", 0.0))
+
+        candidates = sorted(
+            (self._ranked(by_id[t], r) for t, r in reasons.items() if r),
+            key=lambda ev: (
+                -ev.score,
+                ev.first_seen if ev.first_seen is not None else 0.0,
+                ev.template_id,
+            ),
+        )
+        selected = self._select(candidates)
+        ranked_nodes = self._nodes(
+            all_nodes, selected, spatial, silence, stage, stragglers, earliest, by_id
+        )
+        self.result_ = FusionResult(
+            events=selected,
+            nodes=ranked_nodes,
+            iterations=iterations.suspects if iterations is not None else (),
+            stage=job_stage,
+            silent_nodes=silence.nodes if silence is not None else (),
+            no_baseline=crossjob.no_baseline if crossjob is not None else True,
+            method="l4",
+            candidates=tuple(candidates),
+        )
+        return self
+
+    def _earliest(
+        self, pre: dict[str, float], by_id: dict[str, EventStat], job_stage: str | None
+    ) -> set[str]:
+        pool = [
+            t
+            for t, s in pre.items()
+            if s >= self.min_score
+            and by_id[t].first is not None
+            # Root causes announce themselves at WARN level or above (or an unknown level);
+            # an early INFO oddity is not "the error that preceded everyone's timeouts".
+            and level_weight(by_id[t].level, 2.0) >= 1.0
+            and (job_stage is None or by_id[t].stage in (None, job_stage))
+        ]
+        if not pool:
+            return set()
+        first = min(by_id[t].first or 0.0 for t in pool)
+        return {t for t in pool if (by_id[t].first or 0.0) <= first + self.root_window}
+
+    @staticmethod
+    def _ranked(e: EventStat, r: list[tuple[str, float]]) -> RankedEvent:
+        names = tuple(dict.fromkeys(name for name, _ in r))
+        return RankedEvent(
+            template_id=e.template_id,
+            score=round(_noisy_or(w for _, w in r), 6),
+            reasons=names,
+            nodes=tuple(sorted(e.first_seen, key=lambda n: (e.first_seen[n], n))),
+            count=e.count,
+            first_seen=e.first,
+            level=e.level,
+        )
+
+    def _select(self, candidates: Sequence[RankedEvent]) -> tuple[RankedEvent, ...]:
+        if not candidates:
+            return ()
+        cut = max(self.min_score, self.relative_threshold * candidates[0].score)
+        return tuple(c for c in candidates if c.score >= cut)[: self.max_events]
+
+    def _nodes(
+        self,
+        all_nodes: Sequence[str],
+        selected: Sequence[RankedEvent],
+        spatial: SpatialResult | None,
+        silence: SilenceResult | None,
+        stage: StageResult | None,
+        stragglers: StragglerResult | None,
+        earliest: set[str],
+        by_id: dict[str, EventStat],
+    ) -> tuple[RankedNode, ...]:
+        spatial_score = {}
+        attributions: dict[str, list[str]] = {}
+        suspects: set[str] = set()
+        if spatial is not None and spatial.defined:
+            suspects = set(spatial.suspects)
+            for ns in spatial.nodes:
+                spatial_score[ns.node] = ns.score
+                attributions[ns.node] = [a.template_id for a in ns.attributions]
+        silent = {s.node: s.score for s in silence.silent} if silence is not None else {}
+        lagging = set(stage.lagging) if stage is not None else set()
+        slow = {s.node: s.first_iteration for s in stragglers.stragglers} if stragglers else {}
+        root_nodes: set[str] = set()
+        for t in earliest:
+            e = by_id[t]
+            if e.first_seen:
+                first = min(e.first_seen.values())
+                root_nodes |= {
+                    n for n, ts in e.first_seen.items() if ts <= first + self.root_window
+                }
+        sel_ids = [ev.template_id for ev in selected]
+        out: list[RankedNode] = []
+        for node in all_nodes:
+            weights = [spatial_score.get(node, 0.0)]
+            why: list[str] = []
+            if node in suspects:
+                why.append("spatial-outlier")
+            if node in silent:
+                weights.append(0.9 * silent[node])
+                why.append("silent")
+            if node in root_nodes:
+                weights.append(_EARLIEST_WEIGHT)
+                why.append("earliest-evidence")
+            if node in lagging:
+                weights.append(0.3)
+                why.append("lagging-stage")
+            if node in slow:
+                weights.append(0.5)
+                why.append(f"straggler-from:{slow[node]}")
+            own = [t for t in sel_ids if node in by_id[t].first_seen]
+            own += [t for t in attributions.get(node, []) if t not in own]
+            out.append(
+                RankedNode(
+                    node=node,
+                    score=round(_noisy_or(weights), 6),
+                    reasons=tuple(why),
+                    events=tuple(own[: self.max_node_events]),
+                )
+            )
+        out.sort(key=lambda n: (-n.score, n.node))
+        return tuple(out)
+
+
+def _all_nodes(
+    events: Sequence[EventStat],
+    nodes: Sequence[str] | None,
+    spatial: SpatialResult | None,
+    silence: SilenceResult | None,
+) -> list[str]:
+    """Every node any input knows of, in a stable order."""
+    seen: dict[str, None] = {}
+    for n in nodes or ():
+        seen[n] = None
+    if spatial is not None:
+        for ns in spatial.nodes:
+            seen[ns.node] = None
+    if silence is not None:
+        for sn in silence.silent:
+            seen[sn.node] = None
+    for e in events:
+        for n in e.first_seen:
+            seen[n] = None
+    return sorted(seen)

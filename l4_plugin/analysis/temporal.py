@@ -1,0 +1,326 @@
+"""Temporal pattern comparison (paper §5.3.2): failing stage, suspect iterations, stragglers.
+
+* :class:`StageAnalyzer` — the last stage each node reached and the job's failing stage.
+* :class:`IterationAnalyzer` — the paper's method: each iteration's event sequence against the
+  previous ``window`` iterations by DTW, mean distance, three-sigma rule over the running
+  distribution of those means; a suspect iteration comes with the events new in it (and those its
+  window always had but it lacks — what a hung iteration never printed).
+* :class:`StragglerDetector` — the first iteration from which one node's iteration durations
+  depart from its peers' for several iterations in a row.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+from numpy.typing import ArrayLike, NDArray
+
+from l4_plugin.analysis.dtw import BACKENDS, dtw_pairs
+from l4_plugin.analysis.results import (
+    IterationResult,
+    IterationScore,
+    NodeStage,
+    StageResult,
+    StageSpan,
+    Straggler,
+    StragglerResult,
+)
+from l4_plugin.errors import AnalysisError
+
+# Distances within this of the threshold are equal: DTW sums of 0/2 costs are exact, but the square
+# root and the running mean are not.
+_EPS = 1e-9
+
+
+class StageAnalyzer:
+    """The last stage reached per node and for the job.
+
+    ``order`` lists the stages in their natural order (e.g. ``init``, ``data_loading``,
+    ``training``…); stages not in it, or every stage when it is None, are ordered by the median of
+    their first position over nodes. A node's last stage is the stage of its latest span end. The
+    job's failing stage is the most common last stage (ties go to the later stage): in synchronous
+    training the job stops where most ranks stop, while one rank's teardown line or one rank stuck
+    behind must not move it. Nodes whose last stage comes before the job's are ``lagging`` — a rank
+    that never got as far as the others is a suspect in its own right.
+    """
+
+    def __init__(self, order: Sequence[str] | None = None) -> None:
+        self.order = order
+
+    def fit(self, spans: Iterable[StageSpan]) -> StageAnalyzer:
+        """Compute the stage result from per-node stage spans and return ``self``."""
+        spans = list(spans)
+        for s in spans:
+            if math.isnan(s.first) or math.isnan(s.last) or s.last < s.first:
+                raise AnalysisError(
+                    f"stages: span of stage {s.stage!r} on node {s.node!r} has first={s.first} "
+                    f"last={s.last}; hint: last must be >= first"
+                )
+        order = self._order(spans)
+        rank = {st: k for k, st in enumerate(order)}
+        last: dict[str, StageSpan] = {}
+        for s in spans:
+            cur = last.get(s.node)
+            if cur is None or (s.last, rank[s.stage]) > (cur.last, rank[cur.stage]):
+                last[s.node] = s
+        nodes = tuple(NodeStage(node, sp.stage, sp.last) for node, sp in sorted(last.items()))
+        stage: str | None = None
+        lagging: tuple[str, ...] = ()
+        if nodes:
+            tally: dict[str, int] = {}
+            for ns in nodes:
+                tally[ns.last_stage] = tally.get(ns.last_stage, 0) + 1
+            stage = max(tally, key=lambda st: (tally[st], rank[st]))
+            lagging = tuple(ns.node for ns in nodes if rank[ns.last_stage] < rank[stage])
+        self.order_ = order
+        self.result_ = StageResult(stage=stage, order=order, nodes=nodes, lagging=lagging)
+        return self
+
+    def _order(self, spans: Sequence[StageSpan]) -> tuple[str, ...]:
+        given = list(self.order or ())
+        if len(set(given)) != len(given):
+            raise AnalysisError(f"stages: order lists a stage twice: {given}")
+        firsts: dict[str, list[float]] = {}
+        for s in spans:
+            firsts.setdefault(s.stage, []).append(s.first)
+        extra = sorted(
+            (st for st in firsts if st not in given),
+            key=lambda st: (float(np.median(firsts[st])), st),
+        )
+        return tuple(given + extra)
+
+
+class IterationAnalyzer:
+    """Finds iterations whose event sequence departs from the preceding ``window`` iterations.
+
+    Each iteration's distance is the mean DTW distance (one-hot cost, see
+    :mod:`l4_plugin.analysis.dtw`) to each of its up to ``window`` predecessors. An iteration is
+    suspect when its distance exceeds the mean plus ``sigma`` standard deviations of the distances
+    of all iterations before it, once at least ``min_history`` of them exist. ``backend`` is
+    ``numpy`` (default: no compilation, batched) or ``tslearn``. Identical sequences are compared
+    once, so a long, regular run costs little. With ``recurring_ok`` (default) an iteration whose
+    exact sequence already occurred earlier in the job (outside its window: every 100th iteration
+    saves a checkpoint) is not suspect — it is a known pattern, not new behaviour; set it False for
+    the paper's plain rule. After :meth:`fit`, ``result_`` holds the
+    :class:`IterationResult` and ``distances_`` the per-iteration mean distances.
+    """
+
+    def __init__(
+        self,
+        window: int = 10,
+        sigma: float = 3.0,
+        min_history: int = 5,
+        backend: str = "numpy",
+        recurring_ok: bool = True,
+    ) -> None:
+        self.window = window
+        self.sigma = sigma
+        self.min_history = min_history
+        self.backend = backend
+        self.recurring_ok = recurring_ok
+
+    def _check_params(self) -> None:
+        if self.window < 1:
+            raise AnalysisError(f"iterations: window must be >= 1, got {self.window!r}")
+        if self.sigma <= 0:
+            raise AnalysisError(f"iterations: sigma must be > 0, got {self.sigma!r}")
+        if self.min_history < 2:
+            raise AnalysisError(f"iterations: min_history must be >= 2, got {self.min_history!r}")
+        if self.backend not in BACKENDS:
+            raise AnalysisError(
+                f"iterations: unknown backend {self.backend!r}; use one of {BACKENDS}"
+            )
+
+    def fit(
+        self, sequences: Sequence[Sequence[str]], iterations: Sequence[int] | None = None
+    ) -> IterationAnalyzer:
+        """Score iteration sequences (template ids in order, oldest iteration first).
+
+        ``iterations`` are the iteration numbers (default ``0..n-1``), strictly increasing.
+        """
+        self._check_params()
+        its = self._iterations(len(sequences), iterations)
+        vocab: dict[str, int] = {}
+        coded = [tuple(vocab.setdefault(t, len(vocab)) for t in seq) for seq in sequences]
+        unique: dict[tuple[int, ...], int] = {}
+        uid = [unique.setdefault(c, len(unique)) for c in coded]
+        uniq_seqs = list(unique)
+
+        needed: dict[tuple[int, int], int] = {}
+        for i in range(1, len(coded)):
+            for j in range(max(0, i - self.window), i):
+                a, b = sorted((uid[i], uid[j]))
+                if a != b:
+                    needed.setdefault((a, b), len(needed))
+        dist = dtw_pairs(uniq_seqs, list(needed), self.backend)
+
+        def d(a: int, b: int) -> float:
+            if a == b:
+                return 0.0
+            lo, hi = sorted((a, b))
+            return float(dist[needed[(lo, hi)]])
+
+        means = np.zeros(len(coded))
+        for i in range(1, len(coded)):
+            win = range(max(0, i - self.window), i)
+            means[i] = float(np.mean([d(uid[i], uid[j]) for j in win]))
+        first_index: dict[int, int] = {}
+        recurring = [first_index.setdefault(u, i) < i for i, u in enumerate(uid)]
+        self.distances_ = means
+        self.result_ = self._judge(means, its, [set(s) for s in sequences], recurring)
+        return self
+
+    def fit_counts(
+        self,
+        counts: ArrayLike,
+        iterations: Sequence[int] | None = None,
+        templates: Sequence[str] | None = None,
+    ) -> IterationAnalyzer:
+        """Score iterations given as count vectors (iterations × templates) instead of sequences.
+
+        Without order information DTW degenerates to a Euclidean distance between the iterations'
+        ``log1p`` count vectors; the windowing and the three-sigma rule are the same.
+        """
+        self._check_params()
+        c = np.asarray(counts, dtype=np.float64)
+        if c.ndim != 2 or not np.isfinite(c).all() or (c < 0).any():
+            raise AnalysisError("iterations: counts must be a finite non-negative 2-D matrix")
+        ids = list(templates) if templates is not None else [str(j) for j in range(c.shape[1])]
+        if len(ids) != c.shape[1]:
+            raise AnalysisError(
+                f"iterations: {len(ids)} template ids given for {c.shape[1]} count columns"
+            )
+        its = self._iterations(c.shape[0], iterations)
+        x = np.log1p(c)
+        means = np.zeros(c.shape[0])
+        for i in range(1, c.shape[0]):
+            lo = max(0, i - self.window)
+            means[i] = float(np.linalg.norm(x[lo:i] - x[i], axis=1).mean())
+        self.distances_ = means
+        sets = [{ids[j] for j in np.flatnonzero(row > 0)} for row in c]
+        self.result_ = self._judge(means, its, sets, [False] * c.shape[0])
+        return self
+
+    def _iterations(self, n: int, iterations: Sequence[int] | None) -> list[int]:
+        if n == 0:
+            raise AnalysisError("iterations: no iterations given")
+        its = list(range(n)) if iterations is None else [int(i) for i in iterations]
+        if len(its) != n:
+            raise AnalysisError(f"iterations: {len(its)} iteration numbers for {n} sequences")
+        if any(b <= a for a, b in itertools.pairwise(its)):
+            raise AnalysisError("iterations: iteration numbers must be strictly increasing")
+        return its
+
+    def _judge(
+        self,
+        means: NDArray[np.float64],
+        its: list[int],
+        sets: list[set[str]],
+        recurring: list[bool],
+    ) -> IterationResult:
+        scores: list[IterationScore] = []
+        for i in range(len(means)):
+            prior = means[1:i]
+            threshold: float | None = None
+            suspect = False
+            if prior.size >= self.min_history:
+                threshold = float(prior.mean() + self.sigma * prior.std())
+                suspect = bool(means[i] > threshold + _EPS)
+                if suspect and self.recurring_ok and recurring[i]:
+                    suspect = False
+            new: tuple[str, ...] = ()
+            missing: tuple[str, ...] = ()
+            if suspect:
+                win = sets[max(0, i - self.window) : i]
+                union = set().union(*win)
+                common = set.intersection(*win) if win else set()
+                new = tuple(sorted(sets[i] - union))
+                missing = tuple(sorted(common - sets[i]))
+            scores.append(IterationScore(its[i], float(means[i]), threshold, suspect, new, missing))
+        suspects = tuple(
+            sorted((s for s in scores if s.suspect), key=lambda s: (-s.distance, s.iteration))
+        )
+        return IterationResult(iterations=tuple(scores), suspects=suspects, backend=self.backend)
+
+
+class StragglerDetector:
+    """Finds nodes whose iteration durations depart from their peers' and stay departed.
+
+    For every iteration, each node's duration gets a robust z-score against all nodes (median and
+    1.4826 × MAD, the MAD floored at ``rel_floor`` of the median so perfectly synchronous peers do
+    not make a 1 % jitter infinite). A node is a straggler from the first iteration of a run of
+    ``sustain`` consecutive iterations with z above ``threshold`` and duration at least
+    ``min_slowdown`` times the median. Needs three or more nodes: with two, "the peers" is one node.
+    """
+
+    def __init__(
+        self,
+        threshold: float = 3.5,
+        sustain: int = 3,
+        min_slowdown: float = 1.2,
+        rel_floor: float = 0.02,
+    ) -> None:
+        self.threshold = threshold
+        self.sustain = sustain
+        self.min_slowdown = min_slowdown
+        self.rel_floor = rel_floor
+
+    def fit(
+        self, durations: ArrayLike, nodes: Sequence[str], iterations: Sequence[int] | None = None
+    ) -> StragglerDetector:
+        """Judge a node × iteration duration matrix (seconds, NaN when unknown); return ``self``."""
+        if self.sustain < 1:
+            raise AnalysisError(f"stragglers: sustain must be >= 1, got {self.sustain!r}")
+        d = np.asarray(durations, dtype=np.float64)
+        if d.ndim != 2 or d.shape[0] != len(nodes):
+            raise AnalysisError(
+                f"stragglers: durations must be {len(nodes)} nodes × iterations, got {d.shape}"
+            )
+        if (d[~np.isnan(d)] < 0).any() or np.isinf(d).any():
+            raise AnalysisError("stragglers: durations must be finite and non-negative (or NaN)")
+        its = list(range(d.shape[1])) if iterations is None else [int(i) for i in iterations]
+        if len(its) != d.shape[1]:
+            raise AnalysisError(
+                f"stragglers: {len(its)} iteration numbers for {d.shape[1]} duration columns"
+            )
+        found: list[Straggler] = []
+        z = np.zeros_like(d)
+        if d.shape[0] >= 3 and d.shape[1] > 0:
+            with np.errstate(all="ignore"):
+                med = np.nanmedian(d, axis=0)
+                mad = 1.4826 * np.nanmedian(np.abs(d - med), axis=0)
+                spread = np.maximum(mad, np.maximum(self.rel_floor * np.abs(med), 1e-9))
+                z = (d - med) / spread
+                ratio = d / np.where(med > 0, med, np.nan)
+            hit = (z > self.threshold) & (ratio >= self.min_slowdown)
+            for i in range(d.shape[0]):
+                start = _first_run(hit[i], self.sustain)
+                if start is None:
+                    continue
+                zs = z[i, start:][np.isfinite(z[i, start:])]
+                rs = ratio[i, start:][np.isfinite(ratio[i, start:])]
+                found.append(
+                    Straggler(
+                        node=nodes[i],
+                        first_iteration=its[start],
+                        median_z=float(np.median(zs)),
+                        slowdown=float(np.median(rs)),
+                    )
+                )
+        found.sort(key=lambda s: (s.first_iteration, -s.median_z, s.node))
+        self.z_ = z
+        self.result_ = StragglerResult(stragglers=tuple(found))
+        return self
+
+
+def _first_run(hit: NDArray[np.bool_], k: int) -> int | None:
+    """Index where the first run of ``k`` consecutive true values starts, if any."""
+    run = 0
+    for j, h in enumerate(hit):
+        run = run + 1 if h else 0
+        if run == k:
+            return j - k + 1
+    return None

@@ -1,0 +1,153 @@
+"""Fusion and the evaluation baselines on a synthetic IB-port failure and a silent hang."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from l4_plugin.analysis.baselines import error_count, error_time, iforest_all
+from l4_plugin.analysis.crossjob import CrossJobFilter
+from l4_plugin.analysis.fusion import Fusion
+from l4_plugin.analysis.results import (
+    BaselineStat,
+    EventStat,
+    FilterResult,
+    JobTemplateStat,
+    SpatialResult,
+)
+from l4_plugin.analysis.silence import SilenceDetector
+from l4_plugin.analysis.spatial import SpatialAnalyzer
+from l4_plugin.errors import AnalysisError
+
+NODES = [f"n{i:02d}" for i in range(16)]
+CULPRIT, PEERS = "n05", ("n04", "n06")
+
+
+def _events() -> list[EventStat]:
+    every = {n: 10.0 for n in NODES}
+    return [
+        EventStat("iter-line", "INFO", every, {n: 500 for n in NODES}, "training"),
+        EventStat("benign-error", "ERROR", every, {n: 3 for n in NODES}, "training"),
+        EventStat("ib-port-error", "ERROR", {CULPRIT: 100.0}, {CULPRIT: 2}, "training"),
+        EventStat(
+            "ib-completion-error",
+            "ERROR",
+            {CULPRIT: 100.5, PEERS[0]: 101.0, PEERS[1]: 101.2},
+            {CULPRIT: 4, PEERS[0]: 400, PEERS[1]: 380},
+            "training",
+        ),
+        EventStat(
+            "watchdog-timeout",
+            "ERROR",
+            {n: 700.0 + k for k, n in enumerate(NODES)},
+            {n: 8 for n in NODES},
+            "training",
+        ),
+        EventStat("odd-info", "INFO", {"n12": 40.0}, {"n12": 30}, "init"),
+    ]
+
+
+def _baseline() -> dict[str, BaselineStat]:
+    return {
+        "iter-line": BaselineStat(3, 3, 1.0, 500.0),
+        "benign-error": BaselineStat(3, 3, 1.0, 3.0),
+    }
+
+
+def _analyses(events: list[EventStat]) -> tuple[FilterResult, SpatialResult]:
+    stats = [JobTemplateStat(e.template_id, e.count, len(e.counts), e.count / 16) for e in events]
+    filt = CrossJobFilter().fit(_baseline()).transform(stats)
+    counts = np.array([[e.counts.get(n, 0) for e in events] for n in NODES], dtype=float)
+    weights = [1.0 if e.template_id in filt.kept_ids else 0.0 for e in events]
+    spatial = SpatialAnalyzer().fit(
+        counts, NODES, [e.template_id for e in events], [e.level for e in events], weights
+    )
+    return filt, spatial.result_
+
+
+def test_root_cause_first_and_precise_set() -> None:
+    events = _events()
+    filt, spatial = _analyses(events)
+    res = Fusion().fit(events, NODES, crossjob=filt, spatial=spatial).result_
+    ids = [e.template_id for e in res.events]
+    assert ids[0] == "ib-port-error"
+    assert set(ids) == {"ib-port-error", "ib-completion-error", "watchdog-timeout"}
+    top = res.events[0]
+    assert "absent-in-baseline" in top.reasons and "earliest-evidence" in top.reasons
+    assert f"spatial-outlier:{CULPRIT}" in top.reasons
+    assert "cascade" in next(e for e in res.events if e.template_id == "watchdog-timeout").reasons
+    assert res.nodes[0].node == CULPRIT
+    assert [n.node for n in res.nodes[:3]].count(CULPRIT) == 1
+    assert len(res.nodes) == len(NODES)
+    assert res.nodes[0].events[0] == "ib-port-error"
+    assert not res.no_baseline
+    assert all(0.0 <= e.score <= 1.0 for e in res.candidates)
+
+
+def test_no_baseline_still_ranks_root_cause() -> None:
+    events = _events()
+    stats = [JobTemplateStat(e.template_id, e.count, len(e.counts), 1.0) for e in events]
+    filt = CrossJobFilter().fit({}).transform(stats)
+    counts = np.array([[e.counts.get(n, 0) for e in events] for n in NODES], dtype=float)
+    spatial = (
+        SpatialAnalyzer()
+        .fit(counts, NODES, [e.template_id for e in events], [e.level for e in events])
+        .result_
+    )
+    res = Fusion().fit(events, NODES, crossjob=filt, spatial=spatial).result_
+    assert res.no_baseline
+    assert res.events[0].template_id == "ib-port-error"
+    assert res.nodes[0].node == CULPRIT
+
+
+def test_silent_node_ranked_first_and_cascade_reason() -> None:
+    events = [
+        EventStat("iter-line", "INFO", {n: 10.0 for n in NODES}, {n: 100 for n in NODES}),
+        EventStat(
+            "watchdog-timeout",
+            "ERROR",
+            {n: 1600.0 for n in NODES if n != CULPRIT},
+            {n: 8 for n in NODES if n != CULPRIT},
+        ),
+    ]
+    last_ts = np.array([1000.0 if n == CULPRIT else 1600.0 for n in NODES])
+    seen = np.array([[1000.0, np.nan] if n == CULPRIT else [1000.0, 1600.0] for n in NODES])
+    silence = SilenceDetector().fit(NODES, last_ts, None, seen, ["iter-line", "watchdog-timeout"])
+    filt = (
+        CrossJobFilter()
+        .fit({"iter-line": BaselineStat(2, 2, 1.0, 100.0)})
+        .transform([JobTemplateStat(e.template_id, e.count, len(e.counts), 1.0) for e in events])
+    )
+    res = Fusion().fit(events, NODES, crossjob=filt, silence=silence.result_).result_
+    assert res.silent_nodes == (CULPRIT,)
+    assert res.nodes[0].node == CULPRIT and "silent" in res.nodes[0].reasons
+    assert [e.template_id for e in res.events] == ["watchdog-timeout"]
+    assert "only-on-silent-node-peers" in res.events[0].reasons
+
+
+def test_fusion_errors() -> None:
+    with pytest.raises(AnalysisError, match="relative_threshold"):
+        Fusion(relative_threshold=0.0).fit([])
+    with pytest.raises(AnalysisError, match="given twice"):
+        Fusion().fit(_events() + _events()[:1])
+    empty = Fusion().fit([]).result_
+    assert empty.events == () and empty.nodes == ()
+
+
+def test_baselines_same_shape_and_blind_spots() -> None:
+    events = _events()
+    by_count = error_count(events, NODES)
+    assert by_count.method == "error_count"
+    assert by_count.nodes[0].node in PEERS  # the loud neighbour, not the culprit
+    assert len(by_count.nodes) == len(NODES)
+    by_time = error_time(events, NODES)
+    assert by_time.events[0].template_id == "watchdog-timeout"
+    assert by_time.nodes[0].node not in (CULPRIT, *PEERS)  # the shared benign error at t=10
+    forest = iforest_all(events, NODES, random_state=0)
+    assert forest.method == "iforest_all"
+    assert len(forest.nodes) == len(NODES)
+    assert forest.nodes == iforest_all(events, NODES, random_state=0).nodes
+    with pytest.raises(AnalysisError, match="tau"):
+        error_time(events, tau=0.0)
+    with pytest.raises(AnalysisError, match="no nodes"):
+        iforest_all([])
