@@ -12,7 +12,7 @@ _PACKAGE = Path(__file__).resolve().parent
 
 
 def data_path(*parts: str) -> Path:
-    """Return the path of a shipped data file or folder, e.g. ``data_path("ingest", "masking.yaml")``."""
+    """The path of a shipped data file or folder, e.g. ``data_path("ingest", "masking.yaml")``."""
     packaged = _PACKAGE.joinpath("_data", *parts)
     if packaged.exists():
         return packaged
