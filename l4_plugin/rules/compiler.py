@@ -1,0 +1,276 @@
+"""Compilation of rule selections into plain Elasticsearch / OpenSearch query DSL.
+
+Only documented, portable query types are produced: ``bool``, ``term``/``terms`` (with
+``case_insensitive``), ``wildcard`` (with ``case_insensitive``), ``prefix``, ``regexp`` and
+``range``; aggregations are ``composite``, ``filter``, ``min``, ``max`` and ``top_hits``.
+Text matching runs on the ``message.keyword`` sub-field, so ``contains`` means a substring of the
+whole line (lines longer than the mapping's ``ignore_above`` of 8191 characters are not matched).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from l4_plugin.rules.model import FieldMatcher, Selection
+
+Query = dict[str, Any]
+TemplateResolver = Callable[[FieldMatcher], Sequence[str]]
+
+# Where each rule field lives in l4-lines (``template`` is resolved through l4-templates).
+LINE_FIELDS = {
+    "message": "message.keyword",
+    "log.level": "log.level",
+    "host.name": "host.name",
+    "l4.stage": "l4.stage",
+    "l4.rank": "l4.rank",
+    "l4.iteration": "l4.iteration",
+    "l4.template.id": "l4.template.id",
+    "log.file.path": "log.file.path",
+}
+TEMPLATE_TEXT_FIELD = "l4.template.text"
+_LUCENE_RESERVED = set('@&<>#~"')
+_RANGE_OPS = {"gt": "gt", "gte": "gte", "lt": "lt", "lte": "lte"}
+MATCH_NOTHING: Query = {"terms": {"l4.template.id": []}}
+
+
+class RegexTranslationError(ValueError):
+    """A ``|re`` value uses a construct Lucene regular expressions cannot express."""
+
+
+def python_re_to_lucene(pattern: str) -> str:
+    """Translate a Python ``re.search`` pattern into an (implicitly anchored) Lucene regexp.
+
+    Supported: literals, ``.``, classes, groups, ``(?:...)``, alternation, greedy quantifiers and
+    ``{m,n}``, the escapes ``\\d \\w \\s \\t \\n`` and escaped punctuation, ``^`` at the start and
+    ``$`` at the end. Rejected with a reason: lookarounds, inline flags, back-references,
+    ``\\b``/``\\B``/``\\A``/``\\Z``, ``\\D``/``\\W``/``\\S`` and lazy quantifiers.
+    """
+    import re
+
+    try:
+        re.compile(pattern)
+    except re.error as exc:
+        raise RegexTranslationError(str(exc)) from exc
+    out: list[str] = []
+    anchored_start = pattern.startswith("^")
+    i = 1 if anchored_start else 0
+    anchored_end = False
+    in_class = False
+    class_start = False
+    classes = {
+        "d": ("[0-9]", "0-9"),
+        "w": ("[A-Za-z0-9_]", "A-Za-z0-9_"),
+        "s": ("[ \t\r\n]", " \t\r\n"),
+    }
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            nxt = pattern[i + 1] if i + 1 < len(pattern) else ""
+            if nxt in classes:
+                out.append(classes[nxt][1] if in_class else classes[nxt][0])
+            elif nxt in ("t", "n", "r"):
+                out.append({"t": "\t", "n": "\n", "r": "\r"}[nxt])
+            elif nxt.isalnum():
+                raise RegexTranslationError(f"escape '\\{nxt}' is not supported by Lucene regexp")
+            else:
+                out.append("\\" + nxt)
+            i += 2
+            class_start = False
+            continue
+        if in_class:
+            if ch == "]" and not class_start:
+                in_class = False
+            out.append(ch)
+            class_start = ch == "^" and class_start
+            i += 1
+            continue
+        if ch == "[":
+            in_class = True
+            class_start = True
+            out.append(ch)
+        elif ch == "(" and pattern.startswith("(?", i):
+            if pattern.startswith("(?:", i):
+                out.append("(")
+                i += 3
+                continue
+            raise RegexTranslationError(
+                "lookarounds, named groups and inline flags are not supported"
+            )
+        elif ch in "*+?}" and pattern[i + 1 : i + 2] == "?":
+            raise RegexTranslationError("lazy quantifiers ('*?', '+?', ...) are not supported")
+        elif ch == "^":
+            raise RegexTranslationError("'^' is only allowed at the start of the pattern")
+        elif ch == "$":
+            if i != len(pattern) - 1:
+                raise RegexTranslationError("'$' is only allowed at the end of the pattern")
+            anchored_end = True
+        elif ch in _LUCENE_RESERVED:
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+        i += 1
+    body = "".join(out)
+    return f"{'' if anchored_start else '.*'}({body}){'' if anchored_end else '.*'}"
+
+
+def _sigma_to_wildcard(value: str) -> str:
+    """Sigma value syntax (``*``/``?`` wildcards, backslash escapes) as a wildcard pattern."""
+    out: list[str] = []
+    i = 0
+    while i < len(value):
+        ch = value[i]
+        if ch == "\\":
+            nxt = value[i + 1 : i + 2]
+            if nxt in ("*", "?", "\\"):
+                out.append("\\" + nxt)
+                i += 2
+                continue
+            out.append("\\\\")
+        else:
+            out.append(ch)
+        i += 1
+    return "".join(out)
+
+
+def _has_wildcard(value: str) -> bool:
+    i = 0
+    while i < len(value):
+        if value[i] == "\\":
+            i += 2
+            continue
+        if value[i] in "*?":
+            return True
+        i += 1
+    return False
+
+
+def _unescape(value: str) -> str:
+    out: list[str] = []
+    i = 0
+    while i < len(value):
+        if value[i] == "\\" and value[i + 1 : i + 2] in ("*", "?", "\\"):
+            out.append(value[i + 1])
+            i += 2
+            continue
+        out.append(value[i])
+        i += 1
+    return "".join(out)
+
+
+def value_query(field: str, kind: str, value: str | int | float, cased: bool) -> Query:
+    """One value of one matcher as a query clause on ``field`` (an index field name)."""
+    ci = {} if cased else {"case_insensitive": True}
+    if kind in _RANGE_OPS:
+        return {"range": {field: {_RANGE_OPS[kind]: value}}}
+    if not isinstance(value, str):
+        return {"term": {field: {"value": value}}}
+    if kind == "re":
+        return {"regexp": {field: {"value": python_re_to_lucene(value), **ci}}}
+    if kind == "startswith" and not _has_wildcard(value):
+        return {"prefix": {field: {"value": _unescape(value), **ci}}}
+    if kind == "equals" and not _has_wildcard(value):
+        return {"term": {field: {"value": _unescape(value), **ci}}}
+    pattern = _sigma_to_wildcard(value)
+    if kind == "contains":
+        pattern = f"*{pattern}*"
+    elif kind == "startswith":
+        pattern = f"{pattern}*"
+    elif kind == "endswith":
+        pattern = f"*{pattern}"
+    return {"wildcard": {field: {"value": pattern, **ci}}}
+
+
+def _combine(clauses: list[Query], all_: bool) -> Query:
+    if len(clauses) == 1:
+        return clauses[0]
+    if all_:
+        return {"bool": {"filter": clauses}}
+    return {"bool": {"should": clauses, "minimum_should_match": 1}}
+
+
+def template_text_query(matcher: FieldMatcher) -> Query:
+    """The ``l4-templates`` query that finds the template ids a ``template`` matcher means."""
+    return _combine(
+        [value_query(TEMPLATE_TEXT_FIELD, matcher.kind, v, matcher.cased) for v in matcher.values],
+        matcher.all_,
+    )
+
+
+def matcher_query(matcher: FieldMatcher, resolve: TemplateResolver) -> Query:
+    """An ``l4-lines`` query clause for one matcher; ``template`` goes through ``resolve``."""
+    if matcher.field == "template":
+        ids = sorted(set(resolve(matcher)))
+        return {"terms": {"l4.template.id": ids}} if ids else MATCH_NOTHING
+    field = LINE_FIELDS[matcher.field]
+    return _combine(
+        [value_query(field, matcher.kind, v, matcher.cased) for v in matcher.values], matcher.all_
+    )
+
+
+def selection_query(selection: Selection, resolve: TemplateResolver) -> Query | None:
+    """The ``l4-lines`` query of a selection, or None for a ``silence`` selection."""
+    if selection.silence is not None:
+        return None
+    alternatives = [
+        _combine([matcher_query(m, resolve) for m in alt], True) for alt in selection.alternatives
+    ]
+    return _combine(alternatives, False)
+
+
+def facts_aggregations(queries: Mapping[str, Query]) -> dict[str, Any]:
+    """Per-selection sub-aggregations of a per-node composite bucket: count, first, last."""
+    return {
+        name: {
+            "filter": query,
+            "aggs": {
+                "first": {"min": {"field": "@timestamp"}},
+                "last": {"max": {"field": "@timestamp"}},
+            },
+        }
+        for name, query in queries.items()
+    }
+
+
+def job_filter(job_id: str) -> Query:
+    """The clause that restricts any l4 index to one job."""
+    return {"term": {"l4.job.id": job_id}}
+
+
+def candidate_query(job_id: str, queries: Mapping[str, Query]) -> Query:
+    """Lines of the job that match at least one selection (keeps the composite small)."""
+    return {
+        "bool": {
+            "filter": [job_filter(job_id)],
+            "should": list(queries.values()),
+            "minimum_should_match": 1,
+        }
+    }
+
+
+def samples_body(
+    job_id: str, queries: Mapping[str, Query], nodes: Sequence[str], size: int = 3
+) -> dict[str, Any]:
+    """A search body returning the earliest ``size`` lines per selection on the matched nodes."""
+    filters: list[Query] = [job_filter(job_id)]
+    if nodes:
+        filters.append({"terms": {"host.name": list(nodes)}})
+    return {
+        "size": 0,
+        "query": {"bool": {"filter": filters}},
+        "aggs": {
+            name: {
+                "filter": query,
+                "aggs": {
+                    "hits": {
+                        "top_hits": {
+                            "size": size,
+                            "sort": [{"@timestamp": {"order": "asc", "missing": "_last"}}],
+                            "_source": ["message", "host.name", "l4.rank", "@timestamp"],
+                        }
+                    }
+                },
+            }
+            for name, query in queries.items()
+        },
+    }

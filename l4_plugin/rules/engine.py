@@ -1,0 +1,379 @@
+"""Matching rules against one job in the cluster: aggregated facts in, ``RuleMatch`` records out.
+
+For each rule, one ``composite`` aggregation over ``host.name`` on ``l4-lines`` (restricted to the
+job and to lines matching at least one selection) returns, per node and per selection, the number
+of lines and the first/last ``@timestamp``. ``silence`` selections read ``l4-events``
+(``max(l4.last_ts)`` per node). The condition is evaluated per node (``scope: node``) or on the
+job-wide sums (``scope: job``); ``window`` and ``max_node_fraction`` are then applied, and one
+``top_hits`` search fetches sample lines for the rules that matched. No raw line is scanned in
+Python.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from l4_plugin.records import Finding
+from l4_plugin.rules.compiler import (
+    MATCH_NOTHING,
+    Query,
+    candidate_query,
+    facts_aggregations,
+    job_filter,
+    samples_body,
+    selection_query,
+    template_text_query,
+)
+from l4_plugin.rules.condition import SelectionFacts, Truth, evaluate, positive
+from l4_plugin.rules.model import FieldMatcher, Rule
+from l4_plugin.rules.render import render
+from l4_plugin.rules.schema import SEVERITIES
+
+_NODE_SOURCE = [{"node": {"terms": {"field": "host.name"}}}]
+_MAX_SAMPLE_NODE_FILTER = 1024
+_DEFAULT_CONFIDENCE = {"cause": 0.9, "symptom": 0.5}
+_DRAFT_FACTOR = 0.6
+
+
+class IndexNames(Protocol):
+    """The full index names the store exposes (prefix applied)."""
+
+    @property
+    def lines(self) -> str: ...
+    @property
+    def events(self) -> str: ...
+    @property
+    def templates(self) -> str: ...
+
+
+class RuleStore(Protocol):
+    """The part of ``l4_plugin.store.Store`` the rule engine uses."""
+
+    @property
+    def names(self) -> IndexNames: ...
+
+    def search(self, index: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def composite(
+        self,
+        index: str,
+        sources: list[dict[str, Any]],
+        *,
+        query: dict[str, Any] | None = None,
+        aggs: dict[str, Any] | None = None,
+        page_size: int = 1000,
+    ) -> Iterator[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class RuleMatch:
+    """One rule that matched a job, with its rendered diagnosis and remediation."""
+
+    rule_id: str
+    title: str
+    category: str
+    severity: str
+    role: str
+    status: str
+    nodes: tuple[str, ...]
+    first_ts: float | None
+    counts: dict[str, int]
+    node_counts: dict[str, int]
+    samples: dict[str, tuple[dict[str, Any], ...]]
+    diagnosis: str
+    remediation: str
+    confidence: float
+    total_nodes: int = 0
+    silent_nodes: tuple[str, ...] = ()
+    references: tuple[str, ...] = field(default=())
+
+    def to_report(self) -> dict[str, Any]:
+        """The ``rule_matches`` entry of the JSON report (DESIGN.md §6) plus the extra facts."""
+        return {
+            "rule": self.rule_id,
+            "title": self.title,
+            "category": self.category,
+            "severity": self.severity,
+            "role": self.role,
+            "confidence": self.confidence,
+            "nodes": list(self.nodes),
+            "first_seen": _iso(self.first_ts),
+            "counts": dict(self.counts),
+            "samples": {k: list(v) for k, v in self.samples.items()},
+            "diagnosis": self.diagnosis,
+            "remediation": self.remediation,
+            "references": list(self.references),
+        }
+
+    def to_finding(self, job_id: str, rank: int) -> Finding:
+        """The ``l4-annotations`` record (kind ``rule_match``) for this match."""
+        return Finding(
+            job_id=job_id,
+            kind="rule_match",
+            key=self.rule_id,
+            score=self.confidence,
+            rank=rank,
+            explanation=self.diagnosis,
+            nodes=self.nodes,
+            rule_id=self.rule_id,
+            reasons=(self.role, self.category, self.severity),
+        )
+
+
+def _iso(ts: float | None) -> str | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC).isoformat()
+
+
+def _seconds(value: object) -> float | None:
+    return float(value) / 1000.0 if isinstance(value, int | float) else None
+
+
+def _aggregate(facts: Iterable[SelectionFacts]) -> SelectionFacts:
+    items = [f for f in facts if f.count > 0]
+    firsts = [f.first_ts for f in items if f.first_ts is not None]
+    lasts = [f.last_ts for f in items if f.last_ts is not None]
+    return SelectionFacts(
+        count=sum(f.count for f in items),
+        nodes=len(items),
+        first_ts=min(firsts) if firsts else None,
+        last_ts=max(lasts) if lasts else None,
+    )
+
+
+class JobFacts:
+    """Cluster look-ups for one job, cached across the rules matched against it."""
+
+    def __init__(self, store: RuleStore, job_id: str) -> None:
+        self.store = store
+        self.job_id = job_id
+        self._templates: dict[FieldMatcher, list[str]] = {}
+        self._last_ts: dict[str, float] | None = None
+        self._total: int | None = None
+
+    def template_ids(self, matcher: FieldMatcher) -> list[str]:
+        """Ids of the templates (``l4-templates``) whose text the matcher accepts."""
+        if matcher not in self._templates:
+            buckets = self.store.composite(
+                self.store.names.templates,
+                [{"id": {"terms": {"field": "l4.template.id"}}}],
+                query=template_text_query(matcher),
+            )
+            self._templates[matcher] = [str(b["key"]["id"]) for b in buckets]
+        return self._templates[matcher]
+
+    def _node_max(self, index: str, ts_field: str) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for bucket in self.store.composite(
+            index,
+            _NODE_SOURCE,
+            query=job_filter(self.job_id),
+            aggs={"last": {"max": {"field": ts_field}}},
+        ):
+            ts = _seconds(bucket["last"]["value"])
+            if ts is not None:
+                out[str(bucket["key"]["node"])] = ts
+        return out
+
+    def node_last_ts(self) -> dict[str, float]:
+        """Last time each node logged: ``l4-events`` rollups, or ``l4-lines`` if there are none."""
+        if self._last_ts is None:
+            last = self._node_max(self.store.names.events, "l4.last_ts")
+            self._last_ts = last or self._node_max(self.store.names.lines, "@timestamp")
+        return self._last_ts
+
+    def total_nodes(self) -> int:
+        """Nodes that logged anything in the job (rollups and kept lines)."""
+        if self._total is None:
+            nodes = set(self.node_last_ts())
+            for bucket in self.store.composite(
+                self.store.names.lines, _NODE_SOURCE, query=job_filter(self.job_id)
+            ):
+                nodes.add(str(bucket["key"]["node"]))
+            self._total = len(nodes)
+        return self._total
+
+    def silent_nodes(self, min_gap: float) -> dict[str, float]:
+        """Nodes whose last line is at least ``min_gap`` seconds before the job's last line."""
+        last = self.node_last_ts()
+        if len(last) < 2:
+            return {}
+        end = max(last.values())
+        return {node: ts for node, ts in last.items() if end - ts >= min_gap}
+
+    def node_facts(self, queries: Mapping[str, Query]) -> dict[str, dict[str, SelectionFacts]]:
+        """Per node, per selection: count and first/last time of the matching lines."""
+        live = {name: q for name, q in queries.items() if q != MATCH_NOTHING}
+        per_node: dict[str, dict[str, SelectionFacts]] = {}
+        if not live:
+            return per_node
+        for bucket in self.store.composite(
+            self.store.names.lines,
+            _NODE_SOURCE,
+            query=candidate_query(self.job_id, live),
+            aggs=facts_aggregations(live),
+        ):
+            node = str(bucket["key"]["node"])
+            for name in live:
+                agg = bucket[name]
+                if agg["doc_count"]:
+                    per_node.setdefault(node, {})[name] = SelectionFacts(
+                        count=int(agg["doc_count"]),
+                        nodes=1,
+                        first_ts=_seconds(agg["first"]["value"]),
+                        last_ts=_seconds(agg["last"]["value"]),
+                    )
+        return per_node
+
+    def samples(
+        self, queries: Mapping[str, Query], nodes: Sequence[str]
+    ) -> dict[str, tuple[dict[str, Any], ...]]:
+        """Earliest lines per selection on the matched nodes."""
+        live = {name: q for name, q in queries.items() if q != MATCH_NOTHING}
+        if not live:
+            return {}
+        scope = list(nodes) if len(nodes) <= _MAX_SAMPLE_NODE_FILTER else []
+        response = self.store.search(self.store.names.lines, samples_body(self.job_id, live, scope))
+        out: dict[str, tuple[dict[str, Any], ...]] = {}
+        for name in live:
+            hits = response.get("aggregations", {}).get(name, {}).get("hits", {})
+            rows = []
+            for hit in hits.get("hits", {}).get("hits", []):
+                src = hit.get("_source", {})
+                host = src.get("host", {}).get("name") if "host" in src else src.get("host.name")
+                rank = src.get("l4", {}).get("rank") if "l4" in src else src.get("l4.rank")
+                rows.append(
+                    {
+                        "message": src.get("message", ""),
+                        "node": host,
+                        "rank": rank,
+                        "timestamp": src.get("@timestamp"),
+                    }
+                )
+            out[name] = tuple(rows)
+        return out
+
+
+def _window_ok(rule: Rule, truth: Truth) -> bool:
+    if rule.window is None:
+        return True
+    span = truth.span
+    return span is None or span <= rule.window
+
+
+def _confidence(rule: Rule) -> float:
+    base = rule.confidence if rule.confidence is not None else _DEFAULT_CONFIDENCE[rule.role]
+    return round(base * (1.0 if rule.status == "confirmed" else _DRAFT_FACTOR), 3)
+
+
+def match_rule(facts: JobFacts, rule: Rule) -> RuleMatch | None:
+    """Evaluate one rule on one job; None when it does not match."""
+    queries: dict[str, Query] = {}
+    silences: dict[str, float] = {}
+    for name, selection in rule.selections.items():
+        if selection.silence is not None:
+            silences[name] = selection.silence.min_gap
+            continue
+        query = selection_query(selection, facts.template_ids)
+        if query is not None:
+            queries[name] = query
+    per_node = facts.node_facts(queries)
+    silent: set[str] = set()
+    for name, gap in silences.items():
+        for node, ts in facts.silent_nodes(gap).items():
+            silent.add(node)
+            per_node.setdefault(node, {})[name] = SelectionFacts(1, 1, ts, ts)
+    evidence = positive(rule.condition)
+    if rule.scope == "node":
+        matched: dict[str, dict[str, SelectionFacts]] = {}
+        for node, node_facts in per_node.items():
+            truth = evaluate(rule.condition, node_facts)
+            if truth.ok and _window_ok(rule, truth):
+                matched[node] = node_facts
+        if not matched:
+            return None
+    else:
+        names = set(rule.selections)
+        job = {n: _aggregate(f[n] for f in per_node.values() if n in f) for n in names}
+        truth = evaluate(rule.condition, job)
+        if not truth.ok or not _window_ok(rule, truth):
+            return None
+        matched = {
+            node: node_facts
+            for node, node_facts in per_node.items()
+            if any(node_facts.get(n, SelectionFacts()).count for n in evidence)
+        }
+    nodes = sorted(matched)
+    total = facts.total_nodes()
+    if rule.max_node_fraction is not None and len(nodes) > max(1.0, rule.max_node_fraction * total):
+        return None
+    sums = {n: _aggregate(f[n] for f in matched.values() if n in f) for n in rule.selections}
+    firsts = [t for n in evidence if (t := sums[n].first_ts) is not None]
+    first_ts = min(firsts) if firsts else None
+    samples = facts.samples({n: q for n, q in queries.items() if n in evidence}, nodes)
+    counts = {n: f.count for n, f in sums.items()}
+    node_counts = {n: f.nodes for n, f in sums.items()}
+    silent_nodes = sorted(silent & set(nodes))
+    context = {
+        "job_id": facts.job_id,
+        "rule": {
+            "id": rule.id,
+            "title": rule.title,
+            "category": rule.category,
+            "severity": rule.severity,
+            "role": rule.role,
+        },
+        "nodes": nodes,
+        "node_count": len(nodes),
+        "total_nodes": total,
+        "first_ts": _iso(first_ts) or "unknown",
+        "counts": counts,
+        "node_counts": node_counts,
+        "samples": {n: list(samples.get(n, ())) for n in rule.selections},
+        "sample": {
+            n: (samples[n][0]["message"] if samples.get(n) else "") for n in rule.selections
+        },
+        "silent_nodes": silent_nodes,
+    }
+    return RuleMatch(
+        rule_id=rule.id,
+        title=rule.title,
+        category=rule.category,
+        severity=rule.severity,
+        role=rule.role,
+        status=rule.status,
+        nodes=tuple(nodes),
+        first_ts=first_ts,
+        counts=counts,
+        node_counts=node_counts,
+        samples=samples,
+        diagnosis=render(rule.diagnosis, context) if rule.diagnosis else rule.description.strip(),
+        remediation=render(rule.remediation, context),
+        confidence=_confidence(rule),
+        total_nodes=total,
+        silent_nodes=tuple(silent_nodes),
+        references=rule.references,
+    )
+
+
+def sort_matches(matches: Iterable[RuleMatch]) -> list[RuleMatch]:
+    """Causes before symptoms, then severity, confidence and earliest first occurrence."""
+    return sorted(
+        matches,
+        key=lambda m: (
+            m.role != "cause",
+            -SEVERITIES.index(m.severity),
+            -m.confidence,
+            m.first_ts if m.first_ts is not None else float("inf"),
+            m.rule_id,
+        ),
+    )
+
+
+def match_job(store: RuleStore, job_id: str, rules: Sequence[Rule]) -> list[RuleMatch]:
+    """Match every rule against one job; return the matches, root causes first."""
+    facts = JobFacts(store, job_id)
+    found = [m for m in (match_rule(facts, rule) for rule in rules) if m is not None]
+    return sort_matches(found)
