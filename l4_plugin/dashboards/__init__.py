@@ -1,0 +1,44 @@
+"""Kibana / OpenSearch Dashboards saved objects: build, export, validate, install; links."""
+
+from __future__ import annotations
+
+from l4_plugin.dashboards.install import (
+    DashboardsError,
+    InstallResult,
+    ObjectResult,
+    detect_flavour,
+    export_ndjson,
+    install,
+    to_ndjson,
+)
+from l4_plugin.dashboards.links import DEFAULT_DISCOVER_URL_TEMPLATE, discover_url
+from l4_plugin.dashboards.objects import (
+    DASHBOARD_TITLE,
+    FLAVOURS,
+    Flavour,
+    dashboard_id,
+    data_view_id,
+    saved_objects,
+)
+from l4_plugin.dashboards.validation import check_fields, check_structure, parse_ndjson
+
+__all__ = [
+    "DASHBOARD_TITLE",
+    "DEFAULT_DISCOVER_URL_TEMPLATE",
+    "FLAVOURS",
+    "DashboardsError",
+    "Flavour",
+    "InstallResult",
+    "ObjectResult",
+    "check_fields",
+    "check_structure",
+    "dashboard_id",
+    "data_view_id",
+    "detect_flavour",
+    "discover_url",
+    "export_ndjson",
+    "install",
+    "parse_ndjson",
+    "saved_objects",
+    "to_ndjson",
+]
