@@ -24,7 +24,7 @@ from l4_plugin.errors import L4Error
 from l4_plugin.store import EmbeddedCluster, open_cluster
 from l4_plugin.store.embedded import clear_state, write_state
 
-out = Console(highlight=False)
+out = Console(highlight=False, soft_wrap=True)
 
 
 @dataclass
@@ -136,6 +136,166 @@ def cluster_up(port: int) -> None:
             clear_state(settings.state_dir, embedded.url)
 
 
+@app.command()
+@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.option("--nodes", default=8, show_default=True, help="Nodes in the failed job.")
+@click.option("--iterations", default=50, show_default=True, help="Training iterations.")
+@click.option(
+    "--fault", default="nccl-ib-error", show_default=True, help="Fault kind (see --list-faults)."
+)
+@click.option("--seed", default=0, show_default=True, help="Random seed (same seed, same bytes).")
+@click.option("--baselines", default=2, show_default=True, help="Successful baseline runs.")
+@click.option("--ranks-per-node", default=8, show_default=True)
+@click.option(
+    "--lines-per-iteration",
+    default=1,
+    show_default=True,
+    help="Extra progress lines per iteration (volume for benchmarks).",
+)
+@click.option("--list-faults", is_flag=True, help="List the fault kinds and exit.")
+def simulate(
+    out_dir: Path,
+    nodes: int,
+    iterations: int,
+    fault: str,
+    seed: int,
+    baselines: int,
+    ranks_per_node: int,
+    lines_per_iteration: int,
+    list_faults: bool,
+) -> None:
+    """Write a realistic multi-node training job with a fault, its baselines and truth.json."""
+    from l4_plugin.simulate import FAULT_KINDS
+    from l4_plugin.simulate import simulate as run_simulation
+
+    if list_faults:
+        for name, spec in sorted(FAULT_KINDS.items()):
+            out.print(f"{name:24} {spec.category:30} {spec.description}")
+        return
+    truth = run_simulation(
+        out_dir,
+        nodes=nodes,
+        iterations=iterations,
+        fault=fault,
+        seed=seed,
+        baselines=baselines,
+        ranks_per_node=ranks_per_node,
+        lines_per_iteration=lines_per_iteration,
+    )
+    out.print(f"job {truth.job_id} ({fault}) written to {out_dir / 'job'}")
+    out.print(f"baselines: {', '.join(truth.baseline_jobs) or 'none'} in {out_dir / 'baselines'}")
+    out.print(
+        f"ground truth: {out_dir / 'truth.json'} (faulty nodes: "
+        f"{', '.join(truth.faulty_nodes) or 'none'})"
+    )
+
+
+@app.command()
+@click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--jsonl", is_flag=True, help="One JSON object per input line.")
+def parse(file: Path, jsonl: bool) -> None:
+    """Parse one log file (plain or .gz) into templates: the parser on its own."""
+    import json
+
+    from l4_plugin.ingest.parser import parse_file
+
+    if not file.exists():
+        raise L4Error(f"cannot open log file — {file} — no such file")
+    counts: dict[str, int] = {}
+    texts: dict[str, str] = {}
+    write = sys.stdout.write
+    for parsed in parse_file(file):
+        if jsonl:
+            write(
+                json.dumps(
+                    {
+                        "line": parsed.line,
+                        "template_id": parsed.template_id,
+                        "template": parsed.template,
+                    }
+                )
+                + "\n"
+            )
+        else:
+            counts[parsed.template_id] = counts.get(parsed.template_id, 0) + 1
+            texts[parsed.template_id] = parsed.template
+    if not jsonl:
+        table = Table("template id", "count", "template")
+        for tid, count in sorted(counts.items(), key=lambda kv: -kv[1]):
+            table.add_row(tid, str(count), texts[tid])
+        out.print(table)
+
+
+@app.group()
+def rules() -> None:
+    """The fault library: check rules, run their embedded tests, match a job."""
+
+
+@rules.command("check")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+def rules_check(paths: tuple[Path, ...]) -> None:
+    """Validate rule files (default: the shipped library); report every problem."""
+    from l4_plugin.rules import check_paths, load_rules
+
+    problems = check_paths(list(paths) or None)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        raise click.exceptions.Exit(1)
+    out.print(f"{len(load_rules(list(paths) or None))} rules OK")
+
+
+@app.group()
+def dashboards() -> None:
+    """Saved objects for Kibana and OpenSearch Dashboards."""
+
+
+@dashboards.command("export")
+@click.option(
+    "--out",
+    "out_dir",
+    type=click.Path(path_type=Path),
+    required=True,
+    help="Folder to write <flavour>/l4.ndjson into.",
+)
+def dashboards_export(out_dir: Path) -> None:
+    """Write the saved objects as NDJSON for both tools."""
+    from l4_plugin.dashboards import FLAVOURS, export_ndjson
+
+    for flavour in FLAVOURS:
+        path = export_ndjson(flavour, out_dir, STATE.settings.index_prefix)
+        out.print(f"{flavour}: {path}")
+
+
+@dashboards.command("install")
+@click.option("--url", required=True, help="Kibana or OpenSearch Dashboards URL.")
+@click.option(
+    "--flavour",
+    type=click.Choice(["kibana", "opensearch-dashboards"]),
+    help="Default: detected from /api/status.",
+)
+@click.option("--space", help="Kibana space id.")
+def dashboards_install(url: str, flavour: str | None, space: str | None) -> None:
+    """Import the saved objects through the tool's saved-objects import API (overwrite)."""
+    from l4_plugin.dashboards import install
+
+    settings = STATE.settings
+    result = install(
+        url,
+        flavour,  # type: ignore[arg-type]
+        space=space,
+        index_prefix=settings.index_prefix,
+        api_key=settings.es_api_key.get_secret_value() if settings.es_api_key else None,
+        username=settings.es_user,
+        password=settings.es_password.get_secret_value() if settings.es_password else None,
+        ca_certs=settings.es_ca_certs,
+        verify_certs=settings.es_verify_certs,
+    )
+    out.print(result.summary())
+    if not result.ok:
+        raise click.exceptions.Exit(1)
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
     # Turn SIGTERM into a normal exit so context managers stop the embedded cluster.
     raise SystemExit(128 + signum)
@@ -147,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     STATE.debug = "--debug" in args
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        app.main(args=args, prog_name="l4", standalone_mode=False)
+        code = app.main(args=args, prog_name="l4", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.exceptions.Abort:
@@ -164,7 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("error: interrupted", file=sys.stderr)
         return 130
-    return 0
+    # Without standalone mode, click returns the code of a ``click.exceptions.Exit`` it caught.
+    return code if isinstance(code, int) else 0
 
 
 def run() -> None:

@@ -20,8 +20,12 @@ def _tool(name: str) -> str:
 
 
 def test_ruff_is_clean() -> None:
-    res = subprocess.run([_tool("ruff"), "check", "l4_plugin", "tests", "benchmarks"], cwd=ROOT,
-                         capture_output=True, text=True)
+    res = subprocess.run(
+        [_tool("ruff"), "check", "l4_plugin", "tests", "benchmarks"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
