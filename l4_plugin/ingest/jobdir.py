@@ -1,0 +1,227 @@
+"""A job directory: which files are logs, which node and rank each belongs to, and ``job.yaml``.
+
+Layouts (DESIGN §3): ``JOB/<node>/<any>.log[.gz]`` (node = first directory level) and
+``JOB/<node>[-_.]rank<k>.log[.gz]``; ``--node-pattern REGEX`` (named groups ``node`` and optionally
+``rank``, matched against the path relative to the job directory) covers the others. Kernel and
+system logs (``dmesg``, ``kern``, ``syslog``, ``messages``) belong to their node but to no rank.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from l4_plugin.errors import IngestError
+
+LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
+_RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
+_FLAT = re.compile(r"^(?P<node>.+?)[-_.]rank[-_]?(?P<rank>\d+)$", re.IGNORECASE)
+_SYSTEM = re.compile(r"(?:^|[-_.])(dmesg|kern|kernel|syslog|messages)$", re.IGNORECASE)
+_JOB_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
+STATUSES = ("succeeded", "failed", "running", "unknown")
+
+# Configuration keys that describe one run rather than the setup: a 4-node rehearsal and the
+# 256-node run of the same model, framework, image and parallelism must share a fingerprint.
+RUN_SPECIFIC_KEYS = frozenset(
+    {
+        "nodes",
+        "node_count",
+        "num_nodes",
+        "nnodes",
+        "world_size",
+        "data_parallel",
+        "dp",
+        "data_parallel_size",
+        "hosts",
+        "hostfile",
+        "nodelist",
+        "master_addr",
+        "master_port",
+        "run_id",
+        "job_id",
+        "job_name",
+        "name",
+        "start_time",
+        "end_time",
+        "date",
+        "seed",
+        "output_dir",
+        "save",
+        "load",
+        "log_dir",
+        "wandb_run",
+        "train_iters",
+        "iterations",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LogFile:
+    """One log file of a job: its node, rank (None for system logs) and kind."""
+
+    path: Path
+    relative: str
+    node: str
+    rank: int | None
+    kind: Literal["rank", "system"]
+
+
+@dataclass(frozen=True, slots=True)
+class JobMeta:
+    """``job.yaml`` merged with command-line values."""
+
+    id: str
+    status: str
+    config: dict[str, str] = field(default_factory=dict)
+    fingerprint: str = ""
+
+
+def _strip_suffixes(name: str) -> str | None:
+    if name.endswith(".gz"):
+        name = name[:-3]
+    for suffix in LOG_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return None
+
+
+def discover(job_dir: Path, node_pattern: str | None = None) -> list[LogFile]:
+    """Every log file of the job, sorted by node, rank and path; raises when there is none."""
+    if not job_dir.is_dir():
+        raise IngestError(f"job directory not found — {job_dir}")
+    pattern = None
+    if node_pattern:
+        try:
+            pattern = re.compile(node_pattern)
+        except re.error as exc:
+            raise IngestError(f"invalid --node-pattern — {node_pattern!r} — {exc}") from None
+        if "node" not in pattern.groupindex:
+            raise IngestError(
+                f"invalid --node-pattern — {node_pattern!r} — needs a named group (?P<node>...)"
+            )
+    files: list[LogFile] = []
+    for path in sorted(job_dir.rglob("*")):
+        if not path.is_file() and not path.is_symlink():
+            continue
+        stem = _strip_suffixes(path.name)
+        if stem is None:
+            continue
+        relative = path.relative_to(job_dir).as_posix()
+        system = bool(_SYSTEM.search(stem))
+        if pattern is not None:
+            m = pattern.search(relative)
+            if m is None:
+                continue
+            node = m.group("node")
+            rank_text = m.groupdict().get("rank")
+            rank = int(rank_text) if rank_text else _rank_of(stem)
+        elif "/" in relative:
+            node = relative.split("/", 1)[0]
+            rank = _rank_of(stem)
+        else:
+            flat = _FLAT.match(stem)
+            if flat:
+                node, rank = flat.group("node"), int(flat.group("rank"))
+            elif system:
+                node, rank = _SYSTEM.sub("", stem) or stem, None
+            else:
+                node, rank = stem, None
+        if system:
+            rank = None
+        files.append(LogFile(path, relative, node, rank, "system" if system else "rank"))
+    if not files:
+        raise IngestError(
+            f"no log files in {job_dir} — expected JOB/<node>/*.log[.gz] or "
+            "JOB/<node>-rank<k>.log[.gz] (or give --node-pattern)"
+        )
+    files.sort(
+        key=lambda f: (f.node, f.kind != "rank", f.rank if f.rank is not None else -1, f.relative)
+    )
+    return files
+
+
+def _rank_of(stem: str) -> int | None:
+    m = _RANK.search(stem)
+    return int(m.group(1)) if m else None
+
+
+def load_job_yaml(job_dir: Path) -> dict[str, Any]:
+    """``JOB/job.yaml`` as a mapping ({} when absent); bad YAML names the file and line."""
+    path = job_dir / "job.yaml"
+    if not path.exists():
+        return {}
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError as exc:
+        raise IngestError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise IngestError(f"{where}: invalid YAML in job.yaml: {problem}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise IngestError(f"{path}:1: job.yaml must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def fingerprint(config: dict[str, str]) -> str:
+    """The configuration fingerprint: a hash of the setup, ignoring run-specific values."""
+    kept = {k: v for k, v in sorted(config.items()) if k.lower() not in RUN_SPECIFIC_KEYS}
+    return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+    elif isinstance(value, list):
+        out[prefix] = ",".join(str(v) for v in value)
+    elif value is not None:
+        out[prefix] = str(value)
+
+
+def job_meta(
+    job_dir: Path,
+    *,
+    job_id: str | None = None,
+    status: str | None = None,
+    config: dict[str, str] | None = None,
+) -> JobMeta:
+    """Merge ``job.yaml`` with command-line values (which win) into a validated ``JobMeta``."""
+    data = load_job_yaml(job_dir)
+    where = job_dir / "job.yaml"
+    raw_config = data.get("config", {})
+    if not isinstance(raw_config, dict):
+        raise IngestError(f"{where}: 'config' must be a mapping of configuration fields")
+    flat: dict[str, str] = {}
+    _flatten("", raw_config, flat)
+    flat.update(config or {})
+    jid = job_id or str(data.get("id") or job_dir.resolve().name)
+    if not _JOB_ID.match(jid):
+        raise IngestError(f"invalid job id — {jid!r} — 1 to 256 characters, no control characters")
+    st = (status or str(data.get("status") or "unknown")).lower()
+    if st not in STATUSES:
+        raise IngestError(f"invalid job status — {st!r} — one of {', '.join(STATUSES)}")
+    return JobMeta(jid, st, flat, fingerprint(flat))
+
+
+def parse_config_overrides(pairs: list[str]) -> dict[str, str]:
+    """``--config k=v`` values as a mapping; a malformed pair is a one-line error."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise IngestError(f"invalid --config value — {pair!r} — expected key=value")
+        out[key.strip()] = value.strip()
+    return out

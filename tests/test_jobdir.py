@@ -1,0 +1,127 @@
+"""Job directory discovery, job.yaml and the configuration fingerprint."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import pytest
+
+from l4_plugin.errors import IngestError
+from l4_plugin.ingest.jobdir import discover, fingerprint, job_meta, parse_config_overrides
+from l4_plugin.simulate import simulate
+
+
+def _touch(path: Path, text: str = "x\n") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_nested_layout(tmp_path: Path) -> None:
+    _touch(tmp_path / "node-a" / "rank0.log")
+    _touch(tmp_path / "node-a" / "rank1.log")
+    _touch(tmp_path / "node-a" / "dmesg.log")
+    _touch(tmp_path / "node-b" / "worker_rank_12.log")
+    _touch(tmp_path / "node-b" / "notes.md")
+    files = discover(tmp_path)
+    got = [(f.node, f.rank, f.kind) for f in files]
+    assert got == [
+        ("node-a", 0, "rank"),
+        ("node-a", 1, "rank"),
+        ("node-a", None, "system"),
+        ("node-b", 12, "rank"),
+    ]
+
+
+def test_flat_layout_and_gz(tmp_path: Path) -> None:
+    _touch(tmp_path / "gpu-01-rank3.log")
+    (tmp_path / "gpu-01_rank4.log.gz").write_bytes(gzip.compress(b"y\n"))
+    _touch(tmp_path / "gpu-02.rank5.log")
+    _touch(tmp_path / "gpu-02-kern.log")
+    got = [(f.node, f.rank, f.kind) for f in discover(tmp_path)]
+    assert got == [
+        ("gpu-01", 3, "rank"),
+        ("gpu-01", 4, "rank"),
+        ("gpu-02", 5, "rank"),
+        ("gpu-02", None, "system"),
+    ]
+
+
+def test_node_pattern(tmp_path: Path) -> None:
+    _touch(tmp_path / "logs" / "host=h7" / "r2.log")
+    files = discover(tmp_path, r"host=(?P<node>[^/]+)/r(?P<rank>\d+)")
+    assert [(f.node, f.rank) for f in files] == [("h7", 2)]
+    with pytest.raises(IngestError, match=r"needs a named group"):
+        discover(tmp_path, r"host=([^/]+)")
+    with pytest.raises(IngestError, match=r"invalid --node-pattern"):
+        discover(tmp_path, r"(?P<node>[")
+
+
+def test_empty_job_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(IngestError, match=r"no log files in .* expected JOB/<node>"):
+        discover(tmp_path)
+    with pytest.raises(IngestError, match=r"job directory not found"):
+        discover(tmp_path / "missing")
+
+
+def test_simulated_layouts_are_found(tmp_path: Path) -> None:
+    for seed in (1, 2):
+        truth = simulate(
+            tmp_path / str(seed), nodes=3, iterations=10, fault="oom", seed=seed, baselines=0
+        )
+        files = discover(tmp_path / str(seed) / "job")
+        nodes = {f.node for f in files}
+        assert set(truth.faulty_nodes) <= nodes and len(nodes) == 3
+        assert all(f.rank is not None for f in files if f.kind == "rank")
+
+
+def test_job_yaml_and_overrides(tmp_path: Path) -> None:
+    _touch(
+        tmp_path / "job.yaml",
+        "id: job-42\nstatus: failed\nconfig:\n  model: llama\n  parallel: {tp: 4, pp: 2}\n"
+        "  nodes: 256\n",
+    )
+    meta = job_meta(tmp_path, config={"image": "pytorch:24.03"})
+    assert (meta.id, meta.status) == ("job-42", "failed")
+    assert meta.config == {
+        "model": "llama",
+        "parallel.tp": "4",
+        "parallel.pp": "2",
+        "nodes": "256",
+        "image": "pytorch:24.03",
+    }
+    assert job_meta(tmp_path, job_id="other", status="succeeded").status == "succeeded"
+
+
+def test_bad_job_yaml_names_file_and_line(tmp_path: Path) -> None:
+    _touch(tmp_path / "job.yaml", "id: x\nconfig:\n  model: [unclosed\n")
+    with pytest.raises(IngestError, match=r"job\.yaml:4: invalid YAML"):
+        job_meta(tmp_path)
+
+
+def test_job_id_with_index_illegal_characters_is_accepted(tmp_path: Path) -> None:
+    # Job ids are field values and hashed into document ids, never part of an index name.
+    assert job_meta(tmp_path, job_id='Job/42 "A*B"?').id == 'Job/42 "A*B"?'
+    with pytest.raises(IngestError, match=r"invalid job id"):
+        job_meta(tmp_path, job_id="bad\nid")
+    with pytest.raises(IngestError, match=r"invalid job status"):
+        job_meta(tmp_path, status="exploded")
+
+
+def test_fingerprint_ignores_node_count_and_run_values() -> None:
+    base = {"model": "llama2-13b", "framework": "megatron", "tensor_parallel": "4"}
+    assert fingerprint({**base, "nodes": "4", "seed": "1"}) == fingerprint({**base, "nodes": "256"})
+    assert fingerprint(base) != fingerprint({**base, "tensor_parallel": "8"})
+
+
+def test_simulated_baselines_share_the_fingerprint(tmp_path: Path) -> None:
+    truth = simulate(tmp_path, nodes=3, iterations=10, fault="oom", seed=4, baselines=1)
+    job = job_meta(tmp_path / "job")
+    base = job_meta(tmp_path / "baselines" / truth.baseline_jobs[0])
+    assert job.fingerprint == base.fingerprint and job.id != base.id
+
+
+def test_config_overrides() -> None:
+    assert parse_config_overrides(["a=1", "b = x=y"]) == {"a": "1", "b": "x=y"}
+    with pytest.raises(IngestError, match=r"expected key=value"):
+        parse_config_overrides(["nokey"])
