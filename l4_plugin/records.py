@@ -15,6 +15,20 @@ JobStatus = Literal["succeeded", "failed", "running", "unknown"]
 AnnotationKind = Literal["event", "node", "iteration", "stage", "rule_match", "summary"]
 ReviewState = Literal["open", "confirmed", "rejected"]
 
+#: The paper's fault taxonomy (§3), shared by the rules, the simulator and the reports.
+FAULT_CATEGORIES = (
+    "hardware/network",
+    "hardware/accelerator",
+    "hardware/node",
+    "hardware/storage",
+    "user/config",
+    "user/code",
+    "user/software-incompatibility",
+    "user/misoperation",
+    "framework",
+    "platform",
+)
+
 
 @dataclass(frozen=True, slots=True)
 class ParsedLine:

@@ -14,23 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from l4_plugin.errors import RuleError
+from l4_plugin.records import FAULT_CATEGORIES
 from l4_plugin.rules.compiler import RegexTranslationError, python_re_to_lucene
 from l4_plugin.rules.condition import ConditionSyntaxError, parse_condition
 from l4_plugin.rules.model import FieldMatcher, Rule, RuleTest, Selection, Silence
 from l4_plugin.rules.render import TemplateProblem, check_template
 
-CATEGORIES = (
-    "hardware/network",
-    "hardware/accelerator",
-    "hardware/node",
-    "hardware/storage",
-    "user/config",
-    "user/code",
-    "user/software-incompatibility",
-    "user/misoperation",
-    "framework",
-    "platform",
-)
+CATEGORIES = FAULT_CATEGORIES
 SEVERITIES = ("info", "low", "medium", "high", "critical")
 ROLES = ("cause", "symptom")
 STATUSES = ("draft", "confirmed")

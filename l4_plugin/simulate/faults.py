@@ -4,18 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-CATEGORIES = (
-    "hardware/network",
-    "hardware/accelerator",
-    "hardware/node",
-    "hardware/storage",
-    "user/config",
-    "user/code",
-    "user/software-incompatibility",
-    "user/misoperation",
-    "framework",
-    "platform",
-)
+from l4_plugin.records import FAULT_CATEGORIES
+
+CATEGORIES = FAULT_CATEGORIES
 
 
 @dataclass(frozen=True)

@@ -374,6 +374,24 @@ class Store(ABC):
         self._call("delete indices", lambda: self._delete_indices(f"{self.names.prefix}*"))
 
 
+def error_reason(body: object, fallback: str) -> str:
+    """``type: reason`` from a cluster error body (``{"error": {...}}``), else ``fallback``."""
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict):
+            return f"{err.get('type', 'error')}: {err.get('reason', '')}".strip()
+        if err:
+            return str(err)
+    return fallback
+
+
+def first_line(exc: Exception) -> str:
+    """The first line of an exception's text (or of the exception it wraps), at most 300 chars."""
+    info = getattr(exc, "info", None)
+    text = str(info if isinstance(info, Exception) else exc).strip() or type(exc).__name__
+    return text.splitlines()[0][:300]
+
+
 class _NotFound(StoreError):
     """Internal: a 404 that the public methods turn into None / 0 / empty."""
 

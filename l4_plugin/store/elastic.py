@@ -8,7 +8,13 @@ from elastic_transport import ConnectionError as TransportConnectionError
 from elastic_transport import ConnectionTimeout, TlsError
 from elasticsearch import ApiError, Elasticsearch
 
-from l4_plugin.store.base import TRANSIENT_STATUSES, CallFailure, Store
+from l4_plugin.store.base import (
+    TRANSIENT_STATUSES,
+    CallFailure,
+    Store,
+    error_reason,
+    first_line,
+)
 from l4_plugin.store.names import IndexNames
 
 
@@ -97,7 +103,7 @@ class ElasticsearchStore(Store):
     def _classify(self, exc: Exception) -> CallFailure | None:
         if isinstance(exc, ApiError):
             status = exc.meta.status
-            reason = _api_reason(exc)
+            reason = error_reason(exc.body, str(exc.message))
             return CallFailure(
                 status,
                 reason,
@@ -106,25 +112,9 @@ class ElasticsearchStore(Store):
                 not_found=status == 404,
             )
         if isinstance(exc, TlsError):
-            return CallFailure(None, f"TLS failure: {_first_line(exc)}", transient=False)
+            return CallFailure(None, f"TLS failure: {first_line(exc)}", transient=False)
         if isinstance(exc, ConnectionTimeout):
             return CallFailure(None, "request timed out", transient=True)
         if isinstance(exc, TransportConnectionError):
-            return CallFailure(None, f"cannot connect: {_first_line(exc)}", transient=True)
+            return CallFailure(None, f"cannot connect: {first_line(exc)}", transient=True)
         return None
-
-
-def _api_reason(exc: ApiError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict):
-            return f"{err.get('type', 'error')}: {err.get('reason', '')}".strip()
-        if err:
-            return str(err)
-    return str(exc.message)
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]

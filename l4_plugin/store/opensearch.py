@@ -8,7 +8,13 @@ from opensearchpy import OpenSearch
 from opensearchpy.exceptions import ConnectionError as OSConnectionError
 from opensearchpy.exceptions import ConnectionTimeout, SSLError, TransportError
 
-from l4_plugin.store.base import TRANSIENT_STATUSES, CallFailure, Store
+from l4_plugin.store.base import (
+    TRANSIENT_STATUSES,
+    CallFailure,
+    Store,
+    error_reason,
+    first_line,
+)
 from l4_plugin.store.names import IndexNames
 
 
@@ -96,35 +102,18 @@ class OpenSearchStore(Store):
 
     def _classify(self, exc: Exception) -> CallFailure | None:
         if isinstance(exc, SSLError):
-            return CallFailure(None, f"TLS failure: {_first_line(exc)}", transient=False)
+            return CallFailure(None, f"TLS failure: {first_line(exc)}", transient=False)
         if isinstance(exc, ConnectionTimeout):
             return CallFailure(None, "request timed out", transient=True)
         if isinstance(exc, OSConnectionError):
-            return CallFailure(None, f"cannot connect: {_first_line(exc)}", transient=True)
+            return CallFailure(None, f"cannot connect: {first_line(exc)}", transient=True)
         if isinstance(exc, TransportError):
             status = exc.status_code if isinstance(exc.status_code, int) else None
             return CallFailure(
                 status,
-                _reason(exc),
+                error_reason(exc.info, str(exc.error)),
                 transient=status in TRANSIENT_STATUSES,
                 conflict=status == 409,
                 not_found=status == 404,
             )
         return None
-
-
-def _reason(exc: TransportError) -> str:
-    info = exc.info
-    if isinstance(info, dict):
-        err = info.get("error")
-        if isinstance(err, dict):
-            return f"{err.get('type', 'error')}: {err.get('reason', '')}".strip()
-        if err:
-            return str(err)
-    return str(exc.error)
-
-
-def _first_line(exc: Exception) -> str:
-    info = getattr(exc, "info", None)
-    text = str(info if isinstance(info, Exception) else exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:300]
