@@ -1,0 +1,134 @@
+"""Stage and iteration tagging: which training stage a line belongs to, and which iteration.
+
+Rules are data (``ingest/stages.yaml``). They are matched against a line kind's masked body once
+per distinct kind (``StageRules.role``), so tagging costs nothing per line except for iteration
+markers, whose number is read from the raw line.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from l4_plugin.errors import ConfigError
+from l4_plugin.resources import data_path
+
+#: Stages in the order a healthy run goes through them.
+STAGE_ORDER: tuple[str, ...] = (
+    "init",
+    "data_loading",
+    "model_loading",
+    "training",
+    "checkpointing",
+    "shutdown",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class IterationRule:
+    """Recognises an iteration marker (masked body) and reads its number (raw line)."""
+
+    name: str
+    marker: re.Pattern[str]
+    number: re.Pattern[str]
+
+    def number_of(self, raw: str) -> int | None:
+        m = self.number.search(raw)
+        return int(m.group(1)) if m else None
+
+
+@dataclass(frozen=True, slots=True)
+class Role:
+    """What one line kind does to the per-file state: switch stage and/or mark an iteration."""
+
+    stage: str | None = None
+    iteration: IterationRule | None = None
+
+
+NO_ROLE = Role()
+
+
+@dataclass(frozen=True, slots=True)
+class _StageRule:
+    name: str
+    pre_training: bool
+    patterns: tuple[re.Pattern[str], ...]
+
+
+class StageRules:
+    """The compiled contents of ``stages.yaml``."""
+
+    def __init__(self, stages: list[_StageRule], iterations: list[IterationRule]) -> None:
+        self.stages = stages
+        self.iterations = iterations
+        self.pre_training = frozenset(s.name for s in stages if s.pre_training)
+
+    @classmethod
+    def load(cls, path: Path | None = None) -> StageRules:
+        """Load and compile the rules; errors name the file, the entry and the bad value."""
+        path = path or data_path("ingest", "stages.yaml")
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError(f"cannot read stage rules {path}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+            raise ConfigError(f"{where}: invalid YAML in stage rules") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: expected a mapping with 'stages' and 'iterations'")
+        stages = [_stage(path, i, entry) for i, entry in enumerate(data.get("stages") or [])]
+        iterations = [_iteration(path, i, e) for i, e in enumerate(data.get("iterations") or [])]
+        return cls(stages, iterations)
+
+    def role(self, body: str) -> Role:
+        """The role of a line kind, from its masked body (iteration markers win)."""
+        for rule in self.iterations:
+            if rule.marker.search(body):
+                return Role("training", rule)
+        for stage in self.stages:
+            if any(p.search(body) for p in stage.patterns):
+                return Role(stage.name, None)
+        return NO_ROLE
+
+    def next_stage(self, current: str, switch: str, training_started: bool) -> str:
+        """The stage after a switching line: pre-training stages cannot interrupt training."""
+        if training_started and switch in self.pre_training:
+            return current
+        return switch
+
+
+def _compile(path: Path, where: str, pattern: Any) -> re.Pattern[str]:
+    if not isinstance(pattern, str):
+        raise ConfigError(f"{path}: {where}: expected a regex string, got {pattern!r}")
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise ConfigError(f"{path}: {where}: invalid regex {pattern!r}: {exc}") from None
+
+
+def _stage(path: Path, i: int, entry: Any) -> _StageRule:
+    if not isinstance(entry, dict) or entry.get("name") not in STAGE_ORDER:
+        raise ConfigError(
+            f"{path}: stages[{i}]: needs a name from {', '.join(STAGE_ORDER)}, got {entry!r}"
+        )
+    patterns = tuple(
+        _compile(path, f"stages[{i}].patterns[{j}]", p)
+        for j, p in enumerate(entry.get("patterns") or [])
+    )
+    return _StageRule(entry["name"], bool(entry.get("pre_training", False)), patterns)
+
+
+def _iteration(path: Path, i: int, entry: Any) -> IterationRule:
+    if not isinstance(entry, dict) or not entry.get("name"):
+        raise ConfigError(f"{path}: iterations[{i}]: needs name, marker and number")
+    number = _compile(path, f"iterations[{i}].number", entry.get("number"))
+    if number.groups < 1:
+        raise ConfigError(f"{path}: iterations[{i}].number: needs a group for the number")
+    return IterationRule(
+        str(entry["name"]), _compile(path, f"iterations[{i}].marker", entry.get("marker")), number
+    )
