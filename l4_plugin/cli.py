@@ -137,6 +137,86 @@ def cluster_up(port: int) -> None:
 
 
 @app.command()
+@click.argument("job_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option("--job-id", help="Job id (default: job.yaml id, else the folder name).")
+@click.option(
+    "--status",
+    type=click.Choice(["succeeded", "failed", "running", "unknown"]),
+    help="Job status (default: job.yaml status).",
+)
+@click.option(
+    "--config",
+    "config_pairs",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Configuration field (repeatable); overrides job.yaml config.",
+)
+@click.option("--node-pattern", help="Regex with (?P<node>...) [and (?P<rank>...)] over paths.")
+def ingest(
+    job_dir: Path,
+    job_id: str | None,
+    status: str | None,
+    config_pairs: tuple[str, ...],
+    node_pattern: str | None,
+) -> None:
+    """Parse a job directory's logs into rollups, kept lines and templates in the cluster."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from l4_plugin.ingest.jobdir import parse_config_overrides
+    from l4_plugin.ingest.pipeline import ingest_job
+
+    overrides = parse_config_overrides(list(config_pairs))
+    with open_cluster(STATE.settings) as store:
+        store.install_templates()
+        with Progress(
+            TextColumn("[progress.description]{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} files"),
+            TextColumn("{task.fields[rate]}"),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        ) as bar:
+            task = bar.add_task("ingest", total=None, rate="")
+            started = time.monotonic()
+
+            def progress(name: str, done: int, lines: int) -> None:
+                rate = lines / max(time.monotonic() - started, 1e-6)
+                bar.update(
+                    task,
+                    completed=done,
+                    description=name[-40:],
+                    rate=f"{lines:,} lines, {rate:,.0f} lines/s",
+                )
+
+            from l4_plugin.ingest.jobdir import discover
+
+            bar.update(task, total=len(discover(job_dir, node_pattern)))
+            summary = ingest_job(
+                store,
+                job_dir,
+                job_id=job_id,
+                status=status,
+                config=overrides,
+                node_pattern=node_pattern,
+                progress=progress,
+            )
+        job = summary.job
+        out.print(
+            f"job {job.id} ({job.status}, fingerprint {job.fingerprint}): {summary.files} "
+            f"files, {summary.nodes} nodes, {summary.lines:,} lines in {summary.seconds:.1f} s"
+        )
+        out.print(
+            f"indexed {summary.events_docs:,} rollups, {summary.lines_docs:,} kept lines, "
+            f"{summary.new_templates} new templates"
+        )
+        for problem in summary.problems[:20]:
+            print(f"warning: {problem}", file=sys.stderr)
+        if len(summary.problems) > 20:
+            print(f"warning: … and {len(summary.problems) - 20} more problems", file=sys.stderr)
+
+
+@app.command()
 @click.argument("out_dir", type=click.Path(path_type=Path))
 @click.option("--nodes", default=8, show_default=True, help="Nodes in the failed job.")
 @click.option("--iterations", default=50, show_default=True, help="Training iterations.")

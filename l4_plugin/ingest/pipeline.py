@@ -1,0 +1,419 @@
+"""``l4 ingest``: a job directory → rollups, kept lines, templates and a job document.
+
+Everything is written with deterministic ids derived from the job and what a document is about,
+tagged with a *generation* (a hash of the job's files: names, sizes, modification times).
+Re-ingesting unchanged files rewrites the same documents; after a successful write, documents of
+the job from other generations (an earlier, shorter copy of a running job) are deleted. Two
+concurrent ingests of the same files write the same ids with the same generation: no duplicates.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from l4_plugin.errors import IngestError
+from l4_plugin.ingest.header import parse_header
+from l4_plugin.ingest.jobdir import JobMeta, LogFile, discover, job_meta
+from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser, read_lines
+from l4_plugin.ingest.rollup import KEEP_EMITTERS, KEEP_LEVELS, Group, NodeRollup
+from l4_plugin.ingest.stages import StageRules
+from l4_plugin.ingest.templates import template_from_dict
+from l4_plugin.records import Template
+from l4_plugin.store import Store
+
+TAIL_ITERATIONS = 32  # the last iterations of a job keep one bucket each
+MAX_COARSE_BUCKETS = 64  # earlier iterations share buckets: keeps the index compact
+FEED_LINES = 65_536
+Progress = Callable[[str, int, int], None]  # (file, files done, lines so far)
+
+
+@dataclass
+class IngestSummary:
+    """What one ingest did, for the CLI summary and the job document."""
+
+    job: JobMeta
+    files: int = 0
+    nodes: int = 0
+    lines: int = 0
+    events_docs: int = 0
+    lines_docs: int = 0
+    new_templates: int = 0
+    seconds: float = 0.0
+    problems: list[str] = field(default_factory=list)
+
+
+def _doc_id(*parts: object) -> str:
+    return hashlib.sha1("\x1f".join(str(p) for p in parts).encode()).hexdigest()
+
+
+def _generation(files: list[LogFile]) -> str:
+    h = hashlib.sha1()
+    for f in files:
+        try:
+            st = f.path.stat()
+            h.update(f"{f.relative}\x1f{st.st_size}\x1f{st.st_mtime_ns}\n".encode())
+        except OSError:
+            h.update(f"{f.relative}\x1f?\n".encode())
+    return h.hexdigest()[:16]
+
+
+def load_known_templates(store: Store) -> list[Template]:
+    """Every template already in the cluster (keeps template ids stable across jobs)."""
+    known: list[Template] = []
+    after: list[Any] | None = None
+    while True:
+        body: dict[str, Any] = {
+            "size": 5000,
+            "sort": [{"l4.template.id": "asc"}],
+        }
+        if after:
+            body["search_after"] = after
+        hits = (
+            store.search(store.names.templates, body)["hits"]["hits"]
+            if store.count(store.names.templates)
+            else []
+        )
+        for hit in hits:
+            src = hit["_source"]
+            known.append(
+                template_from_dict(
+                    {
+                        "id": src_field(src, "l4.template.id"),
+                        "text": src_field(src, "l4.template.text"),
+                    },
+                    where=f"{store.names.templates}/{hit['_id']}",
+                )
+            )
+        if len(hits) < 5000:
+            return known
+        after = hits[-1]["sort"]
+
+
+def src_field(source: dict[str, Any], name: str) -> Any:
+    """A field of a ``_source``, written either with dotted keys (as L4 writes) or nested."""
+    if name in source:
+        return source[name]
+    node: Any = source
+    for part in name.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _chunks(
+    path: Path, parser: LineParser, problems: list[str], long_lines: set[int], relative: str
+) -> Iterator[tuple[list[str], list[LineKind]]]:
+    pos = 0
+    try:
+        for chunk in read_lines(path):
+            for start in range(0, len(chunk), FEED_LINES):
+                lines = chunk[start : start + FEED_LINES]
+                if lines and max(map(len, lines)) > MAX_LINE_CHARS:
+                    for i, line in enumerate(lines):
+                        if len(line) > MAX_LINE_CHARS:
+                            long_lines.add(pos + i + 1)
+                            problems.append(
+                                f"{relative}:{pos + i + 1}: line of {len(line)} characters "
+                                f"truncated to {MAX_LINE_CHARS}"
+                            )
+                            lines[i] = line[:MAX_LINE_CHARS]
+                pos += len(lines)
+                yield lines, parser.feed(lines)
+    except IngestError as exc:
+        problems.append(str(exc))
+
+
+class _Clock:
+    """Timestamps of the reference lines, parsed once each, with one year for year-less formats."""
+
+    def __init__(self, refs: set[str]) -> None:
+        self.year = time.gmtime().tm_year
+        for ref in refs:
+            a, b = parse_header(ref, 2000).timestamp, parse_header(ref, 2001).timestamp
+            if a is not None and a == b:  # the format carries its own year
+                self.year = time.gmtime(a).tm_year
+                break
+        self.cache: dict[str, float | None] = {}
+
+    def ms(self, ref: str | None) -> int | None:
+        if ref is None:
+            return None
+        if ref not in self.cache:
+            self.cache[ref] = parse_header(ref, self.year).timestamp
+        ts = self.cache[ref]
+        return int(ts * 1000) if ts is not None else None
+
+
+def _buckets(
+    last_iterations: list[int], first_iteration: int | None
+) -> Callable[[int], tuple[int, int]]:
+    """Map an iteration to (bucket start, span): exact in the tail, coarse before it."""
+    if not last_iterations or first_iteration is None:
+        return lambda it: (it, 1)
+    tail_start = max(last_iterations) - TAIL_ITERATIONS + 1
+    width = max(1, math.ceil((tail_start - first_iteration) / MAX_COARSE_BUCKETS))
+
+    def bucket(it: int) -> tuple[int, int]:
+        if it >= tail_start or width == 1:
+            return it, 1
+        start = first_iteration + ((it - first_iteration) // width) * width
+        return start, min(width, tail_start - start)
+
+    return bucket
+
+
+def ingest_job(
+    store: Store,
+    job_dir: Path,
+    *,
+    job_id: str | None = None,
+    status: str | None = None,
+    config: dict[str, str] | None = None,
+    node_pattern: str | None = None,
+    baseline_templates: set[str] | None = None,
+    progress: Progress | None = None,
+) -> IngestSummary:
+    """Parse every log file of ``job_dir`` and write the job's documents (DESIGN §4)."""
+    started = time.monotonic()
+    meta = job_meta(job_dir, job_id=job_id, status=status, config=config)
+    files = discover(job_dir, node_pattern)
+    summary = IngestSummary(meta, files=len(files))
+    generation = _generation(files)
+    parser = LineParser(known=load_known_templates(store))
+    rules = StageRules.load()
+    rollups: dict[str, NodeRollup] = {}
+    for done, log in enumerate(files, 1):
+        rollup = rollups.get(log.node)
+        if rollup is None:
+            rollup = rollups[log.node] = NodeRollup(log.node, rules)
+        long_lines: set[int] = set()
+        try:
+            rollup.scan(
+                log.relative,
+                log.rank,
+                _chunks(log.path, parser, summary.problems, long_lines, log.relative),
+                long_lines,
+            )
+        except OSError as exc:
+            summary.problems.append(f"cannot read {log.relative}: {exc.strerror}")
+        if progress:
+            progress(log.relative, done, sum(r.lines for r in rollups.values()))
+    parser.finish()
+    summary.nodes = len(rollups)
+    summary.lines = sum(r.lines for r in rollups.values())
+    if summary.lines == 0:
+        raise IngestError(
+            f"no readable log lines in {job_dir}"
+            + (f" ({summary.problems[0]})" if summary.problems else "")
+        )
+    _write(store, summary, rollups, parser, generation, baseline_templates)
+    summary.seconds = time.monotonic() - started
+    return summary
+
+
+def _write(
+    store: Store,
+    summary: IngestSummary,
+    rollups: dict[str, NodeRollup],
+    parser: LineParser,
+    generation: str,
+    baseline_templates: set[str] | None,
+) -> None:
+    meta = summary.job
+    refs: set[str] = set()
+    totals: dict[str, int] = defaultdict(int)
+    iterations: list[int] = []
+    first_iteration: int | None = None
+    for rollup in rollups.values():
+        for (kind, _stage, it), group in rollup.groups.items():
+            assert kind.template is not None
+            totals[kind.template.id] += group.count
+            for ref in (group.first_ts_ref, group.last_ts_ref):
+                if ref is not None:
+                    refs.add(ref)
+            if it is not None:
+                first_iteration = it if first_iteration is None else min(first_iteration, it)
+        if rollup.last_iteration is not None:
+            iterations.append(rollup.last_iteration)
+    clock = _Clock(refs)
+    bucket_of = _buckets(iterations, first_iteration)
+    rare_limit = max(20, len(rollups))
+    merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
+    kept_docs: list[tuple[str, dict[str, Any]]] = []
+    for node, rollup in rollups.items():
+        for (kind, stage, it), group in rollup.groups.items():
+            template = kind.template
+            assert template is not None
+            start, span = bucket_of(it) if it is not None else (None, 0)
+            key = (node, template.id, stage, start)
+            first_ms, last_ms = clock.ms(group.first_ts_ref), clock.ms(group.last_ts_ref)
+            doc = merged.get(key)
+            if doc is None:
+                merged[key] = _event_doc(
+                    meta.id,
+                    node,
+                    template,
+                    kind,
+                    stage,
+                    start,
+                    span,
+                    group,
+                    first_ms,
+                    last_ms,
+                    generation,
+                )
+            else:
+                _merge(doc, group, first_ms, last_ms)
+            keep_all = (
+                kind.level in KEEP_LEVELS
+                or kind.emitter in KEEP_EMITTERS
+                or totals[template.id] <= rare_limit
+                or (baseline_templates is not None and template.id not in baseline_templates)
+            )
+            for kept in group.kept if keep_all else ():
+                ms = clock.ms(kept.ts_ref)
+                doc_id = _doc_id(meta.id, node, kept.path, kept.line)
+                line_doc: dict[str, Any] = {
+                    "message": kept.message,
+                    "host.name": node,
+                    "log.file.path": kept.path,
+                    "l4.job.id": meta.id,
+                    "l4.template.id": template.id,
+                    "l4.stage": stage,
+                    "l4.line": kept.line,
+                    "l4.generation": generation,
+                }
+                if ms is not None:
+                    line_doc["@timestamp"] = ms
+                if kind.level:
+                    line_doc["log.level"] = kind.level
+                if kept.rank is not None:
+                    line_doc["l4.rank"] = kept.rank
+                if it is not None:
+                    line_doc["l4.iteration"] = it
+                if kept.flags:
+                    line_doc["l4.flags"] = list(kept.flags)
+                kept_docs.append((doc_id, line_doc))
+    event_docs = [(_doc_id(meta.id, *k), d) for k, d in merged.items()]
+    for _, d in event_docs:
+        d["l4.ranks"] = sorted(d["l4.ranks"])
+    summary.events_docs = store.bulk_index(store.names.events, event_docs)
+    summary.lines_docs = store.bulk_index(store.names.lines, kept_docs)
+    new = parser.new_templates()
+    now = int(time.time() * 1000)
+    levels = {k.template.id: k.level for k in parser.kinds if k.template is not None}
+    store.bulk_index(
+        store.names.templates,
+        [
+            (
+                t.id,
+                {
+                    "@timestamp": now,
+                    "l4.template.id": t.id,
+                    "l4.template.text": t.text,
+                    "l4.template.first_job": meta.id,
+                    "l4.template.level": levels.get(t.id),
+                    "l4.template.occurrences": totals.get(t.id, 0),
+                },
+            )
+            for t in new
+        ],
+    )
+    summary.new_templates = len(new)
+    for index in (store.names.events, store.names.lines, store.names.templates):
+        store.refresh(index)
+    stale = {
+        "bool": {
+            "filter": [{"term": {"l4.job.id": meta.id}}],
+            "must_not": [{"term": {"l4.generation": generation}}],
+        }
+    }
+    store.delete_by_query(store.names.events, stale)
+    store.delete_by_query(store.names.lines, stale)
+    times = [d["l4.first_ts"] for _, d in event_docs if d.get("l4.first_ts") is not None]
+    ends = [d["l4.last_ts"] for _, d in event_docs if d.get("l4.last_ts") is not None]
+    job_doc: dict[str, Any] = {
+        "l4.job.id": meta.id,
+        "l4.job.status": meta.status,
+        "l4.job.fingerprint": meta.fingerprint,
+        "l4.job.config": meta.config,
+        "l4.job.nodes": sorted(rollups),
+        "l4.job.node_count": len(rollups),
+        "l4.job.lines": summary.lines,
+        "l4.job.ranks": len({r for d in event_docs for r in d[1]["l4.ranks"]}),
+        "l4.ingest.state": "done",
+        "l4.ingest.updated": now,
+        "l4.ingest.files": summary.files,
+        "l4.job.registered": now,
+    }
+    if summary.problems:
+        job_doc["l4.ingest.problems"] = "\n".join(summary.problems[:100])
+    if times:
+        job_doc["@timestamp"] = job_doc["l4.job.start_ts"] = min(times)
+        job_doc["l4.job.end_ts"] = max(ends)
+    existing = store.get(store.names.jobs, _doc_id(meta.id))
+    if existing is not None:
+        # Keep what the analysis service recorded about this job.
+        for k, v in existing.source.items():
+            if k.startswith("l4.analysis."):
+                job_doc[k] = v
+    store.put(store.names.jobs, _doc_id(meta.id), job_doc, refresh=True)
+
+
+def _event_doc(
+    job_id: str,
+    node: str,
+    template: Template,
+    kind: LineKind,
+    stage: str,
+    start: int | None,
+    span: int,
+    group: Group,
+    first_ms: int | None,
+    last_ms: int | None,
+    generation: str,
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "message": group.message[:8191],
+        "host.name": node,
+        "log.file.path": group.path,
+        "l4.job.id": job_id,
+        "l4.template.id": template.id,
+        "l4.template.text": template.text,
+        "l4.count": group.count,
+        "l4.first_pos": group.first_pos,
+        "l4.last_pos": group.last_pos,
+        "l4.ranks": set(group.ranks),
+        "l4.stage": stage,
+        "l4.generation": generation,
+        "l4.bucket": f"it:{start}+{span}" if start is not None else f"stage:{stage}",
+    }
+    if kind.level:
+        doc["log.level"] = kind.level
+    if start is not None:
+        doc["l4.iteration"] = start
+        doc["l4.iteration_span"] = span
+    if first_ms is not None:
+        doc["@timestamp"] = doc["l4.first_ts"] = first_ms
+    if last_ms is not None:
+        doc["l4.last_ts"] = last_ms
+    return doc
+
+
+def _merge(doc: dict[str, Any], group: Group, first_ms: int | None, last_ms: int | None) -> None:
+    doc["l4.count"] += group.count
+    doc["l4.ranks"] |= group.ranks
+    doc["l4.first_pos"] = min(doc["l4.first_pos"], group.first_pos)
+    doc["l4.last_pos"] = max(doc["l4.last_pos"], group.last_pos)
+    if first_ms is not None and (doc.get("l4.first_ts") is None or first_ms < doc["l4.first_ts"]):
+        doc["@timestamp"] = doc["l4.first_ts"] = first_ms
+    if last_ms is not None and (doc.get("l4.last_ts") is None or last_ms > doc["l4.last_ts"]):
+        doc["l4.last_ts"] = last_ms

@@ -1,0 +1,163 @@
+"""Per-node rollups: one accumulator per (line kind, stage, iteration) while files are read.
+
+The per-line work is a few dict lookups: the line kind (shared object from ``LineParser``), its
+cached role (stage switch / iteration marker), and the accumulator. Timestamps are not parsed per
+line: each accumulator keeps a reference to the raw line whose timestamp its first and last
+occurrence inherit, and only those are parsed at the end (``resolve_timestamps``).
+Python tracebacks are joined: the ``Traceback`` line and its indented frames are absorbed into the
+exception line that closes them, which is where the information is; that line's kept record
+carries the whole block as its message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from l4_plugin.ingest.parser import LineKind
+from l4_plugin.ingest.stages import NO_ROLE, Role, StageRules
+
+KEEP_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
+KEEP_EMITTERS = frozenset({"kernel", "slurm", "syslog"})
+MAX_KEPT_PER_GROUP = 50  # lines kept per (node, kind, bucket) for l4-lines
+RARE_SAMPLE = 3  # first lines of every group, kept in case the template is rare in the job
+MAX_TRACEBACK_LINES = 200
+_PREFIX_RANK = re.compile(r"^\[(?:rank|default)(\d+)\]:")
+_TB_CONTINUATION = ("During handling of the above", "The above exception", "Traceback (most")
+
+
+@dataclass(slots=True)
+class KeptLine:
+    """A raw line (or joined traceback) that may go to ``l4-lines``."""
+
+    path: str
+    line: int
+    message: str
+    ts_ref: str | None
+    rank: int | None
+    flags: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class Group:
+    """Occurrences of one line kind on one node in one stage / iteration."""
+
+    count: int
+    first_pos: int
+    last_pos: int
+    first_ts_ref: str | None
+    last_ts_ref: str | None
+    message: str
+    path: str
+    ranks: set[int] = field(default_factory=set)
+    kept: list[KeptLine] = field(default_factory=list)
+
+
+GroupKey = tuple[LineKind, str, int | None]
+
+
+class NodeRollup:
+    """Accumulates every file of one node."""
+
+    def __init__(self, node: str, rules: StageRules) -> None:
+        self.node = node
+        self.rules = rules
+        self.groups: dict[GroupKey, Group] = {}
+        self.lines = 0
+        self.roles: dict[LineKind, Role] = {}
+        self.last_iteration: int | None = None
+        self.stages_seen: list[str] = []
+
+    def scan(
+        self,
+        path: str,
+        rank: int | None,
+        chunks: Iterable[tuple[list[str], list[LineKind]]],
+        long_lines: set[int] | None = None,
+    ) -> None:
+        """Add one file, given its lines and their kinds chunk by chunk (in file order)."""
+        groups = self.groups
+        roles = self.roles
+        stage = "init"
+        iteration: int | None = None
+        training = False
+        ts_ref: str | None = None
+        pos = 0
+        tb: list[str] | None = None
+        tb_start = 0
+        tb_kind: LineKind | None = None
+        for lines, kinds in chunks:
+            for raw, kind in zip(lines, kinds, strict=True):
+                pos += 1
+                if kind.has_timestamp:
+                    ts_ref = raw
+                if tb is not None:
+                    body = raw[raw.index("]:") + 2 :] if kind.rank_prefix and "]:" in raw else raw
+                    if (
+                        not body or body[0] in " \t^~" or body.startswith(_TB_CONTINUATION)
+                    ) and len(tb) < MAX_TRACEBACK_LINES:
+                        tb.append(raw)
+                        continue
+                elif kind.body.startswith("Traceback (most recent call last)"):
+                    tb, tb_start, tb_kind = [raw], pos, kind
+                    continue
+                role = roles.get(kind)
+                if role is None:
+                    role = roles[kind] = self.rules.role(kind.body)
+                if role is not NO_ROLE:
+                    if role.iteration is not None:
+                        number = role.iteration.number_of(raw)
+                        if number is not None:
+                            iteration = number
+                        stage, training = "training", True
+                    elif role.stage is not None:
+                        stage = self.rules.next_stage(stage, role.stage, training)
+                        training = training or stage == "training"
+                line_rank = rank
+                if kind.rank_prefix:
+                    m = _PREFIX_RANK.match(raw)
+                    if m:
+                        line_rank = int(m.group(1))
+                message = raw
+                first_pos = pos
+                if tb is not None:
+                    message = "\n".join([*tb, raw])
+                    first_pos = tb_start
+                    tb = None
+                key = (kind, stage, iteration)
+                group = groups.get(key)
+                if group is None:
+                    group = groups[key] = Group(
+                        1, first_pos, pos, ts_ref, ts_ref, message, path,
+                    )
+                else:
+                    group.count += 1
+                    group.last_pos = pos
+                    group.last_ts_ref = ts_ref
+                if line_rank is not None:
+                    group.ranks.add(line_rank)
+                kept = group.kept
+                if len(kept) < RARE_SAMPLE or (
+                    len(kept) < MAX_KEPT_PER_GROUP
+                    and (kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS)
+                ):
+                    flags = ("truncated",) if long_lines and pos in long_lines else ()
+                    kept.append(KeptLine(path, first_pos, message, ts_ref, line_rank, flags))
+        if tb is not None and tb_kind is not None:
+            # The file ends inside a traceback (the process died while printing it): keep the
+            # block as one record under its Traceback line rather than lose it.
+            message = "\n".join(tb)
+            group = groups.get((tb_kind, stage, iteration))
+            if group is None:
+                group = groups[(tb_kind, stage, iteration)] = Group(
+                    0, tb_start, tb_start, ts_ref, ts_ref, message, path
+                )
+            group.count += 1
+            group.last_pos = tb_start
+            if rank is not None:
+                group.ranks.add(rank)
+            group.kept.append(KeptLine(path, tb_start, message, ts_ref, rank))
+        self.lines += pos
+        if iteration is not None:
+            self.last_iteration = max(iteration, self.last_iteration or iteration)

@@ -1,0 +1,176 @@
+"""`ingest_job` against a real osmem-server: documents, idempotence, bad input."""
+
+from __future__ import annotations
+
+import gzip
+import os
+from pathlib import Path
+
+import pytest
+
+from l4_plugin.errors import IngestError
+from l4_plugin.ingest.pipeline import _doc_id, ingest_job
+from l4_plugin.simulate import simulate
+from l4_plugin.store import Store
+
+
+def _counts(store: Store, job_id: str) -> dict[str, int]:
+    q = {"term": {"l4.job.id": job_id}}
+    return {k: store.count(store.names.of(k), q) for k in ("events", "lines")}
+
+
+def test_simulated_job_and_baseline(store: Store, tmp_path: Path) -> None:
+    truth = simulate(tmp_path, nodes=4, iterations=30, fault="nccl-ib-error", seed=1, baselines=1)
+    base = ingest_job(store, tmp_path / "baselines" / truth.baseline_jobs[0])
+    job = ingest_job(store, tmp_path / "job")
+    assert base.job.fingerprint == job.job.fingerprint and job.job.status == "failed"
+    assert job.nodes == 4 and job.lines > 1000 and not job.problems
+    # Rollups are far fewer documents than lines.
+    assert 0 < job.events_docs < job.lines / 3
+    counts = _counts(store, job.job.id)
+    assert counts["events"] == job.events_docs and counts["lines"] == job.lines_docs
+    # The root-cause line of the faulty node is kept, with its node and a timestamp.
+    hits = store.search(
+        store.names.lines,
+        {
+            "size": 50,
+            "query": {
+                "bool": {
+                    "filter": [
+                        {"term": {"l4.job.id": job.job.id}},
+                        {"term": {"host.name": truth.faulty_nodes[0]}},
+                        {"term": {"log.level": "WARNING"}},
+                    ]
+                }
+            },
+        },
+    )["hits"]["hits"]
+    assert any("port error" in h["_source"]["message"] for h in hits)
+    stages = store.search(
+        store.names.events,
+        {
+            "size": 0,
+            "query": {"term": {"l4.job.id": job.job.id}},
+            "aggs": {"s": {"terms": {"field": "l4.stage"}}},
+        },
+    )
+    assert {b["key"] for b in stages["aggregations"]["s"]["buckets"]} >= {"init", "training"}
+    doc = store.get(store.names.jobs, _doc_id(job.job.id))
+    assert doc is not None and doc.source["l4.job.node_count"] == 4
+    assert doc.source["l4.job.fingerprint"] == job.job.fingerprint
+
+
+def test_reingest_changes_nothing_and_templates_are_stable(store: Store, tmp_path: Path) -> None:
+    simulate(tmp_path, nodes=3, iterations=20, fault="oom", seed=2, baselines=0)
+    first = ingest_job(store, tmp_path / "job")
+    before = _counts(store, first.job.id)
+    templates = store.count(store.names.templates)
+    again = ingest_job(store, tmp_path / "job")
+    assert again.new_templates == 0
+    assert _counts(store, first.job.id) == before
+    assert store.count(store.names.templates) == templates
+
+
+def test_grown_job_leaves_no_stale_documents(store: Store, tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    log = job / "n1" / "rank0.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("2024-05-03 10:00:00,000 INFO start\n2024-05-03 10:00:01,000 ERROR boom 1\n")
+    first = ingest_job(store, job, job_id="grow", status="running")
+    log.write_text("2024-05-03 10:00:00,000 INFO start\n")
+    os.utime(log, (1, 1))
+    ingest_job(store, job, job_id="grow", status="running")
+    assert _counts(store, "grow")["events"] < first.events_docs
+
+
+def test_bad_bytes_crlf_nul_and_long_line(store: Store, tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    (job / "n1").mkdir(parents=True)
+    (job / "n1" / "rank0.log").write_bytes(
+        b"2024-05-03 10:00:00,000 INFO ok\r\n"
+        b"2024-05-03 10:00:01,000 ERROR bad \xff\xfe bytes\x00 here\r\n"
+        + b"2024-05-03 10:00:02,000 WARNING "
+        + b"x" * (5 * 1024 * 1024)
+        + b"\n"
+    )
+    summary = ingest_job(store, job, job_id="bytes")
+    assert summary.lines == 3
+    assert any("rank0.log:3: line of" in p and "truncated" in p for p in summary.problems)
+    msgs = [
+        h["_source"]
+        for h in store.search(
+            store.names.lines, {"size": 10, "query": {"term": {"l4.job.id": "bytes"}}}
+        )["hits"]["hits"]
+    ]
+    bad = next(m for m in msgs if "bad" in m["message"])
+    assert (
+        "\ufffd" in bad["message"] and "\x00" not in bad["message"] and "\r" not in bad["message"]
+    )
+    long = next(m for m in msgs if m.get("l4.flags"))
+    assert long["l4.flags"] == ["truncated"] and len(long["message"]) <= 16384
+
+
+def test_truncated_gz_indexes_what_was_readable(store: Store, tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    (job / "n1").mkdir(parents=True)
+    data = gzip.compress(
+        b"".join(b"2024-05-03 10:00:%02d,000 INFO step %d\n" % (i % 60, i) for i in range(20000))
+    )
+    (job / "n1" / "rank0.log.gz").write_bytes(data[: len(data) // 2])
+    (job / "n1" / "rank1.log").write_text("2024-05-03 10:00:00,000 ERROR other rank\n")
+    summary = ingest_job(store, job, job_id="trunc")
+    assert any("rank0.log.gz" in p and "truncated" in p for p in summary.problems)
+    assert summary.lines > 1
+
+
+def test_empty_job_and_unreadable_files(store: Store, tmp_path: Path) -> None:
+    with pytest.raises(IngestError, match=r"no log files in"):
+        ingest_job(store, tmp_path)
+    (tmp_path / "n1").mkdir()
+    (tmp_path / "n1" / "rank0.log").write_text("")
+    with pytest.raises(IngestError, match=r"no readable log lines"):
+        ingest_job(store, tmp_path, job_id="empty")
+    assert store.count(store.names.events) == 0
+
+
+def test_unreadable_file_is_reported_and_the_rest_indexed(store: Store, tmp_path: Path) -> None:
+    # A dangling symlink cannot be opened even by root (CI runs as root, so chmod 0 would not do).
+    (tmp_path / "n1").mkdir()
+    (tmp_path / "n1" / "rank0.log").symlink_to(tmp_path / "gone.log")
+    (tmp_path / "n1" / "rank1.log").write_text("2024-05-03 10:00:00,000 INFO y\n")
+    summary = ingest_job(store, tmp_path, job_id="perm")
+    assert any("cannot open log file" in p and "rank0.log" in p for p in summary.problems)
+    assert summary.lines == 1
+
+
+def test_invalid_job_yaml_fails_before_writing(store: Store, tmp_path: Path) -> None:
+    (tmp_path / "n1").mkdir()
+    (tmp_path / "n1" / "rank0.log").write_text("hello\n")
+    (tmp_path / "job.yaml").write_text("id: a\nstatus: [failed\n")
+    with pytest.raises(IngestError, match=r"job\.yaml:3: invalid YAML"):
+        ingest_job(store, tmp_path)
+    assert store.count(store.names.events) == 0
+
+
+def test_job_id_with_index_illegal_characters(store: Store, tmp_path: Path) -> None:
+    (tmp_path / "n1").mkdir()
+    (tmp_path / "n1" / "rank0.log").write_text("2024-05-03 10:00:00,000 INFO hello\n")
+    summary = ingest_job(store, tmp_path, job_id='Job/42 "A*B"?')
+    assert _counts(store, 'Job/42 "A*B"?')["events"] == summary.events_docs == 1
+
+
+def test_traceback_is_joined_to_one_record(store: Store, tmp_path: Path) -> None:
+    (tmp_path / "n1").mkdir()
+    (tmp_path / "n1" / "rank0.log").write_text(
+        "[rank0]:2024-05-03 10:00:00,000 INFO step\n"
+        "[rank0]:Traceback (most recent call last):\n"
+        '[rank0]:  File "/x/train.py", line 10, in <module>\n'
+        "[rank0]:    main()\n"
+        "[rank0]:RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    )
+    ingest_job(store, tmp_path, job_id="tb")
+    hits = store.search(store.names.lines, {"size": 10, "query": {"term": {"l4.job.id": "tb"}}})
+    messages = [h["_source"]["message"] for h in hits["hits"]["hits"]]
+    joined = [m for m in messages if m.startswith("[rank0]:Traceback")]
+    assert len(joined) == 1 and joined[0].endswith("illegal memory access was encountered")
+    assert not any(m.startswith("[rank0]:  File") for m in messages)
