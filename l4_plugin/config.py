@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-import yaml
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from l4_plugin.errors import ConfigError
+from l4_plugin.yamldoc import read_mapping
 
 # Characters Elasticsearch and OpenSearch refuse in index names (plus upper case).
 _ILLEGAL_INDEX_CHARS = re.compile(r'[\\/*?"<>| ,#:]')
@@ -95,21 +95,7 @@ def redact_url(url: str) -> str:
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ConfigError(f"{where}: invalid YAML: {problem}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping of settings, got {type(data).__name__}")
+    data = read_mapping(path, ConfigError, "config file")
     return {str(k).replace("-", "_"): v for k, v in data.items()}
 
 

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-
 from l4_plugin.errors import IngestError
+from l4_plugin.yamldoc import read_mapping
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
@@ -157,22 +156,7 @@ def load_job_yaml(job_dir: Path) -> dict[str, Any]:
     path = job_dir / "job.yaml"
     if not path.exists():
         return {}
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError as exc:
-        raise IngestError(f"cannot read {path}: {exc.strerror}") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise IngestError(f"{where}: invalid YAML in job.yaml: {problem}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise IngestError(f"{path}:1: job.yaml must be a mapping, got {type(data).__name__}")
-    return data
+    return read_mapping(path, IngestError, "job.yaml")
 
 
 def fingerprint(config: dict[str, str]) -> str:

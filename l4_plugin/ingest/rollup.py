@@ -129,7 +129,13 @@ class NodeRollup:
                 group = groups.get(key)
                 if group is None:
                     group = groups[key] = Group(
-                        1, first_pos, pos, ts_ref, ts_ref, message, path,
+                        1,
+                        first_pos,
+                        pos,
+                        ts_ref,
+                        ts_ref,
+                        message,
+                        path,
                     )
                 else:
                     group.count += 1

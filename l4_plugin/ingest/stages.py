@@ -12,10 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from l4_plugin.errors import ConfigError
 from l4_plugin.resources import data_path
+from l4_plugin.yamldoc import read_mapping
 
 #: Stages in the order a healthy run goes through them.
 STAGE_ORDER: tuple[str, ...] = (
@@ -71,16 +70,7 @@ class StageRules:
     def load(cls, path: Path | None = None) -> StageRules:
         """Load and compile the rules; errors name the file, the entry and the bad value."""
         path = path or data_path("ingest", "stages.yaml")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except OSError as exc:
-            raise ConfigError(f"cannot read stage rules {path}: {exc.strerror}") from None
-        except yaml.YAMLError as exc:
-            mark = getattr(exc, "problem_mark", None)
-            where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-            raise ConfigError(f"{where}: invalid YAML in stage rules") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: expected a mapping with 'stages' and 'iterations'")
+        data = read_mapping(path, ConfigError, "stage rules")
         stages = [_stage(path, i, entry) for i, entry in enumerate(data.get("stages") or [])]
         iterations = [_iteration(path, i, e) for i, e in enumerate(data.get("iterations") or [])]
         return cls(stages, iterations)
