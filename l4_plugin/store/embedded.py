@@ -85,7 +85,11 @@ class EmbeddedCluster:
         reader.start()
         event.wait(self.startup_timeout)
         if "url" not in ready:
-            code = self._process.poll()
+            # stdout closed without a URL: the server is exiting; reap it to learn its status.
+            try:
+                code: int | None = self._process.wait(timeout=2 if event.is_set() else 0)
+            except subprocess.TimeoutExpired:
+                code = None
             self._kill()
             why = (
                 f"osmem-server exited with status {code}"
