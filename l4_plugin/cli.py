@@ -180,18 +180,16 @@ def ingest(
             task = bar.add_task("ingest", total=None, rate="")
             started = time.monotonic()
 
-            def progress(name: str, done: int, lines: int) -> None:
+            def progress(name: str, done: int, total: int, lines: int) -> None:
                 rate = lines / max(time.monotonic() - started, 1e-6)
                 bar.update(
                     task,
+                    total=total,
                     completed=done,
                     description=name[-40:],
                     rate=f"{lines:,} lines, {rate:,.0f} lines/s",
                 )
 
-            from l4_plugin.ingest.jobdir import discover
-
-            bar.update(task, total=len(discover(job_dir, node_pattern)))
             summary = ingest_job(
                 store,
                 job_dir,

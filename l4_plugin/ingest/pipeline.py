@@ -31,7 +31,7 @@ from l4_plugin.store import Store
 TAIL_ITERATIONS = 32  # the last iterations of a job keep one bucket each
 MAX_COARSE_BUCKETS = 64  # earlier iterations share buckets: keeps the index compact
 FEED_LINES = 65_536
-Progress = Callable[[str, int, int], None]  # (file, files done, lines so far)
+Progress = Callable[[str, int, int, int], None]  # (file, files done, files, lines so far)
 
 
 @dataclass
@@ -67,19 +67,14 @@ def _generation(files: list[LogFile]) -> str:
 def load_known_templates(store: Store) -> list[Template]:
     """Every template already in the cluster (keeps template ids stable across jobs)."""
     known: list[Template] = []
+    if not store.count(store.names.templates):
+        return known
     after: list[Any] | None = None
     while True:
-        body: dict[str, Any] = {
-            "size": 5000,
-            "sort": [{"l4.template.id": "asc"}],
-        }
+        body: dict[str, Any] = {"size": 5000, "sort": [{"l4.template.id": "asc"}]}
         if after:
             body["search_after"] = after
-        hits = (
-            store.search(store.names.templates, body)["hits"]["hits"]
-            if store.count(store.names.templates)
-            else []
-        )
+        hits = store.search(store.names.templates, body)["hits"]["hits"]
         for hit in hits:
             src = hit["_source"]
             known.append(
@@ -205,7 +200,7 @@ def ingest_job(
         except OSError as exc:
             summary.problems.append(f"cannot read {log.relative}: {exc.strerror}")
         if progress:
-            progress(log.relative, done, sum(r.lines for r in rollups.values()))
+            progress(log.relative, done, len(files), sum(r.lines for r in rollups.values()))
     parser.finish()
     summary.nodes = len(rollups)
     summary.lines = sum(r.lines for r in rollups.values())
