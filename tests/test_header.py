@@ -177,3 +177,55 @@ def test_impossible_date_is_no_timestamp() -> None:
 def test_level_inference(body: str, level: str | None) -> None:
     assert infer_level(body) == level
     assert parse_header(body).level == level
+
+
+@pytest.mark.parametrize(
+    ("line", "level", "rank", "body"),
+    [
+        # torchrun --tee ("[default<local>]:") around PyTorch's per-rank prefix ("[rank<global>]:")
+        (
+            "[default0]:[rank0]:[E1105 12:00:00.123456789 ProcessGroupNCCL.cpp:616] [Rank 0] "
+            "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=8, OpType=ALLREDUCE)",
+            "ERROR",
+            0,
+            "[Rank 0] Watchdog caught collective operation timeout",
+        ),
+        (
+            "[default3]:[rank11]:[W1105 12:00:00.123 ProcessGroupNCCL.cpp:1168] Warning: "
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING is deprecated",
+            "WARNING",
+            11,
+            "Warning: TORCH_NCCL_ASYNC_ERROR_HANDLING",
+        ),
+        (
+            "[default5]:[rank13]:Traceback (most recent call last):",
+            "ERROR",
+            13,
+            "Traceback (most recent call last):",
+        ),
+        (
+            "[default2]:[rank10]:[2024-05-03 10:11:12,345] [INFO] [logging.py:96:log_dist] "
+            "[Rank 10] step=1",
+            "INFO",
+            10,
+            "[Rank 10] step=1",
+        ),
+    ],
+)
+def test_nested_rank_prefixes_are_all_stripped(line: str, level: str, rank: int, body: str) -> None:
+    h = parse_header(line, 2024)
+    assert h.level == level and h.rank == rank
+    assert line[h.body_start :].startswith(body)
+    assert h.timestamp is not None or "Traceback" in line
+
+
+def test_nested_prefix_glog_time_matches_the_single_prefix() -> None:
+    single = parse_header("[rank0]:[E1105 12:00:00.123 ProcessGroupNCCL.cpp:616] x", 2024)
+    nested = parse_header(
+        "[default0]:[rank0]:[E1105 12:00:00.123 ProcessGroupNCCL.cpp:616] x", 2024
+    )
+    assert (
+        nested.timestamp
+        == single.timestamp
+        == calendar.timegm((2024, 11, 5, 12, 0, 0, 0, 0, 0)) + 0.123
+    )

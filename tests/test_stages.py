@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -84,4 +85,85 @@ def test_bad_rules_file_names_the_entry(tmp_path: Path) -> None:
         StageRules.load(bad)
     bad.write_text("iterations:\n  - {name: x, marker: 'a', number: 'b'}\n")
     with pytest.raises(ConfigError, match=r"needs a group for the number"):
+        StageRules.load(bad)
+
+
+def _stages_by_body(job_dir: Path) -> dict[str, set[str]]:
+    """Stage(s) every line kind of a job's rank files was tagged with (the ingest's scan)."""
+    from l4_plugin.ingest.jobdir import discover
+    from l4_plugin.ingest.parser import read_lines
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    parser, rules = LineParser(), StageRules.load()
+    out: dict[str, set[str]] = {}
+    for f in discover(job_dir):
+        rollup = NodeRollup(f.node, rules)
+        rollup.scan(f.relative, f.rank, [(c, parser.feed(c), None, 0) for c in read_lines(f.path)])
+        for (kind, stage, _), _g in rollup.groups.items():
+            out.setdefault(kind.body, set()).add(stage)
+    return out
+
+
+def test_lines_after_a_finished_save_are_training_again(rules: StageRules) -> None:
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "[rank0]: [2024-03-18 04:01:03] iteration      100/   1000 | consumed samples: 512 |",
+        "[rank0]:saving checkpoint at iteration     100 to /ckpt",
+        "[rank0]:  successfully saved checkpoint at iteration     100 to /ckpt",
+        "[rank0]:node-1:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC",
+        "[rank0]: [2024-03-18 04:01:09] iteration      101/   1000 | consumed samples: 516 |",
+        "[rank0]:[2024-09-02 00:12:04,445] [INFO] [logging.py:96:log_dist] [Rank 0] "
+        "Saving model checkpoint: /ckpt/global_step101/mp_rank_00_model_states.pt",
+        "[rank0]:[2024-09-02 00:12:05,445] [INFO] [torch_checkpoint_engine.py:33:commit] "
+        "[Torch] Checkpoint global_step101 is ready now!",
+        "[rank0]:[E1105 12:00:00.123 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
+        "collective operation timeout",
+    ]
+    parser = LineParser()
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, parser.feed(lines), None, 0)])
+    stage_of = {g.first_pos: stage for (_, stage, _), g in rollup.groups.items()}
+    assert [stage_of[i] for i in range(1, 9)] == [
+        "training",
+        "checkpointing",
+        "checkpointing",
+        "training",
+        "training",
+        "checkpointing",
+        "checkpointing",
+        "training",
+    ]
+
+
+def test_done_line_before_training_does_not_start_training(rules: StageRules) -> None:
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = ["[rank0]:Configuration saved in /out/config.json", "[rank0]:building model"]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    assert {stage for (_, stage, _) in rollup.groups} == {"checkpointing"}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 4])  # Megatron-LM, DeepSpeed, HF Trainer
+def test_simulated_jobs_return_to_training_after_checkpoints(
+    rules: StageRules, tmp_path: Path, seed: int
+) -> None:
+    from l4_plugin.simulate import simulate
+
+    simulate(tmp_path, nodes=2, iterations=70, fault="nan-loss", seed=seed, baselines=0)
+    stages = _stages_by_body(tmp_path / "job")
+    checkpoint_kinds = {b for b, s in stages.items() if "checkpointing" in s}
+    assert checkpoint_kinds, "the simulated job saves checkpoints"
+    # Only save lines themselves are checkpointing; iteration markers and the failure are not.
+    assert all(re.search(r"(?i)sav|checkpoint", b) for b in checkpoint_kinds), checkpoint_kinds
+    for body, seen in stages.items():
+        if rules.role(body).iteration is not None:
+            assert seen == {"training"}, body
+
+
+def test_done_without_then_is_an_error(tmp_path: Path) -> None:
+    bad = tmp_path / "stages.yaml"
+    bad.write_text("stages:\n  - name: checkpointing\n    done: ['saved']\n")
+    with pytest.raises(ConfigError, match=r"stages\[0\]\.then: .* got None"):
         StageRules.load(bad)

@@ -139,3 +139,44 @@ def test_unreachable_cluster_is_retried_then_reported() -> None:
         r"\(after 3 attempts\)",
     ):
         store.info()
+
+
+def _raw_lines(store: Store, n: int) -> str:
+    """A raw-log index as a shipper leaves it (dynamic mapping), n documents, shuffled ids."""
+    index = f"{store.names.prefix}raw-shipped"
+    docs = [
+        (f"d{(i * 7919) % n}", {"message": f"line {i}", "log": {"offset": i * 10}, "k": i % 3})
+        for i in range(n)
+    ]
+    store.bulk_index(index, docs, refresh=True)
+    return index
+
+
+@pytest.mark.parametrize("page_size", [7, 1000])
+def test_search_after_reads_every_hit_in_order(any_store: Store, page_size: int) -> None:
+    index = _raw_lines(any_store, 103)
+    pit = any_store.open_pit(index)
+    if any_store.flavour == "opensearch":
+        # OpenSearch: POST /<index>/_search/point_in_time (osmem implements it).
+        assert pit is not None
+    else:
+        # Elasticsearch: POST /<index>/_pit. osmem has no such route: open_pit says None and
+        # search_after falls back to scroll. A real Elasticsearch 8/9 returns an id here.
+        assert pit is None
+    body = {"query": {"term": {"k": 1}}, "sort": [{"log.offset": "asc"}]}
+    hits = list(any_store.search_after(index, body, page_size=page_size, pit_id=pit))
+    offsets = [h["_source"]["log"]["offset"] for h in hits]
+    assert offsets == sorted(offsets) and len(offsets) == len(range(1, 103, 3))
+    if pit is not None:
+        any_store.close_pit(pit)
+    # Scroll on both adapters too (the fallback path).
+    hits = list(any_store.search_after(index, body, page_size=page_size))
+    assert [h["_source"]["log"]["offset"] for h in hits] == offsets
+
+
+def test_field_types_of_a_shipped_index(any_store: Store) -> None:
+    index = _raw_lines(any_store, 3)
+    types = any_store.field_types(index, ["message", "message.keyword", "log.offset", "nope"])
+    assert types["message"] == {"text"} and types["message.keyword"] == {"keyword"}
+    assert types["log.offset"] == {"long"} and "nope" not in types
+    assert any_store.field_types(f"{any_store.names.prefix}missing", ["message"]) == {}

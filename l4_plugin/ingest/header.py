@@ -69,8 +69,10 @@ _ISO = (
     r"(Z|[+-]\d{2}:?\d{2}(?![\d:]))?"
 )
 
-# torchrun --tee / --log-dir prefixes and PyTorch's per-rank prefixes.
-_RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d+)\]:")
+# torchrun --tee / --log-dir prefixes ("[default3]:", role + local rank) and PyTorch's per-rank
+# prefix ("[rank11]:", global rank), possibly both: "[default3]:[rank11]:[E1105 ...] ...".
+_RANK_PREFIX = re.compile(r"((?:\[(?:rank|default)\d+\]:)+)")
+_PREFIX_PART = re.compile(r"\[(rank|default)(\d+)\]:")
 _BODY_RANK = re.compile(r"\[Rank (\d+)\]")
 
 # "[2024-05-03 10:11:12,345] [INFO] [logging.py:96:log_dist] " (DeepSpeed) and
@@ -170,6 +172,22 @@ def infer_level(body: str) -> str | None:
     return None
 
 
+def rank_prefix(line: str) -> tuple[int | None, int]:
+    """The rank named by the launcher prefixes at the start of ``line`` and where they end.
+
+    With nested prefixes the global ``[rankN]:`` wins over torchrun's local ``[defaultN]:``.
+    ``(None, 0)`` when the line has no such prefix.
+    """
+    m = _RANK_PREFIX.match(line)
+    if m is None:
+        return None, 0
+    rank: int | None = None
+    for kind, number in _PREFIX_PART.findall(m.group(1)):
+        if kind == "rank" or rank is None:
+            rank = int(number)
+    return rank, m.end()
+
+
 def parse_header(line: str, default_year: int | None = None) -> Header:
     """Parse the header of one raw log line (no trailing newline needed; a stray ``\\r`` is fine).
 
@@ -177,12 +195,8 @@ def parse_header(line: str, default_year: int | None = None) -> Header:
     ``body_start`` after any rank prefix, and a level inferred from the body if it has one.
     """
     year = default_year if default_year is not None else time.gmtime().tm_year
-    rank: int | None = None
-    pos = 0
-    m = _RANK_PREFIX.match(line)
-    if m is not None:
-        rank = int(m.group(1))
-        pos = m.end()
+    rank, pos = rank_prefix(line)
+    prefixed = pos > 0
     start = pos
     n = len(line)
     while pos < n and line[pos] in " \t\r":
@@ -190,7 +204,7 @@ def parse_header(line: str, default_year: int | None = None) -> Header:
     ts, level, host, body, emitter, hdr_rank = _dispatch(line, pos, year)
     if body < 0:
         body = start
-        if m is not None:
+        if prefixed:
             emitter = "torch"
     if hdr_rank is not None and rank is None:
         rank = hdr_rank

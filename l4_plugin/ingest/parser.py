@@ -13,8 +13,9 @@ import gzip
 import io
 import time
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 
 from l4_plugin.errors import IngestError
@@ -145,8 +146,45 @@ def _default_masker() -> Masker:
     return _MASKER
 
 
-def read_lines(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[list[str]]:
-    """Yield the lines of a plain or ``.gz`` file in chunks, cleaned for parsing.
+class Block:
+    """The lines of one read block and, on demand, the byte offset of each line.
+
+    A file block knows its raw bytes and where they start in the file (in the decompressed
+    stream for ``.gz``): the offset table is computed only when a line of the block is kept, so
+    the parse hot path never pays for it. A block from an index carries the shipper's offsets
+    (``log.offset``), ``None`` where there is none.
+    """
+
+    __slots__ = ("_data", "_start", "_table", "lines")
+
+    def __init__(
+        self,
+        lines: list[str],
+        data: bytes | None = None,
+        start: int = 0,
+        offsets: list[int | None] | None = None,
+    ) -> None:
+        self.lines = lines
+        self._data = data
+        self._start = start
+        self._table: Sequence[int | None] | None = offsets
+
+    def offset(self, i: int) -> int | None:
+        """Byte offset of ``lines[i]`` in its file (None when unknown)."""
+        table = self._table
+        if table is None:
+            if self._data is None:
+                return None
+            # The decoded lines are the raw block split on b"\n" (decoding, CR and NUL removal
+            # never add or remove a "\n"), so the i-th line starts after the i-th newline.
+            table = self._table = list(
+                accumulate((len(p) + 1 for p in self._data.split(b"\n")), initial=self._start)
+            )
+        return table[i]
+
+
+def read_blocks(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[Block]:
+    """Yield the lines of a plain or ``.gz`` file in blocks, cleaned for parsing.
 
     Bytes are decoded as UTF-8 with replacement characters, ``\\r`` and NUL are removed, lines are
     split on ``\\n`` only (so line numbers match ``wc -l``/editors). A truncated or corrupt ``.gz``
@@ -160,6 +198,7 @@ def read_lines(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[list[str]
         raise IngestError(f"cannot open log file — {path} — {exc}") from exc
     with raw:
         tail = b""
+        start = 0  # byte offset of tail[0] in the (decompressed) stream
         while True:
             try:
                 # read1: at most one underlying read, so a truncated .gz loses only the block
@@ -167,7 +206,7 @@ def read_lines(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[list[str]
                 block = raw.read1(chunk_bytes)
             except (EOFError, OSError, zlib.error) as exc:
                 if tail:
-                    yield _decode(tail)
+                    yield Block(_decode(tail), tail, start)
                 raise IngestError(
                     f"log file is truncated or corrupt — {path} — {exc}; "
                     "the lines before the damage were parsed"
@@ -180,9 +219,17 @@ def read_lines(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[list[str]
                 tail = block
                 continue
             tail = block[cut + 1 :]
-            yield _decode(block[:cut])
+            data = block[:cut]
+            yield Block(_decode(data), data, start)
+            start += cut + 1
         if tail:
-            yield _decode(tail)
+            yield Block(_decode(tail), tail, start)
+
+
+def read_lines(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[list[str]]:
+    """The lines of a plain or ``.gz`` file in chunks (``read_blocks`` without the offsets)."""
+    for block in read_blocks(path, chunk_bytes):
+        yield block.lines
 
 
 def _decode(data: bytes) -> list[str]:

@@ -20,9 +20,10 @@ from typing import Any
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.header import parse_header
-from l4_plugin.ingest.jobdir import JobMeta, LogFile, discover, job_meta
-from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser, read_lines
-from l4_plugin.ingest.rollup import KEEP_EMITTERS, KEEP_LEVELS, Group, NodeRollup
+from l4_plugin.ingest.jobdir import JobMeta, discover, job_meta
+from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser
+from l4_plugin.ingest.rollup import KEEP_EMITTERS, KEEP_LEVELS, Chunk, Group, NodeRollup
+from l4_plugin.ingest.sources import LogStream, file_streams, files_generation
 from l4_plugin.ingest.stages import StageRules
 from l4_plugin.ingest.templates import template_from_dict
 from l4_plugin.records import Template
@@ -31,6 +32,7 @@ from l4_plugin.store import Store
 TAIL_ITERATIONS = 32  # the last iterations of a job keep one bucket each
 MAX_COARSE_BUCKETS = 64  # earlier iterations share buckets: keeps the index compact
 FEED_LINES = 65_536
+FULL_CHUNK = 2_000  # --full: raw-line documents per bulk request
 Progress = Callable[[str, int, int, int], None]  # (file, files done, files, lines so far)
 
 
@@ -51,17 +53,6 @@ class IngestSummary:
 
 def _doc_id(*parts: object) -> str:
     return hashlib.sha1("\x1f".join(str(p) for p in parts).encode()).hexdigest()
-
-
-def _generation(files: list[LogFile]) -> str:
-    h = hashlib.sha1()
-    for f in files:
-        try:
-            st = f.path.stat()
-            h.update(f"{f.relative}\x1f{st.st_size}\x1f{st.st_mtime_ns}\n".encode())
-        except OSError:
-            h.update(f"{f.relative}\x1f?\n".encode())
-    return h.hexdigest()[:16]
 
 
 def load_known_templates(store: Store) -> list[Template]:
@@ -104,26 +95,33 @@ def src_field(source: dict[str, Any], name: str) -> Any:
 
 
 def _chunks(
-    path: Path, parser: LineParser, problems: list[str], long_lines: set[int], relative: str
-) -> Iterator[tuple[list[str], list[LineKind]]]:
+    stream: LogStream, parser: LineParser, problems: list[str] | None, long_lines: set[int]
+) -> Iterator[Chunk]:
+    """Feed a stream's blocks to the parser; damage is reported to ``problems`` (None: ignored)."""
     pos = 0
     try:
-        for chunk in read_lines(path):
+        for block in stream.open():
+            chunk = block.lines
             for start in range(0, len(chunk), FEED_LINES):
                 lines = chunk[start : start + FEED_LINES]
                 if lines and max(map(len, lines)) > MAX_LINE_CHARS:
                     for i, line in enumerate(lines):
                         if len(line) > MAX_LINE_CHARS:
                             long_lines.add(pos + i + 1)
-                            problems.append(
-                                f"{relative}:{pos + i + 1}: line of {len(line)} characters "
-                                f"truncated to {MAX_LINE_CHARS}"
-                            )
+                            if problems is not None:
+                                problems.append(
+                                    f"{stream.path}:{pos + i + 1}: line of {len(line)} characters "
+                                    f"truncated to {MAX_LINE_CHARS}"
+                                )
                             lines[i] = line[:MAX_LINE_CHARS]
                 pos += len(lines)
-                yield lines, parser.feed(lines)
+                yield lines, parser.feed(lines), block, start
     except IngestError as exc:
-        problems.append(str(exc))
+        if problems is not None:
+            problems.append(str(exc))
+
+
+_UNSEEN = object()
 
 
 class _Clock:
@@ -136,15 +134,18 @@ class _Clock:
             if a is not None and a == b:  # the format carries its own year
                 self.year = time.gmtime(a).tm_year
                 break
-        self.cache: dict[str, float | None] = {}
+        self.cache: dict[str, object] = {}
 
-    def ms(self, ref: str | None) -> int | None:
+    def ms(self, ref: str | None, *, cache: bool = True) -> int | None:
+        """Epoch milliseconds of a reference line; ``cache=False`` for one-off lines (--full)."""
         if ref is None:
             return None
-        if ref not in self.cache:
-            self.cache[ref] = parse_header(ref, self.year).timestamp
-        ts = self.cache[ref]
-        return int(ts * 1000) if ts is not None else None
+        ts = self.cache.get(ref, _UNSEEN)
+        if ts is _UNSEEN:
+            ts = parse_header(ref, self.year).timestamp
+            if cache:
+                self.cache[ref] = ts
+        return int(ts * 1000) if isinstance(ts, float) else None
 
 
 def _buckets(
@@ -174,44 +175,151 @@ def ingest_job(
     config: dict[str, str] | None = None,
     node_pattern: str | None = None,
     baseline_templates: set[str] | None = None,
+    full: bool = False,
     progress: Progress | None = None,
 ) -> IngestSummary:
-    """Parse every log file of ``job_dir`` and write the job's documents (DESIGN §4)."""
-    started = time.monotonic()
+    """Parse every log file of ``job_dir`` and write the job's documents (DESIGN §4).
+
+    ``full`` also indexes every raw line into ``l4-lines`` (a second, streamed pass).
+    """
     meta = job_meta(job_dir, job_id=job_id, status=status, config=config)
     files = discover(job_dir, node_pattern)
-    summary = IngestSummary(meta, files=len(files))
-    generation = _generation(files)
+    return ingest_streams(
+        store,
+        meta,
+        file_streams(files),
+        files_generation(files),
+        where=str(job_dir),
+        baseline_templates=baseline_templates,
+        full=full,
+        progress=progress,
+    )
+
+
+def ingest_streams(
+    store: Store,
+    meta: JobMeta,
+    streams: list[LogStream],
+    generation: str,
+    *,
+    where: str,
+    baseline_templates: set[str] | None = None,
+    full: bool = False,
+    progress: Progress | None = None,
+) -> IngestSummary:
+    """The one ingest path of files and index sources: parse, tag, roll up, write.
+
+    ``streams`` are the job's files (sorted by node, rank, path); ``generation`` identifies this
+    version of the job's logs (see the module docstring); ``where`` names the source in errors.
+    """
+    started = time.monotonic()
+    summary = IngestSummary(meta, files=len(streams))
     parser = LineParser(known=load_known_templates(store))
     rules = StageRules.load()
     rollups: dict[str, NodeRollup] = {}
-    for done, log in enumerate(files, 1):
-        rollup = rollups.get(log.node)
+    for done, stream in enumerate(streams, 1):
+        rollup = rollups.get(stream.node)
         if rollup is None:
-            rollup = rollups[log.node] = NodeRollup(log.node, rules)
+            rollup = rollups[stream.node] = NodeRollup(stream.node, rules)
         long_lines: set[int] = set()
         try:
             rollup.scan(
-                log.relative,
-                log.rank,
-                _chunks(log.path, parser, summary.problems, long_lines, log.relative),
+                stream.path,
+                stream.rank,
+                _chunks(stream, parser, summary.problems, long_lines),
                 long_lines,
             )
         except OSError as exc:
-            summary.problems.append(f"cannot read {log.relative}: {exc.strerror}")
+            summary.problems.append(f"cannot read {stream.path}: {exc.strerror}")
         if progress:
-            progress(log.relative, done, len(files), sum(r.lines for r in rollups.values()))
+            progress(stream.path, done, len(streams), sum(r.lines for r in rollups.values()))
     parser.finish()
     summary.nodes = len(rollups)
     summary.lines = sum(r.lines for r in rollups.values())
     if summary.lines == 0:
         raise IngestError(
-            f"no readable log lines in {job_dir}"
+            f"no readable log lines in {where}"
             + (f" ({summary.problems[0]})" if summary.problems else "")
         )
-    _write(store, summary, rollups, parser, generation, baseline_templates)
+    full_streams = streams if full else None
+    _write(store, summary, rollups, parser, generation, baseline_templates, full_streams)
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def _write_full_lines(
+    store: Store,
+    meta: JobMeta,
+    streams: list[LogStream],
+    parser: LineParser,
+    clock: _Clock,
+    generation: str,
+) -> int:
+    """Index every raw line as an ``l4-lines`` document (``--full``); returns how many.
+
+    A second pass over the streams with the final templates: the stage machine runs again (a
+    throwaway ``NodeRollup``) so each line carries the same stage and iteration as its rollup.
+    Memory stays bounded: documents go to the cluster in bulk chunks of ``FULL_CHUNK`` as the
+    lines are read. Ids are (job, node, file, line): a re-ingest overwrites, never duplicates.
+    """
+    rules = StageRules.load()
+    docs: list[tuple[str, dict[str, Any]]] = []
+    written = 0
+
+    def sink(
+        pos: int,
+        raw: str,
+        kind: LineKind,
+        stage: str,
+        iteration: int | None,
+        ts_ref: str | None,
+        rank: int | None,
+        offset: int | None,
+    ) -> None:
+        template = kind.template
+        if template is None:  # a line that was not there in the first pass (a growing file)
+            parser.finish()
+            template = kind.template
+        assert template is not None
+        doc: dict[str, Any] = {
+            "message": raw,
+            "host.name": node,
+            "log.file.path": path,
+            "l4.job.id": meta.id,
+            "l4.template.id": template.id,
+            "l4.stage": stage,
+            "l4.line": pos,
+            "l4.generation": generation,
+        }
+        ms = clock.ms(ts_ref, cache=False)
+        if ms is not None:
+            doc["@timestamp"] = ms
+        if kind.level:
+            doc["log.level"] = kind.level
+        if rank is not None:
+            doc["l4.rank"] = rank
+        if iteration is not None:
+            doc["l4.iteration"] = iteration
+        if offset is not None:
+            doc["log.offset"] = offset
+        if pos in long_lines:
+            doc["l4.flags"] = ["truncated"]
+        docs.append((_doc_id(meta.id, node, path, pos), doc))
+        if len(docs) >= FULL_CHUNK:
+            nonlocal written
+            written += store.bulk_index(store.names.lines, docs)
+            docs.clear()
+
+    for stream in streams:
+        node, path = stream.node, stream.path
+        long_lines: set[int] = set()
+        chunks = _chunks(stream, parser, None, long_lines)
+        try:
+            NodeRollup(node, rules).scan(path, stream.rank, chunks, long_lines, sink)
+        except OSError:
+            continue  # reported by the first pass
+    written += store.bulk_index(store.names.lines, docs)
+    return written
 
 
 def _write(
@@ -221,6 +329,7 @@ def _write(
     parser: LineParser,
     generation: str,
     baseline_templates: set[str] | None,
+    full_streams: list[LogStream] | None,
 ) -> None:
     meta = summary.job
     refs: set[str] = set()
@@ -296,12 +405,19 @@ def _write(
                     line_doc["l4.iteration"] = it
                 if kept.flags:
                     line_doc["l4.flags"] = list(kept.flags)
+                if kept.offset is not None:
+                    line_doc["log.offset"] = kept.offset
                 kept_docs.append((doc_id, line_doc))
     event_docs = [(_doc_id(meta.id, *k), d) for k, d in merged.items()]
     for _, d in event_docs:
         d["l4.ranks"] = sorted(d["l4.ranks"])
     summary.events_docs = store.bulk_index(store.names.events, event_docs)
-    summary.lines_docs = store.bulk_index(store.names.lines, kept_docs)
+    if full_streams is not None:
+        summary.lines_docs = _write_full_lines(store, meta, full_streams, parser, clock, generation)
+        # Kept lines overwrite their raw-line twins: same ids, joined tracebacks, flags.
+        store.bulk_index(store.names.lines, kept_docs)
+    else:
+        summary.lines_docs = store.bulk_index(store.names.lines, kept_docs)
     new = parser.new_templates()
     now = int(time.time() * 1000)
     levels = {k.template.id: k.level for k in parser.kinds if k.template is not None}

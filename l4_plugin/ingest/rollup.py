@@ -11,11 +11,11 @@ carries the whole block as its message.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from l4_plugin.ingest.parser import LineKind
+from l4_plugin.ingest.header import rank_prefix
+from l4_plugin.ingest.parser import Block, LineKind
 from l4_plugin.ingest.stages import NO_ROLE, Role, StageRules
 
 KEEP_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
@@ -23,7 +23,6 @@ KEEP_EMITTERS = frozenset({"kernel", "slurm", "syslog"})
 MAX_KEPT_PER_GROUP = 50  # lines kept per (node, kind, bucket) for l4-lines
 RARE_SAMPLE = 3  # first lines of every group, kept in case the template is rare in the job
 MAX_TRACEBACK_LINES = 200
-_PREFIX_RANK = re.compile(r"^\[(?:rank|default)(\d+)\]:")
 _TB_CONTINUATION = ("During handling of the above", "The above exception", "Traceback (most")
 
 
@@ -37,6 +36,7 @@ class KeptLine:
     ts_ref: str | None
     rank: int | None
     flags: tuple[str, ...] = ()
+    offset: int | None = None
 
 
 @dataclass(slots=True)
@@ -55,6 +55,11 @@ class Group:
 
 
 GroupKey = tuple[LineKind, str, int | None]
+#: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset.
+Chunk = tuple[list[str], list[LineKind], Block | None, int]
+#: Called for every raw line by ``scan(..., sink=...)`` (``--full``): position, raw line, kind,
+#: stage, iteration, timestamp reference, rank, byte offset.
+LineSink = Callable[[int, str, LineKind, str, int | None, str | None, int | None, int | None], None]
 
 
 class NodeRollup:
@@ -73,10 +78,15 @@ class NodeRollup:
         self,
         path: str,
         rank: int | None,
-        chunks: Iterable[tuple[list[str], list[LineKind]]],
+        chunks: Iterable[Chunk],
         long_lines: set[int] | None = None,
+        sink: LineSink | None = None,
     ) -> None:
-        """Add one file, given its lines and their kinds chunk by chunk (in file order)."""
+        """Add one file, given its lines and their kinds chunk by chunk (in file order).
+
+        ``sink`` (the ``--full`` pass) sees every raw line with the stage and iteration it was
+        tagged with, traceback frames included.
+        """
         groups = self.groups
         roles = self.roles
         stage = "init"
@@ -86,25 +96,47 @@ class NodeRollup:
         pos = 0
         tb: list[str] | None = None
         tb_start = 0
+        tb_offset: int | None = None
         tb_kind: LineKind | None = None
-        for lines, kinds in chunks:
-            for raw, kind in zip(lines, kinds, strict=True):
+        for lines, kinds, block, base in chunks:
+            for i, (raw, kind) in enumerate(zip(lines, kinds, strict=True)):
                 pos += 1
                 if kind.has_timestamp:
                     ts_ref = raw
+                line_rank = rank
+                body_at = 0
+                if kind.rank_prefix:
+                    prefix_rank, body_at = rank_prefix(raw)
+                    if prefix_rank is not None:
+                        line_rank = prefix_rank
                 if tb is not None:
-                    body = raw[raw.index("]:") + 2 :] if kind.rank_prefix and "]:" in raw else raw
+                    body = raw[body_at:]
                     if (
                         not body or body[0] in " \t^~" or body.startswith(_TB_CONTINUATION)
                     ) and len(tb) < MAX_TRACEBACK_LINES:
                         tb.append(raw)
+                        if sink is not None:
+                            sink(
+                                pos,
+                                raw,
+                                kind,
+                                stage,
+                                iteration,
+                                ts_ref,
+                                line_rank,
+                                _at(block, base + i),
+                            )
                         continue
                 elif kind.body.startswith("Traceback (most recent call last)"):
                     tb, tb_start, tb_kind = [raw], pos, kind
+                    tb_offset = _at(block, base + i)
+                    if sink is not None:
+                        sink(pos, raw, kind, stage, iteration, ts_ref, line_rank, tb_offset)
                     continue
                 role = roles.get(kind)
                 if role is None:
                     role = roles[kind] = self.rules.role(kind.body)
+                then: str | None = None
                 if role is not NO_ROLE:
                     if role.iteration is not None:
                         number = role.iteration.number_of(raw)
@@ -114,16 +146,17 @@ class NodeRollup:
                     elif role.stage is not None:
                         stage = self.rules.next_stage(stage, role.stage, training)
                         training = training or stage == "training"
-                line_rank = rank
-                if kind.rank_prefix:
-                    m = _PREFIX_RANK.match(raw)
-                    if m:
-                        line_rank = int(m.group(1))
+                        if training and stage == role.stage:
+                            then = role.then
+                if sink is not None:
+                    sink(pos, raw, kind, stage, iteration, ts_ref, line_rank, _at(block, base + i))
                 message = raw
                 first_pos = pos
+                offset_i: int | None = i
                 if tb is not None:
                     message = "\n".join([*tb, raw])
                     first_pos = tb_start
+                    offset_i = None
                     tb = None
                 key = (kind, stage, iteration)
                 group = groups.get(key)
@@ -149,7 +182,12 @@ class NodeRollup:
                     and (kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS)
                 ):
                     flags = ("truncated",) if long_lines and pos in long_lines else ()
-                    kept.append(KeptLine(path, first_pos, message, ts_ref, line_rank, flags))
+                    offset = tb_offset if offset_i is None else _at(block, base + offset_i)
+                    kept.append(
+                        KeptLine(path, first_pos, message, ts_ref, line_rank, flags, offset)
+                    )
+                if then is not None:
+                    stage = then
         if tb is not None and tb_kind is not None:
             # The file ends inside a traceback (the process died while printing it): keep the
             # block as one record under its Traceback line rather than lose it.
@@ -163,7 +201,11 @@ class NodeRollup:
             group.last_pos = tb_start
             if rank is not None:
                 group.ranks.add(rank)
-            group.kept.append(KeptLine(path, tb_start, message, ts_ref, rank))
+            group.kept.append(KeptLine(path, tb_start, message, ts_ref, rank, (), tb_offset))
         self.lines += pos
         if iteration is not None:
             self.last_iteration = max(iteration, self.last_iteration or iteration)
+
+
+def _at(block: Block | None, i: int) -> int | None:
+    return block.offset(i) if block is not None else None

@@ -42,10 +42,15 @@ class IterationRule:
 
 @dataclass(frozen=True, slots=True)
 class Role:
-    """What one line kind does to the per-file state: switch stage and/or mark an iteration."""
+    """What one line kind does to the per-file state: switch stage and/or mark an iteration.
+
+    ``then`` is the stage of the lines *after* this one once training has started: the line that
+    completes a checkpoint save belongs to ``checkpointing``, what follows it to ``training``.
+    """
 
     stage: str | None = None
     iteration: IterationRule | None = None
+    then: str | None = None
 
 
 NO_ROLE = Role()
@@ -56,6 +61,8 @@ class _StageRule:
     name: str
     pre_training: bool
     patterns: tuple[re.Pattern[str], ...]
+    done: tuple[re.Pattern[str], ...] = ()
+    then: str | None = None
 
 
 class StageRules:
@@ -81,6 +88,8 @@ class StageRules:
             if rule.marker.search(body):
                 return Role("training", rule)
         for stage in self.stages:
+            if any(p.search(body) for p in stage.done):
+                return Role(stage.name, None, stage.then)
             if any(p.search(body) for p in stage.patterns):
                 return Role(stage.name, None)
         return NO_ROLE
@@ -110,7 +119,17 @@ def _stage(path: Path, i: int, entry: Any) -> _StageRule:
         _compile(path, f"stages[{i}].patterns[{j}]", p)
         for j, p in enumerate(entry.get("patterns") or [])
     )
-    return _StageRule(entry["name"], bool(entry.get("pre_training", False)), patterns)
+    done = tuple(
+        _compile(path, f"stages[{i}].done[{j}]", p) for j, p in enumerate(entry.get("done") or [])
+    )
+    then = entry.get("then")
+    if done and then not in STAGE_ORDER:
+        raise ConfigError(
+            f"{path}: stages[{i}].then: lines after a 'done' line need a stage from "
+            f"{', '.join(STAGE_ORDER)}, got {then!r}"
+        )
+    pre = bool(entry.get("pre_training", False))
+    return _StageRule(entry["name"], pre, patterns, done, then if done else None)
 
 
 def _iteration(path: Path, i: int, entry: Any) -> IterationRule:

@@ -8,6 +8,7 @@ chunking, composite-aggregation pagination and template installation.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from abc import ABC, abstractmethod
@@ -124,6 +125,26 @@ class Store(ABC):
 
     @abstractmethod
     def _delete_indices(self, pattern: str) -> None: ...
+
+    @abstractmethod
+    def _open_pit(self, index: str, keep_alive: str) -> str:
+        """Open a point in time over ``index``; returns its id."""
+
+    @abstractmethod
+    def _close_pit(self, pit_id: str) -> None: ...
+
+    @abstractmethod
+    def _search_pit(self, body: dict[str, Any]) -> dict[str, Any]:
+        """``POST /_search`` without an index: the body's ``pit`` names what is searched."""
+
+    @abstractmethod
+    def _scroll(self, scroll_id: str, keep_alive: str) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def _clear_scroll(self, scroll_id: str) -> None: ...
+
+    @abstractmethod
+    def _field_caps(self, index: str, fields: list[str]) -> dict[str, Any]: ...
 
     @abstractmethod
     def _classify(self, exc: Exception) -> CallFailure | None:
@@ -342,6 +363,82 @@ class Store(ABC):
             self._call(f"refresh {index}", lambda: self._refresh(index))
         except _NotFound:
             return
+
+    def field_types(self, index: str, fields: list[str]) -> dict[str, set[str]]:
+        """``GET /<index>/_field_caps``: the mapped types of each field ({} for unmapped ones)."""
+        try:
+            res = self._call(
+                f"field capabilities of {index}", lambda: self._field_caps(index, fields)
+            )
+        except _NotFound:
+            return {}
+        return {name: set(types) for name, types in res.get("fields", {}).items()}
+
+    def open_pit(self, index: str, keep_alive: str = "2m") -> str | None:
+        """Open a point in time over ``index``: its id, or None when the cluster has no PIT.
+
+        OpenSearch: ``POST /<index>/_search/point_in_time?keep_alive=``; Elasticsearch:
+        ``POST /<index>/_pit?keep_alive=``. A cluster without the API (older versions, osmem on
+        the Elasticsearch path) answers with an error: the caller falls back to ``scroll``.
+        """
+        try:
+            return self._call(
+                f"open point in time on {index}", lambda: self._open_pit(index, keep_alive)
+            )
+        except StoreError:
+            return None
+
+    def close_pit(self, pit_id: str) -> None:
+        """Release a point in time (errors ignored: it expires with its keep-alive anyway)."""
+        try:
+            self._call("close point in time", lambda: self._close_pit(pit_id))
+        except StoreError:
+            return
+
+    def search_after(
+        self,
+        index: str,
+        body: dict[str, Any],
+        *,
+        page_size: int = 5000,
+        keep_alive: str = "2m",
+        pit_id: str | None = None,
+    ) -> Iterator[dict[str, Any]]:
+        """Every hit of a sorted search, page by page, in ``body["sort"]`` order.
+
+        With a point in time (``pit_id``, from ``open_pit``) pages follow ``search_after`` on a
+        consistent view, with ``_shard_doc`` as the tie-breaker; without one, a scroll
+        (``POST /<index>/_search?scroll=`` then ``POST /_search/scroll``), cleared at the end.
+        """
+        if pit_id is not None:
+            query = dict(body, size=page_size, track_total_hits=False)
+            query["sort"] = [*body.get("sort", []), {"_shard_doc": "asc"}]
+            query["pit"] = {"id": pit_id, "keep_alive": keep_alive}
+            while True:
+                res = self._call(f"search on {index}", lambda q=query: self._search_pit(q))  # type: ignore[misc]
+                hits = res["hits"]["hits"]
+                yield from hits
+                if len(hits) < page_size:
+                    return
+                query["search_after"] = hits[-1]["sort"]
+                query["pit"] = {"id": res.get("pit_id", pit_id), "keep_alive": keep_alive}
+        res = self.search(index, dict(body, size=page_size), params={"scroll": keep_alive})
+        scroll_id = res.get("_scroll_id")
+        try:
+            while True:
+                hits = res["hits"]["hits"]
+                yield from hits
+                if len(hits) < page_size or not scroll_id:
+                    return
+                res = self._call(
+                    f"scroll on {index}",
+                    lambda s=scroll_id: self._scroll(s, keep_alive),  # type: ignore[misc]
+                )
+                scroll_id = res.get("_scroll_id", scroll_id)
+        finally:
+            if scroll_id:
+                with contextlib.suppress(StoreError):
+                    self._call("clear scroll", lambda: self._clear_scroll(scroll_id))
 
     def install_templates(self) -> list[tuple[str, str]]:
         """Install or update every L4 index template; returns (name, created|updated|unchanged)."""

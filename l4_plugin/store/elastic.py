@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from elastic_transport import ConnectionError as TransportConnectionError
 from elastic_transport import ConnectionTimeout, TlsError
@@ -99,6 +100,34 @@ class ElasticsearchStore(Store):
 
     def _delete_indices(self, pattern: str) -> None:
         self.client.indices.delete(index=pattern, ignore_unavailable=True)
+
+    def _open_pit(self, index: str, keep_alive: str) -> str:
+        # POST /<index>/_pit?keep_alive=
+        return str(self.client.open_point_in_time(index=index, keep_alive=keep_alive).body["id"])
+
+    def _close_pit(self, pit_id: str) -> None:
+        # DELETE /_pit {"id": ...}
+        self.client.close_point_in_time(id=pit_id)
+
+    def _search_pit(self, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.client.search(body=body).body)
+
+    def _scroll(self, scroll_id: str, keep_alive: str) -> dict[str, Any]:
+        return dict(self.client.scroll(scroll_id=scroll_id, scroll=keep_alive).body)
+
+    def _clear_scroll(self, scroll_id: str) -> None:
+        self.client.clear_scroll(scroll_id=scroll_id)
+
+    def _field_caps(self, index: str, fields: list[str]) -> dict[str, Any]:
+        # GET /<index>/_field_caps?fields=a,b: the 9.x client would send `fields` in the body,
+        # which only newer servers read; the query parameter works on every 8/9 server.
+        res = self.client.perform_request(
+            "GET",
+            f"/{quote(index, safe=',*')}/_field_caps",
+            params={"fields": ",".join(fields)},
+            headers={"accept": "application/json"},
+        )
+        return dict(res.body)
 
     def _classify(self, exc: Exception) -> CallFailure | None:
         if isinstance(exc, ApiError):

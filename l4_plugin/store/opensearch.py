@@ -100,6 +100,26 @@ class OpenSearchStore(Store):
     def _delete_indices(self, pattern: str) -> None:
         self.client.indices.delete(index=pattern, params={"ignore_unavailable": "true"})
 
+    def _open_pit(self, index: str, keep_alive: str) -> str:
+        # POST /<index>/_search/point_in_time?keep_alive=
+        return str(self.client.create_pit(index=index, params={"keep_alive": keep_alive})["pit_id"])
+
+    def _close_pit(self, pit_id: str) -> None:
+        # DELETE /_search/point_in_time {"pit_id": [...]}
+        self.client.delete_pit(body={"pit_id": [pit_id]})
+
+    def _search_pit(self, body: dict[str, Any]) -> dict[str, Any]:
+        return dict(self.client.search(body=body))
+
+    def _scroll(self, scroll_id: str, keep_alive: str) -> dict[str, Any]:
+        return dict(self.client.scroll(body={"scroll_id": scroll_id, "scroll": keep_alive}))
+
+    def _clear_scroll(self, scroll_id: str) -> None:
+        self.client.clear_scroll(body={"scroll_id": [scroll_id]})
+
+    def _field_caps(self, index: str, fields: list[str]) -> dict[str, Any]:
+        return dict(self.client.field_caps(index=index, params={"fields": ",".join(fields)}))
+
     def _classify(self, exc: Exception) -> CallFailure | None:
         if isinstance(exc, SSLError):
             return CallFailure(None, f"TLS failure: {first_line(exc)}", transient=False)
