@@ -16,6 +16,9 @@ from l4_plugin.rules.model import FieldMatcher, Selection
 
 Query = dict[str, Any]
 TemplateResolver = Callable[[FieldMatcher], Sequence[str]]
+# Exact ``message.keyword`` values one value of a matcher matches in the job, or None (not
+# resolved: use the direct query). See ``l4_plugin.rules.resolver``.
+ValueResolver = Callable[[FieldMatcher, str | int | float], Sequence[str] | None]
 
 # Where each rule field lives in l4-lines (``template`` is resolved through l4-templates).
 LINE_FIELDS = {
@@ -182,6 +185,12 @@ def value_query(field: str, kind: str, value: str | int | float, cased: bool) ->
 
 
 def _combine(clauses: list[Query], all_: bool) -> Query:
+    # A clause that matches nothing decides an AND and drops out of an OR: same documents, and
+    # the engine skips selections that are MATCH_NOTHING without a request.
+    if all_ and MATCH_NOTHING in clauses:
+        return MATCH_NOTHING
+    if not all_:
+        clauses = [c for c in clauses if c != MATCH_NOTHING] or [MATCH_NOTHING]
     if len(clauses) == 1:
         return clauses[0]
     if all_:
@@ -197,23 +206,46 @@ def template_text_query(matcher: FieldMatcher) -> Query:
     )
 
 
-def matcher_query(matcher: FieldMatcher, resolve: TemplateResolver) -> Query:
-    """An ``l4-lines`` query clause for one matcher; ``template`` goes through ``resolve``."""
+def _resolved_or_direct(
+    matcher: FieldMatcher, value: str | int | float, resolve_value: ValueResolver | None
+) -> Query:
+    exact = resolve_value(matcher, value) if resolve_value is not None else None
+    if exact is None:
+        return value_query(LINE_FIELDS[matcher.field], matcher.kind, value, matcher.cased)
+    if not exact:
+        return MATCH_NOTHING
+    return {"terms": {LINE_FIELDS[matcher.field]: sorted(exact)}}
+
+
+def matcher_query(
+    matcher: FieldMatcher,
+    resolve: TemplateResolver,
+    resolve_value: ValueResolver | None = None,
+) -> Query:
+    """An ``l4-lines`` query clause for one matcher; ``template`` goes through ``resolve``.
+
+    With ``resolve_value``, a value it resolved becomes a ``terms`` look-up of the exact
+    ``message.keyword`` values it matches in the job (same documents, no regexp at query time).
+    """
     if matcher.field == "template":
         ids = sorted(set(resolve(matcher)))
         return {"terms": {"l4.template.id": ids}} if ids else MATCH_NOTHING
-    field = LINE_FIELDS[matcher.field]
     return _combine(
-        [value_query(field, matcher.kind, v, matcher.cased) for v in matcher.values], matcher.all_
+        [_resolved_or_direct(matcher, v, resolve_value) for v in matcher.values], matcher.all_
     )
 
 
-def selection_query(selection: Selection, resolve: TemplateResolver) -> Query | None:
+def selection_query(
+    selection: Selection,
+    resolve: TemplateResolver,
+    resolve_value: ValueResolver | None = None,
+) -> Query | None:
     """The ``l4-lines`` query of a selection, or None for a ``silence`` selection."""
     if selection.silence is not None:
         return None
     alternatives = [
-        _combine([matcher_query(m, resolve) for m in alt], True) for alt in selection.alternatives
+        _combine([matcher_query(m, resolve, resolve_value) for m in alt], True)
+        for alt in selection.alternatives
     ]
     return _combine(alternatives, False)
 

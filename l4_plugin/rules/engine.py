@@ -1,16 +1,21 @@
 """Matching rules against one job in the cluster: aggregated facts in, ``RuleMatch`` records out.
 
-For each rule, one ``composite`` aggregation over ``host.name`` on ``l4-lines`` (restricted to the
-job and to lines matching at least one selection) returns, per node and per selection, the number
-of lines and the first/last ``@timestamp``. ``silence`` selections read ``l4-events``
-(``max(l4.last_ts)`` per node). The condition is evaluated per node (``scope: node``) or on the
-job-wide sums (``scope: job``); ``window`` and ``max_node_fraction`` are then applied, and one
-``top_hits`` search fetches sample lines for the rules that matched. No raw line is scanned in
-Python.
+Per job, not per rule: the expensive ``message`` values of every rule (``contains``, ``re``,
+leading wildcards) are first resolved to the exact distinct lines they match in the job
+(``l4_plugin.rules.resolver``: a token prefilter plus a ``terms``/``include`` aggregation, a few
+requests in all), so every selection compiles to cheap term look-ups. Then one ``composite``
+aggregation over ``host.name`` on ``l4-lines`` (restricted to the job and to lines matching at
+least one selection of any rule) returns, per node and per distinct selection query, the number of
+lines and the first/last ``@timestamp``. ``silence`` selections read ``l4-events``
+(``max(l4.last_ts)`` per node). Each rule's condition is evaluated per node (``scope: node``) or
+on the job-wide sums (``scope: job``); ``window`` and ``max_node_fraction`` are then applied, and
+one ``top_hits`` search per matched rule fetches sample lines. No raw line is scanned in Python.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -30,6 +35,7 @@ from l4_plugin.rules.compiler import (
 from l4_plugin.rules.condition import SelectionFacts, Truth, evaluate, positive
 from l4_plugin.rules.model import FieldMatcher, Rule
 from l4_plugin.rules.render import render
+from l4_plugin.rules.resolver import MessageResolver, TextValue, needs_resolution
 from l4_plugin.rules.schema import SEVERITIES
 
 _NODE_SOURCE = [{"node": {"terms": {"field": "host.name"}}}]
@@ -146,12 +152,45 @@ def _aggregate(facts: Iterable[SelectionFacts]) -> SelectionFacts:
 class JobFacts:
     """Cluster look-ups for one job, cached across the rules matched against it."""
 
-    def __init__(self, store: RuleStore, job_id: str) -> None:
+    def __init__(self, store: RuleStore, job_id: str, *, resolve_messages: bool = True) -> None:
         self.store = store
         self.job_id = job_id
         self._templates: dict[FieldMatcher, list[str]] = {}
         self._last_ts: dict[str, float] | None = None
         self._total: int | None = None
+        self._facts: dict[str, dict[str, SelectionFacts]] = {}
+        self.messages = (
+            MessageResolver(store, store.names.lines, job_filter(job_id))
+            if resolve_messages
+            else None
+        )
+
+    def resolve_messages(self, rules: Iterable[Rule]) -> None:
+        """Resolve the expensive ``message`` values of all ``rules`` at once."""
+        if self.messages is None:
+            return
+        self.messages.resolve(
+            TextValue(m.kind, v, m.cased)
+            for rule in rules
+            for selection in rule.selections.values()
+            for alt in selection.alternatives
+            for m in alt
+            for v in m.values
+            if isinstance(v, str) and needs_resolution(m.field, m.kind, v)
+        )
+
+    def message_values(
+        self, matcher: FieldMatcher, value: str | int | float
+    ) -> Sequence[str] | None:
+        """Exact matching ``message`` values of a resolved value, else None (direct query)."""
+        if self.messages is None or not isinstance(value, str):
+            return None
+        if not needs_resolution(matcher.field, matcher.kind, value):
+            return None
+        tv = TextValue(matcher.kind, value, matcher.cased)
+        if self.messages.lookup(tv) is None and tv not in self.messages.resolved:
+            self.messages.resolve([tv])
+        return self.messages.lookup(tv)
 
     def template_ids(self, matcher: FieldMatcher) -> list[str]:
         """Ids of the templates (``l4-templates``) whose text the matcher accepts."""
@@ -203,12 +242,14 @@ class JobFacts:
         end = max(last.values())
         return {node: ts for node, ts in last.items() if end - ts >= min_gap}
 
-    def node_facts(self, queries: Mapping[str, Query]) -> dict[str, dict[str, SelectionFacts]]:
-        """Per node, per selection: count and first/last time of the matching lines."""
-        live = {name: q for name, q in queries.items() if q != MATCH_NOTHING}
-        per_node: dict[str, dict[str, SelectionFacts]] = {}
+    def prefetch(self, queries: Iterable[Query]) -> None:
+        """Per-node facts of many selection queries in one paginated composite aggregation."""
+        keys = {_query_key(q): q for q in queries if q != MATCH_NOTHING}
+        live = {k: q for k, q in keys.items() if k not in self._facts}
         if not live:
-            return per_node
+            return
+        for key in live:
+            self._facts[key] = {}
         for bucket in self.store.composite(
             self.store.names.lines,
             _NODE_SOURCE,
@@ -216,15 +257,25 @@ class JobFacts:
             aggs=facts_aggregations(live),
         ):
             node = str(bucket["key"]["node"])
-            for name in live:
-                agg = bucket[name]
+            for key in live:
+                agg = bucket[key]
                 if agg["doc_count"]:
-                    per_node.setdefault(node, {})[name] = SelectionFacts(
+                    self._facts[key][node] = SelectionFacts(
                         count=int(agg["doc_count"]),
                         nodes=1,
                         first_ts=_seconds(agg["first"]["value"]),
                         last_ts=_seconds(agg["last"]["value"]),
                     )
+
+    def node_facts(self, queries: Mapping[str, Query]) -> dict[str, dict[str, SelectionFacts]]:
+        """Per node, per selection: count and first/last time of the matching lines."""
+        self.prefetch(queries.values())
+        per_node: dict[str, dict[str, SelectionFacts]] = {}
+        for name, query in queries.items():
+            if query == MATCH_NOTHING:
+                continue
+            for node, node_facts in self._facts[_query_key(query)].items():
+                per_node.setdefault(node, {})[name] = node_facts
         return per_node
 
     def samples(
@@ -256,6 +307,26 @@ class JobFacts:
         return out
 
 
+def _query_key(query: Query) -> str:
+    """A short aggregation name that is the same for the same query (dedupes across rules)."""
+    text = json.dumps(query, sort_keys=True, separators=(",", ":"))
+    return "q" + hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def compile_rule(facts: JobFacts, rule: Rule) -> tuple[dict[str, Query], dict[str, float]]:
+    """A rule's selection queries on ``l4-lines`` and its silence selections' minimum gaps."""
+    queries: dict[str, Query] = {}
+    silences: dict[str, float] = {}
+    for name, selection in rule.selections.items():
+        if selection.silence is not None:
+            silences[name] = selection.silence.min_gap
+            continue
+        query = selection_query(selection, facts.template_ids, facts.message_values)
+        if query is not None:
+            queries[name] = query
+    return queries, silences
+
+
 def _window_ok(rule: Rule, truth: Truth) -> bool:
     if rule.window is None:
         return True
@@ -268,17 +339,13 @@ def _confidence(rule: Rule) -> float:
     return round(base * (1.0 if rule.status == "confirmed" else _DRAFT_FACTOR), 3)
 
 
-def match_rule(facts: JobFacts, rule: Rule) -> RuleMatch | None:
+def match_rule(
+    facts: JobFacts,
+    rule: Rule,
+    compiled: tuple[dict[str, Query], dict[str, float]] | None = None,
+) -> RuleMatch | None:
     """Evaluate one rule on one job; None when it does not match."""
-    queries: dict[str, Query] = {}
-    silences: dict[str, float] = {}
-    for name, selection in rule.selections.items():
-        if selection.silence is not None:
-            silences[name] = selection.silence.min_gap
-            continue
-        query = selection_query(selection, facts.template_ids)
-        if query is not None:
-            queries[name] = query
+    queries, silences = compiled if compiled is not None else compile_rule(facts, rule)
     per_node = facts.node_facts(queries)
     silent: set[str] = set()
     for name, gap in silences.items():
@@ -372,8 +439,21 @@ def sort_matches(matches: Iterable[RuleMatch]) -> list[RuleMatch]:
     )
 
 
-def match_job(store: RuleStore, job_id: str, rules: Sequence[Rule]) -> list[RuleMatch]:
-    """Match every rule against one job; return the matches, root causes first."""
-    facts = JobFacts(store, job_id)
-    found = [m for m in (match_rule(facts, rule) for rule in rules) if m is not None]
+def match_job(
+    store: RuleStore, job_id: str, rules: Sequence[Rule], *, resolve_messages: bool = True
+) -> list[RuleMatch]:
+    """Match every rule against one job; return the matches, root causes first.
+
+    ``resolve_messages=False`` sends every ``message`` value as its direct query (regexp,
+    wildcard): same results, much slower on large indices; kept to test the resolution against.
+    """
+    facts = JobFacts(store, job_id, resolve_messages=resolve_messages)
+    facts.resolve_messages(rules)
+    compiled = [compile_rule(facts, rule) for rule in rules]
+    facts.prefetch(q for queries, _ in compiled for q in queries.values())
+    found = [
+        m
+        for m in (match_rule(facts, rule, c) for rule, c in zip(rules, compiled, strict=True))
+        if m is not None
+    ]
     return sort_matches(found)
