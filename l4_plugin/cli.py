@@ -137,7 +137,7 @@ def cluster_up(port: int) -> None:
 
 
 @app.command()
-@click.argument("job_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.argument("job_dir", type=click.Path(path_type=Path, file_okay=False), required=False)
 @click.option("--job-id", help="Job id (default: job.yaml id, else the folder name).")
 @click.option(
     "--status",
@@ -152,19 +152,47 @@ def cluster_up(port: int) -> None:
     help="Configuration field (repeatable); overrides job.yaml config.",
 )
 @click.option("--node-pattern", help="Regex with (?P<node>...) [and (?P<rank>...)] over paths.")
+@click.option("--full", is_flag=True, help="Also index every raw line into l4-lines.")
+@click.option(
+    "--from-index", metavar="PATTERN", help="Read lines a shipper indexed instead of JOB_DIR."
+)
+@click.option("--job-field", default="l4.job.id", show_default=True, help="--from-index: job id.")
+@click.option("--node-field", default="host.name", show_default=True, help="--from-index: node.")
+@click.option(
+    "--rank-field",
+    default="l4.rank",
+    show_default=True,
+    help="--from-index: rank (if absent: from the file name).",
+)
+@click.option("--message-field", default="message", show_default=True)
+@click.option("--timestamp-field", default="@timestamp", show_default=True)
+@click.option("--path-field", default="log.file.path", show_default=True)
+@click.option("--offset-field", default="log.offset", show_default=True)
 def ingest(
-    job_dir: Path,
+    job_dir: Path | None,
     job_id: str | None,
     status: str | None,
     config_pairs: tuple[str, ...],
     node_pattern: str | None,
+    full: bool,
+    from_index: str | None,
+    job_field: str,
+    node_field: str,
+    rank_field: str,
+    message_field: str,
+    timestamp_field: str,
+    path_field: str,
+    offset_field: str,
 ) -> None:
-    """Parse a job directory's logs into rollups, kept lines and templates in the cluster."""
+    """Parse a job's logs (JOB_DIR, or --from-index) into rollups, kept lines and templates."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from l4_plugin.ingest.index_source import RawFields, ingest_index
     from l4_plugin.ingest.jobdir import parse_config_overrides
     from l4_plugin.ingest.pipeline import ingest_job
 
+    if (job_dir is None) == (from_index is None):
+        raise click.UsageError("give either JOB_DIR or --from-index PATTERN")
     overrides = parse_config_overrides(list(config_pairs))
     with open_cluster(STATE.settings) as store:
         store.install_templates()
@@ -190,32 +218,58 @@ def ingest(
                     rate=f"{lines:,} lines, {rate:,.0f} lines/s",
                 )
 
-            summary = ingest_job(
-                store,
-                job_dir,
-                job_id=job_id,
-                status=status,
-                config=overrides,
-                node_pattern=node_pattern,
-                progress=progress,
+            if from_index is not None:
+                fields = RawFields(
+                    job_field,
+                    node_field,
+                    rank_field or None,
+                    message_field,
+                    timestamp_field,
+                    path_field or None,
+                    offset_field or None,
+                )
+                summaries = ingest_index(
+                    store,
+                    from_index,
+                    fields,
+                    job_id=job_id,
+                    status=status,
+                    config=overrides,
+                    full=full,
+                    progress=progress,
+                )
+            else:
+                assert job_dir is not None
+                summaries = [
+                    ingest_job(
+                        store,
+                        job_dir,
+                        job_id=job_id,
+                        status=status,
+                        config=overrides,
+                        node_pattern=node_pattern,
+                        full=full,
+                        progress=progress,
+                    )
+                ]
+        for summary in summaries:
+            job = summary.job
+            out.print(
+                f"job {job.id} ({job.status}, fingerprint {job.fingerprint}): {summary.files} "
+                f"files, {summary.nodes} nodes, {summary.lines:,} lines in {summary.seconds:.1f} s"
             )
-        job = summary.job
-        out.print(
-            f"job {job.id} ({job.status}, fingerprint {job.fingerprint}): {summary.files} "
-            f"files, {summary.nodes} nodes, {summary.lines:,} lines in {summary.seconds:.1f} s"
-        )
-        out.print(
-            f"indexed {summary.events_docs:,} rollups, {summary.lines_docs:,} kept lines, "
-            f"{summary.new_templates} new templates"
-        )
-        for problem in summary.problems[:20]:
-            print(f"warning: {problem}", file=sys.stderr)
-        if len(summary.problems) > 20:
-            print(f"warning: … and {len(summary.problems) - 20} more problems", file=sys.stderr)
+            out.print(
+                f"indexed {summary.events_docs:,} rollups, {summary.lines_docs:,} "
+                f"{'raw' if full else 'kept'} lines, {summary.new_templates} new templates"
+            )
+            for problem in summary.problems[:20]:
+                print(f"warning: {problem}", file=sys.stderr)
+            if len(summary.problems) > 20:
+                print(f"warning: … and {len(summary.problems) - 20} more problems", file=sys.stderr)
 
 
 @app.command()
-@click.argument("out_dir", type=click.Path(path_type=Path))
+@click.argument("out_dir", type=click.Path(path_type=Path), required=False)
 @click.option("--nodes", default=8, show_default=True, help="Nodes in the failed job.")
 @click.option("--iterations", default=50, show_default=True, help="Training iterations.")
 @click.option(
@@ -232,7 +286,7 @@ def ingest(
 )
 @click.option("--list-faults", is_flag=True, help="List the fault kinds and exit.")
 def simulate(
-    out_dir: Path,
+    out_dir: Path | None,
     nodes: int,
     iterations: int,
     fault: str,
@@ -250,6 +304,8 @@ def simulate(
         for name, spec in sorted(FAULT_KINDS.items()):
             out.print(f"{name:24} {spec.category:30} {spec.description}")
         return
+    if out_dir is None:
+        raise click.UsageError("Missing argument 'OUT_DIR'.")
     truth = run_simulation(
         out_dir,
         nodes=nodes,
@@ -302,6 +358,185 @@ def parse(file: Path, jsonl: bool) -> None:
         for tid, count in sorted(counts.items(), key=lambda kv: -kv[1]):
             table.add_row(tid, str(count), texts[tid])
         out.print(table)
+
+
+def _diagnosis_options(f: Any) -> Any:
+    """Options shared by ``diagnose`` and ``analyze``."""
+    options = [
+        click.option(
+            "--json",
+            "json_out",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="Write the DESIGN §6 JSON report here ('-' = stdout).",
+        ),
+        click.option(
+            "--html",
+            "html_out",
+            type=click.Path(path_type=Path, dir_okay=False),
+            help="Write the self-contained HTML report here.",
+        ),
+        click.option(
+            "--force-baseline",
+            is_flag=True,
+            help="Use --baseline jobs even when their configuration fingerprint differs.",
+        ),
+        click.option("--no-rules", is_flag=True, help="Skip the fault library."),
+        click.option(
+            "--no-filter",
+            is_flag=True,
+            help="Skip cross-job filtering (ablation; the report says so).",
+        ),
+        click.option(
+            "--spatial",
+            type=click.Choice(["combined", "iforest"]),
+            default="combined",
+            show_default=True,
+            help="Spatial method (iforest = the paper's plain forest).",
+        ),
+        click.option(
+            "--dtw",
+            type=click.Choice(["numpy", "tslearn"]),
+            default="numpy",
+            show_default=True,
+            help="DTW backend (tslearn compiles with numba first).",
+        ),
+        click.option("--dry-run", is_flag=True, help="Do not write annotations."),
+    ]
+    for option in reversed(options):
+        f = option(f)
+    return f
+
+
+def _run_diagnosis(
+    store: Any,
+    job_id: str,
+    baselines: list[str],
+    *,
+    json_out: Path | None,
+    html_out: Path | None,
+    force_baseline: bool,
+    no_rules: bool,
+    no_filter: bool,
+    spatial: str,
+    dtw: str,
+    dry_run: bool,
+) -> None:
+    from l4_plugin.diagnosis import AnalysisOptions, diagnose_job
+    from l4_plugin.diagnosis.output import discover_linker, write_outputs
+    from l4_plugin.report.terminal import render_terminal
+
+    settings = STATE.settings
+    err = Console(stderr=True, highlight=False)
+    with err.status("analysing") as spinner:
+        diagnosis = diagnose_job(
+            store,
+            job_id,
+            options=AnalysisOptions(
+                crossjob=not no_filter,
+                spatial_method=spatial,
+                dtw_backend=dtw,
+                random_state=settings.random_state,
+            ),
+            baselines=baselines,
+            force_baselines=force_baseline,
+            rules=[] if no_rules else None,
+            write=not dry_run,
+            discover=discover_linker(settings),
+            step=lambda name: spinner.update(f"{job_id}: {name}"),
+            warn=lambda msg: print(f"warning: {msg}", file=sys.stderr),
+        )
+    if str(json_out) != "-":
+        render_terminal(diagnosis.report, out)
+    write_outputs(diagnosis, json_out=json_out, html_out=html_out)
+    for target in (json_out, html_out):
+        if target is not None and str(target) != "-":
+            err.print(f"wrote {target}")
+    if not dry_run:
+        err.print(f"annotations written to {store.names.annotations}")
+
+
+@app.command()
+@click.argument("job_dir", type=click.Path(path_type=Path, file_okay=False))
+@click.option(
+    "--baseline",
+    "baseline_dirs",
+    multiple=True,
+    type=click.Path(path_type=Path, file_okay=False, exists=True),
+    help="A successful job of the same configuration, or a folder of them (repeatable).",
+)
+@click.option("--job-id", help="Job id (default: job.yaml id, else the folder name).")
+@click.option("--node-pattern", help="Regex with (?P<node>...) [and (?P<rank>...)] over paths.")
+@click.option("--reingest", is_flag=True, help="Ingest again even if the cluster has the job.")
+@_diagnosis_options
+def diagnose(
+    job_dir: Path,
+    baseline_dirs: tuple[Path, ...],
+    job_id: str | None,
+    node_pattern: str | None,
+    reingest: bool,
+    **kwargs: Any,
+) -> None:
+    """Diagnose a failed job's log directory: ingest (baselines first), match rules, analyse."""
+    from l4_plugin.diagnosis.jobdirs import prepare_all
+
+    with open_cluster(STATE.settings) as store:
+        store.install_templates()
+        err = Console(stderr=True, highlight=False)
+        status_line = err.status("ingesting")
+
+        def progress(name: str) -> Any:
+            def tick(file: str, done: int, total: int, lines: int) -> None:
+                status_line.update(f"ingest {name}: {done}/{total} files, {lines:,} lines")
+
+            return tick
+
+        with status_line:
+            job, base = prepare_all(
+                store,
+                job_dir,
+                list(baseline_dirs),
+                job_id=job_id,
+                node_pattern=node_pattern,
+                progress=progress,
+                reingest=reingest,
+            )
+        for p in [*base, job]:
+            state = (
+                f"ingested {p.ingested.lines:,} lines in {p.ingested.seconds:.1f} s"
+                if p.ingested
+                else "already in the cluster"
+            )
+            err.print(f"{p.job_id}: {state}")
+            for problem in (p.ingested.problems if p.ingested else [])[:5]:
+                print(f"warning: {problem}", file=sys.stderr)
+        _run_diagnosis(store, job.job_id, [b.job_id for b in base], **kwargs)
+
+
+@app.command()
+@click.argument("job_id")
+@click.option("--baseline", "baseline_ids", multiple=True, help="Baseline job id (repeatable).")
+@_diagnosis_options
+def analyze(job_id: str, baseline_ids: tuple[str, ...], **kwargs: Any) -> None:
+    """Diagnose a job that is already in the cluster (same output as diagnose)."""
+    with open_cluster(STATE.settings) as store:
+        _run_diagnosis(store, job_id, list(baseline_ids), **kwargs)
+
+
+@app.command()
+@click.argument("job_id")
+@click.option("--html", "html_out", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False))
+def report(job_id: str, html_out: Path | None, json_out: Path | None) -> None:
+    """Render a job's stored diagnosis (from l4-annotations) without analysing again."""
+    from l4_plugin.diagnosis import load_summary
+    from l4_plugin.diagnosis.output import write_report_files
+    from l4_plugin.report.terminal import render_terminal
+
+    with open_cluster(STATE.settings) as store:
+        data, extras = load_summary(store, job_id)
+    if html_out is None and json_out is None:
+        render_terminal(data, out)
+    write_report_files(data, extras, json_out=json_out, html_out=html_out)
 
 
 @app.group()

@@ -43,6 +43,12 @@ class Settings(BaseSettings):
         description="Where `l4 cluster up` records the URL of the running embedded cluster",
     )
     random_state: int = 0
+    dashboards_url: str = Field(
+        "", description="Kibana / OpenSearch Dashboards URL for Discover links in annotations"
+    )
+    discover_url_template: str | None = Field(
+        None, description="Discover link template (default: Kibana 8 / OSD 2 Discover)"
+    )
 
     @field_validator("index_prefix")
     @classmethod

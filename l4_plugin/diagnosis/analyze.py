@@ -1,0 +1,282 @@
+"""The analyses on one job's aggregated tables: estimator inputs in, every result out.
+
+Pure: :func:`analyze` takes the :class:`~l4_plugin.diagnosis.facts.JobData` of the failed job and
+the :class:`~l4_plugin.diagnosis.facts.BaselinePool`, builds the inputs of the estimators of
+:mod:`l4_plugin.analysis` (cross-job filter, spatial, silence, stage, iterations, stragglers),
+runs them and fuses their results. The cluster is read before (``facts``) and written after
+(``annotations``); nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from l4_plugin.analysis.crossjob import CrossJobFilter
+from l4_plugin.analysis.fusion import Fusion
+from l4_plugin.analysis.results import (
+    BaselineStat,
+    EventStat,
+    FilterResult,
+    FusionResult,
+    IterationResult,
+    JobTemplateStat,
+    SilenceResult,
+    SpatialResult,
+    StageResult,
+    StageSpan,
+    StragglerResult,
+)
+from l4_plugin.analysis.silence import SilenceDetector
+from l4_plugin.analysis.spatial import SpatialAnalyzer
+from l4_plugin.analysis.temporal import IterationAnalyzer, StageAnalyzer, StragglerDetector
+from l4_plugin.diagnosis.facts import BaselinePool, JobData
+from l4_plugin.ingest.stages import STAGE_ORDER
+
+# Below this many exact (one-iteration) buckets the coarse early buckets are analysed too.
+_MIN_EXACT_ITERATIONS = 8
+
+
+@dataclass(frozen=True, slots=True)
+class AnalysisOptions:
+    """Hyper-parameters of one diagnosis (defaults are the evaluated ones).
+
+    ``crossjob`` False skips cross-job filtering (the ablation); ``spatial_method`` is
+    ``combined`` or ``iforest`` (the paper's plain forest); ``dtw_backend`` ``numpy`` or
+    ``tslearn``; ``filter_threshold`` is the fraction of baseline jobs a template must appear in
+    to be normal.
+    """
+
+    crossjob: bool = True
+    filter_threshold: float = 0.5
+    spatial_method: str = "combined"
+    dtw_backend: str = "numpy"
+    window: int = 10
+    sigma: float = 3.0
+    random_state: int = 0
+    max_events: int = 20
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """Every intermediate result of one diagnosis, and the fused ranking."""
+
+    events: tuple[EventStat, ...]
+    nodes: tuple[str, ...]
+    crossjob: FilterResult
+    spatial: SpatialResult
+    silence: SilenceResult | None
+    stage: StageResult | None
+    iterations: IterationResult | None
+    stragglers: StragglerResult | None
+    fusion: FusionResult
+    notes: tuple[str, ...] = ()
+    matrix_templates: tuple[str, ...] = ()
+    matrix: np.ndarray | None = field(default=None, compare=False)
+
+
+def event_stats(data: JobData) -> tuple[EventStat, ...]:
+    """One :class:`EventStat` per template of the job: per-node first time and count."""
+    first: dict[str, dict[str, float]] = {}
+    counts: dict[str, dict[str, int]] = {}
+    for (node, tid), cell in data.cells.items():
+        first.setdefault(tid, {})[node] = cell.first_ts
+        counts.setdefault(tid, {})[node] = cell.count
+    out = []
+    for tid in sorted(first):
+        info = data.templates.get(tid)
+        out.append(
+            EventStat(
+                template_id=tid,
+                level=info.level if info else None,
+                first_seen=first[tid],
+                counts=counts[tid],
+                stage=info.stage if info else None,
+            )
+        )
+    return tuple(out)
+
+
+def _periodic(data: JobData, tid: str) -> bool:
+    info = data.templates.get(tid)
+    return info is not None and info.stage in ("training", "checkpointing")
+
+
+def cross_job(
+    data: JobData, events: tuple[EventStat, ...], pool: BaselinePool, options: AnalysisOptions
+) -> FilterResult:
+    """Split the job's templates into kept and dropped against the baseline pool."""
+    n_nodes = max(len(data.nodes), 1)
+    work = float(max(data.iterations_reached, 1))
+    stats = []
+    base: dict[str, BaselineStat] = {}
+    total = len(pool.jobs) if options.crossjob else 0
+    for e in events:
+        periodic = _periodic(data, e.template_id)
+        rate = e.count / n_nodes / (work if periodic else 1.0)
+        stats.append(JobTemplateStat(e.template_id, e.count, len(e.counts), rate))
+        row = pool.stats.get(e.template_id)
+        if row is not None and total:
+            jobs, fraction, per_node, per_iteration = row
+            base[e.template_id] = BaselineStat(
+                jobs, total, fraction, per_iteration if periodic else per_node
+            )
+    return (
+        CrossJobFilter(threshold=options.filter_threshold)
+        .fit(base, n_baseline_jobs=total)
+        .transform(stats)
+    )
+
+
+def _spatial(
+    data: JobData,
+    events: tuple[EventStat, ...],
+    nodes: list[str],
+    kept: frozenset[str],
+    options: AnalysisOptions,
+) -> tuple[SpatialResult, np.ndarray]:
+    row = {n: i for i, n in enumerate(nodes)}
+    counts = np.zeros((len(nodes), len(events)))
+    for j, e in enumerate(events):
+        for n, c in e.counts.items():
+            counts[row[n], j] = c
+    weights = np.array([1.0 if e.template_id in kept else 0.0 for e in events])
+    spatial = SpatialAnalyzer(method=options.spatial_method, random_state=options.random_state)
+    spatial.fit(
+        counts,
+        nodes,
+        [e.template_id for e in events],
+        [e.level for e in events],
+        template_weights=weights,
+    )
+    return spatial.result_, counts
+
+
+def _silence(data: JobData, events: tuple[EventStat, ...], nodes: list[str]) -> SilenceResult:
+    row = {n: i for i, n in enumerate(nodes)}
+    last_seen = np.full((len(nodes), len(events)), np.nan)
+    col = {e.template_id: j for j, e in enumerate(events)}
+    for (node, tid), cell in data.cells.items():
+        last_seen[row[node], col[tid]] = cell.last_ts
+    last_ts = np.nanmax(np.where(np.isnan(last_seen), -np.inf, last_seen), axis=1)
+    last_ts = np.where(np.isinf(last_ts), np.nan, last_ts)
+    last_it = np.array(
+        [float(data.node_last_iteration.get(n, math.nan)) for n in nodes], dtype=np.float64
+    )
+    detector = SilenceDetector()
+    if data.time_unit != "ts":
+        # Positions are per file: they say nothing about when a node stopped.
+        return detector.fit(nodes, last_iteration=last_it).result_
+    return detector.fit(
+        nodes,
+        last_ts=last_ts,
+        last_iteration=None if np.isnan(last_it).all() else last_it,
+        last_seen=last_seen,
+        templates=[e.template_id for e in events],
+    ).result_
+
+
+def _stage(data: JobData) -> StageResult | None:
+    spans = []
+    for (node, stage), (f, last, fp, lp) in data.stage_spans.items():
+        if data.time_unit == "ts" and not (math.isnan(f) or math.isnan(last)):
+            spans.append(StageSpan(node, stage, f, max(last, f)))
+        else:
+            spans.append(StageSpan(node, stage, fp, max(lp, fp)))
+    if not spans:
+        return None
+    return StageAnalyzer(order=STAGE_ORDER).fit(spans).result_
+
+
+def _iteration_buckets(data: JobData) -> list[int]:
+    buckets = sorted(data.iteration_spans)
+    exact = [b for b in buckets if data.iteration_spans[b] == 1]
+    return exact if len(exact) >= _MIN_EXACT_ITERATIONS else buckets
+
+
+def _iterations(
+    data: JobData, kept: frozenset[str], options: AnalysisOptions
+) -> IterationResult | None:
+    buckets = _iteration_buckets(data)
+    if len(buckets) < 2:
+        return None
+    per: dict[int, list[tuple[float, str]]] = {b: [] for b in buckets}
+    for (it, tid), (first, _count) in data.iteration_cells.items():
+        if it in per and tid in kept:
+            per[it].append((first, tid))
+    sequences = [tuple(t for _, t in sorted(per[b])) for b in buckets]
+    analyzer = IterationAnalyzer(
+        window=options.window, sigma=options.sigma, backend=options.dtw_backend
+    )
+    return analyzer.fit(sequences, buckets).result_
+
+
+def _stragglers(data: JobData, nodes: list[str]) -> StragglerResult | None:
+    buckets = sorted(data.iteration_spans)
+    if len(buckets) < 4 or len(nodes) < 3:
+        return None
+    durations = np.full((len(nodes), len(buckets) - 1), np.nan)
+    for i, node in enumerate(nodes):
+        for k in range(len(buckets) - 1):
+            a = data.node_iteration_start.get((node, buckets[k]))
+            b = data.node_iteration_start.get((node, buckets[k + 1]))
+            if a is not None and b is not None and b >= a:
+                durations[i, k] = (b - a) / max(data.iteration_spans[buckets[k]], 1)
+    if np.isnan(durations).all():
+        return None
+    return StragglerDetector().fit(durations, nodes, buckets[:-1]).result_
+
+
+def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Analysis:
+    """Run every analysis on one job and fuse the results (see the module docstring)."""
+    events = event_stats(data)
+    nodes = data.nodes
+    notes: list[str] = []
+    crossjob = cross_job(data, events, pool, options)
+    if crossjob.no_baseline:
+        notes.append(
+            "no baseline: no successful job of the same configuration, so cross-job filtering "
+            "kept every event"
+            if options.crossjob
+            else "cross-job filtering disabled"
+        )
+    kept = crossjob.kept_ids
+    spatial, matrix = _spatial(data, events, nodes, kept, options)
+    if not spatial.defined:
+        notes.append(spatial.note)
+    silence = _silence(data, events, nodes) if len(nodes) >= 2 else None
+    stage = _stage(data)
+    iterations = _iterations(data, kept, options)
+    if iterations is None:
+        notes.append("no iterations found: the temporal comparison of iterations did not run")
+    stragglers = _stragglers(data, nodes)
+    fusion = (
+        Fusion(max_events=options.max_events)
+        .fit(
+            events,
+            nodes,
+            crossjob=crossjob,
+            spatial=spatial,
+            silence=silence,
+            iterations=iterations,
+            stage=stage,
+            stragglers=stragglers,
+        )
+        .result_
+    )
+    return Analysis(
+        events=events,
+        nodes=tuple(nodes),
+        crossjob=crossjob,
+        spatial=spatial,
+        silence=silence,
+        stage=stage,
+        iterations=iterations,
+        stragglers=stragglers,
+        fusion=fusion,
+        notes=tuple(notes),
+        matrix_templates=tuple(e.template_id for e in events),
+        matrix=matrix,
+    )

@@ -1,0 +1,169 @@
+"""Write-back: a diagnosis's findings as ``l4-annotations`` documents, and reading it back.
+
+Ids are deterministic (job, kind, key), so re-analysing a job overwrites its annotations; the
+job's annotations that the new run did not produce (a node that is no longer suspect) are then
+deleted, so the index always holds exactly the latest analysis. The ``summary`` annotation keeps
+the whole §6 report and the HTML extras, which is what ``l4 report JOB_ID`` renders. The job's
+``l4-jobs`` document records the analysis (state, analyzer version, time).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any
+
+from l4_plugin.diagnosis.document import Diagnosis, extras_from_dict, extras_to_dict
+from l4_plugin.diagnosis.facts import field_of, job_doc_id
+from l4_plugin.errors import AnalysisError
+from l4_plugin.records import Finding
+from l4_plugin.report.extras import ReportExtras
+from l4_plugin.rules.engine import RuleMatch
+from l4_plugin.store import Store
+from l4_plugin.store.base import ConflictError
+from l4_plugin.store.documents import annotation_document, annotation_id
+
+Discover = Callable[[str, str | None, float | None], str | None]
+
+
+def _first_ts(report: dict[str, Any], finding: Finding) -> float | None:
+    if finding.kind != "event":
+        return None
+    for ev in report["events"]:
+        if ev["template_id"] == finding.key and ev.get("first_seen"):
+            return datetime.fromisoformat(ev["first_seen"]).timestamp()
+    return None
+
+
+def write_annotations(
+    store: Store,
+    diagnosis: Diagnosis,
+    matches: Sequence[RuleMatch],
+    *,
+    analyzer_version: str,
+    discover: Discover | None = None,
+) -> int:
+    """Write every finding plus the summary; delete the job's stale ones; returns docs written."""
+    report = diagnosis.report
+    job_id = diagnosis.job.id
+    now = int(time.time() * 1000)
+    rules = {
+        m.rule_id: {"title": m.title, "category": m.category, "severity": m.severity}
+        for m in matches
+    }
+    docs: list[tuple[str, dict[str, Any]]] = []
+    for f in diagnosis.findings:
+        node = f.nodes[0] if f.nodes else None
+        link = discover(job_id, node, _first_ts(report, f)) if discover else None
+        docs.append(
+            (
+                annotation_id(job_id, f.kind, f.key),
+                annotation_document(
+                    f,
+                    analyzer_version=analyzer_version,
+                    created_ms=now,
+                    template_text=diagnosis.template_texts.get(f.template_id or ""),
+                    discover_url=link,
+                    rule=rules.get(f.rule_id or ""),
+                ),
+            )
+        )
+    summary = Finding(
+        job_id=job_id,
+        kind="summary",
+        key="summary",
+        score=max((e["score"] for e in report["events"]), default=0.0),
+        rank=0,
+        explanation=summary_text(report),
+        nodes=tuple(n["node"] for n in report["nodes"][:5] if n["score"] > 0),
+        stage=report.get("stage"),
+    )
+    docs.append(
+        (
+            annotation_id(job_id, "summary", "summary"),
+            annotation_document(
+                summary,
+                analyzer_version=analyzer_version,
+                created_ms=now,
+                discover_url=discover(job_id, None, None) if discover else None,
+                details={"report": report, "extras": extras_to_dict(diagnosis.extras)},
+            ),
+        )
+    )
+    index = store.names.annotations
+    written = store.bulk_index(index, docs, refresh=True)
+    store.delete_by_query(
+        index,
+        {
+            "bool": {
+                "filter": [{"term": {"l4.job.id": job_id}}],
+                "must_not": [{"ids": {"values": [d for d, _ in docs]}}],
+            }
+        },
+    )
+    store.refresh(index)
+    record_analysis(store, job_id, analyzer_version=analyzer_version)
+    return written
+
+
+def summary_text(report: dict[str, Any]) -> str:
+    """One paragraph: what failed where, for the summary annotation and dashboards."""
+    parts = [f"job {report['job_id']} ({report['status']}) stopped in stage {report['stage']}"]
+    if report["rule_matches"]:
+        m = report["rule_matches"][0]
+        parts.append(f"fault rule {m['rule']}: {m['title']} on {', '.join(m['nodes'][:5])}")
+    suspects = [n["node"] for n in report["nodes"][:3] if n["score"] > 0]
+    if suspects:
+        parts.append(f"most suspect nodes: {', '.join(suspects)}")
+    if report["events"]:
+        parts.append(f"top event: {report['events'][0]['template']}")
+    if report["silent_nodes"]:
+        parts.append(f"silent nodes: {', '.join(report['silent_nodes'][:5])}")
+    if report["iterations"]:
+        parts.append(f"suspect iteration: {report['iterations'][0]['iteration']}")
+    return "; ".join(parts)
+
+
+def record_analysis(
+    store: Store, job_id: str, *, analyzer_version: str, state: str = "done", error: str = ""
+) -> None:
+    """Record the analysis state on the job's ``l4-jobs`` document (optimistic concurrency)."""
+    for _ in range(5):
+        doc = store.get(store.names.jobs, job_doc_id(job_id))
+        if doc is None:
+            return
+        source = dict(doc.source)
+        source["l4.analysis.state"] = state
+        source["l4.analysis.version"] = analyzer_version
+        source["l4.analysis.updated"] = int(time.time() * 1000)
+        if error:
+            source["l4.analysis.error"] = error[:8000]
+        else:
+            source.pop("l4.analysis.error", None)
+        try:
+            store.put(
+                store.names.jobs,
+                doc.id,
+                source,
+                if_seq_no=doc.seq_no,
+                if_primary_term=doc.primary_term,
+                refresh=True,
+            )
+            return
+        except ConflictError:
+            continue
+
+
+def load_summary(store: Store, job_id: str) -> tuple[dict[str, Any], ReportExtras]:
+    """The latest stored report and extras of a job (``l4 report``)."""
+    doc = store.get(store.names.annotations, annotation_id(job_id, "summary", "summary"))
+    if doc is None:
+        raise AnalysisError(
+            f"job {job_id!r} has no stored diagnosis in {store.names.annotations} — hint: run "
+            f"`l4 analyze {job_id}` first"
+        )
+    details = field_of(doc.source, "l4.annotation.details") or {}
+    if "report" not in details:
+        raise AnalysisError(f"the summary annotation of job {job_id!r} has no report")
+    return dict(details["report"]), extras_from_dict(details.get("extras") or {})

@@ -1,0 +1,341 @@
+"""One diagnosis as data: the DESIGN §6 report, the HTML report's extras, and the findings.
+
+The report dict is the contract (``l4 diagnose --json``); :class:`ReportExtras` feeds the plots of
+the HTML report; the :class:`~l4_plugin.records.Finding` list is what goes to ``l4-annotations``.
+All three are built from the same :class:`~l4_plugin.diagnosis.analyze.Analysis`, so the terminal,
+the JSON, the HTML and the dashboards never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from l4_plugin.diagnosis.analyze import Analysis
+from l4_plugin.diagnosis.facts import JobData, JobDoc, field_of
+from l4_plugin.records import Finding
+from l4_plugin.report.extras import (
+    DroppedTemplate,
+    IterationPoint,
+    NodeEventMatrix,
+    ReportExtras,
+)
+from l4_plugin.rules.engine import RuleMatch
+
+_HEAT_NODES = 30
+_HEAT_EVENTS = 20
+_MAX_DROPPED = 200
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """A finished diagnosis: the §6 report, the HTML extras and the annotation findings."""
+
+    job: JobDoc
+    report: dict[str, Any]
+    extras: ReportExtras
+    findings: tuple[Finding, ...]
+    template_texts: Mapping[str, str]
+
+
+def iso(value: float | None, unit: str = "ts") -> str | None:
+    """ISO-8601 UTC of an epoch-seconds value (None for positions or unknown times)."""
+    if value is None or unit != "ts" or not math.isfinite(value):
+        return None
+    return datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds")
+
+
+def _sample(
+    tid: str, samples: Mapping[str, Mapping[str, Any]], data: JobData
+) -> tuple[str, str | None]:
+    src = samples.get(tid)
+    if src is not None:
+        return str(field_of(src, "message") or ""), field_of(src, "host.name")
+    info = data.templates.get(tid)
+    return (info.message if info else ""), None
+
+
+def build_report(
+    data: JobData,
+    analysis: Analysis,
+    *,
+    baseline_jobs: Sequence[str],
+    rule_matches: Sequence[RuleMatch],
+    samples: Mapping[str, Mapping[str, Any]],
+    analyzer_version: str,
+    timings: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
+    """The DESIGN §6 JSON report (plus a few documented extra keys)."""
+    fusion = analysis.fusion
+    unit = data.time_unit
+    texts = {tid: info.text for tid, info in data.templates.items()}
+    events = []
+    for ev in fusion.events:
+        sample, sample_node = _sample(ev.template_id, samples, data)
+        stat = next((e for e in analysis.events if e.template_id == ev.template_id), None)
+        events.append(
+            {
+                "template_id": ev.template_id,
+                "template": texts.get(ev.template_id, ""),
+                "sample": sample,
+                "sample_node": sample_node,
+                "score": round(ev.score, 4),
+                "nodes": list(ev.nodes),
+                "count": ev.count,
+                "first_seen": iso(ev.first_seen, unit),
+                "level": ev.level,
+                "stage": stat.stage if stat else None,
+                "reasons": list(ev.reasons),
+            }
+        )
+    nodes = [
+        {
+            "node": n.node,
+            "score": round(n.score, 4),
+            "events": list(n.events),
+            "reasons": list(n.reasons),
+        }
+        for n in fusion.nodes
+    ]
+    top = max((s.distance for s in fusion.iterations), default=0.0)
+    iterations = [
+        {
+            "iteration": s.iteration,
+            "score": round(s.distance / top, 4) if top > 0 else 0.0,
+            "distance": round(s.distance, 4),
+            "threshold": None if s.threshold is None else round(s.threshold, 4),
+            "events": list(s.new_events),
+            "missing_events": list(s.missing_events),
+        }
+        for s in fusion.iterations
+    ]
+    stragglers = (
+        [
+            {
+                "node": s.node,
+                "from_iteration": s.first_iteration,
+                "slowdown": round(s.slowdown, 3),
+            }
+            for s in analysis.stragglers.stragglers
+        ]
+        if analysis.stragglers
+        else []
+    )
+    kept = len(analysis.crossjob.kept)
+    dropped = len(analysis.crossjob.dropped)
+    stage = analysis.stage
+    return {
+        "job_id": data.job.id,
+        "status": data.job.status,
+        "stage": fusion.stage,
+        "baseline_jobs": list(baseline_jobs),
+        "rule_matches": [m.to_report() for m in rule_matches],
+        "events": events,
+        "nodes": nodes,
+        "iterations": iterations,
+        "silent_nodes": list(fusion.silent_nodes),
+        "stragglers": stragglers,
+        "lagging_nodes": list(stage.lagging) if stage else [],
+        "filtering": {
+            "no_baseline": analysis.crossjob.no_baseline,
+            "templates": kept + dropped,
+            "kept": kept,
+            "dropped": dropped,
+            "lines_dropped": sum(
+                e.count for e in analysis.events if e.template_id not in analysis.crossjob.kept_ids
+            ),
+        },
+        "spatial": {
+            "defined": analysis.spatial.defined,
+            "method": analysis.spatial.method,
+            "suspects": list(analysis.spatial.suspects),
+        },
+        "notes": list(analysis.notes),
+        "time_unit": "timestamp" if unit == "ts" else "line position",
+        "analyzer_version": analyzer_version,
+        "timings": {k: round(v, 3) for k, v in (timings or {}).items()},
+    }
+
+
+def build_extras(
+    data: JobData, analysis: Analysis, timings: Mapping[str, float] | None = None
+) -> ReportExtras:
+    """The plots' inputs: top nodes × top events heat map, iteration band, stages, dropped."""
+    fusion = analysis.fusion
+    matrix = None
+    if analysis.matrix is not None and analysis.nodes:
+        col = {t: j for j, t in enumerate(analysis.matrix_templates)}
+        row = {n: i for i, n in enumerate(analysis.nodes)}
+        tids = [e.template_id for e in fusion.events if e.template_id in col][:_HEAT_EVENTS]
+        top_nodes = [n.node for n in fusion.nodes[:_HEAT_NODES]]
+        if tids and top_nodes:
+            sub = analysis.matrix[np.ix_([row[n] for n in top_nodes], [col[t] for t in tids])]
+            matrix = NodeEventMatrix(
+                nodes=tuple(top_nodes),
+                template_ids=tuple(tids),
+                counts=tuple(tuple(int(v) for v in r) for r in sub),
+            )
+    points: tuple[IterationPoint, ...] = ()
+    if analysis.iterations is not None:
+        points = tuple(
+            IterationPoint(s.iteration, s.distance, s.threshold, s.suspect)
+            for s in analysis.iterations.iterations
+        )
+    stage_per_node: dict[str, str] = {}
+    order: tuple[str, ...] = ()
+    if analysis.stage is not None:
+        stage_per_node = {ns.node: ns.last_stage for ns in analysis.stage.nodes}
+        order = analysis.stage.order
+    counts = {e.template_id: e.count for e in analysis.events}
+    dropped = sorted(analysis.crossjob.dropped, key=lambda d: -counts.get(d.template_id, 0))
+    return ReportExtras(
+        matrix=matrix,
+        iterations=points,
+        stage_per_node=stage_per_node,
+        stage_order=order,
+        dropped_templates=tuple(
+            DroppedTemplate(
+                d.template_id,
+                data.templates[d.template_id].text if d.template_id in data.templates else "",
+                f"{d.reason} (in {d.job_fraction:.0%} of baseline jobs)",
+            )
+            for d in dropped[:_MAX_DROPPED]
+        ),
+        no_baseline=analysis.crossjob.no_baseline,
+        timings=dict(timings or {}),
+        generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
+    )
+
+
+def extras_to_dict(extras: ReportExtras) -> dict[str, Any]:
+    """A JSON-ready copy of the extras (stored with the summary annotation for ``l4 report``)."""
+    m = extras.matrix
+    return {
+        "matrix": None
+        if m is None
+        else {
+            "nodes": list(m.nodes),
+            "template_ids": list(m.template_ids),
+            "counts": [list(r) for r in m.counts],
+        },
+        "iterations": [
+            [p.iteration, p.distance, p.threshold, p.suspect] for p in extras.iterations
+        ],
+        "stage_per_node": dict(extras.stage_per_node),
+        "stage_order": list(extras.stage_order),
+        "dropped_templates": [[d.template_id, d.text, d.reason] for d in extras.dropped_templates],
+        "no_baseline": extras.no_baseline,
+        "timings": dict(extras.timings),
+        "generated_at": extras.generated_at,
+    }
+
+
+def extras_from_dict(raw: Mapping[str, Any]) -> ReportExtras:
+    """The inverse of :func:`extras_to_dict`."""
+    m = raw.get("matrix")
+    return ReportExtras(
+        matrix=None
+        if not m
+        else NodeEventMatrix(
+            tuple(m["nodes"]),
+            tuple(m["template_ids"]),
+            tuple(tuple(int(v) for v in r) for r in m["counts"]),
+        ),
+        iterations=tuple(
+            IterationPoint(int(i), float(d), None if t is None else float(t), bool(s))
+            for i, d, t, s in raw.get("iterations", [])
+        ),
+        stage_per_node=dict(raw.get("stage_per_node", {})),
+        stage_order=tuple(raw.get("stage_order", [])),
+        dropped_templates=tuple(
+            DroppedTemplate(str(t), str(x), str(r)) for t, x, r in raw.get("dropped_templates", [])
+        ),
+        no_baseline=bool(raw.get("no_baseline", False)),
+        timings=dict(raw.get("timings", {})),
+        generated_at=raw.get("generated_at"),
+    )
+
+
+def _event_text(ev: Mapping[str, Any]) -> str:
+    where = ", ".join(ev["nodes"][:3]) + (" …" if len(ev["nodes"]) > 3 else "")
+    return (
+        f"{ev.get('level') or 'line'} {ev['template']!r} on {len(ev['nodes'])} node(s) ({where}), "
+        f"{ev['count']} time(s), first {ev.get('first_seen') or 'at an unknown time'}; "
+        f"why: {', '.join(ev['reasons'])}"
+    )
+
+
+def findings(report: Mapping[str, Any], rule_matches: Sequence[RuleMatch]) -> list[Finding]:
+    """The annotation findings of one report: rule matches, events, nodes, iterations, stage."""
+    job_id = str(report["job_id"])
+    out: list[Finding] = [m.to_finding(job_id, k) for k, m in enumerate(rule_matches, 1)]
+    for k, ev in enumerate(report["events"], 1):
+        out.append(
+            Finding(
+                job_id=job_id,
+                kind="event",
+                key=ev["template_id"],
+                score=float(ev["score"]),
+                rank=k,
+                explanation=_event_text(ev),
+                template_id=ev["template_id"],
+                nodes=tuple(ev["nodes"]),
+                stage=ev.get("stage"),
+                reasons=tuple(ev["reasons"]),
+            )
+        )
+    for k, n in enumerate(report["nodes"], 1):
+        if n["score"] <= 0 and k > 10:
+            continue
+        out.append(
+            Finding(
+                job_id=job_id,
+                kind="node",
+                key=n["node"],
+                score=float(n["score"]),
+                rank=k,
+                explanation=(
+                    f"node {n['node']} ranks {k} of {len(report['nodes'])} (score "
+                    f"{n['score']:.2f}); why: {', '.join(n['reasons']) or 'nothing stands out'}"
+                ),
+                nodes=(n["node"],),
+                reasons=tuple(n["reasons"]),
+            )
+        )
+    for k, it in enumerate(report["iterations"], 1):
+        out.append(
+            Finding(
+                job_id=job_id,
+                kind="iteration",
+                key=str(it["iteration"]),
+                score=float(it["score"]),
+                rank=k,
+                explanation=(
+                    f"iteration {it['iteration']} departs from the 10 before it (DTW "
+                    f"{it['distance']:.2f} > three-sigma {it['threshold']}); new events: "
+                    f"{len(it['events'])}, missing: {len(it['missing_events'])}"
+                ),
+                iteration=int(it["iteration"]),
+                reasons=tuple(f"new:{t}" for t in it["events"][:10]),
+            )
+        )
+    if report.get("stage"):
+        out.append(
+            Finding(
+                job_id=job_id,
+                kind="stage",
+                key="stage",
+                score=1.0,
+                rank=1,
+                explanation=f"the job failed in stage {report['stage']}",
+                stage=report["stage"],
+                nodes=tuple(report.get("lagging_nodes", [])),
+                reasons=tuple("lagging:" + n for n in report.get("lagging_nodes", [])),
+            )
+        )
+    return out

@@ -1,0 +1,475 @@
+"""What the analyses need from the cluster, read with aggregations over ``l4-events``.
+
+A job's rollups are reduced by the cluster to a few small tables — node × template, node × stage,
+iteration × template, node × iteration and, for the baseline pool, job × template — each walked
+with a paginated ``composite`` aggregation (``Store.composite``), so a 2,000-node × 2,000-template
+job never needs ``search.max_buckets`` above its default. Nothing here scans raw lines; the tables
+are turned into the estimators' inputs by :mod:`l4_plugin.diagnosis.analyze`.
+
+Times are epoch seconds. Lines logged before a file's first timestamp carry no time in their
+rollup; they get their node's earliest time (they are start-up lines), so every event has a first
+occurrence. A job with no timestamp at all is ordered by line position instead (``time_unit``
+``position``): enough for "which came first" on one node, not across nodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from l4_plugin.errors import AnalysisError
+from l4_plugin.store import Store
+
+_PAGE = 5000
+
+
+@dataclass(frozen=True, slots=True)
+class JobDoc:
+    """The ``l4-jobs`` document of a job, reduced to what diagnosis needs."""
+
+    id: str
+    status: str
+    fingerprint: str
+    nodes: tuple[str, ...]
+    lines: int
+    start_ts: float | None
+    end_ts: float | None
+    config: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Cell:
+    """One node × template cell: occurrences, first/last time, first position."""
+
+    count: int = 0
+    first_ts: float = math.inf
+    last_ts: float = -math.inf
+    first_pos: float = math.inf
+
+
+@dataclass
+class TemplateInfo:
+    """A template of the job: text, dominant level, dominant stage, one exemplar line."""
+
+    text: str = ""
+    levels: dict[str, int] = field(default_factory=dict)
+    stages: dict[str, int] = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def level(self) -> str | None:
+        """The level most of its lines carry (None when no line had one)."""
+        return max(self.levels, key=lambda k: (self.levels[k], k)) if self.levels else None
+
+    @property
+    def stage(self) -> str | None:
+        """The stage most of its lines were seen in."""
+        return max(self.stages, key=lambda k: (self.stages[k], k)) if self.stages else None
+
+
+@dataclass
+class JobData:
+    """The aggregated tables of one job (see the module docstring)."""
+
+    job: JobDoc
+    time_unit: str
+    cells: dict[tuple[str, str], Cell]
+    templates: dict[str, TemplateInfo]
+    # (node, stage) → (first time, last time, first position, last position); NaN = no time
+    stage_spans: dict[tuple[str, str], tuple[float, float, float, float]]
+    # (iteration bucket start, template) → (first time, count); spans of the buckets
+    iteration_cells: dict[tuple[int, str], tuple[float, int]]
+    iteration_spans: dict[int, int]
+    # (node, iteration bucket start) → first time on that node
+    node_iteration_start: dict[tuple[str, int], float]
+    node_last_iteration: dict[str, int]
+
+    @property
+    def nodes(self) -> list[str]:
+        """Every node that logged anything, sorted."""
+        seen = {n for n, _ in self.cells} | set(self.job.nodes)
+        return sorted(seen)
+
+    @property
+    def iterations_reached(self) -> int:
+        """How many iterations the job got through (0 when no iteration marker was seen)."""
+        if not self.iteration_spans:
+            return 0
+        lo = min(self.iteration_spans)
+        hi = max(k + s - 1 for k, s in self.iteration_spans.items())
+        return hi - lo + 1
+
+
+@dataclass(frozen=True, slots=True)
+class BaselinePool:
+    """Per-template statistics of the baseline jobs, and the jobs themselves.
+
+    ``stats[template] = (jobs printing it, mean node fraction, median count per node, median
+    count per node per iteration)``: one-off lines compare per node, periodic ones per iteration.
+    """
+
+    jobs: tuple[JobDoc, ...]
+    stats: dict[str, tuple[int, float, float, float]]
+
+
+def job_doc_id(job_id: str) -> str:
+    """The ``_id`` of a job's ``l4-jobs`` document (as ingest writes it)."""
+    return hashlib.sha1(job_id.encode()).hexdigest()
+
+
+def _field(source: Mapping[str, Any], name: str) -> Any:
+    if name in source:
+        return source[name]
+    node: Any = source
+    for part in name.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _seconds(value: Any) -> float | None:
+    return float(value) / 1000.0 if isinstance(value, int | float) else None
+
+
+def _job_from_source(source: dict[str, Any]) -> JobDoc:
+    nodes = _field(source, "l4.job.nodes") or []
+    return JobDoc(
+        id=str(_field(source, "l4.job.id")),
+        status=str(_field(source, "l4.job.status") or "unknown"),
+        fingerprint=str(_field(source, "l4.job.fingerprint") or ""),
+        nodes=tuple(str(n) for n in (nodes if isinstance(nodes, list) else [nodes])),
+        lines=int(_field(source, "l4.job.lines") or 0),
+        start_ts=_seconds(_field(source, "l4.job.start_ts")),
+        end_ts=_seconds(_field(source, "l4.job.end_ts")),
+        config=dict(_field(source, "l4.job.config") or {}),
+    )
+
+
+def read_job(store: Store, job_id: str) -> JobDoc:
+    """The job's ``l4-jobs`` document; ``AnalysisError`` naming the job when it is not there."""
+    doc = store.get(store.names.jobs, job_doc_id(job_id))
+    if doc is None:
+        raise AnalysisError(
+            f"job {job_id!r} is not in the cluster (no document in {store.names.jobs}) — "
+            "hint: ingest it first (`l4 ingest DIR`), or use `l4 diagnose DIR`"
+        )
+    return _job_from_source(doc.source)
+
+
+def find_jobs(store: Store, *, fingerprint: str, status: str) -> list[JobDoc]:
+    """Jobs of one configuration fingerprint and status, sorted by id."""
+    body = {
+        "size": 1000,
+        "query": {
+            "bool": {
+                "filter": [
+                    {"term": {"l4.job.fingerprint": fingerprint}},
+                    {"term": {"l4.job.status": status}},
+                ]
+            }
+        },
+    }
+    if not store.count(store.names.jobs):
+        return []
+    hits = store.search(store.names.jobs, body)["hits"]["hits"]
+    return sorted((_job_from_source(h["_source"]) for h in hits), key=lambda j: j.id)
+
+
+def _job_query(job_id: str) -> dict[str, Any]:
+    return {"term": {"l4.job.id": job_id}}
+
+
+def _walk(
+    store: Store,
+    sources: list[dict[str, Any]],
+    query: dict[str, Any],
+    aggs: dict[str, Any] | None = None,
+) -> Iterator[dict[str, Any]]:
+    yield from store.composite(store.names.events, sources, query=query, aggs=aggs, page_size=_PAGE)
+
+
+def _terms(name: str, field_name: str, *, missing: bool = False) -> dict[str, Any]:
+    terms: dict[str, Any] = {"field": field_name}
+    if missing:
+        terms["missing_bucket"] = True
+    return {name: {"terms": terms}}
+
+
+def _value(bucket: dict[str, Any], name: str) -> Any:
+    return bucket.get(name, {}).get("value")
+
+
+def gather(store: Store, job_id: str) -> JobData:
+    """Read every table the analyses need for ``job_id`` (see the module docstring)."""
+    job = read_job(store, job_id)
+    query = _job_query(job_id)
+    if not store.count(store.names.events, query):
+        raise AnalysisError(
+            f"job {job_id!r} has no event rollups in {store.names.events} — hint: re-ingest it"
+        )
+    times = {
+        "n": {"sum": {"field": "l4.count"}},
+        "f": {"min": {"field": "l4.first_ts"}},
+        "l": {"max": {"field": "l4.last_ts"}},
+        "p": {"min": {"field": "l4.first_pos"}},
+    }
+    cells: dict[tuple[str, str], Cell] = {}
+    for b in _walk(
+        store, [_terms("node", "host.name"), _terms("t", "l4.template.id")], query, times
+    ):
+        f, last = _seconds(_value(b, "f")), _seconds(_value(b, "l"))
+        cells[(str(b["key"]["node"]), str(b["key"]["t"]))] = Cell(
+            count=int(_value(b, "n") or 0),
+            first_ts=f if f is not None else math.inf,
+            last_ts=last if last is not None else -math.inf,
+            first_pos=float(_value(b, "p") or 0.0),
+        )
+    templates: dict[str, TemplateInfo] = defaultdict(TemplateInfo)
+    for b in _walk(
+        store,
+        [
+            _terms("t", "l4.template.id"),
+            _terms("lvl", "log.level", missing=True),
+            _terms("st", "l4.stage", missing=True),
+        ],
+        query,
+        {"n": {"sum": {"field": "l4.count"}}},
+    ):
+        info = templates[str(b["key"]["t"])]
+        n = int(_value(b, "n") or 0)
+        if b["key"].get("lvl") is not None:
+            level = _canonical_level(str(b["key"]["lvl"]))
+            info.levels[level] = info.levels.get(level, 0) + n
+        if b["key"].get("st") is not None:
+            stage = str(b["key"]["st"])
+            info.stages[stage] = info.stages.get(stage, 0) + n
+    _exemplars(store, job_id, templates)
+
+    stage_spans: dict[tuple[str, str], tuple[float, float, float, float]] = {}
+    for b in _walk(
+        store,
+        [_terms("node", "host.name"), _terms("st", "l4.stage")],
+        query,
+        {
+            "f": {"min": {"field": "l4.first_ts"}},
+            "l": {"max": {"field": "l4.last_ts"}},
+            "fp": {"min": {"field": "l4.first_pos"}},
+            "lp": {"max": {"field": "l4.last_pos"}},
+        },
+    ):
+        f, last = _seconds(_value(b, "f")), _seconds(_value(b, "l"))
+        stage_spans[(str(b["key"]["node"]), str(b["key"]["st"]))] = (
+            f if f is not None else math.nan,
+            last if last is not None else math.nan,
+            float(_value(b, "fp") or 0.0),
+            float(_value(b, "lp") or 0.0),
+        )
+
+    it_query = {"bool": {"filter": [query, {"exists": {"field": "l4.iteration"}}]}}
+    iteration_cells: dict[tuple[int, str], tuple[float, int]] = {}
+    iteration_spans: dict[int, int] = {}
+    for b in _walk(
+        store,
+        [_terms("it", "l4.iteration"), _terms("t", "l4.template.id")],
+        it_query,
+        {
+            "f": {"min": {"field": "l4.first_ts"}},
+            "n": {"sum": {"field": "l4.count"}},
+            "s": {"max": {"field": "l4.iteration_span"}},
+        },
+    ):
+        it = int(b["key"]["it"])
+        f = _seconds(_value(b, "f"))
+        iteration_cells[(it, str(b["key"]["t"]))] = (
+            f if f is not None else math.inf,
+            int(_value(b, "n") or 0),
+        )
+        iteration_spans[it] = max(iteration_spans.get(it, 1), int(_value(b, "s") or 1))
+    node_iteration_start: dict[tuple[str, int], float] = {}
+    node_last_iteration: dict[str, int] = {}
+    for b in _walk(
+        store,
+        [_terms("node", "host.name"), _terms("it", "l4.iteration")],
+        it_query,
+        {"f": {"min": {"field": "l4.first_ts"}}, "s": {"max": {"field": "l4.iteration_span"}}},
+    ):
+        node, it = str(b["key"]["node"]), int(b["key"]["it"])
+        f = _seconds(_value(b, "f"))
+        if f is not None:
+            node_iteration_start[(node, it)] = f
+        last = it + max(int(_value(b, "s") or 1), 1) - 1
+        node_last_iteration[node] = max(last, node_last_iteration.get(node, last))
+
+    time_unit = "ts" if any(c.first_ts < math.inf for c in cells.values()) else "position"
+    _fill_missing_times(cells, time_unit)
+    return JobData(
+        job=job,
+        time_unit=time_unit,
+        cells=cells,
+        templates=dict(templates),
+        stage_spans=stage_spans,
+        iteration_cells=iteration_cells,
+        iteration_spans=iteration_spans,
+        node_iteration_start=node_iteration_start,
+        node_last_iteration=node_last_iteration,
+    )
+
+
+def _canonical_level(level: str) -> str:
+    up = level.upper()
+    return {"WARNING": "WARN", "CRIT": "CRITICAL", "ERR": "ERROR"}.get(up, up)
+
+
+def _fill_missing_times(cells: dict[tuple[str, str], Cell], unit: str) -> None:
+    if unit == "position":
+        for c in cells.values():
+            c.first_ts = c.first_pos
+            c.last_ts = max(c.first_pos, c.last_ts if c.last_ts > -math.inf else c.first_pos)
+        return
+    earliest: dict[str, float] = {}
+    for (node, _), c in cells.items():
+        if c.first_ts < math.inf:
+            earliest[node] = min(c.first_ts, earliest.get(node, math.inf))
+    everyone = min(earliest.values())
+    for (node, _), c in cells.items():
+        if c.first_ts == math.inf:
+            c.first_ts = earliest.get(node, everyone)
+        if c.last_ts == -math.inf:
+            c.last_ts = c.first_ts
+
+
+def _exemplars(store: Store, job_id: str, templates: dict[str, TemplateInfo]) -> None:
+    """Template text and one exemplar line per template (one document each, any node)."""
+    for b in _walk(
+        store,
+        [_terms("t", "l4.template.id")],
+        _job_query(job_id),
+        {
+            "x": {
+                "top_hits": {
+                    "size": 1,
+                    "sort": [{"l4.first_ts": {"order": "asc", "missing": "_last"}}],
+                    "_source": ["message", "l4.template.text"],
+                }
+            }
+        },
+    ):
+        hits = b.get("x", {}).get("hits", {}).get("hits", [])
+        if not hits:
+            continue
+        src = hits[0].get("_source", {})
+        info = templates[str(b["key"]["t"])]
+        info.text = str(_field(src, "l4.template.text") or "")
+        info.message = str(_field(src, "message") or "")
+
+
+def baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
+    """Per-template statistics over the baseline jobs (see :class:`BaselinePool`).
+
+    Rates are per node, and per node per iteration reached (1 when the job had none), so a
+    4-node 100-iteration rehearsal and a 256-node 10,000-iteration run compare.
+    """
+    if not jobs:
+        return BaselinePool((), {})
+    ids = [j.id for j in jobs]
+    query = {"terms": {"l4.job.id": ids}}
+    node_count: dict[str, int] = {j.id: max(len(j.nodes), 1) for j in jobs}
+    work: dict[str, int] = {j: 1 for j in ids}
+    for b in _walk(
+        store,
+        [_terms("j", "l4.job.id")],
+        {"bool": {"filter": [query, {"exists": {"field": "l4.iteration"}}]}},
+        {
+            "lo": {"min": {"field": "l4.iteration"}},
+            "hi": {"max": {"field": "l4.iteration"}},
+        },
+    ):
+        lo, hi = _value(b, "lo"), _value(b, "hi")
+        if lo is not None and hi is not None:
+            work[str(b["key"]["j"])] = max(int(hi) - int(lo) + 1, 1)
+    per: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
+    for b in _walk(
+        store,
+        [_terms("t", "l4.template.id"), _terms("j", "l4.job.id")],
+        query,
+        {"n": {"sum": {"field": "l4.count"}}, "nodes": {"cardinality": {"field": "host.name"}}},
+    ):
+        per[str(b["key"]["t"])].append(
+            (str(b["key"]["j"]), int(_value(b, "n") or 0), int(_value(b, "nodes") or 0))
+        )
+    stats: dict[str, tuple[int, float, float, float]] = {}
+    for tid, rows in per.items():
+        fractions = [min(n_nodes / node_count[j], 1.0) for j, _, n_nodes in rows]
+        per_node = sorted(count / node_count[j] for j, count, _ in rows)
+        per_iteration = sorted(count / node_count[j] / work[j] for j, count, _ in rows)
+        stats[tid] = (
+            len(rows),
+            sum(fractions) / len(jobs),
+            per_node[len(per_node) // 2],
+            per_iteration[len(per_iteration) // 2],
+        )
+    return BaselinePool(tuple(jobs), stats)
+
+
+def sample_lines(
+    store: Store, job_id: str, template_ids: Iterable[str], prefer_nodes: Sequence[str] = ()
+) -> dict[str, dict[str, Any]]:
+    """One kept raw line (``l4-lines``) per template, earliest first, preferring the given nodes.
+
+    Templates with no kept line are absent from the answer (the caller falls back on the rollup's
+    exemplar message).
+    """
+    wanted = list(dict.fromkeys(template_ids))
+    if not wanted or not store.count(store.names.lines, _job_query(job_id)):
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    preferred = list(prefer_nodes)
+    for node_filter in ([{"terms": {"host.name": preferred}}] if preferred else []) + [None]:
+        todo = [t for t in wanted if t not in out]
+        if not todo:
+            break
+        filters: list[dict[str, Any]] = [
+            _job_query(job_id),
+            {"terms": {"l4.template.id": todo}},
+        ]
+        if node_filter is not None:
+            filters.append(node_filter)
+        for b in store.composite(
+            store.names.lines,
+            [_terms("t", "l4.template.id")],
+            query={"bool": {"filter": filters}},
+            aggs={
+                "x": {
+                    "top_hits": {
+                        "size": 1,
+                        "sort": [
+                            {"@timestamp": {"order": "asc", "missing": "_last"}},
+                            {"l4.line": {"order": "asc"}},
+                        ],
+                        "_source": [
+                            "message",
+                            "host.name",
+                            "l4.rank",
+                            "@timestamp",
+                            "log.file.path",
+                            "l4.line",
+                        ],
+                    }
+                }
+            },
+            page_size=_PAGE,
+        ):
+            hits = b.get("x", {}).get("hits", {}).get("hits", [])
+            if hits:
+                out[str(b["key"]["t"])] = hits[0].get("_source", {})
+    return out
+
+
+def field_of(source: Mapping[str, Any], name: str) -> Any:
+    """A field of a ``_source`` written with dotted keys or nested objects."""
+    return _field(source, name)

@@ -1,0 +1,63 @@
+"""Index documents built from the shared records: the one place that knows the annotation layout.
+
+``l4-annotations`` (DESIGN §4): one document per finding, ``_id`` derived from the job, the kind
+and what the finding is about, so re-analysing a job overwrites its annotations.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+from l4_plugin.records import Finding
+
+
+def annotation_id(job_id: str, kind: str, key: str) -> str:
+    """Deterministic ``_id`` of the annotation about ``key`` (a template, node, rule…) of a job."""
+    return hashlib.sha1(f"{job_id}\x1f{kind}\x1f{key}".encode()).hexdigest()
+
+
+def annotation_document(
+    finding: Finding,
+    *,
+    analyzer_version: str,
+    created_ms: int,
+    template_text: str | None = None,
+    discover_url: str | None = None,
+    rule: Mapping[str, str] | None = None,
+    details: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The ``l4-annotations`` source of one finding (dotted ECS / ``l4.*`` keys)."""
+    doc: dict[str, Any] = {
+        "@timestamp": created_ms,
+        "message": finding.explanation[:8191],
+        "l4.job.id": finding.job_id,
+        "l4.annotation.kind": finding.kind,
+        "l4.annotation.key": finding.key,
+        "l4.annotation.score": float(finding.score),
+        "l4.annotation.rank": int(finding.rank),
+        "l4.annotation.reasons": list(finding.reasons),
+        "l4.annotation.nodes": list(finding.nodes),
+        "l4.analyzer.version": analyzer_version,
+        "l4.review.state": finding.review,
+    }
+    if finding.nodes:
+        doc["host.name"] = finding.nodes[0]
+    if finding.template_id is not None:
+        doc["l4.template.id"] = finding.template_id
+    if template_text is not None:
+        doc["l4.template.text"] = template_text[:8191]
+    if finding.iteration is not None:
+        doc["l4.iteration"] = finding.iteration
+    if finding.stage is not None:
+        doc["l4.stage"] = finding.stage
+    if finding.rule_id is not None:
+        doc["l4.rule.id"] = finding.rule_id
+        for key, value in (rule or {}).items():
+            doc[f"l4.rule.{key}"] = value
+    if discover_url:
+        doc["l4.annotation.discover_url"] = discover_url
+    if details:
+        doc["l4.annotation.details"] = dict(details)
+    return doc

@@ -1,0 +1,236 @@
+"""``l4 diagnose`` / ``l4 analyze`` / ``l4 report`` and ``diagnose_job`` against a real osmem."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from l4_plugin.cli import main
+from l4_plugin.diagnosis import AnalysisOptions, diagnose_job, load_summary
+from l4_plugin.diagnosis.facts import job_doc_id
+from l4_plugin.errors import AnalysisError
+from l4_plugin.ingest.pipeline import ingest_job
+from l4_plugin.simulate import simulate
+from l4_plugin.store import IndexNames, OpenSearchStore, Store
+
+_SECTION6_KEYS = {
+    "job_id",
+    "status",
+    "stage",
+    "baseline_jobs",
+    "rule_matches",
+    "events",
+    "nodes",
+    "iterations",
+    "silent_nodes",
+}
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    out = tmp_path_factory.mktemp("sim")
+    truth = simulate(out, nodes=6, iterations=40, fault="nccl-ib-error", seed=1)
+    return {"dir": out, "truth": truth}
+
+
+@pytest.fixture(scope="module")
+def mstore(osmem_url: str) -> Iterator[Store]:
+    s = OpenSearchStore(osmem_url, IndexNames("tdiag-l4-"), retry_backoff=0.05)
+    s.drop_indices()
+    s.install_templates()
+    yield s
+    s.drop_indices()
+    s.close()
+
+
+@pytest.fixture(scope="module")
+def ingested(sim: dict[str, Any], mstore: Store) -> str:
+    for b in sorted((sim["dir"] / "baselines").iterdir()):
+        ingest_job(mstore, b, status="succeeded")
+    return ingest_job(mstore, sim["dir"] / "job").job.id
+
+
+def _annotations(store: Store, job_id: str) -> list[dict[str, Any]]:
+    store.refresh(store.names.annotations)
+    body = {"size": 1000, "query": {"term": {"l4.job.id": job_id}}}
+    return [h["_source"] for h in store.search(store.names.annotations, body)["hits"]["hits"]]
+
+
+def test_diagnose_finds_the_faulty_node_and_its_events(
+    sim: dict[str, Any], mstore: Store, ingested: str
+) -> None:
+    truth = sim["truth"]
+    d = diagnose_job(mstore, ingested, rules=[])
+    report = d.report
+    assert set(report) >= _SECTION6_KEYS
+    assert report["job_id"] == ingested and report["status"] == "failed"
+    assert report["stage"] == "training"
+    assert sorted(report["baseline_jobs"]) == sorted(truth.baseline_jobs)
+    assert report["nodes"][0]["node"] in truth.faulty_nodes
+    assert len(report["nodes"]) == 6
+    samples = [e["sample"] for e in report["events"]]
+    assert any(re.search(rx, s) for rx in truth.root_indicators for s in samples)
+    for e in report["events"]:
+        assert {
+            "template_id",
+            "template",
+            "sample",
+            "score",
+            "nodes",
+            "count",
+            "first_seen",
+        } <= set(e)
+        assert e["reasons"] and 0 < e["score"] <= 1
+    assert report["filtering"]["dropped"] > 0
+    json.dumps(report)  # the contract is JSON
+
+
+def test_annotations_are_replaced_not_duplicated(mstore: Store, ingested: str) -> None:
+    diagnose_job(mstore, ingested, rules=[])
+    first = _annotations(mstore, ingested)
+    kinds = {a["l4.annotation.kind"] for a in first}
+    assert {"event", "node", "stage", "summary"} <= kinds
+    assert all(a["l4.analyzer.version"].startswith("l4-") for a in first)
+    diagnose_job(mstore, ingested, rules=[])
+    again = _annotations(mstore, ingested)
+    assert len(again) == len(first)
+    # A narrower run leaves no stale event annotation behind.
+    diagnose_job(mstore, ingested, rules=[], options=AnalysisOptions(max_events=2))
+    events = [a for a in _annotations(mstore, ingested) if a["l4.annotation.kind"] == "event"]
+    assert len(events) == 2
+    job = mstore.get(mstore.names.jobs, job_doc_id(ingested))
+    assert job is not None and job.source["l4.analysis.state"] == "done"
+    report, extras = load_summary(mstore, ingested)
+    assert report["job_id"] == ingested and len(report["events"]) == 2
+    assert extras.stage_per_node
+
+
+def test_dry_run_writes_nothing(mstore: Store, ingested: str) -> None:
+    before = len(_annotations(mstore, ingested))
+    diagnose_job(mstore, ingested, rules=[], write=False, options=AnalysisOptions(max_events=5))
+    assert len(_annotations(mstore, ingested)) == before
+
+
+def test_unknown_job_is_a_clear_error(mstore: Store) -> None:
+    with pytest.raises(AnalysisError, match="job 'no-such-job' is not in the cluster"):
+        diagnose_job(mstore, "no-such-job", rules=[])
+
+
+def test_without_filtering_the_report_says_so(mstore: Store, ingested: str) -> None:
+    d = diagnose_job(
+        mstore, ingested, rules=[], write=False, options=AnalysisOptions(crossjob=False)
+    )
+    assert d.report["filtering"]["no_baseline"] is True
+    assert any("disabled" in n for n in d.report["notes"])
+
+
+def _write_job(root: Path, nodes: dict[str, list[str]], config: str = "m1") -> Path:
+    root.mkdir(parents=True)
+    (root / "job.yaml").write_text(
+        f"id: {root.name}\nstatus: failed\nconfig:\n  model: {config}\n", "utf-8"
+    )
+    for node, lines in nodes.items():
+        (root / node).mkdir()
+        (root / node / "rank0.log").write_text("\n".join(lines) + "\n", "utf-8")
+    return root
+
+
+def _lines(n: int, t0: int = 0, extra: tuple[str, ...] = ()) -> list[str]:
+    out = [
+        f"[2024-05-01 10:00:{(t0 + i) % 60:02d},000] [INFO] [engine.py:10:step] "
+        f" iteration {i + 1}/ 100 | consumed samples: {i * 8} | lm loss: 2.{i:03d}E+00 |"
+        for i in range(n)
+    ]
+    return out + list(extra)
+
+
+def test_one_node_job_reports_events_without_spatial(tmp_path: Path, store: Store) -> None:
+    crash = "[2024-05-01 10:01:00,000] [ERROR] [engine.py:99:step] RuntimeError: boom on device 3"
+    job = _write_job(tmp_path / "one", {"n1": _lines(20, extra=(crash,))})
+    job_id = ingest_job(store, job).job.id
+    d = diagnose_job(store, job_id, rules=[])
+    assert d.report["spatial"]["defined"] is False
+    assert any("at least two nodes" in n for n in d.report["notes"])
+    assert any("boom" in e["sample"] for e in d.report["events"])
+    assert any("no baseline" in n for n in d.report["notes"])
+
+
+def test_identical_nodes_and_no_iterations(tmp_path: Path, store: Store) -> None:
+    same = [f"[2024-05-01 10:00:{i:02d},000] [INFO] loading shard {i}" for i in range(10)]
+    job = _write_job(tmp_path / "same", {f"n{k}": same for k in range(4)})
+    job_id = ingest_job(store, job).job.id
+    d = diagnose_job(store, job_id, rules=[])
+    assert all(n["score"] == 0 for n in d.report["nodes"])
+    assert d.report["iterations"] == []
+    assert any("no iterations found" in n for n in d.report["notes"])
+
+
+def test_baseline_with_other_fingerprint_needs_force(tmp_path: Path, store: Store) -> None:
+    job = _write_job(tmp_path / "j1", {"n1": _lines(10), "n2": _lines(10)})
+    other = _write_job(tmp_path / "b1", {"n1": _lines(10)}, config="other-model")
+    job_id = ingest_job(store, job).job.id
+    base_id = ingest_job(store, other, status="succeeded").job.id
+    warnings: list[str] = []
+    d = diagnose_job(store, job_id, rules=[], baselines=[base_id], warn=warnings.append)
+    assert d.report["baseline_jobs"] == []
+    assert any("fingerprint" in w and "--force-baseline" in w for w in warnings)
+    forced = diagnose_job(store, job_id, rules=[], baselines=[base_id], force_baselines=True)
+    assert forced.report["baseline_jobs"] == [base_id]
+
+
+def test_cli_diagnose_analyze_report(
+    sim: dict[str, Any], settings: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base = ["--es-url", settings.es_url, "--index-prefix", settings.index_prefix]
+    out_json, out_html = tmp_path / "r.json", tmp_path / "r.html"
+    code = main(
+        [
+            *base,
+            "diagnose",
+            str(sim["dir"] / "job"),
+            "--baseline",
+            str(sim["dir"] / "baselines"),
+            "--json",
+            str(out_json),
+            "--html",
+            str(out_html),
+        ]
+    )
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    report = json.loads(out_json.read_text("utf-8"))
+    assert set(report) >= _SECTION6_KEYS
+    assert report["nodes"][0]["node"] in sim["truth"].faulty_nodes
+    assert "Failure-indicating events" in captured.out
+    assert "Suspect nodes" in captured.out
+    assert "<svg" in out_html.read_text("utf-8")
+    assert "ingested" in captured.err
+    # Second run: nothing to ingest again.
+    assert (
+        main(
+            [
+                *base,
+                "diagnose",
+                str(sim["dir"] / "job"),
+                "--baseline",
+                str(sim["dir"] / "baselines"),
+                "--no-rules",
+            ]
+        )
+        == 0
+    )
+    assert "already in the cluster" in capsys.readouterr().err
+    assert main([*base, "analyze", report["job_id"], "--json", "-", "--no-rules"]) == 0
+    assert json.loads(capsys.readouterr().out)["job_id"] == report["job_id"]
+    html2 = tmp_path / "again.html"
+    assert main([*base, "report", report["job_id"], "--html", str(html2)]) == 0
+    assert "<svg" in html2.read_text("utf-8")
+    assert main([*base, "analyze", "missing-job"]) == 1
+    assert "error: job 'missing-job' is not in the cluster" in capsys.readouterr().err
+    assert main([*base, "report", "missing-job"]) == 1
+    assert "no stored diagnosis" in capsys.readouterr().err
