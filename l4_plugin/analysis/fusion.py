@@ -25,7 +25,7 @@ precision and high recall together, rather than the paper's recall-first list.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from l4_plugin.analysis.results import (
     EventStat,
@@ -108,8 +108,15 @@ class Fusion:
         iterations: IterationResult | None = None,
         stage: StageResult | None = None,
         stragglers: StragglerResult | None = None,
+        discounts: Mapping[str, tuple[float, str]] | None = None,
     ) -> Fusion:
-        """Rank events and nodes from whatever analyses ran (None = that analysis did not run)."""
+        """Rank events and nodes from whatever analyses ran (None = that analysis did not run).
+
+        ``discounts`` maps a template to ``(factor, reason)``: its fused score is multiplied by
+        the factor and the reason is listed — evidence *against* an event (a benign line that
+        recurs long before the failure, a line that carries no information) that noisy-OR
+        cannot express.
+        """
         if not 0.0 < self.relative_threshold <= 1.0:
             raise AnalysisError(
                 f"fusion: relative_threshold must be in (0, 1], got {self.relative_threshold!r}"
@@ -166,7 +173,8 @@ class Fusion:
                     if t in reasons:
                         reasons[t].append(("only-on-silent-node-peers", _SILENT_PEER_WEIGHT))
 
-        pre = {t: _noisy_or(w for _, w in r) for t, r in reasons.items() if r}
+        factor = {t: f for t, (f, _) in (discounts or {}).items()}
+        pre = {t: _noisy_or(w for _, w in r) * factor.get(t, 1.0) for t, r in reasons.items() if r}
         earliest = self._earliest(pre, by_id, job_stage)
         if earliest:
             first = min(by_id[t].first or 0.0 for t in earliest)
@@ -185,8 +193,15 @@ class Fusion:
                 ):
                     r.append(("cascade", 0.0))
 
+        for t, (_, why) in (discounts or {}).items():
+            if reasons.get(t):
+                reasons[t].append((why, 0.0))
         candidates = sorted(
-            (self._ranked(by_id[t], r) for t, r in reasons.items() if r),
+            (
+                self._ranked(by_id[t], r, (discounts or {}).get(t, (1.0, ""))[0])
+                for t, r in reasons.items()
+                if r
+            ),
             key=lambda ev: (
                 -ev.score,
                 ev.first_seen if ev.first_seen is not None else 0.0,
@@ -228,11 +243,11 @@ class Fusion:
         return {t for t in pool if (by_id[t].first or 0.0) <= first + self.root_window}
 
     @staticmethod
-    def _ranked(e: EventStat, r: list[tuple[str, float]]) -> RankedEvent:
+    def _ranked(e: EventStat, r: list[tuple[str, float]], factor: float = 1.0) -> RankedEvent:
         names = tuple(dict.fromkeys(name for name, _ in r))
         return RankedEvent(
             template_id=e.template_id,
-            score=round(_noisy_or(w for _, w in r), 6),
+            score=round(_noisy_or(w for _, w in r) * factor, 6),
             reasons=names,
             nodes=tuple(sorted(e.first_seen, key=lambda n: (e.first_seen[n], n))),
             count=e.count,

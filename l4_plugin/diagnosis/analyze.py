@@ -10,6 +10,7 @@ runs them and fuses their results. The cluster is read before (``facts``) and wr
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,23 @@ from l4_plugin.ingest.stages import STAGE_ORDER
 
 # Below this many exact (one-iteration) buckets the coarse early buckets are analysed too.
 _MIN_EXACT_ITERATIONS = 8
+# Kernel, BMC and Slurm lines carry no level; these words give them one.
+_ERROR_WORDS = re.compile(
+    r"\b(?:panic|fatal|error|errors|failed|failure|xid|uncorrectable|abort(?:ed|ing)?|killed|"
+    r"segfault|exception|link down|not responding|machine check)\b",
+    re.IGNORECASE,
+)
+_WARN_WORDS = re.compile(
+    r"\b(?:warn(?:ing)?|timeout|timed out|down|retry|retrying|throttled|slowdown|corrected)\b",
+    re.IGNORECASE,
+)
+# A recurring event counts as chronic (benign background) when it was already printed this
+# many iteration buckets before the job's last one, in at least this many buckets.
+_CHRONIC_LEAD = 3
+_CHRONIC_BUCKETS = 3
+_CHRONIC_FACTOR = 0.35
+_LOW_INFO_FACTOR = 0.5
+_WORD = re.compile(r"(?<![<\w])[A-Za-z][A-Za-z_]{2,}(?![\w>])")
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +95,37 @@ class Analysis:
     matrix: np.ndarray | None = field(default=None, compare=False)
 
 
+def inferred_level(text: str) -> str | None:
+    """A level for a line that has none (kernel, BMC, Slurm): ERROR / WARN by its words.
+
+    "Corrected" errors are warnings: a corrected PCIe error is the textbook benign anomaly.
+    """
+    if re.search(r"\bcorrected\b", text, re.IGNORECASE):
+        return "WARN"
+    if _ERROR_WORDS.search(text):
+        return "ERROR"
+    if _WARN_WORDS.search(text):
+        return "WARN"
+    return None
+
+
+def _stage_at(data: JobData, node: str, ts: float) -> str | None:
+    """The stage a node's training logs were in at ``ts`` (latest-starting span containing it)."""
+    best: tuple[float, str] | None = None
+    for (n, stage), (first, last, _, _) in data.stage_spans.items():
+        inside = n == node and not math.isnan(first) and first <= ts <= last
+        if inside and (best is None or first > best[0]):
+            best = (first, stage)
+    return best[1] if best else None
+
+
 def event_stats(data: JobData) -> tuple[EventStat, ...]:
-    """One :class:`EventStat` per template of the job: per-node first time and count."""
+    """One :class:`EventStat` per template of the job: per-node first time and count.
+
+    Lines without a level get one from their words (:func:`inferred_level`). Lines of files with
+    no stage markers (kernel logs) sit in ``init`` for ingest; when such a line comes after its
+    node's start-up, it gets the stage the node's training logs were in at that time.
+    """
     first: dict[str, dict[str, float]] = {}
     counts: dict[str, dict[str, int]] = {}
     for (node, tid), cell in data.cells.items():
@@ -87,16 +134,54 @@ def event_stats(data: JobData) -> tuple[EventStat, ...]:
     out = []
     for tid in sorted(first):
         info = data.templates.get(tid)
+        level = info.level if info else None
+        if level is None and info is not None:
+            level = inferred_level(info.text or info.message)
+        stage = info.stage if info else None
+        if stage == "init" and data.time_unit == "ts":
+            node, ts = min(first[tid].items(), key=lambda kv: (kv[1], kv[0]))
+            stage = _stage_at(data, node, ts) or stage
         out.append(
             EventStat(
                 template_id=tid,
-                level=info.level if info else None,
+                level=level,
                 first_seen=first[tid],
                 counts=counts[tid],
-                stage=info.stage if info else None,
+                stage=stage,
             )
         )
     return tuple(out)
+
+
+def discounts(data: JobData, stragglers: StragglerResult | None) -> dict[str, tuple[float, str]]:
+    """Evidence against events (see ``Fusion.fit``): chronic background and empty lines.
+
+    *Chronic*: the template was printed in at least ``_CHRONIC_BUCKETS`` iteration buckets and
+    already ``_CHRONIC_LEAD`` buckets before the job's last one — corrected PCIe errors,
+    power-cap and slow-dataloader warnings repeated for hours are background, not the failure.
+    A straggler's own slowdown lines are exempt: they start with the slowdown. *Low
+    information*: a template with fewer than three words of text (``Last error:``, a stack frame).
+    """
+    out: dict[str, tuple[float, str]] = {}
+    buckets = sorted(data.iteration_spans)
+    if len(buckets) > _CHRONIC_LEAD:
+        cutoff = buckets[-1 - _CHRONIC_LEAD]
+        seen: dict[str, list[int]] = {}
+        for it, tid in data.iteration_cells:
+            seen.setdefault(tid, []).append(it)
+        slow = {s.node for s in stragglers.stragglers} if stragglers else set()
+        for tid, its in seen.items():
+            if len(its) < _CHRONIC_BUCKETS or min(its) > cutoff:
+                continue
+            nodes = {n for (n, t) in data.cells if t == tid}
+            if slow and nodes <= slow:
+                continue
+            out[tid] = (_CHRONIC_FACTOR, "chronic-before-failure")
+    for tid, info in data.templates.items():
+        text = info.text or info.message
+        if tid not in out and len(_WORD.findall(text)) < 3:
+            out[tid] = (_LOW_INFO_FACTOR, "low-information")
+    return out
 
 
 def _periodic(data: JobData, tid: str) -> bool:
@@ -263,6 +348,7 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
             iterations=iterations,
             stage=stage,
             stragglers=stragglers,
+            discounts=discounts(data, stragglers),
         )
         .result_
     )

@@ -1,0 +1,99 @@
+"""The pure step between aggregations and estimators: levels, stages, discounts, fusion input."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from l4_plugin.analysis.fusion import Fusion
+from l4_plugin.analysis.results import EventStat, Straggler, StragglerResult
+from l4_plugin.diagnosis.analyze import discounts, event_stats, inferred_level
+from l4_plugin.diagnosis.facts import Cell, JobData, JobDoc, TemplateInfo
+
+
+@pytest.mark.parametrize(
+    ("text", "level"),
+    [
+        ("Kernel panic - not syncing: Fatal machine check", "ERROR"),
+        ("NVRM: Xid (PCI:0000:46:00): 79, GPU has fallen off the bus.", "ERROR"),
+        ("mlx5_core 0000:3b:00.0 ibp59s0: Link down", "ERROR"),
+        ("nvidia 0000:3b:00.0: PCIe Bus Error: severity=Corrected, type=Physical Layer", "WARN"),
+        ("CPU12: Package temperature above threshold, cpu clock throttled", "WARN"),
+        ("loading shard 3 of 12", None),
+    ],
+)
+def test_inferred_level(text: str, level: str | None) -> None:
+    assert inferred_level(text) == level
+
+
+def _data(
+    cells: dict[tuple[str, str], Cell],
+    its: dict[tuple[int, str], tuple[float, int]],
+    texts: dict[str, str],
+    stages: dict[str, str] | None = None,
+) -> JobData:
+    templates = {
+        t: TemplateInfo(text=x, stages={(stages or {}).get(t, "training"): 1})
+        for t, x in texts.items()
+    }
+    nodes = tuple(sorted({n for n, _ in cells}))
+    return JobData(
+        job=JobDoc("j", "failed", "fp", nodes, 100, 0.0, 100.0),
+        time_unit="ts",
+        cells=cells,
+        templates=templates,
+        stage_spans={(n, "init"): (0.0, 10.0, 1.0, 5.0) for n in nodes}
+        | {(n, "training"): (10.0, 100.0, 6.0, 90.0) for n in nodes},
+        iteration_cells=its,
+        iteration_spans={k: 1 for k in range(10)},
+        node_iteration_start={},
+        node_last_iteration={n: 9 for n in nodes},
+    )
+
+
+def test_chronic_background_and_empty_lines_are_discounted() -> None:
+    texts = {
+        "pcie": "nvidia <HEX>: PCIe Bus Error: severity=Corrected, type=Physical Layer",
+        "ib": "NCCL WARN NET/IB : Got async event : port error",
+        "last": "Last error:",
+    }
+    cells = {("a", t): Cell(3, 20.0, 90.0, 1.0) for t in texts} | {
+        ("b", "pcie"): Cell(1, 30, 30, 1)
+    }
+    its = {(k, "pcie"): (10.0 * k, 1) for k in range(1, 9)} | {
+        (9, "ib"): (95.0, 1),
+        (9, "last"): (96.0, 1),
+    }
+    d = discounts(_data(cells, its, texts), None)
+    assert d["pcie"][1] == "chronic-before-failure"
+    assert d["last"][1] == "low-information"
+    assert "ib" not in d
+    # A straggler's own slowdown lines start with the slowdown: not background.
+    slow = StragglerResult((Straggler("a", 2, 5.0, 1.5),))
+    cells_slow = {("a", "pcie"): Cell(8, 20.0, 90.0, 1.0)}
+    assert "pcie" not in discounts(_data(cells_slow, its, {"pcie": texts["pcie"]}), slow)
+
+
+def test_kernel_lines_get_a_level_and_the_stage_of_their_time() -> None:
+    texts = {"panic": "Kernel panic - not syncing: Fatal machine check"}
+    cells = {("a", "panic"): Cell(1, 99.0, 99.0, 1.0), ("b", "x"): Cell(1, 1.0, 1.0, 1.0)}
+    data = _data(cells, {}, texts | {"x": "starting workers for entrypoint"}, {"panic": "init"})
+    stats = {e.template_id: e for e in event_stats(data)}
+    assert stats["panic"].level == "ERROR"
+    assert stats["panic"].stage == "training"
+    assert stats["x"].stage == "training"  # its own (training) tag is kept
+
+
+def test_fusion_discount_lowers_score_and_says_why() -> None:
+    events = [
+        EventStat("a", "ERROR", {"n1": 5.0}, {"n1": 1}, "training"),
+        EventStat("b", "ERROR", {"n1": 20.0}, {"n1": 1}, "training"),
+    ]
+    plain = Fusion().fit(events, ["n1", "n2"]).result_
+    cut = Fusion().fit(events, ["n1", "n2"], discounts={"b": (0.3, "low-information")}).result_
+    score = {e.template_id: e.score for e in cut.candidates}
+    base = {e.template_id: e.score for e in plain.candidates}
+    assert score["b"] == pytest.approx(base["b"] * 0.3)
+    assert "low-information" in next(e.reasons for e in cut.candidates if e.template_id == "b")
+    assert score["a"] == base["a"] and not math.isnan(score["a"])
