@@ -53,7 +53,7 @@ _WARN_WORDS = re.compile(
 _CHRONIC_LEAD = 3
 _CHRONIC_BUCKETS = 3
 _CHRONIC_FACTOR = 0.35
-_LOW_INFO_FACTOR = 0.5
+_LOW_INFO_FACTOR = 0.3
 _WORD = re.compile(r"(?<![<\w])[A-Za-z][A-Za-z_]{2,}(?![\w>])")
 
 
@@ -110,12 +110,18 @@ def inferred_level(text: str) -> str | None:
 
 
 def _stage_at(data: JobData, node: str, ts: float) -> str | None:
-    """The stage a node's training logs were in at ``ts`` (latest-starting span containing it)."""
-    best: tuple[float, str] | None = None
+    """The stage a node's training logs were in at ``ts``: the latest-starting span containing
+    it, else (the line came after the node's last training line: a crash) the last span."""
+    inside: tuple[float, str] | None = None
+    before: tuple[float, str] | None = None
     for (n, stage), (first, last, _, _) in data.stage_spans.items():
-        inside = n == node and not math.isnan(first) and first <= ts <= last
-        if inside and (best is None or first > best[0]):
-            best = (first, stage)
+        if n != node or math.isnan(first):
+            continue
+        if first <= ts <= last and (inside is None or first > inside[0]):
+            inside = (first, stage)
+        if last <= ts and (before is None or last > before[0]):
+            before = (last, stage)
+    best = inside or before
     return best[1] if best else None
 
 
@@ -159,24 +165,37 @@ def discounts(data: JobData, stragglers: StragglerResult | None) -> dict[str, tu
     *Chronic*: the template was printed in at least ``_CHRONIC_BUCKETS`` iteration buckets and
     already ``_CHRONIC_LEAD`` buckets before the job's last one — corrected PCIe errors,
     power-cap and slow-dataloader warnings repeated for hours are background, not the failure.
-    A straggler's own slowdown lines are exempt: they start with the slowdown. *Low
-    information*: a template with fewer than three words of text (``Last error:``, a stack frame).
+    Lines without iteration (kernel logs) are chronic when printed at least that many times
+    and first before that bucket started. A straggler's own slowdown lines are exempt: they
+    start with the slowdown. *Low information*: a template with fewer than three words of text
+    (``Last error:``, a stack frame).
     """
     out: dict[str, tuple[float, str]] = {}
     buckets = sorted(data.iteration_spans)
+    slow = {s.node for s in stragglers.stragglers} if stragglers else set()
+    per: dict[str, dict[str, tuple[int, float, float]]] = {}
+    for (node, tid), cell in data.cells.items():
+        per.setdefault(tid, {})[node] = (cell.count, cell.first_ts, cell.last_ts)
     if len(buckets) > _CHRONIC_LEAD:
         cutoff = buckets[-1 - _CHRONIC_LEAD]
         seen: dict[str, list[int]] = {}
         for it, tid in data.iteration_cells:
             seen.setdefault(tid, []).append(it)
-        slow = {s.node for s in stragglers.stragglers} if stragglers else set()
-        for tid, its in seen.items():
-            if len(its) < _CHRONIC_BUCKETS or min(its) > cutoff:
+        starts = [t for (_, it), t in data.node_iteration_start.items() if it == cutoff]
+        cut_ts = min(starts) if starts and data.time_unit == "ts" else None
+        for tid, cells in per.items():
+            if slow and set(cells) <= slow:
                 continue
-            nodes = {n for (n, t) in data.cells if t == tid}
-            if slow and nodes <= slow:
-                continue
-            out[tid] = (_CHRONIC_FACTOR, "chronic-before-failure")
+            its = seen.get(tid)
+            if its is not None:
+                chronic = len(its) >= _CHRONIC_BUCKETS and min(its) <= cutoff
+            else:
+                # Kernel / BMC lines carry no iteration: judge them by time.
+                first = min(c[1] for c in cells.values())
+                total = sum(c[0] for c in cells.values())
+                chronic = cut_ts is not None and total >= _CHRONIC_BUCKETS and first < cut_ts
+            if chronic:
+                out[tid] = (_CHRONIC_FACTOR, "chronic-before-failure")
     for tid, info in data.templates.items():
         text = info.text or info.message
         if tid not in out and len(_WORD.findall(text)) < 3:
@@ -228,7 +247,9 @@ def _spatial(
         for n, c in e.counts.items():
             counts[row[n], j] = c
     weights = np.array([1.0 if e.template_id in kept else 0.0 for e in events])
-    spatial = SpatialAnalyzer(method=options.spatial_method, random_state=options.random_state)
+    spatial = SpatialAnalyzer(
+        method=options.spatial_method, random_state=options.random_state, n_attributions=12
+    )
     spatial.fit(
         counts,
         nodes,
