@@ -229,3 +229,25 @@ def test_nested_prefix_glog_time_matches_the_single_prefix() -> None:
         == single.timestamp
         == calendar.timegm((2024, 11, 5, 12, 0, 0, 0, 0, 0)) + 0.123
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "level", "body"),
+    [
+        (
+            "[E ProcessGroupNCCL.cpp:475] [Rank 0] Watchdog caught collective operation timeout",
+            "ERROR",
+            "[Rank 0] Watchdog caught collective operation timeout",
+        ),
+        (
+            "[rank3]:[W socket.cpp:464] [c10d] The server socket has failed to bind",
+            "WARNING",
+            "[c10d] The server socket has failed to bind",
+        ),
+    ],
+)
+def test_c10_bracket_without_time(line: str, level: str, body: str) -> None:
+    # PyTorch 2.0/2.1 c10 logging: "[E file.cpp:N] " with no glog time.
+    h = parse_header(line, 2024)
+    assert h.level == level and h.timestamp is None and h.emitter == "torch"
+    assert line[h.body_start :] == body

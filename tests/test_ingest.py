@@ -279,3 +279,56 @@ def test_full_memory_is_bounded(
     )
     summary = ingest_job(store, tmp_path, job_id="chunks", full=True)
     assert summary.lines_docs == 1000 and max(sizes) <= 100 and len(sizes) >= 10
+
+
+def test_error_continuations_join_their_record(store: Store, tmp_path: Path) -> None:
+    job = tmp_path / "cont"
+    (job / "n1").mkdir(parents=True)
+    lines = [
+        "[rank0]:[2024-05-01 10:00:00,000] [INFO] [engine.py:1:x] starting",
+        "[rank0]:Traceback (most recent call last):",
+        '[rank0]:  File "train.py", line 3, in <module>',
+        "[rank0]:RuntimeError: CUDA error: an illegal memory access was encountered",
+        "[rank0]:CUDA kernel errors might be asynchronously reported at some other API call.",
+        "[rank0]:For debugging consider passing CUDA_LAUNCH_BLOCKING=1.",
+        "[rank0]:Exception raised from c10_cuda_check at ../c10/cuda/CUDAException.cpp:43 "
+        "(most recent call first):",
+        "[rank0]:frame #0: c10::Error::Error(c10::SourceLocation) + 0x57 (0x7f in /lib/libc10.so)",
+        "[rank0]:[2024-05-01 10:00:01,000] [INFO] [engine.py:2:x] after",
+        "[rank0]:terminate called after throwing an instance of 'c10::DistBackendError'",
+        "[rank0]:  what():  [PG 0 Rank 0] Process group watchdog thread terminated with exception",
+        "[rank0]:Exception raised from checkTimeout at ../ProcessGroupNCCL.cpp:565 (most recent "
+        "call first):",
+        "[rank0]:frame #0: c10::Error::Error(c10::SourceLocation) + 0x57 (0x7f in /lib/libc10.so)",
+        "[rank0]:[2024-05-01 10:00:02,000] [INFO] [engine.py:2:x] after",
+        # Not after an error record: a "frame #" line stays an event of its own.
+        "[rank0]:frame #1: <unknown function> + 0x99 (0x7f in /lib/libtorch.so)",
+    ]
+    (job / "n1" / "rank0.log").write_text("\n".join(lines) + "\n", "utf-8")
+    job_id = ingest_job(store, job).job.id
+    body = {"size": 100, "query": {"term": {"l4.job.id": job_id}}}
+    events = [h["_source"] for h in store.search(store.names.events, body)["hits"]["hits"]]
+    texts = [e["l4.template.text"] for e in events]
+    assert not any("CUDA kernel errors" in t or "Exception raised" in t for t in texts)
+    assert sum(t.startswith("frame #") for t in texts) == 1
+    # "terminate called…" and its what() line stay events; the C++ stack after them is joined.
+    assert any(t.startswith("terminate called after throwing") for t in texts)
+    what = next(e for e in events if "what():" in e["message"])
+    assert "Exception raised from checkTimeout" in what["message"]
+    err = next(e for e in events if "illegal memory access" in e["l4.template.text"])
+    assert err["l4.count"] == 1
+    assert "CUDA_LAUNCH_BLOCKING" in err["message"] and "frame #0" in err["message"]
+    kept = [h["_source"] for h in store.search(store.names.lines, body)["hits"]["hits"]]
+    record = next(k for k in kept if "illegal memory access" in k["message"])
+    assert record["message"].startswith("[rank0]:Traceback")
+    assert record["message"].endswith("(0x7f in /lib/libc10.so)")
+
+
+def test_reingest_without_status_keeps_the_registered_one(store: Store, tmp_path: Path) -> None:
+    job = tmp_path / "reg"
+    (job / "n1").mkdir(parents=True)
+    (job / "n1" / "rank0.log").write_text("[2024-05-01 10:00:00,000] [INFO] hello\n", "utf-8")
+    ingest_job(store, job, status="failed")
+    ingest_job(store, job)  # no job.yaml, no --status: "unknown" must not win
+    doc = store.get(store.names.jobs, _doc_id("reg"))
+    assert doc is not None and doc.source["l4.job.status"] == "failed"

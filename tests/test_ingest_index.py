@@ -119,9 +119,22 @@ def test_multiline_messages_are_split_back(store: Store, tmp_path: Path) -> None
     raw = f"{store.names.prefix}raw-multiline"
     shipped = ship(store, raw, job, truth.job_id, multiline=True)
     assert shipped < by_file.lines  # tracebacks were joined by the "shipper"
-    [by_index] = ingest_index(store, raw, RawFields(), job_id=truth.job_id)
+    [by_index] = ingest_index(store, raw, RawFields(), job_id=truth.job_id, full=True)
     assert by_index.lines == by_file.lines
     assert _events(store, truth.job_id) == file_events
+    # --full from an index: every line once, at its offset inside the joined message's file.
+    assert by_index.lines_docs == by_file.lines
+    assert store.count(store.names.lines, {"term": {"l4.job.id": truth.job_id}}) == by_file.lines
+    frames = store.search(
+        store.names.lines,
+        {"size": 5, "query": {"wildcard": {"message.keyword": "*]:  File *"}}},
+    )["hits"]["hits"]
+    assert frames  # traceback frames, which the shipper had joined into one message
+    for hit in frames:
+        src = hit["_source"]
+        data = Path(src["log.file.path"]).read_bytes()
+        data = gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+        assert data[src["log.offset"] :].startswith(src["message"].encode())
 
 
 def test_every_job_of_the_index_and_fields_from_the_path(store: Store, tmp_path: Path) -> None:

@@ -94,3 +94,10 @@ def test_missing_field_and_bad_group(tmp_path: Path) -> None:
     path.write_text("rules:\n  - name: g\n    pattern: 'x'\n    replace: '\\2'\n")
     with pytest.raises(ConfigError, match=r"'g'.*group"):
         Masker.load(path)
+
+
+def test_ip_list_is_one_token() -> None:
+    masker = Masker.load()
+    one = masker.mask('10.11.10.1 "GET /v2/x/servers/detail HTTP/1.1" status: 200')
+    two = masker.mask('10.11.10.1,10.11.21.139 "GET /v2/x/servers/detail HTTP/1.1" status: 200')
+    assert one == two and one.startswith('<IP> "GET')

@@ -103,6 +103,8 @@ _DMESG = re.compile(r"\[ *\d+\.\d+\] ?")
 _GLOG_TIME = r"([IWEF])(\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
 _GLOG = re.compile(_GLOG_TIME + r"(?: +\d+)? [\w./<>-]+:\d+\] ?")
 _GLOG_BRACKET = re.compile(r"\[" + _GLOG_TIME + r"(?: +\d+)? [\w./<>-]+:\d+\] ?")
+# c10 logging without the glog time (PyTorch 2.0/2.1): "[E ProcessGroupNCCL.cpp:475] [Rank 0] …"
+_C10_BRACKET = re.compile(r"\[([IWEF]) [\w./<>-]+\.(?:cpp|cc|cu|h|hpp):\d+\] ?")
 # NCCL: "node-a07:1234:5678 [3] NCCL INFO "
 _NCCL = re.compile(r"([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] ?(?:NCCL (INFO|WARN|ERROR|TRACE) ?)?")
 _SYSLOG = re.compile(
@@ -263,6 +265,10 @@ def _bracket(line: str, pos: int, year: int) -> _Parsed:
                 "torch",
                 None,
             )
+    elif c1 in "IWEF" and line[pos + 2 : pos + 3] == " ":
+        m = _C10_BRACKET.match(line, pos)
+        if m is not None:
+            return None, normalise_level(m[1]), None, m.end(), "torch", None
     m = _DMESG.match(line, pos)
     if m is not None:
         return None, None, None, m.end(), "kernel", None

@@ -26,9 +26,10 @@ from typing import Any
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.jobdir import STATUSES, JobMeta, fingerprint
 from l4_plugin.ingest.parser import Block
-from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_streams, src_field
+from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_streams
 from l4_plugin.ingest.sources import LogStream
 from l4_plugin.store import Store
+from l4_plugin.store.documents import source_field
 
 PAGE_SIZE = 5000
 PIT_KEEP_ALIVE = "5m"  # renewed by every page; covers the write phase between the two --full passes
@@ -187,9 +188,9 @@ def _reader(
         )
         for hit in pages:
             src = hit.get("_source", {})
-            message = src_field(src, fields.message)
+            message = source_field(src, fields.message)
             text = "" if message is None else str(message)
-            offset = src_field(src, fields.offset) if fields.offset else None
+            offset = source_field(src, fields.offset) if fields.offset else None
             at = int(offset) if isinstance(offset, int | float) else None
             if "\r" in text:
                 text = text.replace("\r", "")

@@ -1,7 +1,12 @@
-"""``l4 ingest``: a job directory → rollups, kept lines, templates and a job document.
+"""``l4 ingest``: a job's log streams → rollups, kept lines, templates and a job document.
+
+The streams are the files of a job directory (``ingest_job``) or the lines a shipper put into an
+index (``index_source.ingest_index``); both go through ``ingest_streams``, so they produce the same
+documents. ``--full`` adds every raw line to ``l4-lines`` in a second, streamed pass.
 
 Everything is written with deterministic ids derived from the job and what a document is about,
-tagged with a *generation* (a hash of the job's files: names, sizes, modification times).
+tagged with a *generation* (a hash of the job's files: names, sizes, modification times; for an
+index source, line counts and last offsets).
 Re-ingesting unchanged files rewrites the same documents; after a successful write, documents of
 the job from other generations (an earlier, shorter copy of a running job) are deleted. Two
 concurrent ingests of the same files write the same ids with the same generation: no duplicates.
@@ -28,6 +33,7 @@ from l4_plugin.ingest.stages import StageRules
 from l4_plugin.ingest.templates import template_from_dict
 from l4_plugin.records import Template
 from l4_plugin.store import Store
+from l4_plugin.store.documents import job_doc_id, source_field
 
 TAIL_ITERATIONS = 32  # the last iterations of a job keep one bucket each
 MAX_COARSE_BUCKETS = 64  # earlier iterations share buckets: keeps the index compact
@@ -71,8 +77,8 @@ def load_known_templates(store: Store) -> list[Template]:
             known.append(
                 template_from_dict(
                     {
-                        "id": src_field(src, "l4.template.id"),
-                        "text": src_field(src, "l4.template.text"),
+                        "id": source_field(src, "l4.template.id"),
+                        "text": source_field(src, "l4.template.text"),
                     },
                     where=f"{store.names.templates}/{hit['_id']}",
                 )
@@ -80,18 +86,6 @@ def load_known_templates(store: Store) -> list[Template]:
         if len(hits) < 5000:
             return known
         after = hits[-1]["sort"]
-
-
-def src_field(source: dict[str, Any], name: str) -> Any:
-    """A field of a ``_source``, written either with dotted keys (as L4 writes) or nested."""
-    if name in source:
-        return source[name]
-    node: Any = source
-    for part in name.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def _chunks(
@@ -470,13 +464,17 @@ def _write(
     if times:
         job_doc["@timestamp"] = job_doc["l4.job.start_ts"] = min(times)
         job_doc["l4.job.end_ts"] = max(ends)
-    existing = store.get(store.names.jobs, _doc_id(meta.id))
+    existing = store.get(store.names.jobs, job_doc_id(meta.id))
     if existing is not None:
-        # Keep what the analysis service recorded about this job.
+        # Keep what the analysis service recorded about this job, and a status registered with
+        # `l4 job register` when neither job.yaml nor a flag gives one.
         for k, v in existing.source.items():
             if k.startswith("l4.analysis."):
                 job_doc[k] = v
-    store.put(store.names.jobs, _doc_id(meta.id), job_doc, refresh=True)
+        registered = source_field(existing.source, "l4.job.status")
+        if meta.status == "unknown" and registered:
+            job_doc["l4.job.status"] = registered
+    store.put(store.names.jobs, job_doc_id(meta.id), job_doc, refresh=True)
 
 
 def _event_doc(

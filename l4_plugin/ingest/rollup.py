@@ -6,15 +6,17 @@ line: each accumulator keeps a reference to the raw line whose timestamp its fir
 occurrence inherit, and only those are parsed at the end (``resolve_timestamps``).
 Python tracebacks are joined: the ``Traceback`` line and its indented frames are absorbed into the
 exception line that closes them, which is where the information is; that line's kept record
-carries the whole block as its message.
+carries the whole block as its message. Likewise the lines that continue an error record
+(``continuations`` in ``stages.yaml``: a c10::Error's hints and C++ stack, torchrun's failure
+summary) are appended to it instead of becoming events of their own.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from l4_plugin.ingest.header import rank_prefix
 from l4_plugin.ingest.parser import Block, LineKind
 from l4_plugin.ingest.stages import NO_ROLE, Role, StageRules
 
@@ -24,6 +26,7 @@ MAX_KEPT_PER_GROUP = 50  # lines kept per (node, kind, bucket) for l4-lines
 RARE_SAMPLE = 3  # first lines of every group, kept in case the template is rare in the job
 MAX_TRACEBACK_LINES = 200
 _TB_CONTINUATION = ("During handling of the above", "The above exception", "Traceback (most")
+_OPEN_LEVELS = frozenset({"ERROR", "CRITICAL"})
 
 
 @dataclass(slots=True)
@@ -54,6 +57,10 @@ class Group:
     kept: list[KeptLine] = field(default_factory=list)
 
 
+# "[rank3]:", "[default3]:" and torchrun --tee around PyTorch's "[default3]:[rank11]:" (the global
+# rank wins, as in header.rank_prefix; this is the per-line fast path of the same rule).
+_PREFIX_RANK = re.compile(r"\[(?:rank|default)(\d+)\]:(?:\[rank(\d+)\]:)?")
+
 GroupKey = tuple[LineKind, str, int | None]
 #: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset.
 Chunk = tuple[list[str], list[LineKind], Block | None, int]
@@ -71,6 +78,8 @@ class NodeRollup:
         self.groups: dict[GroupKey, Group] = {}
         self.lines = 0
         self.roles: dict[LineKind, Role] = {}
+        self.continues: dict[LineKind, bool] = {}
+        self.opens: dict[LineKind, bool] = {}
         self.last_iteration: int | None = None
         self.stages_seen: list[str] = []
 
@@ -98,19 +107,27 @@ class NodeRollup:
         tb_start = 0
         tb_offset: int | None = None
         tb_kind: LineKind | None = None
+        conts = self.continues
+        opens = self.opens
+        # The error record that continuation lines are joined to (None: nothing is open).
+        open_group: Group | None = None
+        open_kept: KeptLine | None = None
+        open_first = False
+        open_lines = 0
         for lines, kinds, block, base in chunks:
-            for i, (raw, kind) in enumerate(zip(lines, kinds, strict=True)):
+            # index of a line in its block: base + pos - first (no enumerate in the hot loop)
+            first = pos + 1 - base
+            for raw, kind in zip(lines, kinds, strict=True):
                 pos += 1
                 if kind.has_timestamp:
                     ts_ref = raw
                 line_rank = rank
-                body_at = 0
                 if kind.rank_prefix:
-                    prefix_rank, body_at = rank_prefix(raw)
-                    if prefix_rank is not None:
-                        line_rank = prefix_rank
+                    m = _PREFIX_RANK.match(raw)
+                    if m:
+                        line_rank = int(m.group(2) or m.group(1))
                 if tb is not None:
-                    body = raw[body_at:]
+                    body = raw[m.end() :] if kind.rank_prefix and m else raw
                     if (
                         not body or body[0] in " \t^~" or body.startswith(_TB_CONTINUATION)
                     ) and len(tb) < MAX_TRACEBACK_LINES:
@@ -124,15 +141,37 @@ class NodeRollup:
                                 iteration,
                                 ts_ref,
                                 line_rank,
-                                _at(block, base + i),
+                                _at(block, pos - first),
                             )
                         continue
                 elif kind.body.startswith("Traceback (most recent call last)"):
                     tb, tb_start, tb_kind = [raw], pos, kind
-                    tb_offset = _at(block, base + i)
+                    tb_offset = _at(block, pos - first)
                     if sink is not None:
                         sink(pos, raw, kind, stage, iteration, ts_ref, line_rank, tb_offset)
                     continue
+                if open_group is not None:
+                    cont = conts.get(kind)
+                    if cont is None:
+                        cont = conts[kind] = self.rules.continues(kind.body)
+                    if cont and open_lines < MAX_TRACEBACK_LINES:
+                        open_lines += 1
+                        if open_kept is not None:
+                            open_kept.message += "\n" + raw
+                        if open_first:
+                            open_group.message += "\n" + raw
+                        if sink is not None:
+                            sink(
+                                pos,
+                                raw,
+                                kind,
+                                stage,
+                                iteration,
+                                ts_ref,
+                                line_rank,
+                                _at(block, pos - first),
+                            )
+                        continue
                 role = roles.get(kind)
                 if role is None:
                     role = roles[kind] = self.rules.role(kind.body)
@@ -149,14 +188,15 @@ class NodeRollup:
                         if training and stage == role.stage:
                             then = role.then
                 if sink is not None:
-                    sink(pos, raw, kind, stage, iteration, ts_ref, line_rank, _at(block, base + i))
+                    sink(
+                        pos, raw, kind, stage, iteration, ts_ref, line_rank, _at(block, pos - first)
+                    )
                 message = raw
                 first_pos = pos
-                offset_i: int | None = i
+                joined = tb is not None
                 if tb is not None:
                     message = "\n".join([*tb, raw])
                     first_pos = tb_start
-                    offset_i = None
                     tb = None
                 key = (kind, stage, iteration)
                 group = groups.get(key)
@@ -182,10 +222,21 @@ class NodeRollup:
                     and (kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS)
                 ):
                     flags = ("truncated",) if long_lines and pos in long_lines else ()
-                    offset = tb_offset if offset_i is None else _at(block, base + offset_i)
+                    offset = tb_offset if joined else _at(block, pos - first)
                     kept.append(
                         KeptLine(path, first_pos, message, ts_ref, line_rank, flags, offset)
                     )
+                    this_kept: KeptLine | None = kept[-1]
+                else:
+                    this_kept = None
+                opener = opens.get(kind)
+                if opener is None:
+                    opener = opens[kind] = self.rules.opens(kind.body)
+                if joined or opener or kind.level in _OPEN_LEVELS:
+                    open_group, open_kept = group, this_kept
+                    open_first, open_lines = group.count == 1, 0
+                else:
+                    open_group = open_kept = None
                 if then is not None:
                     stage = then
         if tb is not None and tb_kind is not None:

@@ -68,9 +68,17 @@ class _StageRule:
 class StageRules:
     """The compiled contents of ``stages.yaml``."""
 
-    def __init__(self, stages: list[_StageRule], iterations: list[IterationRule]) -> None:
+    def __init__(
+        self,
+        stages: list[_StageRule],
+        iterations: list[IterationRule],
+        continuations: tuple[re.Pattern[str], ...] = (),
+        openers: tuple[re.Pattern[str], ...] = (),
+    ) -> None:
         self.stages = stages
         self.iterations = iterations
+        self.continuations = continuations
+        self.openers = openers
         self.pre_training = frozenset(s.name for s in stages if s.pre_training)
 
     @classmethod
@@ -80,7 +88,23 @@ class StageRules:
         data = read_mapping(path, ConfigError, "stage rules")
         stages = [_stage(path, i, entry) for i, entry in enumerate(data.get("stages") or [])]
         iterations = [_iteration(path, i, e) for i, e in enumerate(data.get("iterations") or [])]
-        return cls(stages, iterations)
+        continuations = tuple(
+            _compile(path, f"continuations[{i}]", p)
+            for i, p in enumerate(data.get("continuations") or [])
+        )
+        openers = tuple(
+            _compile(path, f"openers[{i}]", p) for i, p in enumerate(data.get("openers") or [])
+        )
+        return cls(stages, iterations, continuations, openers)
+
+    def continues(self, body: str) -> bool:
+        """True when a line kind continues the error record before it (``continuations``)."""
+        return any(p.search(body) for p in self.continuations)
+
+    def opens(self, body: str) -> bool:
+        """True when continuation lines may follow this line kind though it has no error level
+        (``openers``: "terminate called after throwing…", its ``what():`` line)."""
+        return any(p.search(body) for p in self.openers)
 
     def role(self, body: str) -> Role:
         """The role of a line kind, from its masked body (iteration markers win)."""
