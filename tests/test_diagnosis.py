@@ -183,6 +183,18 @@ def test_baseline_with_other_fingerprint_needs_force(tmp_path: Path, store: Stor
     assert forced.report["baseline_jobs"] == [base_id]
 
 
+def test_purged_jobs_are_not_baselines(tmp_path: Path, store: Store) -> None:
+    job = _write_job(tmp_path / "p1", {"n1": _lines(10), "n2": _lines(10)})
+    good = _write_job(tmp_path / "p2", {"n1": _lines(10)})
+    job_id = ingest_job(store, job).job.id
+    good_id = ingest_job(store, good, status="succeeded").job.id
+    assert diagnose_job(store, job_id, rules=[]).report["baseline_jobs"] == [good_id]
+    doc = store.get(store.names.jobs, job_doc_id(good_id))
+    assert doc is not None
+    store.put(store.names.jobs, doc.id, {**doc.source, "l4.retention.purged": 1}, refresh=True)
+    assert diagnose_job(store, job_id, rules=[]).report["baseline_jobs"] == []
+
+
 def test_cli_diagnose_analyze_report(
     sim: dict[str, Any], settings: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -54,7 +54,8 @@ _CHRONIC_LEAD = 3
 _CHRONIC_BUCKETS = 3
 _CHRONIC_FACTOR = 0.35
 _LOW_INFO_FACTOR = 0.3
-_WORD = re.compile(r"(?<![<\w])[A-Za-z][A-Za-z_]{2,}(?![\w>])")
+_WORD = re.compile(r"[A-Za-z]{3,}")
+_MASKS = re.compile(r"<[A-Z_*]+>")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,11 +112,15 @@ def inferred_level(text: str) -> str | None:
 
 def _stage_at(data: JobData, node: str, ts: float) -> str | None:
     """The stage a node's training logs were in at ``ts``: the latest-starting span containing
-    it, else (the line came after the node's last training line: a crash) the last span."""
+    it, else (the line came after the node's last training line: a crash) the last span.
+
+    ``init`` spans are left out: a node's kernel log sits in ``init`` from its first line to its
+    last, so its span covers the whole job and says nothing about when a line was printed.
+    """
     inside: tuple[float, str] | None = None
     before: tuple[float, str] | None = None
     for (n, stage), (first, last, _, _) in data.stage_spans.items():
-        if n != node or math.isnan(first):
+        if n != node or stage == "init" or math.isnan(first):
             continue
         if first <= ts <= last and (inside is None or first > inside[0]):
             inside = (first, stage)
@@ -168,7 +173,7 @@ def discounts(data: JobData, stragglers: StragglerResult | None) -> dict[str, tu
     Lines without iteration (kernel logs) are chronic when printed at least that many times
     and first before that bucket started. A straggler's own slowdown lines are exempt: they
     start with the slowdown. *Low information*: a template with fewer than three words of text
-    (``Last error:``, a stack frame).
+    (``Last error:``, a stack frame); an empty one (a bare header) never counts.
     """
     out: dict[str, tuple[float, str]] = {}
     buckets = sorted(data.iteration_spans)
@@ -198,7 +203,11 @@ def discounts(data: JobData, stragglers: StragglerResult | None) -> dict[str, tu
                 out[tid] = (_CHRONIC_FACTOR, "chronic-before-failure")
     for tid, info in data.templates.items():
         text = info.text or info.message
-        if tid not in out and len(_WORD.findall(text)) < 3:
+        if tid in out:
+            continue
+        if not text.strip():
+            out[tid] = (0.0, "empty")
+        elif len(_WORD.findall(_MASKS.sub(" ", text))) < 3:
             out[tid] = (_LOW_INFO_FACTOR, "low-information")
     return out
 

@@ -15,14 +15,13 @@ from datetime import datetime
 from typing import Any
 
 from l4_plugin.diagnosis.document import Diagnosis, extras_from_dict, extras_to_dict
-from l4_plugin.diagnosis.facts import field_of, job_doc_id
 from l4_plugin.errors import AnalysisError
 from l4_plugin.records import Finding
 from l4_plugin.report.extras import ReportExtras
 from l4_plugin.rules.engine import RuleMatch
 from l4_plugin.store import Store
 from l4_plugin.store.base import ConflictError
-from l4_plugin.store.documents import annotation_document, annotation_id
+from l4_plugin.store.documents import annotation_document, annotation_id, job_doc_id, source_field
 
 Discover = Callable[[str, str | None, float | None], str | None]
 
@@ -163,7 +162,7 @@ def load_summary(store: Store, job_id: str) -> tuple[dict[str, Any], ReportExtra
             f"job {job_id!r} has no stored diagnosis in {store.names.annotations} — hint: run "
             f"`l4 analyze {job_id}` first"
         )
-    details = field_of(doc.source, "l4.annotation.details") or {}
+    details = source_field(doc.source, "l4.annotation.details") or {}
     if "report" not in details:
         raise AnalysisError(f"the summary annotation of job {job_id!r} has no report")
     return dict(details["report"]), extras_from_dict(details.get("extras") or {})

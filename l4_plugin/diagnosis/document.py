@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from l4_plugin.diagnosis.analyze import Analysis
-from l4_plugin.diagnosis.facts import JobData, JobDoc, field_of
+from l4_plugin.diagnosis.facts import JobData, JobDoc
 from l4_plugin.records import Finding
 from l4_plugin.report.extras import (
     DroppedTemplate,
@@ -26,6 +26,7 @@ from l4_plugin.report.extras import (
     ReportExtras,
 )
 from l4_plugin.rules.engine import RuleMatch
+from l4_plugin.store.documents import source_field
 
 _HEAT_NODES = 30
 _HEAT_EVENTS = 20
@@ -55,7 +56,7 @@ def _sample(
 ) -> tuple[str, str | None]:
     src = samples.get(tid)
     if src is not None:
-        return str(field_of(src, "message") or ""), field_of(src, "host.name")
+        return str(source_field(src, "message") or ""), source_field(src, "host.name")
     info = data.templates.get(tid)
     return (info.message if info else ""), None
 

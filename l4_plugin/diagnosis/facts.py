@@ -14,15 +14,15 @@ occurrence. A job with no timestamp at all is ordered by line position instead (
 
 from __future__ import annotations
 
-import hashlib
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from l4_plugin.errors import AnalysisError
 from l4_plugin.store import Store
+from l4_plugin.store.documents import job_doc_id, source_field
 
 _PAGE = 5000
 
@@ -116,37 +116,21 @@ class BaselinePool:
     stats: dict[str, tuple[int, float, float, float]]
 
 
-def job_doc_id(job_id: str) -> str:
-    """The ``_id`` of a job's ``l4-jobs`` document (as ingest writes it)."""
-    return hashlib.sha1(job_id.encode()).hexdigest()
-
-
-def _field(source: Mapping[str, Any], name: str) -> Any:
-    if name in source:
-        return source[name]
-    node: Any = source
-    for part in name.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
 def _seconds(value: Any) -> float | None:
     return float(value) / 1000.0 if isinstance(value, int | float) else None
 
 
 def _job_from_source(source: dict[str, Any]) -> JobDoc:
-    nodes = _field(source, "l4.job.nodes") or []
+    nodes = source_field(source, "l4.job.nodes") or []
     return JobDoc(
-        id=str(_field(source, "l4.job.id")),
-        status=str(_field(source, "l4.job.status") or "unknown"),
-        fingerprint=str(_field(source, "l4.job.fingerprint") or ""),
+        id=str(source_field(source, "l4.job.id")),
+        status=str(source_field(source, "l4.job.status") or "unknown"),
+        fingerprint=str(source_field(source, "l4.job.fingerprint") or ""),
         nodes=tuple(str(n) for n in (nodes if isinstance(nodes, list) else [nodes])),
-        lines=int(_field(source, "l4.job.lines") or 0),
-        start_ts=_seconds(_field(source, "l4.job.start_ts")),
-        end_ts=_seconds(_field(source, "l4.job.end_ts")),
-        config=dict(_field(source, "l4.job.config") or {}),
+        lines=int(source_field(source, "l4.job.lines") or 0),
+        start_ts=_seconds(source_field(source, "l4.job.start_ts")),
+        end_ts=_seconds(source_field(source, "l4.job.end_ts")),
+        config=dict(source_field(source, "l4.job.config") or {}),
     )
 
 
@@ -162,7 +146,7 @@ def read_job(store: Store, job_id: str) -> JobDoc:
 
 
 def find_jobs(store: Store, *, fingerprint: str, status: str) -> list[JobDoc]:
-    """Jobs of one configuration fingerprint and status, sorted by id."""
+    """Jobs of one configuration fingerprint and status, sorted by id (not purged ones)."""
     body = {
         "size": 1000,
         "query": {
@@ -170,7 +154,9 @@ def find_jobs(store: Store, *, fingerprint: str, status: str) -> list[JobDoc]:
                 "filter": [
                     {"term": {"l4.job.fingerprint": fingerprint}},
                     {"term": {"l4.job.status": status}},
-                ]
+                ],
+                # A job whose rollups retention deleted has nothing left to compare with.
+                "must_not": [{"exists": {"field": "l4.retention.purged"}}],
             }
         },
     }
@@ -364,8 +350,8 @@ def _exemplars(store: Store, job_id: str, templates: dict[str, TemplateInfo]) ->
             continue
         src = hits[0].get("_source", {})
         info = templates[str(b["key"]["t"])]
-        info.text = str(_field(src, "l4.template.text") or "")
-        info.message = str(_field(src, "message") or "")
+        info.text = str(source_field(src, "l4.template.text") or "")
+        info.message = str(source_field(src, "message") or "")
 
 
 def baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
@@ -468,8 +454,3 @@ def sample_lines(
             if hits:
                 out[str(b["key"]["t"])] = hits[0].get("_source", {})
     return out
-
-
-def field_of(source: Mapping[str, Any], name: str) -> Any:
-    """A field of a ``_source`` written with dotted keys or nested objects."""
-    return _field(source, name)

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from l4_plugin.diagnosis.facts import field_of, find_jobs, job_doc_id
+from l4_plugin.diagnosis.facts import find_jobs
 from l4_plugin.ingest.jobdir import discover, job_meta
 from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_job
 from l4_plugin.ingest.sources import files_generation
 from l4_plugin.store import Store
+from l4_plugin.store.documents import job_doc_id, source_field
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ def expand_baselines(paths: list[Path]) -> list[Path]:
 def already_ingested(store: Store, job_dir: Path, job_id: str, node_pattern: str | None) -> bool:
     """True when the cluster holds this directory's current generation of the job."""
     doc = store.get(store.names.jobs, job_doc_id(job_id))
-    if doc is None or field_of(doc.source, "l4.ingest.state") != "done":
+    if doc is None or source_field(doc.source, "l4.ingest.state") != "done":
         return False
     generation = files_generation(discover(job_dir, node_pattern))
     query = {

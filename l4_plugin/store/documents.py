@@ -13,6 +13,23 @@ from typing import Any
 from l4_plugin.records import Finding
 
 
+def job_doc_id(job_id: str) -> str:
+    """The ``_id`` of a job's ``l4-jobs`` document."""
+    return hashlib.sha1(job_id.encode()).hexdigest()
+
+
+def source_field(source: Mapping[str, Any], name: str) -> Any:
+    """A field of a ``_source``, written with dotted keys (as L4 writes) or as nested objects."""
+    if name in source:
+        return source[name]
+    node: Any = source
+    for part in name.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
 def annotation_id(job_id: str, kind: str, key: str) -> str:
     """Deterministic ``_id`` of the annotation about ``key`` (a template, node, rule…) of a job."""
     return hashlib.sha1(f"{job_id}\x1f{kind}\x1f{key}".encode()).hexdigest()
