@@ -1,0 +1,24 @@
+"""``l4 serve``: the scheduled diagnosis service (DESIGN §1) and job registration.
+
+``claims`` (exactly-once claims with leases on ``l4-jobs``), ``registry`` (``l4 job``),
+``tasks`` (discover, diagnose, watch, retention), ``scheduler`` (APScheduler wiring, backoff,
+shutdown), ``health`` (counters and the HTTP endpoint), ``logs`` (plain or JSON lines).
+"""
+
+from __future__ import annotations
+
+from l4_plugin.service.logs import setup_logging
+from l4_plugin.service.registry import JOB_STATUSES, JobState, job_state, register_job, set_status
+from l4_plugin.service.scheduler import Service
+from l4_plugin.service.tasks import ServiceOptions
+
+__all__ = [
+    "JOB_STATUSES",
+    "JobState",
+    "Service",
+    "ServiceOptions",
+    "job_state",
+    "register_job",
+    "set_status",
+    "setup_logging",
+]

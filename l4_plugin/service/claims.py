@@ -1,0 +1,338 @@
+"""Claiming a job's analysis exactly once, through its ``l4-jobs`` document.
+
+The analysis state of a job lives on its ``l4-jobs`` document (``l4.analysis.*``), so every
+service process against one cluster sees the same truth and a restarted one resumes:
+
+=============  ==========================================================================
+state          meaning
+=============  ==========================================================================
+(missing)      never analysed: due as soon as the job is ``failed`` and ingested
+``pending``    a service released its claim on shutdown: due again
+``running``    claimed by ``claimed_by`` until ``lease_until`` (epoch ms); the claimer renews the
+               lease while it works; once it expires another service may take the job over
+``done``       analysed by ``version``; due again only when a newer analyzer runs
+``failed``     the last analysis raised (``error``); retried while ``attempts`` < the maximum
+=============  ==========================================================================
+
+A claim is one conditional write (``if_seq_no`` / ``if_primary_term``) of the document as it was
+read: of two services that read the same version, exactly one write succeeds, the other gets a
+``ConflictError`` and re-reads a job that is now ``running`` under a live lease. ``attempts``
+counts the claims for the current analyzer version, including those whose claimer died, so a job
+that kills its analyser every time is given up after the maximum instead of looping forever.
+Times are the service's clock (epoch ms): services that share a cluster need synchronised clocks
+(NTP), to within a small fraction of the lease.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from l4_plugin.store import ConflictError, Store, VersionedDoc
+from l4_plugin.store.documents import job_doc_id, source_field
+
+STATE = "l4.analysis.state"
+OWNER = "l4.analysis.claimed_by"
+LEASE = "l4.analysis.lease_until"
+ATTEMPTS = "l4.analysis.attempts"
+ERROR = "l4.analysis.error"
+UPDATED = "l4.analysis.updated"
+VERSION = "l4.analysis.version"
+CHECKPOINT = "l4.analysis.watch_checkpoint"
+
+_ERROR_CHARS = 8000
+_WRITE_TRIES = 8
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPolicy:
+    """Who claims, for how long, how often a failing job is retried, and by which analyzer."""
+
+    owner: str
+    lease_seconds: float
+    max_attempts: int
+    analyzer_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A job this service holds: its id, which attempt this is, and whose lease it took over."""
+
+    job_id: str
+    owner: str
+    attempt: int
+    reason: str
+    previous_owner: str | None = None
+
+
+def now_ms() -> int:
+    """The current time in epoch milliseconds (the unit of every ``l4.analysis`` date)."""
+    return int(time.time() * 1000)
+
+
+def version_older(have: object, current: str) -> bool:
+    """True when analyzer version ``have`` is older than ``current`` (missing counts as older).
+
+    Versions compare by their numbers (``l4-0.10.0`` > ``l4-0.9.2``), so a service of an older
+    release never redoes the work of a newer one that shares the cluster.
+    """
+    if not isinstance(have, str) or not have:
+        return True
+    mine, theirs = _numbers(current), _numbers(have)
+    if mine == theirs:
+        return False
+    return theirs < mine
+
+
+def _numbers(version: str) -> tuple[int, ...]:
+    return tuple(int(n) for n in re.findall(r"\d+", version))
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int | float) else 0
+
+
+def pending_reason(source: dict[str, Any], policy: ClaimPolicy, now: int) -> str | None:
+    """Why the job's analysis is due (``new``, ``released``, ``retry``, ``outdated``,
+    ``lease-expired``), or None when it is not (not failed, not ingested, done, or claimed)."""
+    if source_field(source, "l4.job.status") != "failed":
+        return None
+    if source_field(source, "l4.ingest.state") != "done":
+        return None
+    state = source_field(source, STATE)
+    version = source_field(source, VERSION)
+    if state is None:
+        return "new"
+    if state == "pending":
+        return "released"
+    if state == "running":
+        return "lease-expired" if _int(source_field(source, LEASE)) < now else None
+    if state in ("done", "failed") and version_older(version, policy.analyzer_version):
+        return "outdated"
+    if state == "failed" and _int(source_field(source, ATTEMPTS)) < policy.max_attempts:
+        return "retry"
+    return None
+
+
+def discovery_query(policy: ClaimPolicy, now: int) -> dict[str, Any]:
+    """The ``l4-jobs`` query for candidates; ``pending_reason`` has the last word on each hit."""
+    return {
+        "bool": {
+            "filter": [
+                {"term": {"l4.job.status": "failed"}},
+                {"term": {"l4.ingest.state": "done"}},
+            ],
+            "should": [
+                {"bool": {"must_not": [{"exists": {"field": STATE}}]}},
+                {"term": {STATE: "pending"}},
+                {
+                    "bool": {
+                        "filter": [{"term": {STATE: "running"}}, {"range": {LEASE: {"lt": now}}}]
+                    }
+                },
+                {
+                    "bool": {
+                        "filter": [
+                            {"term": {STATE: "failed"}},
+                            {"range": {ATTEMPTS: {"lt": policy.max_attempts}}},
+                        ]
+                    }
+                },
+                {
+                    "bool": {
+                        "filter": [{"terms": {STATE: ["done", "failed"]}}],
+                        "must_not": [{"term": {VERSION: policy.analyzer_version}}],
+                    }
+                },
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+
+
+def find_pending(store: Store, policy: ClaimPolicy, *, limit: int) -> list[tuple[str, str]]:
+    """Up to ``limit`` jobs whose analysis is due, oldest registration first: (job id, reason)."""
+    if not store.count(store.names.jobs):
+        return []
+    now = now_ms()
+    body = {
+        "size": limit,
+        "query": discovery_query(policy, now),
+        "sort": [{"l4.job.registered": {"order": "asc", "unmapped_type": "date"}}],
+    }
+    hits = store.search(store.names.jobs, body)["hits"]["hits"]
+    found: list[tuple[str, str]] = []
+    for hit in hits:
+        reason = pending_reason(hit["_source"], policy, now)
+        if reason is not None:
+            found.append((str(source_field(hit["_source"], "l4.job.id")), reason))
+    return found
+
+
+def update_job(
+    store: Store,
+    job_id: str,
+    change: Callable[[dict[str, Any]], dict[str, Any] | None],
+) -> VersionedDoc | None:
+    """Read-modify-write of a job's ``l4-jobs`` document under optimistic concurrency.
+
+    ``change`` gets a copy of the current source and returns the new one, or None to leave the
+    document alone; on a conflict the document is read again and ``change`` asked again. Returns
+    the written document, or None when the job is absent or ``change`` declined.
+    """
+    for _ in range(_WRITE_TRIES):
+        doc = store.get(store.names.jobs, job_doc_id(job_id))
+        if doc is None:
+            return None
+        new = change(dict(doc.source))
+        if new is None:
+            return None
+        try:
+            return store.put(
+                store.names.jobs,
+                doc.id,
+                new,
+                if_seq_no=doc.seq_no,
+                if_primary_term=doc.primary_term,
+                refresh=True,
+            )
+        except ConflictError:
+            continue
+    raise ConflictError(
+        f"write {store.names.jobs}/{job_doc_id(job_id)} (job {job_id}): still conflicting after "
+        f"{_WRITE_TRIES} tries"
+    )
+
+
+@dataclass
+class ClaimOutcome:
+    """What ``claim`` did: the claim, or why there is none."""
+
+    claim: Claim | None = None
+    gave_up: str | None = None  # the job was marked failed: its attempts ran out
+
+
+def claim(store: Store, job_id: str, policy: ClaimPolicy) -> ClaimOutcome:
+    """Claim the analysis of ``job_id`` if it is still due; see the module docstring."""
+    outcome = ClaimOutcome()
+
+    def change(source: dict[str, Any]) -> dict[str, Any] | None:
+        outcome.claim = outcome.gave_up = None
+        now = now_ms()
+        reason = pending_reason(source, policy, now)
+        if reason is None:
+            return None
+        previous = source_field(source, OWNER)
+        attempts = 0 if reason in ("new", "outdated") else _int(source_field(source, ATTEMPTS))
+        if reason == "lease-expired" and attempts >= policy.max_attempts:
+            # Each of those attempts died with its service: stop feeding it new services.
+            outcome.gave_up = (
+                f"gave up after {attempts} attempts: the analysis never finished (the service "
+                f"that claimed it last, {previous}, stopped renewing its lease)"
+            )
+            _clear_claim(source)
+            source.update({STATE: "failed", ERROR: outcome.gave_up, UPDATED: now})
+            return source
+        source.update(
+            {
+                STATE: "running",
+                OWNER: policy.owner,
+                LEASE: now + int(policy.lease_seconds * 1000),
+                ATTEMPTS: attempts + 1,
+                UPDATED: now,
+            }
+        )
+        outcome.claim = Claim(
+            job_id,
+            policy.owner,
+            attempts + 1,
+            reason,
+            str(previous) if reason == "lease-expired" and previous else None,
+        )
+        return source
+
+    update_job(store, job_id, change)
+    return outcome
+
+
+def _holds(source: dict[str, Any], held: Claim) -> bool:
+    return source_field(source, STATE) == "running" and source_field(source, OWNER) == held.owner
+
+
+def _clear_claim(source: dict[str, Any]) -> None:
+    for key in (OWNER, LEASE):
+        source.pop(key, None)
+
+
+def renew(store: Store, held: Claim, policy: ClaimPolicy) -> str:
+    """Extend the lease of a claim still held: ``renewed``; ``lost`` when another service holds
+    the job now; ``ended`` when it is no longer running (the analysis recorded its result)."""
+    result = "ended"
+
+    def change(source: dict[str, Any]) -> dict[str, Any] | None:
+        nonlocal result
+        if source_field(source, STATE) != "running":
+            result = "ended"
+            return None
+        if source_field(source, OWNER) != held.owner:
+            result = "lost"
+            return None
+        result = "renewed"
+        source[LEASE] = now_ms() + int(policy.lease_seconds * 1000)
+        return source
+
+    update_job(store, held.job_id, change)
+    return result
+
+
+def finish(store: Store, held: Claim, policy: ClaimPolicy) -> None:
+    """Mark the job analysed by this analyzer version and drop the claim."""
+
+    def change(source: dict[str, Any]) -> dict[str, Any]:
+        _clear_claim(source)
+        source.pop(ERROR, None)
+        source.update({STATE: "done", VERSION: policy.analyzer_version, UPDATED: now_ms()})
+        return source
+
+    update_job(store, held.job_id, change)
+
+
+def fail(store: Store, held: Claim, policy: ClaimPolicy, error: str) -> bool:
+    """Record a failed analysis (``error``) and drop the claim; True when no retry is left."""
+
+    def change(source: dict[str, Any]) -> dict[str, Any]:
+        _clear_claim(source)
+        source.update(
+            {
+                STATE: "failed",
+                VERSION: policy.analyzer_version,
+                ERROR: error[:_ERROR_CHARS],
+                ATTEMPTS: held.attempt,
+                UPDATED: now_ms(),
+            }
+        )
+        return source
+
+    update_job(store, held.job_id, change)
+    return held.attempt >= policy.max_attempts
+
+
+def release(store: Store, held: Claim) -> bool:
+    """Give the job back (shutdown): ``pending``, without counting this attempt; False when
+    the claim was no longer ours."""
+    released = False
+
+    def change(source: dict[str, Any]) -> dict[str, Any] | None:
+        nonlocal released
+        released = _holds(source, held)
+        if not released:
+            return None
+        _clear_claim(source)
+        source.update({STATE: "pending", ATTEMPTS: held.attempt - 1, UPDATED: now_ms()})
+        return source
+
+    update_job(store, held.job_id, change)
+    return released
