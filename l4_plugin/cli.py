@@ -558,6 +558,72 @@ def rules_check(paths: tuple[Path, ...]) -> None:
     out.print(f"{len(load_rules(list(paths) or None))} rules OK")
 
 
+@rules.command("test")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+def rules_test(paths: tuple[Path, ...]) -> None:
+    """Run the rules' embedded tests (default: the library) in a scratch index prefix."""
+    from l4_plugin.rules.commands import checked_rules, library_tests, summarize
+
+    library = checked_rules(paths)
+    summary = summarize(library, library_tests(STATE.settings, library))
+    for line in summary.lines:
+        out.print(line, markup=False)
+    out.print(f"{summary.rules - summary.failed} of {summary.rules} rules passed their tests")
+    if not summary.ok:
+        raise click.exceptions.Exit(1)
+
+
+@rules.command("match")
+@click.argument("job_id")
+@click.option(
+    "--rules",
+    "rule_paths",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Rule files or folders (repeatable; default: the library).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the rule_matches list as JSON.")
+def rules_match(job_id: str, rule_paths: tuple[Path, ...], as_json: bool) -> None:
+    """Match the fault rules against an ingested job, root causes first."""
+    from l4_plugin.rules.commands import checked_rules, match_text, matches_for, matches_json
+
+    library = checked_rules(rule_paths)
+    with open_cluster(STATE.settings) as store:
+        found = matches_for(store, job_id, library)
+    if as_json:
+        print(matches_json(found))
+    else:
+        out.print(match_text(job_id, found, len(library)), markup=False)
+
+
+@rules.command("new")
+@click.option("--from-job", "job_id", required=True, help="Job whose diagnosis to draft from.")
+@click.option("--id", "rule_id", help="Rule id (kebab-case; default: from the top event).")
+@click.option(
+    "--out",
+    "out_path",
+    type=click.Path(path_type=Path),
+    help="Rules folder or <category>/<id>.yaml file to write (default: print the YAML).",
+)
+def rules_new(job_id: str, rule_id: str | None, out_path: Path | None) -> None:
+    """Draft a status: draft rule from a job's top events (its annotations)."""
+    from l4_plugin.rules.commands import draft_from_job, write_draft
+
+    with open_cluster(STATE.settings) as store:
+        draft = draft_from_job(store, job_id, rule_id)
+    if draft.source == "lines":
+        print(
+            f"note: job {job_id} has no event annotations yet (run `l4 diagnose` first); "
+            "drafted from its ERROR-level kept lines, rarest first",
+            file=sys.stderr,
+        )
+    if out_path is None:
+        sys.stdout.write(draft.yaml)
+        return
+    path = write_draft(draft, out_path)
+    out.print(f"draft rule {draft.rule_id} written to {path} (review it, then `l4 rules test`)")
+
+
 @app.group()
 def dashboards() -> None:
     """Saved objects for Kibana and OpenSearch Dashboards."""
@@ -607,6 +673,162 @@ def dashboards_install(url: str, flavour: str | None, space: str | None) -> None
     out.print(result.summary())
     if not result.ok:
         raise click.exceptions.Exit(1)
+
+
+@app.command()
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    envvar="L4_SERVE_INTERVAL",
+    help="Seconds between discover+diagnose runs.",
+)
+@click.option(
+    "--watch-interval",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    envvar="L4_SERVE_WATCH_INTERVAL",
+    help="Seconds between rule matches on running jobs.",
+)
+@click.option(
+    "--lease",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    envvar="L4_SERVE_LEASE",
+    help="Claim lease in seconds (renewed while analysing).",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    envvar="L4_SERVE_MAX_ATTEMPTS",
+    help="Analyses of one job before giving up.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    envvar="L4_SERVE_BATCH",
+    help="Jobs discovered per run.",
+)
+@click.option(
+    "--retention-days",
+    type=click.FloatRange(min=0),
+    envvar="L4_SERVE_RETENTION_DAYS",
+    help="Delete rollups/lines of jobs ingested longer ago (annotations stay).",
+)
+@click.option(
+    "--retention-interval",
+    type=click.FloatRange(min=1),
+    default=3600.0,
+    show_default=True,
+    envvar="L4_SERVE_RETENTION_INTERVAL",
+    help="Seconds between retention runs.",
+)
+@click.option(
+    "--health-port",
+    type=click.IntRange(min=0, max=65535),
+    envvar="L4_SERVE_HEALTH_PORT",
+    help="Serve /healthz /readyz /metrics on 127.0.0.1 (0 = any free port, logged).",
+)
+@click.option("--log-json", is_flag=True, envvar="L4_SERVE_LOG_JSON", help="JSON log lines.")
+@click.option("--once", is_flag=True, help="Run each task once and exit (cron, CI).")
+@click.option("--no-rules", is_flag=True, help="Skip the fault library (and the watch task).")
+@click.option("--no-watch", is_flag=True, help="Do not match rules against running jobs.")
+@click.option(
+    "--stop-grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    envvar="L4_SERVE_STOP_GRACE",
+    help="On SIGTERM, seconds to finish an analysis.",
+)
+@click.option(
+    "--max-backoff",
+    type=click.FloatRange(min=0.1),
+    default=300.0,
+    show_default=True,
+    envvar="L4_SERVE_MAX_BACKOFF",
+    help="Longest wait between retries.",
+)
+@click.option("--debug-log", is_flag=True, help="Also log skipped claims.")
+def serve(**kwargs: Any) -> None:
+    """Diagnose every failed job registered in the cluster, on a schedule (see README)."""
+    import logging
+
+    from l4_plugin.service import Service, ServiceOptions, setup_logging
+
+    logger = setup_logging(
+        json_lines=kwargs.pop("log_json"),
+        level=logging.DEBUG if kwargs.pop("debug_log") else logging.INFO,
+    )
+    options = ServiceOptions(
+        lease_seconds=kwargs.pop("lease"),
+        rules=not kwargs.pop("no_rules"),
+        watch=not kwargs.pop("no_watch"),
+        **kwargs,
+    )
+    code = Service(STATE.settings, options, logger).run()
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+@app.group()
+def job() -> None:
+    """Register jobs and change their status (what a platform calls)."""
+
+
+def _print_job(state: Any) -> None:
+    analysis = state.analysis or "not analysed"
+    if state.version and state.analysis in ("done", "failed"):
+        analysis += f" ({state.version})"
+    out.print(
+        f"job {state.job_id}: status {state.status}, ingest {state.ingest or 'not ingested'}, "
+        f"analysis {analysis}, attempts {state.attempts}"
+        + (f", claimed by {state.claimed_by}" if state.claimed_by else "")
+    )
+    if state.error:
+        out.print(f"last analysis error: {state.error.splitlines()[0]}")
+
+
+@job.command("register")
+@click.argument("job_id")
+@click.option(
+    "--status", required=True, type=click.Choice(["running", "failed", "succeeded", "unknown"])
+)
+@click.option("--fingerprint", help="Configuration fingerprint (jobs that share one compare).")
+def job_register(job_id: str, status: str, fingerprint: str | None) -> None:
+    """Register JOB_ID (or update its status); failed + ingested jobs get diagnosed."""
+    from l4_plugin.service.registry import register_job
+
+    with open_cluster(STATE.settings) as store:
+        store.install_templates()
+        state, created = register_job(store, job_id, status, fingerprint=fingerprint)
+        out.print(f"{'registered' if created else 'updated'} in {store.names.jobs}")
+        _print_job(state)
+
+
+@job.command("status")
+@click.argument("job_id")
+@click.argument(
+    "new_status",
+    required=False,
+    metavar="[NEW_STATUS]",
+    type=click.Choice(["running", "failed", "succeeded", "unknown"]),
+)
+def job_status(job_id: str, new_status: str | None) -> None:
+    """Show JOB_ID's status and analysis state; NEW_STATUS (running, failed, succeeded,
+    unknown) changes the status first — e.g. running → failed makes `l4 serve` diagnose it."""
+    from l4_plugin.service.registry import job_state, set_status
+
+    with open_cluster(STATE.settings) as store:
+        state = set_status(store, job_id, new_status) if new_status else job_state(store, job_id)
+        _print_job(state)
 
 
 def _on_sigterm(signum: int, frame: object) -> None:

@@ -311,7 +311,7 @@ def test_draft_rule_round_trips(tmp_path: Path) -> None:
     data = yaml.safe_load(text)
     assert data["status"] == "draft" and data["scope"] == "node"
     assert (
-        data["detection"]["event_1"]["template"]
+        data["detection"]["event_1"]["template|contains"]
         == "NET/IB : Got completion from peer * with error *"
     )
     assert data["detection"]["condition"] == "all of event_*"

@@ -287,9 +287,18 @@ def samples_body(
     filters: list[Query] = [job_filter(job_id)]
     if nodes:
         filters.append({"terms": {"host.name": list(nodes)}})
+    # The top-level query keeps the aggregations' parent set to the matching lines: filter
+    # aggregations test each parent document, the query uses the index.
     return {
         "size": 0,
-        "query": {"bool": {"filter": filters}},
+        "track_total_hits": False,
+        "query": {
+            "bool": {
+                "filter": filters,
+                "should": list(queries.values()),
+                "minimum_should_match": 1,
+            }
+        },
         "aggs": {
             name: {
                 "filter": query,

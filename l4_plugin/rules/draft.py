@@ -1,14 +1,15 @@
 """Turning a confirmed diagnosis into a draft rule (the paper's "confirm a fault pattern" step).
 
 ``draft_rule`` takes the facts an SRE confirmed for one job — typically the top ``events`` of the
-JSON report (DESIGN.md §6) — and writes the YAML of a ``status: draft`` rule: one ``template``
-selection per event (masked variables become ``*`` wildcards), the level when known, ``all of
-event_*`` as the condition, the sample lines as a positive test and a benign line as a negative
-test. The draft is validated before it is returned.
+JSON report (DESIGN.md §6) — and writes the YAML of a ``status: draft`` rule: one
+``template|contains`` selection per event (masked variables become ``*`` wildcards), the level
+when the sample line names it, ``all of event_*`` as the condition, the sample lines as a positive
+test and a benign line as a negative test. The draft is validated before it is returned.
 
 Accepted ``diagnosis_facts`` keys: ``job_id``, ``title``, ``category``, ``severity``, ``role``,
 ``scope`` (``node``/``job``), ``stage``, ``description`` and ``events``: a list (best first) of
-``{"template": str, "level": str?, "nodes": [str]?, "sample": str?, "stage": str?}``.
+``{"template": str, "level": str?, "nodes": [str]?, "sample": str?, "stage": str?}``. The stage
+is recorded in the description; ``level`` becomes a ``log.level`` condition.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import yaml
 from l4_plugin.errors import RuleError
 from l4_plugin.rules.loader import parse_yaml
 from l4_plugin.rules.schema import CATEGORIES, ROLES, RULE_ID, SEVERITIES, build_rule
+from l4_plugin.rules.testing import line_level
 
 # Drain's "<*>" and the maskers' "<NUM>", "<IP>", "<HEX>", "<PATH>"... placeholders.
 _MASK = re.compile(r"<[A-Za-z0-9_:*]*>")
@@ -67,14 +69,16 @@ def draft_rule(diagnosis_facts: dict[str, Any], rule_id: str) -> str:
     detection: dict[str, Any] = {}
     positive: dict[str, list[str]] = {}
     node_sets: list[set[str]] = []
+    # The stage goes into the description, not the selections: the same fault in another stage
+    # is still the same fault, and the embedded tests are ingested without stage tagging.
+    stages: list[str] = []
     for i, event in enumerate(events, start=1):
-        selection: dict[str, Any] = {"template": template_pattern(str(event["template"]))}
-        level = event.get("level")
-        if isinstance(level, str) and level:
-            selection["log.level"] = level
+        # ``contains``: a template is the line's body; the line may carry a header around it.
+        pattern = template_pattern(str(event["template"]))
+        selection: dict[str, Any] = {"template|contains": pattern}
         stage = event.get("stage", facts.get("stage"))
-        if isinstance(stage, str) and stage:
-            selection["l4.stage"] = stage
+        if isinstance(stage, str) and stage and stage not in stages:
+            stages.append(stage)
         detection[f"event_{i}"] = selection
         nodes = [str(n) for n in event.get("nodes", []) if isinstance(n, str)]
         node_sets.append(set(nodes))
@@ -82,6 +86,10 @@ def draft_rule(diagnosis_facts: dict[str, Any], rule_id: str) -> str:
         sample = event.get("sample")
         line = sample if isinstance(sample, str) and sample else _MASK.sub("0", event["template"])
         positive.setdefault(node, []).append(line)
+        level = event.get("level")
+        # Only a level the embedded test reproduces (the sample line names it) is kept.
+        if isinstance(level, str) and level and line_level(line) == level:
+            selection["log.level"] = level
     detection["condition"] = "all of event_*" if len(events) > 1 else "event_1"
     common = set.intersection(*node_sets) if all(node_sets) else set()
     scope = _pick(facts, "scope", ("job", "node"), "node" if common else "job")
@@ -93,6 +101,8 @@ def draft_rule(diagnosis_facts: dict[str, Any], rule_id: str) -> str:
         facts.get("description")
         or f"Drafted from the confirmed diagnosis of job {job_id}; review before confirming."
     )
+    if stages:
+        description += f" Seen in stage {', '.join(stages)}."
     rule: dict[str, Any] = {
         "id": rule_id,
         "title": title,

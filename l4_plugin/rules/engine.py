@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
+from l4_plugin.errors import StoreError
 from l4_plugin.records import Finding
 from l4_plugin.rules.compiler import (
     MATCH_NOTHING,
@@ -39,6 +40,8 @@ from l4_plugin.rules.resolver import MessageResolver, TextValue, needs_resolutio
 from l4_plugin.rules.schema import SEVERITIES
 
 _NODE_SOURCE = [{"node": {"terms": {"field": "host.name"}}}]
+# One page for jobs of up to this many nodes: every page re-runs the query and aggregations.
+_NODE_PAGE = 5000
 _MAX_SAMPLE_NODE_FILTER = 1024
 _DEFAULT_CONFIDENCE = {"cause": 0.9, "symptom": 0.5}
 _DRAFT_FACTOR = 0.6
@@ -53,6 +56,8 @@ class IndexNames(Protocol):
     def events(self) -> str: ...
     @property
     def templates(self) -> str: ...
+    @property
+    def jobs(self) -> str: ...
 
 
 class RuleStore(Protocol):
@@ -170,7 +175,7 @@ class JobFacts:
         if self.messages is None:
             return
         self.messages.resolve(
-            TextValue(m.kind, v, m.cased)
+            TextValue.of(m.kind, v, m.cased)
             for rule in rules
             for selection in rule.selections.values()
             for alt in selection.alternatives
@@ -187,7 +192,7 @@ class JobFacts:
             return None
         if not needs_resolution(matcher.field, matcher.kind, value):
             return None
-        tv = TextValue(matcher.kind, value, matcher.cased)
+        tv = TextValue.of(matcher.kind, value, matcher.cased)
         if self.messages.lookup(tv) is None and tv not in self.messages.resolved:
             self.messages.resolve([tv])
         return self.messages.lookup(tv)
@@ -210,6 +215,7 @@ class JobFacts:
             _NODE_SOURCE,
             query=job_filter(self.job_id),
             aggs={"last": {"max": {"field": ts_field}}},
+            page_size=_NODE_PAGE,
         ):
             ts = _seconds(bucket["last"]["value"])
             if ts is not None:
@@ -223,12 +229,36 @@ class JobFacts:
             self._last_ts = last or self._node_max(self.store.names.lines, "@timestamp")
         return self._last_ts
 
+    def _registered_nodes(self) -> list[str] | None:
+        """The node list the ingest recorded on the job's ``l4-jobs`` document, if any."""
+        body = {
+            "size": 1,
+            "query": job_filter(self.job_id),
+            "_source": ["l4.job.nodes", "l4.job.node_count"],
+        }
+        try:
+            hits = self.store.search(self.store.names.jobs, body)["hits"]["hits"]
+        except StoreError:
+            return None  # no l4-jobs index: snippets written without the real ingest
+        if not hits:
+            return None
+        src = hits[0].get("_source", {})
+        nodes = src.get("l4.job.nodes", src.get("l4", {}).get("job", {}).get("nodes"))
+        return [str(n) for n in nodes] if isinstance(nodes, list) and nodes else None
+
     def total_nodes(self) -> int:
-        """Nodes that logged anything in the job (rollups and kept lines)."""
+        """Nodes that logged anything in the job: the ingest's record, else rollups and lines."""
         if self._total is None:
+            registered = self._registered_nodes()
+            if registered is not None:
+                self._total = len(registered)
+                return self._total
             nodes = set(self.node_last_ts())
             for bucket in self.store.composite(
-                self.store.names.lines, _NODE_SOURCE, query=job_filter(self.job_id)
+                self.store.names.lines,
+                _NODE_SOURCE,
+                query=job_filter(self.job_id),
+                page_size=_NODE_PAGE,
             ):
                 nodes.add(str(bucket["key"]["node"]))
             self._total = len(nodes)
@@ -255,6 +285,7 @@ class JobFacts:
             _NODE_SOURCE,
             query=candidate_query(self.job_id, live),
             aggs=facts_aggregations(live),
+            page_size=2000,
         ):
             node = str(bucket["key"]["node"])
             for key in live:
@@ -327,6 +358,9 @@ def compile_rule(facts: JobFacts, rule: Rule) -> tuple[dict[str, Query], dict[st
     return queries, silences
 
 
+_NONE = SelectionFacts()
+
+
 def _window_ok(rule: Rule, truth: Truth) -> bool:
     if rule.window is None:
         return True
@@ -379,7 +413,13 @@ def match_rule(
     sums = {n: _aggregate(f[n] for f in matched.values() if n in f) for n in rule.selections}
     firsts = [t for n in evidence if (t := sums[n].first_ts) is not None]
     first_ts = min(firsts) if firsts else None
-    samples = facts.samples({n: q for n, q in queries.items() if n in evidence}, nodes)
+    evidence_queries = {n: q for n, q in queries.items() if n in evidence}
+    # Restricting samples to the matched nodes changes nothing when every node with evidence
+    # matched (always so with scope: job); a long ``terms`` on host.name is costly, so skip it.
+    with_evidence = {
+        node for node, f in per_node.items() if any(f.get(n, _NONE).count for n in evidence_queries)
+    }
+    samples = facts.samples(evidence_queries, [] if with_evidence <= set(nodes) else nodes)
     counts = {n: f.count for n, f in sums.items()}
     node_counts = {n: f.nodes for n, f in sums.items()}
     silent_nodes = sorted(silent & set(nodes))
@@ -450,7 +490,10 @@ def match_job(
     facts = JobFacts(store, job_id, resolve_messages=resolve_messages)
     facts.resolve_messages(rules)
     compiled = [compile_rule(facts, rule) for rule in rules]
-    facts.prefetch(q for queries, _ in compiled for q in queries.values())
+    if resolve_messages:
+        # All rules in one composite: cheap term look-ups. Direct regexp/wildcard queries are
+        # left one rule per request, or a single request could run past the client timeout.
+        facts.prefetch(q for queries, _ in compiled for q in queries.values())
     found = [
         m
         for m in (match_rule(facts, rule, c) for rule, c in zip(rules, compiled, strict=True))

@@ -29,16 +29,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from l4_plugin.errors import StoreError
 from l4_plugin.rules.compiler import Query, python_re_to_lucene
 
 TEXT_FIELD = "message"
 KEYWORD_FIELD = "message.keyword"
 #: Distinct matching lines per value above which the direct query is used instead.
 MAX_VALUES = 10_000
-#: Buckets asked per value in the batched request (ES ``search.max_buckets`` is 65,536).
-BATCH_SIZE = 500
-BATCH_VALUES = 100
 _MAX_RUNS = 3
+_MAX_WILDCARDS = 2
+_SELECTIVE_WEIGHT = 12
+_BATCH_VALUES = 100
 _RUN = re.compile(r"[A-Za-z0-9]+")
 _EXPENSIVE_KINDS = {"contains", "endswith", "re"}
 
@@ -56,6 +57,16 @@ class TextValue:
     kind: str
     value: str
     cased: bool
+
+    @classmethod
+    def of(cls, kind: str, value: str, cased: bool) -> TextValue:
+        """The canonical form: case-insensitive Sigma values that differ in case are one value.
+
+        Case-insensitivity in Elasticsearch queries is ASCII-only, so only ASCII is lowered.
+        """
+        if not cased and kind != "re":
+            value = "".join(c.lower() if c.isascii() else c for c in value)
+        return cls(kind, value, cased)
 
 
 def _has_wildcard(value: str) -> bool:
@@ -208,16 +219,65 @@ def _regex_pieces(branch: str) -> list[str]:
     return pieces
 
 
-def _runs(pieces: Iterable[str]) -> list[str]:
-    runs = {r.lower() for piece in pieces for r in _RUN.findall(piece)}
-    long_runs = [r for r in runs if len(r) >= 2] or sorted(runs)
-    return sorted(long_runs, key=lambda r: (-len(r), r))[:_MAX_RUNS]
+@dataclass(frozen=True, slots=True)
+class Run:
+    """An alphanumeric run a matching line must contain, lowercased.
+
+    ``left``/``right``: the literal has whitespace right before/after the run, so the line's token
+    starts/ends exactly there (whitespace always separates tokens).
+    """
+
+    text: str
+    left: bool = False
+    right: bool = False
+
+    def clause(self) -> Query:
+        """The token-level query: exact token, token prefix, suffix or infix."""
+        # The standard analyzer lowercases tokens and ``text`` is lowercase already.
+        if self.left and self.right:
+            return {"term": {TEXT_FIELD: self.text}}
+        pattern = ("" if self.left else "*") + self.text + ("" if self.right else "*")
+        return {"wildcard": {TEXT_FIELD: {"value": pattern}}}
+
+    @property
+    def weight(self) -> int:
+        """How selective the clause is likely to be: longer and token-anchored is better."""
+        return len(self.text) + 3 * self.left + 3 * self.right
 
 
-def required_runs(kind: str, value: str) -> list[list[str]] | None:
+def _runs(pieces: Iterable[str]) -> list[Run]:
+    runs: set[Run] = set()
+    for piece in pieces:
+        for m in _RUN.finditer(piece):
+            left = m.start() > 0 and piece[m.start() - 1].isspace()
+            right = m.end() < len(piece) and piece[m.end()].isspace()
+            runs.add(Run(m.group().lower(), left, right))
+    useful = [r for r in runs if len(r.text) >= 2 or (r.left and r.right)] or list(runs)
+    ranked = sorted(useful, key=lambda r: (-r.weight, r.text))
+    # A whole token is one dictionary look-up; a wildcard walks the token dictionary. Whole
+    # tokens also select far fewer lines than token prefixes/suffixes or infixes.
+    tokens = [r for r in ranked if r.left and r.right]
+    return tokens[:_MAX_RUNS] if tokens else ranked[:_MAX_WILDCARDS]
+
+
+def selective(runs: Sequence[Sequence[Run]]) -> bool:
+    """Whether the prefilter is likely to leave few lines (long or token-anchored runs).
+
+    Selective values share one request whose per-value filters are tested line by line over
+    the union of their candidates; a vague one ("loss: inf" -> ``*loss*``, ``inf*``) would make
+    that union the whole job, so it gets a request of its own.
+    """
+    for alt in runs:
+        weights = sorted((r.weight for r in alt), reverse=True)
+        if sum(weights[:2]) < _SELECTIVE_WEIGHT:
+            return False
+    return True
+
+
+def required_runs(kind: str, value: str) -> list[list[Run]] | None:
     """Alphanumeric runs a matching line must contain: OR of AND lists; None if unknown.
 
-    ``[["nccl", "warn"]]`` means every matching line contains both runs; several lists are
+    ``[[nccl, warn]]`` means every matching line contains both runs; several lists are
     alternatives (a regex with top-level ``|``). None when some alternative has no such run.
     """
     if kind == "re":
@@ -230,15 +290,11 @@ def required_runs(kind: str, value: str) -> list[list[str]] | None:
     return alternatives
 
 
-def _token_clause(run: str) -> Query:
-    return {"wildcard": {TEXT_FIELD: {"value": f"*{run}*", "case_insensitive": True}}}
-
-
-def prefilter_query(runs: Sequence[Sequence[str]]) -> Query:
+def prefilter_query(runs: Sequence[Sequence[Run]]) -> Query:
     """The analysed-field query for ``required_runs`` (cheap: token dictionary only)."""
     alternatives: list[Query] = []
     for alt in runs:
-        clauses = [_token_clause(r) for r in alt]
+        clauses = [r.clause() for r in alt]
         alternatives.append(clauses[0] if len(clauses) == 1 else {"bool": {"filter": clauses}})
     if len(alternatives) == 1:
         return alternatives[0]
@@ -354,22 +410,25 @@ def _sigma_split_keep(value: str) -> list[str]:
     return out
 
 
-# -- the batched look-up ----------------------------------------------------------------------
+# -- the look-up ------------------------------------------------------------------------------
 
 
-def _terms_agg(pattern: str, size: int) -> dict[str, Any]:
-    return {"terms": {"field": KEYWORD_FIELD, "size": size, "include": pattern}}
-
-
-def _read(agg: Mapping[str, Any]) -> list[str] | None:
-    buckets = agg.get("buckets", [])
+def _read(agg: Mapping[str, Any]) -> tuple[str, ...] | None:
     if agg.get("sum_other_doc_count", 0):
         return None
-    return [str(b["key"]) for b in buckets]
+    return tuple(str(b["key"]) for b in agg.get("buckets", []))
 
 
 class MessageResolver:
-    """Resolves ``TextValue``s of one job to the exact distinct ``message`` values they match."""
+    """Resolves ``TextValue``s of one job to the exact distinct ``message`` values they match.
+
+    Selective values share one request: the union of their prefilters is the top-level query
+    (answered from the inverted index), and per value a ``filter`` (its prefilter) holds a
+    ``terms`` aggregation with its ``include`` pattern, so each pattern only sees its own few
+    candidate lines. Vague values get one request each, the prefilter as the query and the job
+    as a filter aggregation (tested only on the candidates); values without any required run
+    get one request over the job.
+    """
 
     def __init__(self, store: SearchStore, index: str, job_filter: Query) -> None:
         self.store = store
@@ -378,62 +437,84 @@ class MessageResolver:
         self.resolved: dict[TextValue, tuple[str, ...] | None] = {}
         self.requests = 0
 
-    def _search(self, body: dict[str, Any]) -> dict[str, Any]:
+    def _search(self, body: dict[str, Any]) -> Mapping[str, Any]:
         self.requests += 1
-        return self.store.search(self.index, body)
+        response = self.store.search(self.index, body)
+        aggs: Mapping[str, Any] = response.get("aggregations", {})
+        return aggs
 
     def resolve(self, values: Iterable[TextValue]) -> None:
-        """Look up every not yet resolved value (batched: a few requests per job)."""
-        todo: dict[TextValue, tuple[str, Query | None]] = {}
-        for tv in values:
-            if tv in self.resolved or tv in todo:
+        """Look up every value not resolved yet."""
+        batch: list[tuple[TextValue, str, Query]] = []
+        for tv in dict.fromkeys(values):
+            if tv in self.resolved:
                 continue
             pattern = include_pattern(tv.kind, tv.value, tv.cased)
             if pattern is None:
                 self.resolved[tv] = None
                 continue
             runs = required_runs(tv.kind, tv.value)
-            todo[tv] = (pattern, prefilter_query(runs) if runs else None)
-        prefiltered = [(tv, p, q) for tv, (p, q) in todo.items() if q is not None]
-        for start in range(0, len(prefiltered), BATCH_VALUES):
-            self._batch(prefiltered[start : start + BATCH_VALUES])
-        for tv, (pattern, query) in todo.items():
-            if query is None:
-                self.resolved[tv] = self._alone(pattern, None)
+            if runs is None:
+                self.resolved[tv] = self._whole_job(pattern)
+            elif selective(runs):
+                batch.append((tv, pattern, prefilter_query(runs)))
+            else:
+                self.resolved[tv] = self._alone(pattern, prefilter_query(runs))
+        for start in range(0, len(batch), _BATCH_VALUES):
+            self._batch(batch[start : start + _BATCH_VALUES])
 
-    def _batch(self, items: list[tuple[TextValue, str, Query]]) -> None:
-        aggs = {
-            f"v{i}": {"filter": query, "aggs": {"m": _terms_agg(pattern, BATCH_SIZE)}}
-            for i, (_, pattern, query) in enumerate(items)
-        }
+    def _batch(self, items: Sequence[tuple[TextValue, str, Query]]) -> None:
         body = {
             "size": 0,
             "track_total_hits": False,
             "query": {
                 "bool": {
                     "filter": [self.job_filter],
-                    "should": [q for _, _, q in items],
+                    "should": [query for _, _, query in items],
                     "minimum_should_match": 1,
                 }
             },
-            "aggs": aggs,
+            "aggs": {
+                f"v{i}": {"filter": query, "aggs": {"m": _terms(pattern)}}
+                for i, (_, pattern, query) in enumerate(items)
+            },
         }
-        response = self._search(body).get("aggregations", {})
-        for i, (tv, pattern, query) in enumerate(items):
-            found = _read(response.get(f"v{i}", {}).get("m", {}))
-            self.resolved[tv] = tuple(found) if found is not None else self._alone(pattern, query)
+        try:
+            aggs = self._search(body)
+        except StoreError:
+            # e.g. Elasticsearch's search.max_buckets (65,536) when many values match thousands
+            # of distinct lines: resolve them one by one instead.
+            for tv, pattern, query in items:
+                self.resolved[tv] = self._alone(pattern, query)
+            return
+        for i, (tv, _, _) in enumerate(items):
+            self.resolved[tv] = _read(aggs.get(f"v{i}", {}).get("m", {}))
 
-    def _alone(self, pattern: str, query: Query | None) -> tuple[str, ...] | None:
-        filters = [self.job_filter] + ([query] if query is not None else [])
+    def _alone(self, pattern: str, query: Query) -> tuple[str, ...] | None:
         body = {
             "size": 0,
             "track_total_hits": False,
-            "query": {"bool": {"filter": filters}},
-            "aggs": {"m": _terms_agg(pattern, MAX_VALUES)},
+            "query": query,
+            "aggs": {"job": {"filter": self.job_filter, "aggs": {"m": _terms(pattern)}}},
         }
-        found = _read(self._search(body).get("aggregations", {}).get("m", {}))
-        return tuple(found) if found is not None else None
+        try:
+            return _read(self._search(body).get("job", {}).get("m", {}))
+        except StoreError:
+            return None  # the direct query still gives the right answer
+
+    def _whole_job(self, pattern: str) -> tuple[str, ...] | None:
+        body = {
+            "size": 0,
+            "track_total_hits": False,
+            "query": self.job_filter,
+            "aggs": {"m": _terms(pattern)},
+        }
+        return _read(self._search(body).get("m", {}))
 
     def lookup(self, tv: TextValue) -> tuple[str, ...] | None:
         """The exact matching values, or None when the direct query must be used."""
         return self.resolved.get(tv)
+
+
+def _terms(pattern: str) -> dict[str, Any]:
+    return {"terms": {"field": KEYWORD_FIELD, "size": MAX_VALUES, "include": pattern}}

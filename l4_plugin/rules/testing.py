@@ -1,12 +1,14 @@
 """Running the ``tests:`` embedded in rule files, and a minimal direct ingest for them.
 
 ``run_rule_tests`` ingests every test's log snippet under its own scratch job id (through the
-``ingest`` callable the caller provides; the CLI passes the real ingest), refreshes once, matches
-each rule against its scratch jobs and compares with ``expect`` / ``expect_nodes``.
+``ingest`` callable the caller provides; CI and ``l4 rules test`` pass ``direct_ingest``),
+refreshes once, matches each rule against its scratch jobs and compares with ``expect`` /
+``expect_nodes``.
 
 ``direct_ingest`` is a deliberately small stand-in for the real ingest, used by the rule tests and
 the rule benchmark: it keeps every line, takes the template id as the SHA-1 of the raw line and
-reads only an ISO-8601 timestamp prefix, a level word and a ``[rankN]`` prefix.
+reads only an ISO-8601 timestamp prefix, a level word (named as the real ingest names levels:
+``WARNING``, ``CRITICAL``) and a ``[rankN]`` prefix.
 """
 
 from __future__ import annotations
@@ -24,7 +26,9 @@ _TS = re.compile(r"^\[?(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}
 _LEVEL = re.compile(r"\b(CRITICAL|FATAL|ERROR|WARNING|WARN|INFO|DEBUG)\b")
 _GLOG_LEVEL = re.compile(r"\[([EWIF])\d{3,4} ")
 _RANK = re.compile(r"\[rank(\d+)\]")
-_GLOG = {"E": "ERROR", "W": "WARN", "I": "INFO", "F": "FATAL"}
+# The real ingest's level vocabulary (l4_plugin.ingest.header): rules and drafts can use it.
+_GLOG = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "CRITICAL"}
+_LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL"}
 
 
 class WritableStore(RuleStore, Protocol):
@@ -70,12 +74,17 @@ def _parse(line: str, previous: str | None) -> tuple[str | None, str | None, int
     level = None
     lm = _LEVEL.search(line)
     if lm:
-        level = "WARN" if lm.group(1) == "WARNING" else lm.group(1)
+        level = _LEVEL_NAMES.get(lm.group(1), lm.group(1))
     else:
         gm = _GLOG_LEVEL.search(line)
         level = _GLOG[gm.group(1)] if gm else None
     rm = _RANK.search(line)
     return ts, level, int(rm.group(1)) if rm else None
+
+
+def line_level(line: str) -> str | None:
+    """The level ``direct_ingest`` reads from a line (None when the line names none)."""
+    return _parse(line, None)[1]
 
 
 def line_docs(

@@ -1,0 +1,244 @@
+"""What ``l4 rules new --from-job`` drafts from: a job's diagnosis, read back from the cluster.
+
+The diagnosis of a job lives in ``l4-annotations`` (DESIGN §4): ``event`` annotations ranked by
+``l4.annotation.rank`` (template id and text, nodes, explanation), ``stage`` and ``node``
+annotations. ``job_diagnosis_facts`` turns the top events into the ``diagnosis_facts`` that
+``draft_rule`` takes, with a sample line and level per event from ``l4-lines``/``l4-templates``.
+A job without annotations (not analysed yet) falls back to its kept ERROR-level lines in
+``l4-lines``: the error templates of the job, rarest first.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from l4_plugin.errors import L4Error, StoreError
+from l4_plugin.rules.compiler import job_filter
+
+MAX_EVENTS = 3
+ERROR_LEVELS = ("ERROR", "CRITICAL", "FATAL")
+_WORD = re.compile(r"[a-z][a-z0-9]+")
+
+
+class HarvestNames(Protocol):
+    """Index names the harvest reads."""
+
+    @property
+    def lines(self) -> str: ...
+    @property
+    def events(self) -> str: ...
+    @property
+    def templates(self) -> str: ...
+    @property
+    def jobs(self) -> str: ...
+    @property
+    def annotations(self) -> str: ...
+
+
+class HarvestStore(Protocol):
+    """The read calls the harvest needs (``l4_plugin.store.Store`` has them)."""
+
+    @property
+    def names(self) -> HarvestNames: ...
+
+    def search(self, index: str, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def count(self, index: str, query: dict[str, Any] | None = None) -> int: ...
+
+
+@dataclass(frozen=True, slots=True)
+class JobDiagnosis:
+    """The facts for ``draft_rule`` and where they came from."""
+
+    facts: dict[str, Any]
+    source: Literal["annotations", "lines"]
+
+
+def field(source: Mapping[str, Any], name: str) -> Any:
+    """A field of a ``_source`` written with dotted keys or nested objects."""
+    if name in source:
+        return source[name]
+    node: Any = source
+    for part in name.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _hits(store: HarvestStore, index: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    if not store.count(index, body.get("query")):
+        return []
+    try:
+        return list(store.search(index, body)["hits"]["hits"])
+    except StoreError as exc:
+        raise L4Error(f"cannot read {index}: {exc}") from None
+
+
+def job_known(store: HarvestStore, job_id: str) -> bool:
+    """Whether any L4 index holds a document of the job."""
+    names = store.names
+    indices = (names.jobs, names.lines, names.events, names.annotations)
+    return any(store.count(index, job_filter(job_id)) for index in indices)
+
+
+def require_job(store: HarvestStore, job_id: str) -> None:
+    """Raise a one-line error naming the indices when the job is unknown."""
+    if not job_known(store, job_id):
+        names = store.names
+        raise L4Error(
+            f"unknown job {job_id!r} — no document in {names.jobs}, {names.lines}, "
+            f"{names.events} or {names.annotations} — hint: ingest it first (`l4 ingest DIR`)"
+        )
+
+
+def _template(store: HarvestStore, template_id: str) -> dict[str, Any]:
+    body = {"size": 1, "query": {"term": {"l4.template.id": template_id}}}
+    hits = _hits(store, store.names.templates, body)
+    return dict(hits[0].get("_source", {})) if hits else {}
+
+
+def _first_line(store: HarvestStore, job_id: str, template_id: str) -> dict[str, Any]:
+    body = {
+        "size": 1,
+        "query": {
+            "bool": {"filter": [job_filter(job_id), {"term": {"l4.template.id": template_id}}]}
+        },
+        "sort": [{"@timestamp": {"order": "asc", "missing": "_last"}}],
+        "_source": ["message", "log.level", "l4.stage", "host.name"],
+    }
+    hits = _hits(store, store.names.lines, body)
+    return dict(hits[0].get("_source", {})) if hits else {}
+
+
+def _event(
+    store: HarvestStore, job_id: str, template_id: str, text: str | None, nodes: list[str]
+) -> dict[str, Any] | None:
+    template = _template(store, template_id)
+    text = text or field(template, "l4.template.text")
+    if not isinstance(text, str) or not text:
+        return None
+    line = _first_line(store, job_id, template_id)
+    event: dict[str, Any] = {"template": text, "template_id": template_id, "nodes": nodes}
+    level = field(template, "l4.template.level") or field(line, "log.level")
+    if isinstance(level, str) and level:
+        event["level"] = level
+    sample = field(line, "message")
+    if isinstance(sample, str) and sample:
+        event["sample"] = sample
+    stage = field(line, "l4.stage")
+    if isinstance(stage, str) and stage:
+        event["stage"] = stage
+    if not nodes and isinstance(field(line, "host.name"), str):
+        event["nodes"] = [field(line, "host.name")]
+    return event
+
+
+def _annotations(store: HarvestStore, job_id: str, kind: str, size: int) -> list[dict[str, Any]]:
+    body = {
+        "size": size,
+        "query": {"bool": {"filter": [job_filter(job_id), {"term": {"l4.annotation.kind": kind}}]}},
+        "sort": [{"l4.annotation.rank": {"order": "asc", "missing": "_last"}}],
+    }
+    return [dict(h.get("_source", {})) for h in _hits(store, store.names.annotations, body)]
+
+
+def _from_annotations(store: HarvestStore, job_id: str) -> dict[str, Any] | None:
+    events: list[dict[str, Any]] = []
+    for ann in _annotations(store, job_id, "event", 4 * MAX_EVENTS):
+        template_id = field(ann, "l4.template.id") or field(ann, "l4.annotation.key")
+        if not isinstance(template_id, str):
+            continue
+        nodes = [str(n) for n in field(ann, "l4.annotation.nodes") or []]
+        text = field(ann, "l4.template.text")
+        event = _event(store, job_id, template_id, text if isinstance(text, str) else None, nodes)
+        if event is not None:
+            explanation = field(ann, "message")
+            if isinstance(explanation, str):
+                event["explanation"] = explanation
+            events.append(event)
+        if len(events) == MAX_EVENTS:
+            break
+    if not events:
+        return None
+    facts: dict[str, Any] = {"job_id": job_id, "events": events}
+    stages = _annotations(store, job_id, "stage", 1)
+    stage = field(stages[0], "l4.stage") if stages else None
+    if isinstance(stage, str) and stage:
+        facts["stage"] = stage
+    suspects = [
+        str(n)
+        for ann in _annotations(store, job_id, "node", 5)
+        for n in (field(ann, "l4.annotation.nodes") or [])
+    ]
+    if suspects:
+        facts["suspect_nodes"] = suspects
+        for event in events:
+            if not event["nodes"]:
+                event["nodes"] = [suspects[0]]
+    return facts
+
+
+def _from_lines(store: HarvestStore, job_id: str) -> dict[str, Any] | None:
+    query = {"bool": {"filter": [job_filter(job_id), {"terms": {"log.level": list(ERROR_LEVELS)}}]}}
+    body = {
+        "size": 0,
+        "query": query,
+        "aggs": {
+            "t": {
+                # One shard per L4 index, so ascending counts are exact.
+                "terms": {"field": "l4.template.id", "size": 1000, "order": {"_count": "asc"}},
+                "aggs": {
+                    "first": {"min": {"field": "@timestamp"}},
+                    "nodes": {"terms": {"field": "host.name", "size": 20}},
+                },
+            }
+        },
+    }
+    if not store.count(store.names.lines, query):
+        return None
+    buckets = store.search(store.names.lines, body)["aggregations"]["t"]["buckets"]
+    # Rarest first; among equally rare templates, the earliest.
+    buckets.sort(
+        key=lambda b: (
+            b["doc_count"],
+            b["first"]["value"] if b["first"]["value"] is not None else float("inf"),
+        )
+    )
+    events: list[dict[str, Any]] = []
+    for bucket in buckets:
+        nodes = [str(n["key"]) for n in bucket["nodes"]["buckets"]]
+        event = _event(store, job_id, str(bucket["key"]), None, nodes)
+        if event is not None:
+            events.append(event)
+        if len(events) == MAX_EVENTS:
+            break
+    return {"job_id": job_id, "events": events} if events else None
+
+
+def job_diagnosis_facts(store: HarvestStore, job_id: str) -> JobDiagnosis:
+    """The top events of the job's diagnosis (annotations), else its rarest error lines."""
+    require_job(store, job_id)
+    facts = _from_annotations(store, job_id)
+    if facts is not None:
+        return JobDiagnosis(facts, "annotations")
+    facts = _from_lines(store, job_id)
+    if facts is not None:
+        return JobDiagnosis(facts, "lines")
+    raise L4Error(
+        f"job {job_id!r} has no event annotations in {store.names.annotations} and no "
+        f"ERROR-level lines in {store.names.lines} — nothing to draft a rule from — hint: "
+        f"run `l4 diagnose` on it first"
+    )
+
+
+def suggested_rule_id(facts: Mapping[str, Any]) -> str:
+    """A kebab-case id from the top event's words, e.g. ``draft-nccl-warn-net-ib``."""
+    events = facts.get("events") or [{}]
+    text = str(events[0].get("template", "")).lower()
+    text = re.sub(r"<[^>]*>", " ", text)
+    words = [w for w in _WORD.findall(text) if len(w) > 2][:5]
+    return "-".join(["draft", *words]) if words else "draft-rule"

@@ -1,0 +1,188 @@
+"""Pre-resolution of expensive ``message`` values: its pieces, and identical results."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from l4_plugin.rules import direct_ingest, load_rules, match_job
+from l4_plugin.rules.engine import JobFacts
+from l4_plugin.rules.model import Rule
+from l4_plugin.rules.resolver import (
+    Run,
+    TextValue,
+    fold_case,
+    include_pattern,
+    needs_resolution,
+    required_runs,
+    selective,
+)
+from l4_plugin.store import Store
+
+
+def test_required_runs_are_anchored_by_whitespace_only() -> None:
+    # A whole token (whitespace on both sides) is a dictionary look-up: it is used alone.
+    assert required_runs("contains", "NCCL WARN NET/IB") == [[Run("warn", left=True, right=True)]]
+    # Otherwise the two best token prefixes/suffixes/infixes.
+    assert required_runs("contains", "Xid (PCI:*): 79,") == [
+        [Run("xid", right=True), Run("79", left=True)]
+    ]
+    # A run at the edge of a value may continue in the line: no anchor there.
+    assert required_runs("endswith", "fallen off") == [
+        [Run("fallen", right=True), Run("off", left=True)]
+    ]
+    assert required_runs("contains", ":: --") is None
+
+
+def test_required_runs_of_regexes_skip_optional_parts() -> None:
+    alternatives = required_runs("re", "Connection (closed by remote peer|refused)")
+    assert alternatives == [[Run("connection", right=True)]]
+    assert required_runs("re", "colou?r") == [[Run("colo")]]
+    assert required_runs("re", r"mlx5_core .*Port: \d+ Link DOWN") == [
+        [Run("link", left=True, right=True)]
+    ]
+    assert required_runs("re", "(JOB|STEP) ended") == [[Run("ended", left=True)]]
+    assert required_runs("re", "oom|killed") == [[Run("oom")], [Run("killed")]]
+    assert required_runs("re", r"[0-9]+\s+GB") == [[Run("gb")]]
+    assert required_runs("re", r"[0-9]+\s+") is None
+    assert required_runs("re", "a|[0-9]+") is None
+
+
+def test_selective_prefers_long_anchored_runs() -> None:
+    assert selective([[Run("watchdog", left=True, right=True)]])
+    assert not selective([[Run("loss"), Run("inf", left=True)]])
+
+
+def test_include_patterns() -> None:
+    assert include_pattern("contains", "a.b*c", True) == ".*a\\.b.*c.*"
+    assert include_pattern("startswith", "Ok?", False) == "[oO][kK]..*"
+    assert include_pattern("equals", "x y", True) == "x y"
+    assert include_pattern("endswith", r"a\*", True) == ".*a\\*"
+    assert include_pattern("re", "^ab[c-e]$", False) == "([aA][bB][c-eC-E])"
+    # osmem reads an escaped backslash in ``include`` wrongly: such values keep the direct query.
+    assert include_pattern("contains", r"C:\\temp", True) is None
+    assert include_pattern("re", r"a\\b", True) is None
+
+
+def test_fold_case_keeps_escapes_and_negation() -> None:
+    assert fold_case(r"[^a-z]\.x") == r"[^a-zA-Z]\.[xX]"
+    assert fold_case("[]a]") == "[]aA]"
+    assert fold_case("é") == "é"
+
+
+def test_text_values_are_canonical() -> None:
+    assert TextValue.of("contains", "Loss Is NaN", False) == TextValue.of(
+        "contains", "loss is nan", False
+    )
+    # Elasticsearch's case_insensitive is ASCII-only, so only ASCII is lowered.
+    assert TextValue.of("contains", "ÉCOLE", False).value == "École"
+    assert TextValue.of("contains", "ABC", True).value == "ABC"
+    assert TextValue.of("re", "ABC", False).value == "ABC"
+    assert needs_resolution("message", "contains", "x")
+    assert needs_resolution("message", "startswith", "a*b")
+    assert not needs_resolution("message", "startswith", "ab")
+    assert not needs_resolution("host.name", "contains", "x")
+
+
+LINES = [
+    "NVRM: Xid (PCI:0000:06:00): 79, GPU has fallen off the bus.",
+    "nvrm: xid (pci:0000:06:00): 13, other",
+    "lm loss: inf | grad norm: nan",
+    "INFO iteration 5 loss: 2.3",
+    "Connection reset by peer",
+    "connection timed out after 30s",
+    "line one\nTraceback two: boom",
+    "Straße ok",
+    "e.g. x.y:z don't",
+    'a\\b "q" <x> #y @z &w ~v',
+    "colour and color",
+    "*** JOB 12 ON n1 CANCELLED AT 2024-05-01T10:00:00 ***",
+    "mlx5_core 0000:3b:00.0: Port: 1 Link DOWN",
+    "XID79xid79",
+    "trailing space ",
+    "prefix-match here",
+]
+
+SPECS: list[tuple[str, object]] = [
+    ("message|contains", "Xid (PCI:*): 79,"),
+    ("message|contains|cased", "XID"),
+    ("message|contains", "loss: inf"),
+    ("message|contains|cased", "loss: INF"),
+    ("message|re", "Connection (reset by peer|timed out)"),
+    ("message|re", "^connection"),
+    ("message|re|cased", "[a-z]+ ok$"),
+    ("message|re", "colou?r"),
+    ("message|re", r"\d+s$"),
+    ("message|re", "one.Traceback"),
+    ("message|contains", "one\nTraceback"),
+    ("message|contains", "Straße"),
+    ("message|contains", "a\\b"),
+    ("message|endswith", "ok"),
+    ("message|startswith", "prefix*here"),
+    ("message", "*CANCELLED AT*"),
+    ("message|contains", "e.g. x"),
+    ("message|contains", "don't"),
+    ("message|contains", "#y @z"),
+    ("message|re", r"mlx5_core .*Port: \d+ Link DOWN"),
+    ("message|contains", "space "),
+    ("message|contains", "xid79"),
+    ("message|contains|all", ["pci:0000", "79"]),
+    ("message|contains", ["nomatch-anywhere", "fallen off"]),
+]
+
+
+def _rules(tmp_path: Path) -> list[Rule]:
+    paths = []
+    for i, (key, value) in enumerate(SPECS):
+        path = tmp_path / "framework" / f"spec-{i}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(
+            f"id: spec-{i}\ntitle: Spec {i}\nstatus: draft\ncategory: framework\n"
+            "severity: low\nrole: symptom\ndescription: spec\nscope: node\n"
+            f"detection:\n  sel:\n    {json.dumps(key)}: {json.dumps(value)}\n  condition: sel\n",
+            encoding="utf-8",
+        )
+        paths.append(path)
+    return load_rules(paths)
+
+
+def test_resolution_gives_the_direct_queries_results(store: Store, tmp_path: Path) -> None:
+    nodes = {f"n{i:02d}": [line] for i, line in enumerate(LINES)}
+    nodes["n99"] = ["2024-05-01 10:00:00 INFO nothing to see"]
+    direct_ingest(store, "job-r", nodes)
+    for index in (store.names.lines, store.names.events, store.names.templates):
+        store.refresh(index)
+    rules = _rules(tmp_path)
+
+    def summary(resolve: bool) -> list[tuple[str, tuple[str, ...], dict[str, int]]]:
+        found = match_job(store, "job-r", rules, resolve_messages=resolve)
+        return sorted((m.rule_id, m.nodes, m.counts) for m in found)
+
+    resolved, direct = summary(True), summary(False)
+    assert resolved == direct
+    matched = {rule_id: nodes for rule_id, nodes, _ in resolved}
+    assert matched["spec-0"] == ("n00",)
+    assert matched["spec-2"] == ("n02",) and "spec-3" not in matched
+    assert matched["spec-4"] == ("n04", "n05")
+    assert len(matched) >= 18
+    facts = JobFacts(store, "job-r")
+    facts.resolve_messages(rules)
+    assert facts.messages is not None and facts.messages.requests < len(SPECS)
+    unresolved = [tv.value for tv, v in facts.messages.resolved.items() if v is None]
+    assert unresolved == ["a\\b"]
+
+
+@pytest.mark.parametrize("resolve", [True, False])
+def test_library_on_a_noisy_job(store: Store, resolve: bool) -> None:
+    lines = [
+        f"2024-05-01 10:00:{i:02d} INFO iteration {i} | lm loss: 2.{i} | grad norm: 1.0"
+        for i in range(50)
+    ]
+    ib = "2024-05-01 10:01:00 NCCL WARN NET/IB : Got completion from peer 10.0.0.7<1> with error 12"
+    direct_ingest(store, "job-q", {"a": lines, "b": [*lines, ib], "c": lines})
+    for index in (store.names.lines, store.names.events, store.names.templates):
+        store.refresh(index)
+    found = match_job(store, "job-q", load_rules(), resolve_messages=resolve)
+    assert [(m.rule_id, m.nodes) for m in found] == [("nccl-ib-completion-error", ("b",))]
