@@ -16,7 +16,8 @@ never exceeds 1 and no single weak signal dominates. Reasons:
   first. Root
   cause before cascade: a node's IB error precedes the completion errors of its ring neighbours and
   the watchdog timeouts of everyone else, so the earliest distinct evidence is favoured, and later
-  templates printed by most nodes are marked ``cascade``.
+  templates printed by most nodes are marked ``cascade`` and their score is scaled by
+  ``_CASCADE_FACTOR``, so they stay in the set but rank after the evidence that explains them.
 
 The recommended set is not "everything with a reason": it keeps candidates scoring at least
 ``min_score`` and at least ``relative_threshold`` times the best, at most ``max_events`` — high
@@ -58,6 +59,9 @@ _WARN_WEIGHT = 0.1
 _STAGE_WEIGHT = 0.15
 _SILENT_PEER_WEIGHT = 0.35
 _EARLIEST_WEIGHT = 0.3
+# A cascade event stays in the recommended set (the timeouts are how the failure shows) but
+# ranks after the earliest distinct evidence that explains it.
+_CASCADE_FACTOR = 0.75
 
 
 def is_error(level: str | None) -> bool:
@@ -196,12 +200,11 @@ class Fusion:
         for t, (_, why) in (discounts or {}).items():
             if reasons.get(t):
                 reasons[t].append((why, 0.0))
+        for t, r in reasons.items():
+            if any(name == "cascade" for name, _ in r):
+                factor[t] = factor.get(t, 1.0) * _CASCADE_FACTOR
         candidates = sorted(
-            (
-                self._ranked(by_id[t], r, (discounts or {}).get(t, (1.0, ""))[0])
-                for t, r in reasons.items()
-                if r
-            ),
+            (self._ranked(by_id[t], r, factor.get(t, 1.0)) for t, r in reasons.items() if r),
             key=lambda ev: (
                 -ev.score,
                 ev.first_seen if ev.first_seen is not None else 0.0,
@@ -258,8 +261,14 @@ class Fusion:
     def _select(self, candidates: Sequence[RankedEvent]) -> tuple[RankedEvent, ...]:
         if not candidates:
             return ()
-        cut = max(self.min_score, self.relative_threshold * candidates[0].score)
-        return tuple(c for c in candidates if c.score >= cut)[: self.max_events]
+
+        # Membership is judged before the cascade scaling: it orders the set, it does not
+        # shrink it.
+        def weight(c: RankedEvent) -> float:
+            return c.score / _CASCADE_FACTOR if "cascade" in c.reasons else c.score
+
+        cut = max(self.min_score, self.relative_threshold * max(weight(c) for c in candidates))
+        return tuple(c for c in candidates if weight(c) >= cut)[: self.max_events]
 
     def _nodes(
         self,

@@ -368,7 +368,9 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
         notes.append("no iterations found: the temporal comparison of iterations did not run")
     stragglers = _stragglers(data, nodes)
     fusion = (
-        Fusion(max_events=options.max_events)
+        # Kernel and BMC clocks tick in whole seconds and drift from the ranks' clocks: "at the
+        # same moment" is a few seconds wide.
+        Fusion(max_events=options.max_events, root_window=5.0)
         .fit(
             events,
             nodes,
