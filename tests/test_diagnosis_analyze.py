@@ -8,7 +8,7 @@ import pytest
 
 from l4_plugin.analysis.fusion import Fusion
 from l4_plugin.analysis.results import EventStat, Straggler, StragglerResult
-from l4_plugin.diagnosis.analyze import discounts, event_stats, inferred_level
+from l4_plugin.diagnosis.analyze import discounts, event_stats, inferred_level, timed_in_stage
 from l4_plugin.diagnosis.facts import Cell, JobData, JobDoc, TemplateInfo
 
 
@@ -97,3 +97,27 @@ def test_fusion_discount_lowers_score_and_says_why() -> None:
     assert score["b"] == pytest.approx(base["b"] * 0.3)
     assert "low-information" in next(e.reasons for e in cut.candidates if e.template_id == "b")
     assert score["a"] == base["a"] and not math.isnan(score["a"])
+
+
+def test_failing_stage_occurrence_orders_events() -> None:
+    texts = {"warn": "torchrun header", "ib": "NET/IB : port error on mlx5_0"}
+    cells = {
+        ("a", "warn"): Cell(3, 1.0, 95.0, 1.0),
+        ("b", "warn"): Cell(1, 1.0, 1.0, 1.0),
+        ("a", "ib"): Cell(1, 80.0, 80.0, 1.0),
+    }
+    data = _data(cells, {}, texts)
+    data.stage_first.update(
+        {("a", "warn", "init"): 1.0, ("b", "warn", "init"): 1.0, ("a", "warn", "training"): 90.0}
+        | {("a", "ib", "training"): 80.0}
+    )
+    timed = {e.template_id: e for e in timed_in_stage(event_stats(data), data, "training")}
+    # The start-up occurrence no longer makes the teardown warning look like the first event.
+    assert timed["warn"].first == 90.0 and set(timed["warn"].first_seen) == {"a", "b"}
+    assert timed["ib"].first == 80.0
+
+
+def test_empty_template_never_counts() -> None:
+    data = _data({("a", "e"): Cell(2, 1.0, 2.0, 1.0)}, {}, {"e": ""})
+    data.templates["e"].message = "W0805 09:34:55.000000 55097 torch/distributed/run.py:779] "
+    assert discounts(data, None)["e"] == (0.0, "empty")

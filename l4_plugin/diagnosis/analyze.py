@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -202,7 +202,9 @@ def discounts(data: JobData, stragglers: StragglerResult | None) -> dict[str, tu
             if chronic:
                 out[tid] = (_CHRONIC_FACTOR, "chronic-before-failure")
     for tid, info in data.templates.items():
-        text = info.text or info.message
+        # The template text is authoritative once an exemplar was read: a bare header line
+        # ("W0805 09:34:55.000000 55097 run.py:779] ") has an empty template, not its raw text.
+        text = info.text if info.message else info.text or info.message
         if tid in out:
             continue
         if not text.strip():
@@ -210,6 +212,33 @@ def discounts(data: JobData, stragglers: StragglerResult | None) -> dict[str, tu
         elif len(_WORD.findall(_MASKS.sub(" ", text))) < 3:
             out[tid] = (_LOW_INFO_FACTOR, "low-information")
     return out
+
+
+def timed_in_stage(
+    events: tuple[EventStat, ...], data: JobData, stage: str | None
+) -> tuple[EventStat, ...]:
+    """Events whose first occurrence is taken within the failing ``stage`` where they occur in it.
+
+    The torchrun agent prints the same warning header at start-up and when it tears the job
+    down; what matters for "which came first" near the failure is the occurrence in the stage
+    the job failed in, not the one at start-up. Nodes that printed the template only outside
+    that stage get the latest in-stage time, so they never make the event look earlier.
+    """
+    if stage is None or not data.stage_first:
+        return events
+    out = []
+    for e in events:
+        inside = {
+            n: data.stage_first[(n, e.template_id, stage)]
+            for n in e.first_seen
+            if (n, e.template_id, stage) in data.stage_first
+        }
+        if not inside or inside == dict(e.first_seen):
+            out.append(e)
+            continue
+        latest = max(inside.values())
+        out.append(replace(e, first_seen={n: inside.get(n, latest) for n in e.first_seen}))
+    return tuple(out)
 
 
 def _periodic(data: JobData, tid: str) -> bool:
@@ -367,6 +396,7 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
     if iterations is None:
         notes.append("no iterations found: the temporal comparison of iterations did not run")
     stragglers = _stragglers(data, nodes)
+    events = timed_in_stage(events, data, stage.stage if stage else None)
     fusion = (
         # Kernel and BMC clocks tick in whole seconds and drift from the ranks' clocks: "at the
         # same moment" is a few seconds wide.

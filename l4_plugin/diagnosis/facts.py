@@ -87,6 +87,8 @@ class JobData:
     # (node, iteration bucket start) → first time on that node
     node_iteration_start: dict[tuple[str, int], float]
     node_last_iteration: dict[str, int]
+    # (node, template, stage) → first time of the template on the node in that stage
+    stage_first: dict[tuple[str, str, str], float] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[str]:
@@ -205,16 +207,24 @@ def gather(store: Store, job_id: str) -> JobData:
         "p": {"min": {"field": "l4.first_pos"}},
     }
     cells: dict[tuple[str, str], Cell] = {}
+    stage_first: dict[tuple[str, str, str], float] = {}
     for b in _walk(
-        store, [_terms("node", "host.name"), _terms("t", "l4.template.id")], query, times
+        store,
+        [_terms("node", "host.name"), _terms("t", "l4.template.id"), _terms("st", "l4.stage")],
+        query,
+        times,
     ):
+        node, tid = str(b["key"]["node"]), str(b["key"]["t"])
         f, last = _seconds(_value(b, "f")), _seconds(_value(b, "l"))
-        cells[(str(b["key"]["node"]), str(b["key"]["t"]))] = Cell(
-            count=int(_value(b, "n") or 0),
-            first_ts=f if f is not None else math.inf,
-            last_ts=last if last is not None else -math.inf,
-            first_pos=float(_value(b, "p") or 0.0),
-        )
+        cell = cells.get((node, tid))
+        if cell is None:
+            cell = cells[(node, tid)] = Cell()
+        cell.count += int(_value(b, "n") or 0)
+        cell.first_ts = min(cell.first_ts, f if f is not None else math.inf)
+        cell.last_ts = max(cell.last_ts, last if last is not None else -math.inf)
+        cell.first_pos = min(cell.first_pos, float(_value(b, "p") or 0.0))
+        if f is not None:
+            stage_first[(node, tid, str(b["key"]["st"]))] = f
     templates: dict[str, TemplateInfo] = defaultdict(TemplateInfo)
     for b in _walk(
         store,
@@ -292,6 +302,8 @@ def gather(store: Store, job_id: str) -> JobData:
         node_last_iteration[node] = max(last, node_last_iteration.get(node, last))
 
     time_unit = "ts" if any(c.first_ts < math.inf for c in cells.values()) else "position"
+    if time_unit != "ts":
+        stage_first = {}
     _fill_missing_times(cells, time_unit)
     return JobData(
         job=job,
@@ -303,6 +315,7 @@ def gather(store: Store, job_id: str) -> JobData:
         iteration_spans=iteration_spans,
         node_iteration_start=node_iteration_start,
         node_last_iteration=node_last_iteration,
+        stage_first=stage_first,
     )
 
 
