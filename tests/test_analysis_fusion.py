@@ -151,3 +151,29 @@ def test_baselines_same_shape_and_blind_spots() -> None:
         error_time(events, tau=0.0)
     with pytest.raises(AnalysisError, match="no nodes"):
         iforest_all([])
+
+
+def test_job_wide_echo_in_the_root_window_is_not_root_evidence() -> None:
+    nodes = [f"n{i}" for i in range(8)]
+    events = [
+        EventStat("oom", "ERROR", {"n3": 100.0}, {"n3": 1}, "training"),
+        # torchrun's agent on every node, three seconds later
+        EventStat("child-failed", "ERROR", {n: 103.0 for n in nodes}, {n: 1 for n in nodes}),
+        # the peers' watchdog ten minutes later
+        EventStat(
+            "watchdog",
+            "ERROR",
+            {n: 700.0 for n in nodes if n != "n3"},
+            {n: 8 for n in nodes if n != "n3"},
+            "training",
+        ),
+    ]
+    res = Fusion(root_window=5.0).fit(events, nodes).result_
+    reasons = {e.template_id: e.reasons for e in res.candidates}
+    assert "earliest-evidence" in reasons["oom"]
+    assert "earliest-evidence" not in reasons["child-failed"]
+    assert "cascade" in reasons["watchdog"]
+    assert res.events[0].template_id == "oom"
+    assert "watchdog" in {e.template_id for e in res.events}  # cascade stays in the set
+    assert res.nodes[0].node == "n3"
+    assert all("earliest-evidence" not in n.reasons for n in res.nodes[1:])

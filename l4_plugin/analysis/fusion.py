@@ -179,7 +179,7 @@ class Fusion:
 
         factor = {t: f for t, (f, _) in (discounts or {}).items()}
         pre = {t: _noisy_or(w for _, w in r) * factor.get(t, 1.0) for t, r in reasons.items() if r}
-        earliest = self._earliest(pre, by_id, job_stage)
+        earliest = self._earliest(pre, by_id, job_stage, n_nodes)
         if earliest:
             first = min(by_id[t].first or 0.0 for t in earliest)
             for t in earliest:
@@ -228,7 +228,11 @@ class Fusion:
         return self
 
     def _earliest(
-        self, pre: dict[str, float], by_id: dict[str, EventStat], job_stage: str | None
+        self,
+        pre: dict[str, float],
+        by_id: dict[str, EventStat],
+        job_stage: str | None,
+        n_nodes: int,
     ) -> set[str]:
         pool = [
             t
@@ -243,7 +247,12 @@ class Fusion:
         if not pool:
             return set()
         first = min(by_id[t].first or 0.0 for t in pool)
-        return {t for t in pool if (by_id[t].first or 0.0) <= first + self.root_window}
+        window = {t for t in pool if (by_id[t].first or 0.0) <= first + self.root_window}
+        # Within that moment, evidence printed by a few nodes is the distinct evidence; the
+        # torchrun agent's "child failed" on every node a second later is its echo. Job-wide
+        # evidence only leads when there is nothing local (a configuration error, NaN loss).
+        local = {t for t in window if len(by_id[t].first_seen) < self.cascade_fraction * n_nodes}
+        return local or window
 
     @staticmethod
     def _ranked(e: EventStat, r: list[tuple[str, float]], factor: float = 1.0) -> RankedEvent:
