@@ -186,3 +186,21 @@ def test_library_on_a_noisy_job(store: Store, resolve: bool) -> None:
         store.refresh(index)
     found = match_job(store, "job-q", load_rules(), resolve_messages=resolve)
     assert [(m.rule_id, m.nodes) for m in found] == [("nccl-ib-completion-error", ("b",))]
+
+
+def test_silence_from_the_job_record_equals_the_full_scan(store: Store) -> None:
+    def lines(last_minute: int) -> list[str]:
+        return [f"2024-05-01 10:{m:02d}:00 INFO step {m}" for m in range(last_minute + 1)]
+
+    nodes = {"a": lines(40), "b": lines(39), "c": lines(12), "d": lines(30)}
+    direct_ingest(store, "job-s", nodes)
+    job = {"l4.job.id": "job-s", "l4.job.nodes": sorted(nodes), "l4.job.node_count": 4}
+    store.bulk_index(store.names.jobs, [("job-s", job)])
+    for index in (store.names.events, store.names.jobs):
+        store.refresh(index)
+    facts = JobFacts(store, "job-s")
+    assert facts.total_nodes() == 4
+    for gap in (60.0, 600.0, 601.0, 3600.0):
+        assert facts.silent_nodes(gap) == facts._silent_from_all(gap), gap
+    assert set(facts.silent_nodes(600.0)) == {"c", "d"}
+    assert set(facts.silent_nodes(601.0)) == {"c"}

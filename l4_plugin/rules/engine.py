@@ -6,10 +6,11 @@ leading wildcards) are first resolved to the exact distinct lines they match in 
 requests in all), so every selection compiles to cheap term look-ups. Then one ``composite``
 aggregation over ``host.name`` on ``l4-lines`` (restricted to the job and to lines matching at
 least one selection of any rule) returns, per node and per distinct selection query, the number of
-lines and the first/last ``@timestamp``. ``silence`` selections read ``l4-events``
-(``max(l4.last_ts)`` per node). Each rule's condition is evaluated per node (``scope: node``) or
-on the job-wide sums (``scope: job``); ``window`` and ``max_node_fraction`` are then applied, and
-one ``top_hits`` search per matched rule fetches sample lines. No raw line is scanned in Python.
+lines and the first/last ``@timestamp``. ``silence`` selections read ``l4-events``: the job's last
+``l4.last_ts``, the nodes active near the end, and the last time of the others. Each rule's
+condition is evaluated per node (``scope: node``) or on the job-wide sums (``scope: job``);
+``window`` and ``max_node_fraction`` are then applied, and one ``top_hits`` search fetches sample
+lines for every matched rule at once. No raw line is scanned in Python.
 """
 
 from __future__ import annotations
@@ -164,6 +165,10 @@ class JobFacts:
         self._last_ts: dict[str, float] | None = None
         self._total: int | None = None
         self._facts: dict[str, dict[str, SelectionFacts]] = {}
+        self._samples: dict[str, tuple[dict[str, Any], ...]] = {}
+        self.planning: list[Query] | None = None
+        self._registered: tuple[list[str] | None] | None = None
+        self._silent: dict[float, dict[str, float]] = {}
         self.messages = (
             MessageResolver(store, store.names.lines, job_filter(job_id))
             if resolve_messages
@@ -231,6 +236,11 @@ class JobFacts:
 
     def _registered_nodes(self) -> list[str] | None:
         """The node list the ingest recorded on the job's ``l4-jobs`` document, if any."""
+        if self._registered is None:
+            self._registered = (self._read_registered_nodes(),)
+        return self._registered[0]
+
+    def _read_registered_nodes(self) -> list[str] | None:
         body = {
             "size": 1,
             "query": job_filter(self.job_id),
@@ -265,7 +275,74 @@ class JobFacts:
         return self._total
 
     def silent_nodes(self, min_gap: float) -> dict[str, float]:
-        """Nodes whose last line is at least ``min_gap`` seconds before the job's last line."""
+        """Nodes whose last line is at least ``min_gap`` seconds before the job's last line.
+
+        With the ingest's node list, only the job's end (one sorted hit) and the nodes active
+        in the last ``min_gap`` (a range query) are looked up, then the last time of the few
+        remaining nodes; otherwise every node's last time (a composite over ``l4-events``).
+        """
+        if min_gap not in self._silent:
+            self._silent[min_gap] = self._find_silent(min_gap)
+        return self._silent[min_gap]
+
+    def _find_silent(self, min_gap: float) -> dict[str, float]:
+        registered = self._registered_nodes()
+        end = self._events_end_ms() if registered is not None else None
+        if registered is None or end is None:
+            return self._silent_from_all(min_gap)
+        cutoff = end - min_gap * 1000.0
+        active = {
+            str(b["key"]["node"])
+            for b in self.store.composite(
+                self.store.names.events,
+                _NODE_SOURCE,
+                query={
+                    "bool": {
+                        "filter": [
+                            job_filter(self.job_id),
+                            {"range": {"l4.last_ts": {"gt": int(cutoff)}}},
+                        ]
+                    }
+                },
+                page_size=_NODE_PAGE,
+            )
+        }
+        quiet = [n for n in registered if n not in active]
+        if not quiet:
+            return {}
+        if len(quiet) > _MAX_SAMPLE_NODE_FILTER:
+            return self._silent_from_all(min_gap)
+        last: dict[str, float] = {}
+        for bucket in self.store.composite(
+            self.store.names.events,
+            _NODE_SOURCE,
+            query={"bool": {"filter": [job_filter(self.job_id), {"terms": {"host.name": quiet}}]}},
+            aggs={"last": {"max": {"field": "l4.last_ts"}}},
+            page_size=_NODE_PAGE,
+        ):
+            ts = _seconds(bucket["last"]["value"])
+            if ts is not None:
+                last[str(bucket["key"]["node"])] = ts
+        return {node: ts for node, ts in last.items() if end / 1000.0 - ts >= min_gap}
+
+    def _events_end_ms(self) -> float | None:
+        """The job's last ``l4.last_ts`` in ``l4-events`` (epoch ms), None without rollups."""
+        body = {
+            "size": 1,
+            "query": {
+                "bool": {"filter": [job_filter(self.job_id), {"exists": {"field": "l4.last_ts"}}]}
+            },
+            "sort": [{"l4.last_ts": {"order": "desc"}}],
+            "_source": False,
+        }
+        try:
+            hits = self.store.search(self.store.names.events, body)["hits"]["hits"]
+        except StoreError:
+            return None
+        value = hits[0].get("sort", [None])[0] if hits else None
+        return float(value) if isinstance(value, int | float) and value > 0 else None
+
+    def _silent_from_all(self, min_gap: float) -> dict[str, float]:
         last = self.node_last_ts()
         if len(last) < 2:
             return {}
@@ -312,30 +389,57 @@ class JobFacts:
     def samples(
         self, queries: Mapping[str, Query], nodes: Sequence[str]
     ) -> dict[str, tuple[dict[str, Any], ...]]:
-        """Earliest lines per selection on the matched nodes."""
+        """Earliest lines per selection on the matched nodes (``[]``: no node restriction).
+
+        Unrestricted samples are cached per query, so rules sharing a selection share one
+        look-up; while ``planning`` is a list, the queries are only collected there (empty
+        samples are returned) so that ``prefetch_samples`` can fetch them all at once.
+        """
         live = {name: q for name, q in queries.items() if q != MATCH_NOTHING}
         if not live:
             return {}
         scope = list(nodes) if len(nodes) <= _MAX_SAMPLE_NODE_FILTER else []
-        response = self.store.search(self.store.names.lines, samples_body(self.job_id, live, scope))
-        out: dict[str, tuple[dict[str, Any], ...]] = {}
-        for name in live:
-            hits = response.get("aggregations", {}).get(name, {}).get("hits", {})
-            rows = []
-            for hit in hits.get("hits", {}).get("hits", []):
-                src = hit.get("_source", {})
-                host = src.get("host", {}).get("name") if "host" in src else src.get("host.name")
-                rank = src.get("l4", {}).get("rank") if "l4" in src else src.get("l4.rank")
-                rows.append(
-                    {
-                        "message": src.get("message", ""),
-                        "node": host,
-                        "rank": rank,
-                        "timestamp": src.get("@timestamp"),
-                    }
-                )
-            out[name] = tuple(rows)
-        return out
+        if scope:
+            if self.planning is not None:
+                return {}
+            response = self.store.search(
+                self.store.names.lines, samples_body(self.job_id, live, scope)
+            )
+            return {name: _sample_rows(response, name) for name in live}
+        keys = {name: _query_key(q) for name, q in live.items()}
+        if self.planning is not None:
+            self.planning.extend(q for name, q in live.items() if keys[name] not in self._samples)
+            return {}
+        self.prefetch_samples(live.values())
+        return {name: self._samples[keys[name]] for name in live}
+
+    def prefetch_samples(self, queries: Iterable[Query]) -> None:
+        """Unrestricted samples of many selection queries in one search."""
+        todo = {_query_key(q): q for q in queries if q != MATCH_NOTHING}
+        todo = {k: q for k, q in todo.items() if k not in self._samples}
+        if not todo:
+            return
+        response = self.store.search(self.store.names.lines, samples_body(self.job_id, todo, []))
+        for key in todo:
+            self._samples[key] = _sample_rows(response, key)
+
+
+def _sample_rows(response: Mapping[str, Any], name: str) -> tuple[dict[str, Any], ...]:
+    hits = response.get("aggregations", {}).get(name, {}).get("hits", {})
+    rows = []
+    for hit in hits.get("hits", {}).get("hits", []):
+        src = hit.get("_source", {})
+        host = src.get("host", {}).get("name") if "host" in src else src.get("host.name")
+        rank = src.get("l4", {}).get("rank") if "l4" in src else src.get("l4.rank")
+        rows.append(
+            {
+                "message": src.get("message", ""),
+                "node": host,
+                "rank": rank,
+                "timestamp": src.get("@timestamp"),
+            }
+        )
+    return tuple(rows)
 
 
 def _query_key(query: Query) -> str:
@@ -494,6 +598,12 @@ def match_job(
         # All rules in one composite: cheap term look-ups. Direct regexp/wildcard queries are
         # left one rule per request, or a single request could run past the client timeout.
         facts.prefetch(q for queries, _ in compiled for q in queries.values())
+        # A dry run (cached facts, no requests) collects the matched rules' sample queries.
+        facts.planning = []
+        for rule, c in zip(rules, compiled, strict=True):
+            match_rule(facts, rule, c)
+        planned, facts.planning = facts.planning, None
+        facts.prefetch_samples(planned)
     found = [
         m
         for m in (match_rule(facts, rule, c) for rule, c in zip(rules, compiled, strict=True))
