@@ -121,3 +121,20 @@ def test_empty_template_never_counts() -> None:
     data = _data({("a", "e"): Cell(2, 1.0, 2.0, 1.0)}, {}, {"e": ""})
     data.templates["e"].message = "W0805 09:34:55.000000 55097 torch/distributed/run.py:779] "
     assert discounts(data, None)["e"] == (0.0, "empty")
+
+
+def test_boilerplate_prose_beside_a_factual_line_is_discounted() -> None:
+    texts = {
+        "caught": "[Rank <RANK>] Watchdog caught collective timeout: WorkNCCL(SeqNum=<NUM>)",
+        "avoid": "[Rank <RANK>] To avoid data inconsistency, we are taking the process down.",
+        "terminate": "terminate called after throwing an instance of 'c00::DistBackendError'",
+        "code": "ERR00000 PTA call acl api failed.",
+        "root": "NET/IB : port error on the only node that has it",
+    }
+    both = ("a", "b")
+    cells = {(n, t): Cell(4, 100.0, 100.5, 1.0) for n in both for t in texts if t != "root"}
+    cells[("a", "root")] = Cell(4, 100.0, 100.5, 1.0)
+    d = discounts(_data(cells, {}, texts), None)
+    assert d["avoid"] == (0.4, "boilerplate-of-block")
+    # An error type, an error code or a lone node's line is never boilerplate.
+    assert "terminate" not in d and "code" not in d and "root" not in d and "caught" not in d

@@ -332,3 +332,26 @@ def test_reingest_without_status_keeps_the_registered_one(store: Store, tmp_path
     ingest_job(store, job)  # no job.yaml, no --status: "unknown" must not win
     doc = store.get(store.names.jobs, _doc_id("reg"))
     assert doc is not None and doc.source["l4.job.status"] == "failed"
+
+
+def test_nccl_return_trace_joins_its_warning(store: Store, tmp_path: Path) -> None:
+    job = tmp_path / "nccl"
+    (job / "n1").mkdir(parents=True)
+    prefix = "n1:1215957:1216288 [1]"
+    lines = [
+        "[2024-05-01 10:00:00,000] [INFO] [engine.py:1:x] step",
+        f"{prefix} transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer "
+        "10.96.2.17<49563> with status=12 opcode=0",
+        f"{prefix} NCCL INFO transport/net.cc:1298 -> 6",
+        f"{prefix} NCCL INFO proxy.cc:874 -> 6 [Progress Thread]",
+        f"{prefix} NCCL INFO Channel 00/0 : 1[1] -> 2[2] via P2P/IPC",
+    ]
+    (job / "n1" / "rank0.log").write_text("\n".join(lines) + "\n", "utf-8")
+    job_id = ingest_job(store, job).job.id
+    body = {"size": 100, "query": {"term": {"l4.job.id": job_id}}}
+    events = [h["_source"] for h in store.search(store.names.events, body)["hits"]["hits"]]
+    texts = [e["l4.template.text"] for e in events]
+    assert not any(" -> <NUM>" in t and "Channel" not in t for t in texts), texts
+    warn = next(e for e in events if "Got completion" in e["l4.template.text"])
+    assert warn["message"].endswith("proxy.cc:874 -> 6 [Progress Thread]")
+    assert any("Channel" in t for t in texts)  # an ordinary INFO line after the trace

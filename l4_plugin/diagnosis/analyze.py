@@ -56,6 +56,12 @@ _CHRONIC_FACTOR = 0.35
 _LOW_INFO_FACTOR = 0.3
 _WORD = re.compile(r"[A-Za-z]{3,}")
 _MASKS = re.compile(r"<[A-Z_*]+>")
+# A variable other than the rank (masked, or a number masking left as zeros: an error code, a
+# version): the line states a fact of its own.
+_FACT_MASK = re.compile(r"<(?!RANK>)[A-Z_*]+>|\d")
+_ERROR_TYPE = re.compile(r"\w(?:Error|Exception|Failure)\b")
+_BOILERPLATE_FACTOR = 0.4
+_BLOCK_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +170,39 @@ def event_stats(data: JobData) -> tuple[EventStat, ...]:
     return tuple(out)
 
 
+def _boilerplate(data: JobData) -> set[str]:
+    """Explanatory prose printed as part of another line's block.
+
+    After a watchdog timeout every rank prints "Watchdog caught collective operation timeout:
+    WorkNCCL(SeqNum=…)" and, the same number of times in the same second, "To avoid data
+    inconsistency, we are taking the entire process down." The second line states no fact of
+    its own: it has no variable but the rank (no number, no error code), names no error type,
+    and only ever appears beside the first. Lines printed on a single node are never
+    boilerplate (a root cause's own lines).
+    """
+    per: dict[str, dict[str, tuple[int, float]]] = {}
+    for (node, tid), cell in data.cells.items():
+        per.setdefault(tid, {})[node] = (cell.count, cell.first_ts)
+    groups: dict[tuple[tuple[str, int], ...], list[str]] = {}
+    for tid, cells in per.items():
+        if len(cells) >= 2:
+            key = tuple(sorted((n, c) for n, (c, _) in cells.items()))
+            groups.setdefault(key, []).append(tid)
+    out: set[str] = set()
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        first = {t: min(f for _, f in per[t].values()) for t in members}
+        text = {t: data.templates[t].text if t in data.templates else "" for t in members}
+        factual = [t for t in members if _FACT_MASK.search(text[t])]
+        for t in members:
+            if t in factual or _ERROR_TYPE.search(text[t]) or not _WORD.search(text[t]):
+                continue
+            if any(abs(first[f] - first[t]) <= _BLOCK_SECONDS for f in factual):
+                out.add(t)
+    return out
+
+
 def discounts(data: JobData, stragglers: StragglerResult | None) -> dict[str, tuple[float, str]]:
     """Evidence against events (see ``Fusion.fit``): chronic background and empty lines.
 
@@ -172,8 +211,9 @@ def discounts(data: JobData, stragglers: StragglerResult | None) -> dict[str, tu
     power-cap and slow-dataloader warnings repeated for hours are background, not the failure.
     Lines without iteration (kernel logs) are chronic when printed at least that many times
     and first before that bucket started. A straggler's own slowdown lines are exempt: they
-    start with the slowdown. *Low information*: a template with fewer than three words of text
-    (``Last error:``, a stack frame); an empty one (a bare header) never counts.
+    start with the slowdown. *Boilerplate*: see :func:`_boilerplate`. *Low information*: a
+    template with fewer than three words of text (``Last error:``, a stack frame); an empty one
+    (a bare header) never counts.
     """
     out: dict[str, tuple[float, str]] = {}
     buckets = sorted(data.iteration_spans)
@@ -201,6 +241,8 @@ def discounts(data: JobData, stragglers: StragglerResult | None) -> dict[str, tu
                 chronic = cut_ts is not None and total >= _CHRONIC_BUCKETS and first < cut_ts
             if chronic:
                 out[tid] = (_CHRONIC_FACTOR, "chronic-before-failure")
+    for tid in _boilerplate(data):
+        out.setdefault(tid, (_BOILERPLATE_FACTOR, "boilerplate-of-block"))
     for tid, info in data.templates.items():
         # The template text is authoritative once an exemplar was read: a bare header line
         # ("W0805 09:34:55.000000 55097 run.py:779] ") has an empty template, not its raw text.
