@@ -11,11 +11,12 @@ same configuration and ``truth.json``), ingested into its own index prefix of ON
 * ``Error_time``, ``Error_count``, ``IForest-all`` — ``l4_plugin.analysis.baselines`` on the
   ``EventStat`` s of the same aggregated tables.
 
-Ground truth for events: the job's files are parsed again with the ingest's own ``LineParser``,
-seeded with the templates that were in the cluster just before the job was ingested and fed the
-files in the ingest's order, so every raw line gets exactly the template id the cluster has (the
-script checks the two id sets agree). A reported template is a true positive when any of its raw
-lines matches a ``truth.indicators`` regex (``re.search``).
+Ground truth for events: the job's files are parsed and rolled up again with the ingest's own
+pieces (``LineParser`` seeded with the templates that were in the cluster just before the job was
+ingested, ``pipeline._chunks``, ``NodeRollup``), so every raw line gets exactly the template id the
+cluster has and joined records (tracebacks, error continuations) belong to the event they were
+joined to; the script checks the two template id sets agree. A reported template is a true
+positive when any of its raw lines matches a ``truth.indicators`` regex (``re.search``).
 
 Usage: python benchmarks/evaluate.py [--quick] [--cases N] [--kinds a,b] [--json OUT] [--verbose]
 """
@@ -33,7 +34,7 @@ import tempfile
 import time
 import traceback
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,12 +47,12 @@ from l4_plugin.config import load_settings
 from l4_plugin.diagnosis import AnalysisOptions, diagnose_job
 from l4_plugin.diagnosis.analyze import event_stats
 from l4_plugin.diagnosis.facts import JobData, gather
-from l4_plugin.ingest.header import rank_prefix
 from l4_plugin.ingest.jobdir import discover
 from l4_plugin.ingest.parser import LineKind, LineParser
-from l4_plugin.ingest.pipeline import FEED_LINES, ingest_job, load_known_templates
-from l4_plugin.ingest.rollup import _TB_CONTINUATION, MAX_TRACEBACK_LINES
+from l4_plugin.ingest.pipeline import _chunks, ingest_job, load_known_templates
+from l4_plugin.ingest.rollup import Chunk, NodeRollup
 from l4_plugin.ingest.sources import file_streams
+from l4_plugin.ingest.stages import StageRules
 from l4_plugin.records import Template
 from l4_plugin.simulate import FAULT_KINDS, Truth, simulate
 from l4_plugin.store import EmbeddedCluster
@@ -121,63 +122,62 @@ class LineTruth:
 
 
 def reparse(job_dir: Path, known: list[Template], indicators: Sequence[str]) -> LineTruth:
-    """Parse ``job_dir`` as ingest does (same known templates, same file order, same chunks).
+    """Parse and roll up ``job_dir`` exactly as ingest does, and match every line to the truth.
 
-    Python tracebacks are grouped as ``NodeRollup.scan`` groups them: the ``Traceback`` line and
-    its frames belong to the exception line that closes the block (or to the ``Traceback`` line
-    when the file ends inside it), so a frame matching an indicator counts for that event.
+    The ingest's own pieces run again: ``LineParser`` seeded with the templates that were in the
+    cluster before the job, the files in ``discover`` order through ``pipeline._chunks``, one
+    ``NodeRollup`` per node. A line's indicators count for its own template, and the joined
+    records of the rollup (Python tracebacks, error continuations: the group's first message and
+    every kept message carry the whole block) count for the template they were joined to.
     """
     patterns = [re.compile(p) for p in indicators]
     parser = LineParser(known=known)
+    rules = StageRules.load()
+    rollups: dict[str, NodeRollup] = {}
     hits: dict[int, set[int]] = defaultdict(set)  # id(kind) → indicator indices
     kinds: dict[int, LineKind] = {}
     n = 0
 
-    def matches(raw: str) -> set[int]:
-        return {i for i, pattern in enumerate(patterns) if pattern.search(raw)}
+    def matches(text: str) -> set[int]:
+        return {i for i, pattern in enumerate(patterns) if pattern.search(text)}
+
+    def watched(chunks: Iterable[Chunk]) -> Iterator[Chunk]:
+        nonlocal n
+        for chunk in chunks:
+            lines, line_kinds = chunk[0], chunk[1]
+            n += len(lines)
+            for raw, kind in zip(lines, line_kinds, strict=True):
+                kinds[id(kind)] = kind
+                found = matches(raw)
+                if found:
+                    hits[id(kind)] |= found
+            yield chunk
 
     for stream in file_streams(discover(job_dir)):
-        tb: list[str] | None = None
-        tb_hits: set[int] = set()
-        tb_kind: LineKind | None = None
-        for block in stream.open():
-            lines = block.lines
-            for start in range(0, len(lines), FEED_LINES):
-                part = lines[start : start + FEED_LINES]
-                for raw, kind in zip(part, parser.feed(part), strict=True):
-                    n += 1
-                    kinds[id(kind)] = kind
-                    body_at = 0
-                    if kind.rank_prefix:
-                        prefix_rank, at = rank_prefix(raw)
-                        if prefix_rank is not None:
-                            body_at = at
-                    if tb is not None:
-                        body = raw[body_at:]
-                        if (
-                            not body or body[0] in " \t^~" or body.startswith(_TB_CONTINUATION)
-                        ) and len(tb) < MAX_TRACEBACK_LINES:
-                            tb.append(raw)
-                            tb_hits |= matches(raw)
-                            continue
-                    elif kind.body.startswith("Traceback (most recent call last)"):
-                        tb, tb_hits, tb_kind = [raw], matches(raw), kind
-                        continue
-                    found = matches(raw)
-                    if tb is not None:
-                        found |= tb_hits
-                        tb, tb_hits = None, set()
-                    hits[id(kind)] |= found
-        if tb is not None and tb_kind is not None:
-            hits[id(tb_kind)] |= tb_hits
+        rollup = rollups.get(stream.node)
+        if rollup is None:
+            rollup = rollups[stream.node] = NodeRollup(stream.node, rules)
+        long_lines: set[int] = set()
+        rollup.scan(
+            stream.path, stream.rank, watched(_chunks(stream, parser, None, long_lines)), long_lines
+        )
     parser.finish()
     by_template: dict[str, set[int]] = defaultdict(set)
     for key, found in hits.items():
         template = kinds[key].template
         assert template is not None
         by_template[template.id] |= found
+    templates: set[str] = set()
+    for rollup in rollups.values():
+        for (kind, _stage, _it), group in rollup.groups.items():
+            assert kind.template is not None
+            tid = kind.template.id
+            templates.add(tid)
+            for message in {group.message, *(k.message for k in group.kept)}:
+                if "\n" in message:
+                    by_template[tid] |= matches(message)
     present = set().union(*by_template.values()) if by_template else set()
-    return LineTruth(dict(by_template), present, set(by_template), n)
+    return LineTruth(dict(by_template), present, templates, n)
 
 
 # --- scoring -------------------------------------------------------------------------------------
