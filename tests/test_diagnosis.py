@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +13,12 @@ import pytest
 
 from l4_plugin.cli import main
 from l4_plugin.diagnosis import AnalysisOptions, diagnose_job, load_summary
-from l4_plugin.diagnosis.facts import job_doc_id
+from l4_plugin.diagnosis.facts import baseline_pool, find_jobs, read_job
 from l4_plugin.errors import AnalysisError
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.simulate import simulate
 from l4_plugin.store import IndexNames, OpenSearchStore, Store
+from l4_plugin.store.documents import job_doc_id
 
 _SECTION6_KEYS = {
     "job_id",
@@ -246,3 +248,21 @@ def test_cli_diagnose_analyze_report(
     assert "error: job 'missing-job' is not in the cluster" in capsys.readouterr().err
     assert main([*base, "report", "missing-job"]) == 1
     assert "no stored diagnosis" in capsys.readouterr().err
+
+
+def test_baseline_pool_from_job_documents_equals_the_aggregation(
+    sim: dict[str, Any], mstore: Store, ingested: str
+) -> None:
+    job = read_job(mstore, ingested)
+    base = find_jobs(mstore, fingerprint=job.fingerprint, status="succeeded")
+    assert base and all(b.template_stats for b in base)
+    recorded = baseline_pool(mstore, base).stats
+    aggregated = baseline_pool(
+        mstore, [replace(b, template_stats=None, iterations=None) for b in base]
+    ).stats
+    assert recorded.keys() == aggregated.keys()
+    for tid, row in recorded.items():
+        assert row[:2] == pytest.approx(aggregated[tid][:2]), tid
+        # per-node rates agree; per-iteration rates agree up to the bucket rounding of the
+        # aggregation path (it sees bucket starts, ingest saw every iteration)
+        assert row[2] == pytest.approx(aggregated[tid][2]), tid

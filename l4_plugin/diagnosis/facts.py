@@ -24,7 +24,7 @@ from l4_plugin.errors import AnalysisError
 from l4_plugin.store import Store
 from l4_plugin.store.documents import job_doc_id, source_field
 
-_PAGE = 5000
+_PAGE = 50_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +39,10 @@ class JobDoc:
     start_ts: float | None
     end_ts: float | None
     config: dict[str, Any] = field(default_factory=dict)
+    # Per template (occurrences, nodes) and iterations reached, as ingest recorded them (None for
+    # a job ingested before ingest recorded them).
+    template_stats: dict[str, tuple[int, int]] | None = None
+    iterations: int | None = None
 
 
 @dataclass
@@ -133,7 +137,23 @@ def _job_from_source(source: dict[str, Any]) -> JobDoc:
         start_ts=_seconds(source_field(source, "l4.job.start_ts")),
         end_ts=_seconds(source_field(source, "l4.job.end_ts")),
         config=dict(source_field(source, "l4.job.config") or {}),
+        template_stats=_template_stats(source_field(source, "l4.job.template_stats")),
+        iterations=_int_or_none(source_field(source, "l4.job.iterations")),
     )
+
+
+def _template_stats(raw: Any) -> dict[str, tuple[int, int]] | None:
+    if not isinstance(raw, dict):
+        return None
+    out: dict[str, tuple[int, int]] = {}
+    for tid, pair in raw.items():
+        if isinstance(pair, list | tuple) and len(pair) == 2:
+            out[str(tid)] = (int(pair[0]), int(pair[1]))
+    return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
 
 
 def read_job(store: Store, job_id: str) -> JobDoc:
@@ -371,36 +391,25 @@ def baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
     """Per-template statistics over the baseline jobs (see :class:`BaselinePool`).
 
     Rates are per node, and per node per iteration reached (1 when the job had none), so a
-    4-node 100-iteration rehearsal and a 256-node 10,000-iteration run compare.
+    4-node 100-iteration rehearsal and a 256-node 10,000-iteration run compare. Each job's
+    counts come from its ``l4-jobs`` document (ingest records them); jobs ingested before that
+    are aggregated from their rollups.
     """
     if not jobs:
         return BaselinePool((), {})
-    ids = [j.id for j in jobs]
-    query = {"terms": {"l4.job.id": ids}}
     node_count: dict[str, int] = {j.id: max(len(j.nodes), 1) for j in jobs}
-    work: dict[str, int] = {j: 1 for j in ids}
-    for b in _walk(
-        store,
-        [_terms("j", "l4.job.id")],
-        {"bool": {"filter": [query, {"exists": {"field": "l4.iteration"}}]}},
-        {
-            "lo": {"min": {"field": "l4.iteration"}},
-            "hi": {"max": {"field": "l4.iteration"}},
-        },
-    ):
-        lo, hi = _value(b, "lo"), _value(b, "hi")
-        if lo is not None and hi is not None:
-            work[str(b["key"]["j"])] = max(int(hi) - int(lo) + 1, 1)
+    work: dict[str, int] = {}
     per: dict[str, list[tuple[str, int, int]]] = defaultdict(list)
-    for b in _walk(
-        store,
-        [_terms("t", "l4.template.id"), _terms("j", "l4.job.id")],
-        query,
-        {"n": {"sum": {"field": "l4.count"}}, "nodes": {"cardinality": {"field": "host.name"}}},
-    ):
-        per[str(b["key"]["t"])].append(
-            (str(b["key"]["j"]), int(_value(b, "n") or 0), int(_value(b, "nodes") or 0))
-        )
+    missing = []
+    for j in jobs:
+        if j.template_stats is None or j.iterations is None:
+            missing.append(j.id)
+            continue
+        work[j.id] = max(j.iterations, 1)
+        for tid, (count, n_nodes) in j.template_stats.items():
+            per[tid].append((j.id, count, n_nodes))
+    if missing:
+        _aggregate_pool(store, missing, work, per)
     stats: dict[str, tuple[int, float, float, float]] = {}
     for tid, rows in per.items():
         fractions = [min(n_nodes / node_count[j], 1.0) for j, _, n_nodes in rows]
@@ -413,6 +422,39 @@ def baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
             per_iteration[len(per_iteration) // 2],
         )
     return BaselinePool(tuple(jobs), stats)
+
+
+def _aggregate_pool(
+    store: Store,
+    ids: list[str],
+    work: dict[str, int],
+    per: dict[str, list[tuple[str, int, int]]],
+) -> None:
+    """The template counts of baseline jobs without recorded stats, from their rollups."""
+    query = {"terms": {"l4.job.id": ids}}
+    for j in ids:
+        work[j] = 1
+    for b in _walk(
+        store,
+        [_terms("j", "l4.job.id")],
+        {"bool": {"filter": [query, {"exists": {"field": "l4.iteration"}}]}},
+        {
+            "lo": {"min": {"field": "l4.iteration"}},
+            "hi": {"max": {"field": "l4.iteration"}},
+        },
+    ):
+        lo, hi = _value(b, "lo"), _value(b, "hi")
+        if lo is not None and hi is not None:
+            work[str(b["key"]["j"])] = max(int(hi) - int(lo) + 1, 1)
+    for b in _walk(
+        store,
+        [_terms("t", "l4.template.id"), _terms("j", "l4.job.id")],
+        query,
+        {"n": {"sum": {"field": "l4.count"}}, "nodes": {"cardinality": {"field": "host.name"}}},
+    ):
+        per[str(b["key"]["t"])].append(
+            (str(b["key"]["j"]), int(_value(b, "n") or 0), int(_value(b, "nodes") or 0))
+        )
 
 
 def sample_lines(

@@ -330,15 +330,20 @@ def _write(
     totals: dict[str, int] = defaultdict(int)
     iterations: list[int] = []
     first_iteration: int | None = None
+    node_counts: dict[str, int] = defaultdict(int)  # nodes that printed each template
     for rollup in rollups.values():
+        seen: set[str] = set()
         for (kind, _stage, it), group in rollup.groups.items():
             assert kind.template is not None
             totals[kind.template.id] += group.count
+            seen.add(kind.template.id)
             for ref in (group.first_ts_ref, group.last_ts_ref):
                 if ref is not None:
                     refs.add(ref)
             if it is not None:
                 first_iteration = it if first_iteration is None else min(first_iteration, it)
+        for tid in seen:
+            node_counts[tid] += 1
         if rollup.last_iteration is not None:
             iterations.append(rollup.last_iteration)
     clock = _Clock(refs)
@@ -458,6 +463,14 @@ def _write(
         "l4.ingest.updated": now,
         "l4.ingest.files": summary.files,
         "l4.job.registered": now,
+        # Per template [occurrences, nodes]: what a later diagnosis needs of this job as a
+        # baseline, read with the job document instead of an aggregation over its rollups.
+        "l4.job.template_stats": {t: [n, node_counts[t]] for t, n in totals.items()},
+        "l4.job.iterations": (
+            max(iterations) - first_iteration + 1
+            if iterations and first_iteration is not None
+            else 0
+        ),
     }
     if summary.problems:
         job_doc["l4.ingest.problems"] = "\n".join(summary.problems[:100])
