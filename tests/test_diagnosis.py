@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
@@ -224,6 +225,15 @@ def test_cli_diagnose_analyze_report(
     assert "Suspect nodes" in captured.out
     assert "<svg" in out_html.read_text("utf-8")
     assert "ingested" in captured.err
+    # Every annotation carries a Discover link to the job's lines (relative: no dashboards URL).
+    check = OpenSearchStore(settings.es_url, IndexNames(settings.index_prefix))
+    try:
+        docs = _annotations(check, report["job_id"])
+    finally:
+        check.close()
+    links = [d.get("l4.annotation.discover_url", "") for d in docs]
+    assert docs and all(link.startswith("/app/discover#/") for link in links)
+    assert all(report["job_id"] in unquote(link) for link in links)
     # Second run: nothing to ingest again.
     assert (
         main(

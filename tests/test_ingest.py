@@ -355,3 +355,23 @@ def test_nccl_return_trace_joins_its_warning(store: Store, tmp_path: Path) -> No
     warn = next(e for e in events if "Got completion" in e["l4.template.text"])
     assert warn["message"].endswith("proxy.cc:874 -> 6 [Progress Thread]")
     assert any("Channel" in t for t in texts)  # an ordinary INFO line after the trace
+
+
+def test_new_logs_make_a_finished_analysis_due_again(store: Store, tmp_path: Path) -> None:
+    job = tmp_path / "grow"
+    (job / "n1").mkdir(parents=True)
+    log = job / "n1" / "rank0.log"
+    log.write_text("[2024-05-01 10:00:00,000] [INFO] hello\n", "utf-8")
+    ingest_job(store, job, status="failed")
+    doc = store.get(store.names.jobs, _doc_id("grow"))
+    assert doc is not None
+    done = {**doc.source, "l4.analysis.state": "done", "l4.analysis.version": "l4-0.1.0"}
+    store.put(store.names.jobs, doc.id, done, refresh=True)
+    ingest_job(store, job, status="failed")  # unchanged files: the analysis stands
+    again = store.get(store.names.jobs, _doc_id("grow"))
+    assert again is not None and again.source["l4.analysis.state"] == "done"
+    log.write_text("[2024-05-01 10:00:00,000] [INFO] hello\n[2024-05-01 10:00:01,000] [ERROR] x\n")
+    os.utime(log, (1, 1))
+    ingest_job(store, job, status="failed")
+    grown = store.get(store.names.jobs, _doc_id("grow"))
+    assert grown is not None and "l4.analysis.state" not in grown.source

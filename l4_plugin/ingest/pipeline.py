@@ -462,6 +462,7 @@ def _write(
         "l4.ingest.state": "done",
         "l4.ingest.updated": now,
         "l4.ingest.files": summary.files,
+        "l4.ingest.generation": generation,
         "l4.job.registered": now,
         # Per template [occurrences, nodes]: what a later diagnosis needs of this job as a
         # baseline, read with the job document instead of an aggregation over its rollups.
@@ -480,9 +481,13 @@ def _write(
     existing = store.get(store.names.jobs, job_doc_id(meta.id))
     if existing is not None:
         # Keep what the analysis service recorded about this job, and a status registered with
-        # `l4 job register` when neither job.yaml nor a flag gives one.
+        # `l4 job register` when neither job.yaml nor a flag gives one. New logs (another
+        # generation) make a finished analysis due again; an unchanged re-ingest does not.
+        grown = source_field(existing.source, "l4.ingest.generation") not in (None, generation)
         for k, v in existing.source.items():
-            if k.startswith("l4.analysis."):
+            if k.startswith("l4.analysis.") and not (
+                grown and k in ("l4.analysis.state", "l4.analysis.version")
+            ):
                 job_doc[k] = v
         registered = source_field(existing.source, "l4.job.status")
         if meta.status == "unknown" and registered:
