@@ -126,31 +126,23 @@ class NodeRollup:
                     m = _PREFIX_RANK.match(raw)
                     if m:
                         line_rank = int(m.group(2) or m.group(1))
+                # A line absorbed into the record it continues: a traceback's frames, or the
+                # continuation lines of the error record just before (``continuations``).
+                absorbed = False
                 if tb is not None:
                     body = raw[m.end() :] if kind.rank_prefix and m else raw
                     if (
                         not body or body[0] in " \t^~" or body.startswith(_TB_CONTINUATION)
                     ) and len(tb) < MAX_TRACEBACK_LINES:
                         tb.append(raw)
-                        if sink is not None:
-                            sink(
-                                pos,
-                                raw,
-                                kind,
-                                stage,
-                                iteration,
-                                ts_ref,
-                                line_rank,
-                                _at(block, pos - first),
-                            )
-                        continue
+                        absorbed = True
                 elif kind.body.startswith("Traceback (most recent call last)"):
                     tb, tb_start, tb_kind = [raw], pos, kind
                     tb_offset = _at(block, pos - first)
                     if sink is not None:
                         sink(pos, raw, kind, stage, iteration, ts_ref, line_rank, tb_offset)
                     continue
-                if open_group is not None:
+                elif open_group is not None:
                     cont = conts.get(kind)
                     if cont is None:
                         cont = conts[kind] = self.rules.continues(kind.body)
@@ -160,18 +152,12 @@ class NodeRollup:
                             open_kept.message += "\n" + raw
                         if open_first:
                             open_group.message += "\n" + raw
-                        if sink is not None:
-                            sink(
-                                pos,
-                                raw,
-                                kind,
-                                stage,
-                                iteration,
-                                ts_ref,
-                                line_rank,
-                                _at(block, pos - first),
-                            )
-                        continue
+                        absorbed = True
+                if absorbed:
+                    if sink is not None:
+                        at = _at(block, pos - first)
+                        sink(pos, raw, kind, stage, iteration, ts_ref, line_rank, at)
+                    continue
                 role = roles.get(kind)
                 if role is None:
                     role = roles[kind] = self.rules.role(kind.body)

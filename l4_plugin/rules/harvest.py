@@ -17,23 +17,16 @@ from typing import Any, Literal, Protocol
 
 from l4_plugin.errors import L4Error, StoreError
 from l4_plugin.rules.compiler import job_filter
+from l4_plugin.rules.engine import IndexNames
 
 MAX_EVENTS = 3
 ERROR_LEVELS = ("ERROR", "CRITICAL", "FATAL")
 _WORD = re.compile(r"[a-z][a-z0-9]+")
 
 
-class HarvestNames(Protocol):
-    """Index names the harvest reads."""
+class HarvestNames(IndexNames, Protocol):
+    """Index names the harvest reads: the rule engine's, and the annotations."""
 
-    @property
-    def lines(self) -> str: ...
-    @property
-    def events(self) -> str: ...
-    @property
-    def templates(self) -> str: ...
-    @property
-    def jobs(self) -> str: ...
     @property
     def annotations(self) -> str: ...
 
