@@ -93,23 +93,7 @@ def needs_resolution(field: str, kind: str, value: object) -> bool:
 
 def _sigma_pieces(value: str) -> list[str]:
     """Literal pieces of a Sigma wildcard value, split at unescaped ``*`` / ``?``."""
-    pieces: list[str] = []
-    cur: list[str] = []
-    i = 0
-    while i < len(value):
-        ch = value[i]
-        if ch == "\\" and value[i + 1 : i + 2] in ("*", "?", "\\"):
-            cur.append(value[i + 1])
-            i += 2
-            continue
-        if ch in "*?":
-            pieces.append("".join(cur))
-            cur = []
-        else:
-            cur.append(ch)
-        i += 1
-    pieces.append("".join(cur))
-    return pieces
+    return _sigma_split_keep(value)[0::2]
 
 
 def _split_branches(pattern: str) -> list[str]:
