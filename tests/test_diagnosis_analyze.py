@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from l4_plugin.analysis.fusion import Fusion
 from l4_plugin.analysis.results import EventStat, Straggler, StragglerResult
-from l4_plugin.diagnosis.analyze import discounts, event_stats, inferred_level, timed_in_stage
-from l4_plugin.diagnosis.facts import Cell, JobData, JobDoc, TemplateInfo
+from l4_plugin.diagnosis.analyze import (
+    AnalysisOptions,
+    cross_job,
+    discounts,
+    event_stats,
+    inferred_level,
+    timed_in_stage,
+)
+from l4_plugin.diagnosis.facts import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
 
 
 @pytest.mark.parametrize(
@@ -138,3 +146,21 @@ def test_boilerplate_prose_beside_a_factual_line_is_discounted() -> None:
     assert d["avoid"] == (0.4, "boilerplate-of-block")
     # An error type, an error code or a lone node's line is never boilerplate.
     assert "terminate" not in d and "code" not in d and "root" not in d and "caught" not in d
+
+
+def test_kernel_lines_are_not_absent_from_baselines_without_kernel_logs() -> None:
+    texts = {
+        "panic": "Kernel panic - not syncing: Fatal machine check",
+        "oom": "CUDA out of memory",
+    }
+    data = _data({("a", t): Cell(1, 50.0, 50.0, 1.0) for t in texts}, {}, texts)
+    data.job = replace(data.job, system_logs=True, system_templates=frozenset({"panic"}))
+    quiet = JobDoc("b1", "succeeded", "fp", ("x",), 10, 0.0, 1.0, system_logs=False)
+    events = event_stats(data)
+    kept = cross_job(data, events, BaselinePool((quiet,), {}), AnalysisOptions())
+    assert kept.reason_of("panic") == "no-baseline"
+    assert kept.reason_of("oom") == "absent-in-baseline"
+    # A baseline that did ship kernel logs makes the kernel line's absence count.
+    loud = replace(quiet, system_logs=True)
+    kept = cross_job(data, events, BaselinePool((loud,), {}), AnalysisOptions())
+    assert kept.reason_of("panic") == "absent-in-baseline"

@@ -375,3 +375,22 @@ def test_new_logs_make_a_finished_analysis_due_again(store: Store, tmp_path: Pat
     ingest_job(store, job, status="failed")
     grown = store.get(store.names.jobs, _doc_id("grow"))
     assert grown is not None and "l4.analysis.state" not in grown.source
+
+
+def test_job_records_its_system_log_templates(store: Store, tmp_path: Path) -> None:
+    job = tmp_path / "sys"
+    (job / "n1").mkdir(parents=True)
+    (job / "n1" / "rank0.log").write_text("[2024-05-01 10:00:00,000] [INFO] hello\n", "utf-8")
+    (job / "n1" / "kern.log").write_text(
+        "May  1 10:00:05 n1 kernel: [100.000001] NVRM: Xid (PCI:0000:3b:00): 79, GPU has "
+        "fallen off the bus.\n",
+        "utf-8",
+    )
+    ingest_job(store, job, status="failed")
+    doc = store.get(store.names.jobs, _doc_id("sys"))
+    assert doc is not None and doc.source["l4.job.system_logs"] is True
+    body = {"size": 10, "query": {"term": {"l4.job.id": "sys"}}}
+    events = [h["_source"] for h in store.search(store.names.events, body)["hits"]["hits"]]
+    xid = next(e["l4.template.id"] for e in events if "Xid" in e["l4.template.text"])
+    hello = next(e["l4.template.id"] for e in events if "hello" in e["l4.template.text"])
+    assert doc.source["l4.job.system_templates"] == [xid] and hello != xid

@@ -24,6 +24,7 @@ from l4_plugin.analysis.results import (
     FusionResult,
     IterationResult,
     JobTemplateStat,
+    KeptTemplate,
     SilenceResult,
     SpatialResult,
     StageResult,
@@ -54,12 +55,13 @@ _CHRONIC_LEAD = 3
 _CHRONIC_BUCKETS = 3
 _CHRONIC_FACTOR = 0.35
 _LOW_INFO_FACTOR = 0.3
-_WORD = re.compile(r"[A-Za-z]{3,}")
+_WORD = re.compile(r"[A-Za-z]{2,}")
 _MASKS = re.compile(r"<[A-Z_*]+>")
 # A variable other than the rank (masked, or a number masking left as zeros: an error code, a
 # version): the line states a fact of its own.
 _FACT_MASK = re.compile(r"<(?!RANK>)[A-Z_*]+>|\d")
-_ERROR_TYPE = re.compile(r"\w(?:Error|Exception|Failure)\b")
+# An error type or a signal names what happened: a fact, not prose.
+_ERROR_TYPE = re.compile(r"\w(?:Error|Exception|Failure)\b|\bSIG[A-Z]{2,}\b")
 _BOILERPLATE_FACTOR = 0.4
 _BLOCK_SECONDS = 2.0
 
@@ -307,11 +309,24 @@ def cross_job(
             base[e.template_id] = BaselineStat(
                 jobs, total, fraction, per_iteration if periodic else per_node
             )
-    return (
+    result = (
         CrossJobFilter(threshold=options.filter_threshold)
         .fit(base, n_baseline_jobs=total)
         .transform(stats)
     )
+    if total and pool.jobs and all(j.system_logs is False for j in pool.jobs):
+        # No baseline came with kernel logs: a kernel line's absence from them proves nothing,
+        # so such lines are kept without the absent-in-baseline evidence.
+        result = replace(
+            result,
+            kept=tuple(
+                KeptTemplate(k.template_id, "no-baseline", k.rate_ratio)
+                if k.template_id in data.job.system_templates and k.reason == "absent-in-baseline"
+                else k
+                for k in result.kept
+            ),
+        )
+    return result
 
 
 def _spatial(

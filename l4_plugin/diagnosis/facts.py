@@ -43,6 +43,9 @@ class JobDoc:
     # a job ingested before ingest recorded them).
     template_stats: dict[str, tuple[int, int]] | None = None
     iterations: int | None = None
+    # Whether the job had system logs (kern.log, dmesg…) and the templates only they printed
+    system_logs: bool | None = None
+    system_templates: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -139,7 +142,13 @@ def _job_from_source(source: dict[str, Any]) -> JobDoc:
         config=dict(source_field(source, "l4.job.config") or {}),
         template_stats=_template_stats(source_field(source, "l4.job.template_stats")),
         iterations=_int_or_none(source_field(source, "l4.job.iterations")),
+        system_logs=_bool_or_none(source_field(source, "l4.job.system_logs")),
+        system_templates=frozenset(source_field(source, "l4.job.system_templates") or ()),
     )
+
+
+def _bool_or_none(value: Any) -> bool | None:
+    return value if isinstance(value, bool) else None
 
 
 def _template_stats(raw: Any) -> dict[str, tuple[int, int]] | None:

@@ -91,6 +91,13 @@ def _strip_suffixes(name: str) -> str | None:
     return None
 
 
+def is_system_log(path: str) -> bool:
+    """True for a node's system log (``kern.log``, ``dmesg``, ``syslog``…), by its file name."""
+    name = path.rsplit("/", 1)[-1]
+    stem = _strip_suffixes(name)
+    return bool(_SYSTEM.search(stem if stem is not None else name))
+
+
 def discover(job_dir: Path, node_pattern: str | None = None) -> list[LogFile]:
     """Every log file of the job, sorted by node, rank and path; raises when there is none."""
     if not job_dir.is_dir():

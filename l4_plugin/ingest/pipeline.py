@@ -25,7 +25,7 @@ from typing import Any
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.header import parse_header
-from l4_plugin.ingest.jobdir import JobMeta, discover, job_meta
+from l4_plugin.ingest.jobdir import JobMeta, discover, is_system_log, job_meta
 from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser
 from l4_plugin.ingest.rollup import KEEP_EMITTERS, KEEP_LEVELS, Chunk, Group, NodeRollup
 from l4_plugin.ingest.sources import LogStream, file_streams, files_generation
@@ -331,12 +331,18 @@ def _write(
     iterations: list[int] = []
     first_iteration: int | None = None
     node_counts: dict[str, int] = defaultdict(int)  # nodes that printed each template
+    from_rank_logs: set[str] = set()  # templates seen in a training log (not only kern.log…)
+    system_logs = False
     for rollup in rollups.values():
         seen: set[str] = set()
         for (kind, _stage, it), group in rollup.groups.items():
             assert kind.template is not None
             totals[kind.template.id] += group.count
             seen.add(kind.template.id)
+            if is_system_log(group.path):
+                system_logs = True
+            else:
+                from_rank_logs.add(kind.template.id)
             for ref in (group.first_ts_ref, group.last_ts_ref):
                 if ref is not None:
                     refs.add(ref)
@@ -472,6 +478,10 @@ def _write(
             if iterations and first_iteration is not None
             else 0
         ),
+        # Whether the job came with system logs, and which templates only they printed: a
+        # baseline without kernel logs says nothing about a kernel line's absence.
+        "l4.job.system_logs": system_logs,
+        "l4.job.system_templates": sorted(set(totals) - from_rank_logs),
     }
     if summary.problems:
         job_doc["l4.ingest.problems"] = "\n".join(summary.problems[:100])
