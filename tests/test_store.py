@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from l4_plugin.errors import StoreError
@@ -180,3 +182,25 @@ def test_field_types_of_a_shipped_index(any_store: Store) -> None:
     assert types["message"] == {"text"} and types["message.keyword"] == {"keyword"}
     assert types["log.offset"] == {"long"} and "nope" not in types
     assert any_store.field_types(f"{any_store.names.prefix}missing", ["message"]) == {}
+
+
+def test_install_templates_adds_new_fields_to_an_existing_index(any_store: Store) -> None:
+    # An index created by an older L4 (a narrower strict mapping) must accept today's fields:
+    # a template shapes only indices created after it, so setup also updates the mapping.
+    index = any_store.names.jobs
+    client: Any = any_store.client  # type: ignore[attr-defined]
+    client.indices.delete_index_template(name=index)
+    narrow = {
+        "dynamic": "strict",
+        "properties": {"l4": {"properties": {"job": {"properties": {"id": {"type": "keyword"}}}}}},
+    }
+    if any_store.flavour == "elasticsearch":
+        client.indices.create(index=index, mappings=narrow)
+    else:
+        client.indices.create(index=index, body={"mappings": narrow})
+    with pytest.raises(StoreError, match="rejected"):
+        any_store.bulk_index(index, [("new", {"l4.job.id": "new", "l4.job.iterations": 3})])
+    any_store.install_templates()
+    doc = {"l4.job.id": "new", "l4.job.iterations": 3, "l4.job.template_stats": {"t": [1, 1]}}
+    any_store.bulk_index(index, [("new", doc)], refresh=True)
+    assert any_store.count(index, {"term": {"l4.job.iterations": 3}}) == 1

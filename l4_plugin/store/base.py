@@ -118,6 +118,9 @@ class Store(ABC):
     def _get_templates(self, name: str) -> list[dict[str, Any]]: ...
 
     @abstractmethod
+    def _put_mapping(self, index: str, mapping: dict[str, Any]) -> None: ...
+
+    @abstractmethod
     def _delete_by_query(self, index: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
     @abstractmethod
@@ -452,9 +455,18 @@ class Store(ABC):
                 existing = []
             if existing and _same_template(existing[0], body):
                 done.append((name, "unchanged"))
-                continue
-            self._call(f"put index template {name}", partial(self._put_template, name, body))
-            done.append((name, "updated" if existing else "created"))
+            else:
+                self._call(f"put index template {name}", partial(self._put_template, name, body))
+                done.append((name, "updated" if existing else "created"))
+            # A template only shapes indices created after it: an index made by an older L4
+            # (strict mapping) gets the fields added since, or it would reject the new documents.
+            mapping = {
+                k: v
+                for k, v in body["template"].get("mappings", {}).items()
+                if k in ("properties", "dynamic_templates")
+            }
+            with contextlib.suppress(_NotFound):
+                self._call(f"put mapping of {name}", partial(self._put_mapping, name, mapping))
         return done
 
     def indices(self) -> list[tuple[str, int]]:

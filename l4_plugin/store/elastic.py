@@ -88,6 +88,9 @@ class ElasticsearchStore(Store):
     def _put_template(self, name: str, body: dict[str, Any]) -> None:
         self.client.indices.put_index_template(name=name, body=body)
 
+    def _put_mapping(self, index: str, mapping: dict[str, Any]) -> None:
+        self.client.indices.put_mapping(index=index, **mapping)
+
     def _get_templates(self, name: str) -> list[dict[str, Any]]:
         return list(self.client.indices.get_index_template(name=name).body["index_templates"])
 
