@@ -136,7 +136,8 @@ def _sigma_to_wildcard(value: str) -> str:
     return "".join(out)
 
 
-def _has_wildcard(value: str) -> bool:
+def has_wildcard(value: str) -> bool:
+    """True when a Sigma value has an unescaped ``*`` or ``?``."""
     i = 0
     while i < len(value):
         if value[i] == "\\":
@@ -170,9 +171,9 @@ def value_query(field: str, kind: str, value: str | int | float, cased: bool) ->
         return {"term": {field: {"value": value}}}
     if kind == "re":
         return {"regexp": {field: {"value": python_re_to_lucene(value), **ci}}}
-    if kind == "startswith" and not _has_wildcard(value):
+    if kind == "startswith" and not has_wildcard(value):
         return {"prefix": {field: {"value": _unescape(value), **ci}}}
-    if kind == "equals" and not _has_wildcard(value):
+    if kind == "equals" and not has_wildcard(value):
         return {"term": {field: {"value": _unescape(value), **ci}}}
     pattern = _sigma_to_wildcard(value)
     if kind == "contains":

@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 from l4_plugin.errors import L4Error, StoreError
 from l4_plugin.rules.compiler import job_filter
 from l4_plugin.rules.engine import IndexNames
+from l4_plugin.store.documents import source_field
 
 MAX_EVENTS = 3
 ERROR_LEVELS = ("ERROR", "CRITICAL", "FATAL")
@@ -48,18 +49,6 @@ class JobDiagnosis:
 
     facts: dict[str, Any]
     source: Literal["annotations", "lines"]
-
-
-def field(source: Mapping[str, Any], name: str) -> Any:
-    """A field of a ``_source`` written with dotted keys or nested objects."""
-    if name in source:
-        return source[name]
-    node: Any = source
-    for part in name.split("."):
-        if not isinstance(node, Mapping) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def _hits(store: HarvestStore, index: str, body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -111,22 +100,22 @@ def _event(
     store: HarvestStore, job_id: str, template_id: str, text: str | None, nodes: list[str]
 ) -> dict[str, Any] | None:
     template = _template(store, template_id)
-    text = text or field(template, "l4.template.text")
+    text = text or source_field(template, "l4.template.text")
     if not isinstance(text, str) or not text:
         return None
     line = _first_line(store, job_id, template_id)
     event: dict[str, Any] = {"template": text, "template_id": template_id, "nodes": nodes}
-    level = field(template, "l4.template.level") or field(line, "log.level")
+    level = source_field(template, "l4.template.level") or source_field(line, "log.level")
     if isinstance(level, str) and level:
         event["level"] = level
-    sample = field(line, "message")
+    sample = source_field(line, "message")
     if isinstance(sample, str) and sample:
         event["sample"] = sample
-    stage = field(line, "l4.stage")
+    stage = source_field(line, "l4.stage")
     if isinstance(stage, str) and stage:
         event["stage"] = stage
-    if not nodes and isinstance(field(line, "host.name"), str):
-        event["nodes"] = [field(line, "host.name")]
+    if not nodes and isinstance(source_field(line, "host.name"), str):
+        event["nodes"] = [source_field(line, "host.name")]
     return event
 
 
@@ -142,14 +131,14 @@ def _annotations(store: HarvestStore, job_id: str, kind: str, size: int) -> list
 def _from_annotations(store: HarvestStore, job_id: str) -> dict[str, Any] | None:
     events: list[dict[str, Any]] = []
     for ann in _annotations(store, job_id, "event", 4 * MAX_EVENTS):
-        template_id = field(ann, "l4.template.id") or field(ann, "l4.annotation.key")
+        template_id = source_field(ann, "l4.template.id") or source_field(ann, "l4.annotation.key")
         if not isinstance(template_id, str):
             continue
-        nodes = [str(n) for n in field(ann, "l4.annotation.nodes") or []]
-        text = field(ann, "l4.template.text")
+        nodes = [str(n) for n in source_field(ann, "l4.annotation.nodes") or []]
+        text = source_field(ann, "l4.template.text")
         event = _event(store, job_id, template_id, text if isinstance(text, str) else None, nodes)
         if event is not None:
-            explanation = field(ann, "message")
+            explanation = source_field(ann, "message")
             if isinstance(explanation, str):
                 event["explanation"] = explanation
             events.append(event)
@@ -159,13 +148,13 @@ def _from_annotations(store: HarvestStore, job_id: str) -> dict[str, Any] | None
         return None
     facts: dict[str, Any] = {"job_id": job_id, "events": events}
     stages = _annotations(store, job_id, "stage", 1)
-    stage = field(stages[0], "l4.stage") if stages else None
+    stage = source_field(stages[0], "l4.stage") if stages else None
     if isinstance(stage, str) and stage:
         facts["stage"] = stage
     suspects = [
         str(n)
         for ann in _annotations(store, job_id, "node", 5)
-        for n in (field(ann, "l4.annotation.nodes") or [])
+        for n in (source_field(ann, "l4.annotation.nodes") or [])
     ]
     if suspects:
         facts["suspect_nodes"] = suspects

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from l4_plugin.errors import StoreError
-from l4_plugin.rules.compiler import Query, python_re_to_lucene
+from l4_plugin.rules.compiler import Query, has_wildcard, python_re_to_lucene
 
 TEXT_FIELD = "message"
 KEYWORD_FIELD = "message.keyword"
@@ -69,23 +69,11 @@ class TextValue:
         return cls(kind, value, cased)
 
 
-def _has_wildcard(value: str) -> bool:
-    i = 0
-    while i < len(value):
-        if value[i] == "\\":
-            i += 2
-            continue
-        if value[i] in "*?":
-            return True
-        i += 1
-    return False
-
-
 def needs_resolution(field: str, kind: str, value: object) -> bool:
     """True for the ``message`` comparisons that cost a term-dictionary walk."""
     if field != "message" or not isinstance(value, str):
         return False
-    return kind in _EXPENSIVE_KINDS or (kind in ("equals", "startswith") and _has_wildcard(value))
+    return kind in _EXPENSIVE_KINDS or (kind in ("equals", "startswith") and has_wildcard(value))
 
 
 # -- step 1: the necessary condition ---------------------------------------------------------

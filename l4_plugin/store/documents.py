@@ -24,7 +24,7 @@ def source_field(source: Mapping[str, Any], name: str) -> Any:
         return source[name]
     node: Any = source
     for part in name.split("."):
-        if not isinstance(node, dict) or part not in node:
+        if not isinstance(node, Mapping) or part not in node:
             return None
         node = node[part]
     return node
