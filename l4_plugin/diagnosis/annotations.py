@@ -9,6 +9,7 @@ the whole §6 report and the HTML extras, which is what ``l4 report JOB_ID`` ren
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
@@ -21,7 +22,8 @@ from l4_plugin.report.extras import ReportExtras
 from l4_plugin.rules.engine import RuleMatch
 from l4_plugin.store import Store
 from l4_plugin.store.base import ConflictError
-from l4_plugin.store.documents import annotation_document, annotation_id, job_doc_id, source_field
+from l4_plugin.store.documents import annotation_document, annotation_id, source_field
+from l4_plugin.store.jobdoc import update_job
 
 Discover = Callable[[str, str | None, float | None], str | None]
 
@@ -127,12 +129,13 @@ def summary_text(report: dict[str, Any]) -> str:
 def record_analysis(
     store: Store, job_id: str, *, analyzer_version: str, state: str = "done", error: str = ""
 ) -> None:
-    """Record the analysis state on the job's ``l4-jobs`` document (optimistic concurrency)."""
-    for _ in range(5):
-        doc = store.get(store.names.jobs, job_doc_id(job_id))
-        if doc is None:
-            return
-        source = dict(doc.source)
+    """Record the analysis state on the job's ``l4-jobs`` document (optimistic concurrency).
+
+    A job whose document keeps changing under us is left as it is: whoever changed it (the
+    service) records its own state.
+    """
+
+    def change(source: dict[str, Any]) -> dict[str, Any]:
         source["l4.analysis.state"] = state
         source["l4.analysis.version"] = analyzer_version
         source["l4.analysis.updated"] = int(time.time() * 1000)
@@ -140,18 +143,10 @@ def record_analysis(
             source["l4.analysis.error"] = error[:8000]
         else:
             source.pop("l4.analysis.error", None)
-        try:
-            store.put(
-                store.names.jobs,
-                doc.id,
-                source,
-                if_seq_no=doc.seq_no,
-                if_primary_term=doc.primary_term,
-                refresh=True,
-            )
-            return
-        except ConflictError:
-            continue
+        return source
+
+    with contextlib.suppress(ConflictError):
+        update_job(store, job_id, change)
 
 
 def load_summary(store: Store, job_id: str) -> tuple[dict[str, Any], ReportExtras]:

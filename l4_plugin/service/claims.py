@@ -27,12 +27,12 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from l4_plugin.store import ConflictError, Store, VersionedDoc
-from l4_plugin.store.documents import job_doc_id, source_field
+from l4_plugin.store import Store
+from l4_plugin.store.documents import source_field
+from l4_plugin.store.jobdoc import update_job
 
 STATE = "l4.analysis.state"
 OWNER = "l4.analysis.claimed_by"
@@ -44,7 +44,6 @@ VERSION = "l4.analysis.version"
 CHECKPOINT = "l4.analysis.watch_checkpoint"
 
 _ERROR_CHARS = 8000
-_WRITE_TRIES = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,41 +169,6 @@ def find_pending(store: Store, policy: ClaimPolicy, *, limit: int) -> list[tuple
         if reason is not None:
             found.append((str(source_field(hit["_source"], "l4.job.id")), reason))
     return found
-
-
-def update_job(
-    store: Store,
-    job_id: str,
-    change: Callable[[dict[str, Any]], dict[str, Any] | None],
-) -> VersionedDoc | None:
-    """Read-modify-write of a job's ``l4-jobs`` document under optimistic concurrency.
-
-    ``change`` gets a copy of the current source and returns the new one, or None to leave the
-    document alone; on a conflict the document is read again and ``change`` asked again. Returns
-    the written document, or None when the job is absent or ``change`` declined.
-    """
-    for _ in range(_WRITE_TRIES):
-        doc = store.get(store.names.jobs, job_doc_id(job_id))
-        if doc is None:
-            return None
-        new = change(dict(doc.source))
-        if new is None:
-            return None
-        try:
-            return store.put(
-                store.names.jobs,
-                doc.id,
-                new,
-                if_seq_no=doc.seq_no,
-                if_primary_term=doc.primary_term,
-                refresh=True,
-            )
-        except ConflictError:
-            continue
-    raise ConflictError(
-        f"write {store.names.jobs}/{job_doc_id(job_id)} (job {job_id}): still conflicting after "
-        f"{_WRITE_TRIES} tries"
-    )
 
 
 @dataclass
