@@ -18,6 +18,7 @@ import pytest
 from l4_plugin import cli
 from l4_plugin.config import Settings, load_settings
 from l4_plugin.diagnosis import ANALYZER_VERSION
+from l4_plugin.diagnosis.annotations import record_analysis
 from l4_plugin.diagnosis.facts import job_doc_id
 from l4_plugin.errors import ConfigError, StoreError
 from l4_plugin.ingest.pipeline import ingest_job
@@ -129,6 +130,26 @@ def test_claim_is_exclusive_and_a_lease_can_be_taken_over(store: Store) -> None:
     assert src[claims.STATE] == "done" and src[claims.VERSION] == ANALYZER_VERSION
     assert claims.OWNER not in src and claims.LEASE not in src and src[claims.ATTEMPTS] == 2
     assert claims.claim(store, "j", a).claim is None
+
+
+def test_a_diagnosis_inside_a_claim_leaves_the_result_to_the_claim_holder(store: Store) -> None:
+    # The service's diagnose task writes annotations (which record the analysis) before it calls
+    # finish; the job must not read "done" while it still names an owner in between.
+    put_job(store, "held")
+    p = policy("svc")
+    held = claims.claim(store, "held", p).claim
+    assert held is not None
+    record_analysis(store, "held", analyzer_version=ANALYZER_VERSION)
+    src = source(store, "held")
+    assert src[claims.STATE] == "running" and src[claims.OWNER] == "svc"
+    assert claims.renew(store, held, p) == "renewed"
+    claims.finish(store, held, p)
+    src = source(store, "held")
+    assert src[claims.STATE] == "done" and claims.OWNER not in src
+    # Without a claim (a CLI `l4 analyze`), the diagnosis records its state itself.
+    put_job(store, "cli")
+    record_analysis(store, "cli", analyzer_version=ANALYZER_VERSION)
+    assert source(store, "cli")[claims.STATE] == "done"
 
 
 def test_concurrent_claims_one_winner(store: Store) -> None:

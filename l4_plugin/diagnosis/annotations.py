@@ -131,11 +131,16 @@ def record_analysis(
 ) -> None:
     """Record the analysis state on the job's ``l4-jobs`` document (optimistic concurrency).
 
-    A job whose document keeps changing under us is left as it is: whoever changed it (the
-    service) records its own state.
+    A job a service has claimed (``running`` with an owner) is left to that service, which
+    records the result and drops the claim in one write (``service.claims.finish``); marking it
+    done here first would show a finished job that still names an owner. A job whose document
+    keeps changing under us is left as it is for the same reason.
     """
 
-    def change(source: dict[str, Any]) -> dict[str, Any]:
+    def change(source: dict[str, Any]) -> dict[str, Any] | None:
+        claimed = source_field(source, "l4.analysis.claimed_by")
+        if claimed and source_field(source, "l4.analysis.state") == "running":
+            return None
         source["l4.analysis.state"] = state
         source["l4.analysis.version"] = analyzer_version
         source["l4.analysis.updated"] = int(time.time() * 1000)
