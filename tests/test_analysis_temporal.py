@@ -9,7 +9,12 @@ import pytest
 
 from l4_plugin.analysis.dtw import dtw_pairs
 from l4_plugin.analysis.results import StageSpan
-from l4_plugin.analysis.temporal import IterationAnalyzer, StageAnalyzer, StragglerDetector
+from l4_plugin.analysis.temporal import (
+    IterationAnalyzer,
+    SlowdownDetector,
+    StageAnalyzer,
+    StragglerDetector,
+)
 from l4_plugin.errors import AnalysisError
 
 NORMAL = ["fwd", "bwd", "allreduce", "optim", "iter-line"]
@@ -165,3 +170,32 @@ def test_straggler_errors() -> None:
         StragglerDetector().fit(-np.ones((3, 4)), ["a", "b", "c"])
     with pytest.raises(AnalysisError, match="sustain"):
         StragglerDetector(sustain=0).fit(np.ones((3, 4)), ["a", "b", "c"])
+
+
+def test_job_slowdown_onset() -> None:
+    rng = np.random.default_rng(3)
+    secs = list(2.3 * (1 + rng.uniform(-0.03, 0.03, 40)))
+    secs[10] *= 2.5  # a checkpoint save: one slow bucket is not a slowdown
+    for k in range(25, 40):
+        secs[k] *= 1.0 + 0.35 * (k - 24)
+    res = SlowdownDetector().fit(secs, list(range(15001, 15041))).result_
+    assert res is not None and res.first_iteration == 15026
+    assert res.reference == pytest.approx(2.3, rel=0.05) and res.ratio > 2.5
+
+
+def test_slowdown_up_to_the_end_and_none() -> None:
+    its = list(range(20))
+    steady = [1.0] * 20
+    assert SlowdownDetector().fit(steady, its).result_ is None
+    # slow for the last two buckets only: the job slowed and then failed
+    assert SlowdownDetector().fit([1.0] * 18 + [2.0, 2.2], its).result_.first_iteration == 18
+    # the last bucket alone is not enough, and neither is a gentle drift
+    assert SlowdownDetector().fit([1.0] * 19 + [3.0], its).result_ is None
+    assert SlowdownDetector().fit([1.0 + 0.01 * k for k in its], its).result_ is None
+    # unknown durations are skipped, not read as zero
+    nan = [1.0, float("nan"), 1.0, 1.0, 1.0, 2.0, 2.0, 2.0]
+    assert SlowdownDetector().fit(nan, list(range(8))).result_.first_iteration == 5
+    with pytest.raises(AnalysisError, match="ratio must be > 1"):
+        SlowdownDetector(ratio=1.0).fit(steady, its)
+    with pytest.raises(AnalysisError, match="iteration numbers"):
+        SlowdownDetector().fit(steady, its[:3])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from collections.abc import Iterator
@@ -276,3 +277,37 @@ def test_baseline_pool_from_job_documents_equals_the_aggregation(
         # per-node rates agree; per-iteration rates agree up to the bucket rounding of the
         # aggregation path (it sees bucket starts, ingest saw every iteration)
         assert row[2] == pytest.approx(aggregated[tid][2]), tid
+
+
+@pytest.mark.parametrize("seed", [1, 2, 5])  # Megatron, DeepSpeed, HF Trainer (tqdm, no times)
+def test_a_throttled_node_shows_as_a_job_slowdown_and_its_lines_lead(
+    tmp_path: Path, store: Store, seed: int
+) -> None:
+    # One node's GPUs throttle: every rank waits for it, so the whole job slows down and per-node
+    # iteration times stay equal. The thermal lines recur from then on, like background noise;
+    # what marks them is that they start when the job's seconds per iteration depart.
+    truth = simulate(tmp_path, nodes=6, iterations=40, fault="straggler", seed=seed)
+    for b in sorted((tmp_path / "baselines").iterdir()):
+        ingest_job(store, b, status="succeeded")
+    job_id = ingest_job(store, tmp_path / "job").job.id
+    report = diagnose_job(store, job_id, rules=[], write=False).report
+    slow = report["slowdown"]
+    assert slow is not None and truth.iteration is not None
+    assert abs(slow["from_iteration"] - truth.iteration) <= 1
+    assert slow["ratio"] > 1.3 and slow["nodes"] == list(truth.faulty_nodes)
+    first = report["iterations"][0]
+    assert first["why"] == "slowdown" and first["iteration"] == slow["from_iteration"]
+    samples = [e["sample"] for e in report["events"]]
+    raw = "\n".join(
+        gzip.decompress(p.read_bytes()).decode() if p.suffix == ".gz" else p.read_text()
+        for p in (tmp_path / "job").rglob("*.log*")
+    )
+    # The GPU's own warnings always; the kernel's thermal lines when there is a kern.log with
+    # wall-clock times (a dmesg with seconds since boot cannot be placed at the onset).
+    roots = [r for r in truth.root_indicators if re.search(r, raw)]
+    wall_clock = seed != 5
+    for root in roots if wall_clock else roots[:1]:
+        assert any(re.search(root, s) for s in samples), root
+    thermal = [e for e in report["events"] if "starts-with-slowdown" in " ".join(e["reasons"])]
+    assert thermal and all("chronic-before-failure" not in e["reasons"] for e in thermal)
+    assert report["nodes"][0]["node"] == truth.faulty_nodes[0]

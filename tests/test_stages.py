@@ -39,6 +39,47 @@ def test_iteration_markers(rules: StageRules, raw: str, number: int) -> None:
 
 
 @pytest.mark.parametrize(
+    ("raw", "seconds"),
+    [
+        (
+            "[rank0]: [2024-03-18 04:01:03] iteration      117/   1000 | consumed samples: 512 | "
+            "elapsed time per iteration (ms): 2345.6 | learning rate: 1.0E-04 |",
+            2.3456,
+        ),
+        ("[rank0]:steps: 15001 loss: 1.7467 iter time (s): 3.198 samples/sec: 640.362", 3.198),
+        ("[default0]: 16%|█         | 2/12 [00:10<00:55,  5.54s/it]", 5.54),
+        ("[default0]: 16%|█         | 2/12 [00:10<00:55,  2.50it/s]", 0.4),
+        ("[default0]: 16%|█         | 2/12 [00:10<00:55,  0.00it/s]", None),
+        (
+            "[rank0]: [2024-03-18 04:01:03] iteration      117/   1000 | consumed samples: 512 |",
+            None,
+        ),
+    ],
+)
+def test_iteration_durations(rules: StageRules, raw: str, seconds: float | None) -> None:
+    role = rules.role(_body(raw))
+    assert role.iteration is not None
+    got = role.iteration.seconds_of(raw)
+    assert got == (None if seconds is None else pytest.approx(seconds))
+
+
+def test_iteration_duration_rules_are_checked(tmp_path: Path) -> None:
+    bad = tmp_path / "stages.yaml"
+    bad.write_text(
+        "iterations:\n  - name: x\n    marker: 'step'\n    number: 'step (\\d+)'\n"
+        "    seconds:\n      - {pattern: 'took ([\\d.]+)', unit: minutes}\n"
+    )
+    with pytest.raises(ConfigError, match=r"iterations\[0\]\.seconds\[0\]: needs pattern and unit"):
+        StageRules.load(bad)
+    bad.write_text(
+        "iterations:\n  - name: x\n    marker: 'step'\n    number: 'step (\\d+)'\n"
+        "    seconds:\n      - {pattern: 'took [\\d.]+', unit: s}\n"
+    )
+    with pytest.raises(ConfigError, match="needs a group for the number"):
+        StageRules.load(bad)
+
+
+@pytest.mark.parametrize(
     ("raw", "stage"),
     [
         ("[rank0]:node-1:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>", "init"),

@@ -10,6 +10,9 @@ never exceeds 1 and no single weak signal dominates. Reasons:
   node's score and by the template's level: INFO a quarter, WARN a half, ERROR in full);
 * ``new-in-iteration:<k>``: the template first appears in a suspect iteration;
 * ``error-level`` and ``error-in-failing-stage``;
+* ``starts-with-slowdown:<k>``: printed by a few nodes from about the iteration where the whole
+  job slowed down (a throttled device makes every rank wait: the lines recur, yet they are the
+  cause, not background);
 * ``only-on-silent-node-peers``: the peers printed it after a silent node stopped (the cascade a
   dead rank leaves behind — it is how that failure shows, so it belongs in the set);
 * ``earliest-evidence``: among the WARN-or-worse candidates of the failing stage, the one that came
@@ -36,6 +39,7 @@ from l4_plugin.analysis.results import (
     RankedEvent,
     RankedNode,
     SilenceResult,
+    Slowdown,
     SpatialResult,
     StageResult,
     StragglerResult,
@@ -58,6 +62,9 @@ _ERROR_WEIGHT = 0.3
 _WARN_WEIGHT = 0.1
 _STAGE_WEIGHT = 0.15
 _SILENT_PEER_WEIGHT = 0.35
+# Printed (locally) just as the whole job started to slow down and kept up: the usual shape of a
+# throttled or degraded device that makes every rank wait.
+_SLOWDOWN_WEIGHT = 0.5
 _EARLIEST_WEIGHT = 0.3
 # A cascade event stays in the recommended set (the timeouts are how the failure shows) but
 # ranks after the earliest distinct evidence that explains it.
@@ -113,6 +120,7 @@ class Fusion:
         stage: StageResult | None = None,
         stragglers: StragglerResult | None = None,
         discounts: Mapping[str, tuple[float, str]] | None = None,
+        slowdown: Slowdown | None = None,
     ) -> Fusion:
         """Rank events and nodes from whatever analyses ran (None = that analysis did not run).
 
@@ -171,6 +179,11 @@ class Fusion:
                 for t in it.new_events:
                     if t in reasons:
                         reasons[t].append((f"new-in-iteration:{it.iteration}", _ITERATION_WEIGHT))
+        if slowdown is not None:
+            for t in slowdown.events:
+                if t in reasons:
+                    why = f"starts-with-slowdown:{slowdown.first_iteration}"
+                    reasons[t].append((why, _SLOWDOWN_WEIGHT))
         if silence is not None:
             for sn in silence.silent:
                 for t in sn.missing_new:
@@ -213,7 +226,7 @@ class Fusion:
         )
         selected = self._select(candidates)
         ranked_nodes = self._nodes(
-            all_nodes, selected, spatial, silence, stage, stragglers, earliest, by_id
+            all_nodes, selected, spatial, silence, stage, stragglers, earliest, by_id, slowdown
         )
         self.result_ = FusionResult(
             events=selected,
@@ -289,6 +302,7 @@ class Fusion:
         stragglers: StragglerResult | None,
         earliest: set[str],
         by_id: dict[str, EventStat],
+        slowdown: Slowdown | None = None,
     ) -> tuple[RankedNode, ...]:
         spatial_score = {}
         attributions: dict[str, list[str]] = {}
@@ -328,6 +342,9 @@ class Fusion:
             if node in slow:
                 weights.append(0.5)
                 why.append(f"straggler-from:{slow[node]}")
+            if slowdown is not None and node in slowdown.nodes:
+                weights.append(_SLOWDOWN_WEIGHT)
+                why.append(f"slowdown-onset:{slowdown.first_iteration}")
             own = [t for t in sel_ids if node in by_id[t].first_seen]
             own += [t for t in attributions.get(node, []) if t not in own]
             out.append(

@@ -250,6 +250,22 @@ class StragglerResult:
     stragglers: tuple[Straggler, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class Slowdown:
+    """The iteration from which the whole job runs slower than before, and stays slower.
+
+    ``reference`` is the job's usual seconds per iteration before it, ``ratio`` the median
+    slowdown from it on; ``events`` the templates that start with it (the likely cause, e.g. a
+    node's thermal throttling) and ``nodes`` the nodes that printed them.
+    """
+
+    first_iteration: int
+    reference: float
+    ratio: float
+    events: tuple[str, ...] = ()
+    nodes: tuple[str, ...] = ()
+
+
 # --- fusion --------------------------------------------------------------------------------------
 
 

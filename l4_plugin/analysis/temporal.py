@@ -7,6 +7,8 @@
   window always had but it lacks — what a hung iteration never printed).
 * :class:`StragglerDetector` — the first iteration from which one node's iteration durations
   depart from its peers' for several iterations in a row.
+* :class:`SlowdownDetector` — the first iteration from which the whole job runs slower than its
+  own earlier pace (in synchronous training a throttled GPU slows every rank alike).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from l4_plugin.analysis.results import (
     IterationResult,
     IterationScore,
     NodeStage,
+    Slowdown,
     StageResult,
     StageSpan,
     Straggler,
@@ -313,6 +316,58 @@ class StragglerDetector:
         found.sort(key=lambda s: (s.first_iteration, -s.median_z, s.node))
         self.z_ = z
         self.result_ = StragglerResult(stragglers=tuple(found))
+        return self
+
+
+class SlowdownDetector:
+    """Finds the iteration from which the job's seconds per iteration depart from its earlier pace.
+
+    Synchronous data/tensor/pipeline parallelism makes every rank wait for the slowest one at each
+    collective, so a throttled GPU slows the whole job and per-node comparison sees nothing. The
+    job's own history does: a bucket is slow when its seconds per iteration are at least
+    ``ratio`` times the median of every bucket before it (``min_reference`` or more of them). The
+    onset is the first slow bucket of a run of ``sustain`` slow buckets, or of slow buckets up to
+    the job's end when fewer remain (at least two) — a job that slows down and then fails.
+    One slow bucket (a checkpoint save, a dataloader hiccup) is not a slowdown.
+    """
+
+    def __init__(self, ratio: float = 1.3, sustain: int = 3, min_reference: int = 3) -> None:
+        self.ratio = ratio
+        self.sustain = sustain
+        self.min_reference = min_reference
+
+    def fit(self, seconds: Sequence[float], iterations: Sequence[int]) -> SlowdownDetector:
+        """Judge per-bucket seconds per iteration (NaN when unknown); ``result_`` is the
+        :class:`Slowdown` (without events: the caller knows them) or None."""
+        if self.ratio <= 1.0 or self.sustain < 1 or self.min_reference < 1:
+            raise AnalysisError(
+                f"slowdown: ratio must be > 1, sustain and min_reference >= 1; got "
+                f"{self.ratio!r}, {self.sustain!r}, {self.min_reference!r}"
+            )
+        if len(seconds) != len(iterations):
+            raise AnalysisError(
+                f"slowdown: {len(iterations)} iteration numbers for {len(seconds)} durations"
+            )
+        pairs = [
+            (int(it), float(s))
+            for it, s in zip(iterations, seconds, strict=True)
+            if math.isfinite(s) and s > 0
+        ]
+        self.result_: Slowdown | None = None
+        values = [s for _, s in pairs]
+        for i in range(self.min_reference, len(pairs)):
+            reference = float(np.median(values[:i]))
+            run = values[i : i + self.sustain]  # shorter only where it reaches the end
+            if len(run) < min(self.sustain, 2):
+                break
+            if all(v >= self.ratio * reference for v in run):
+                rest = values[i:]
+                self.result_ = Slowdown(
+                    first_iteration=pairs[i][0],
+                    reference=reference,
+                    ratio=float(np.median(rest)) / reference,
+                )
+                break
         return self
 
 

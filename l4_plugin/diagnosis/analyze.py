@@ -9,6 +9,7 @@ runs them and fuses their results. The cluster is read before (``facts``) and wr
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,7 @@ from l4_plugin.analysis.results import (
     JobTemplateStat,
     KeptTemplate,
     SilenceResult,
+    Slowdown,
     SpatialResult,
     StageResult,
     StageSpan,
@@ -33,7 +35,12 @@ from l4_plugin.analysis.results import (
 )
 from l4_plugin.analysis.silence import SilenceDetector
 from l4_plugin.analysis.spatial import SpatialAnalyzer
-from l4_plugin.analysis.temporal import IterationAnalyzer, StageAnalyzer, StragglerDetector
+from l4_plugin.analysis.temporal import (
+    IterationAnalyzer,
+    SlowdownDetector,
+    StageAnalyzer,
+    StragglerDetector,
+)
 from l4_plugin.diagnosis.facts import BaselinePool, JobData
 from l4_plugin.ingest.stages import STAGE_ORDER
 
@@ -99,6 +106,7 @@ class Analysis:
     iterations: IterationResult | None
     stragglers: StragglerResult | None
     fusion: FusionResult
+    slowdown: Slowdown | None = None
     notes: tuple[str, ...] = ()
     matrix_templates: tuple[str, ...] = ()
     matrix: np.ndarray | None = field(default=None, compare=False)
@@ -205,17 +213,19 @@ def _boilerplate(data: JobData) -> set[str]:
     return out
 
 
-def discounts(data: JobData, stragglers: StragglerResult | None) -> dict[str, tuple[float, str]]:
+def discounts(
+    data: JobData, stragglers: StragglerResult | None, slowdown: Slowdown | None = None
+) -> dict[str, tuple[float, str]]:
     """Evidence against events (see ``Fusion.fit``): chronic background and empty lines.
 
     *Chronic*: the template was printed in at least ``_CHRONIC_BUCKETS`` iteration buckets and
     already ``_CHRONIC_LEAD`` buckets before the job's last one — corrected PCIe errors,
     power-cap and slow-dataloader warnings repeated for hours are background, not the failure.
     Lines without iteration (kernel logs) are chronic when printed at least that many times
-    and first before that bucket started. A straggler's own slowdown lines are exempt: they
-    start with the slowdown. *Boilerplate*: see :func:`_boilerplate`. *Low information*: a
-    template with fewer than three words of text (``Last error:``, a stack frame); an empty one
-    (a bare header) never counts.
+    and first before that bucket started. A straggler's own slowdown lines are exempt, and so are
+    the lines that start with a job-wide slowdown: they recur because the cause does.
+    *Boilerplate*: see :func:`_boilerplate`. *Low information*: a template with fewer than three
+    words of text (``Last error:``, a stack frame); an empty one (a bare header) never counts.
     """
     out: dict[str, tuple[float, str]] = {}
     buckets = sorted(data.iteration_spans)
@@ -230,8 +240,9 @@ def discounts(data: JobData, stragglers: StragglerResult | None) -> dict[str, tu
             seen.setdefault(tid, []).append(it)
         starts = [t for (_, it), t in data.node_iteration_start.items() if it == cutoff]
         cut_ts = min(starts) if starts and data.time_unit == "ts" else None
+        onset = set(slowdown.events) if slowdown else set()
         for tid, cells in per.items():
-            if slow and set(cells) <= slow:
+            if (slow and set(cells) <= slow) or tid in onset:
                 continue
             its = seen.get(tid)
             if its is not None:
@@ -430,6 +441,90 @@ def _stragglers(data: JobData, nodes: list[str]) -> StragglerResult | None:
     return StragglerDetector().fit(durations, nodes, buckets[:-1]).result_
 
 
+def _slowdown(data: JobData, kept: frozenset[str], n_nodes: int) -> Slowdown | None:
+    """The job-wide slowdown (from the seconds per iteration its iteration lines state) and the
+    events that start with it and keep up: first printed within one bucket of its onset, before
+    the job's last bucket, in two buckets or more, by less than half of the nodes (a cause is
+    local; the slowdown is not). Kernel and BMC lines carry no iteration: they count when printed
+    only by nodes that have such events, more than once, from about when the onset happened
+    (:func:`_bucket_times`; without timestamps on iteration lines the estimate runs early,
+    checkpoint saves are not in it, hence the wide margin after it)."""
+    per: dict[int, list[float]] = {}
+    for (_, b), sec in data.node_iteration_seconds.items():
+        per.setdefault(b, []).append(sec)
+    its = [b for b in sorted(data.iteration_spans) if b in per]
+    if len(its) < 5:
+        return None
+    secs = [float(np.median(per[b])) for b in its]
+    found = SlowdownDetector().fit(secs, its).result_
+    if found is None:
+        return None
+    k = its.index(found.first_iteration)
+    lo, hi = its[max(0, k - 1)], its[min(len(its) - 1, k + 1)]
+    last = max(data.iteration_spans)
+    first_bucket: dict[str, int] = {}
+    n_buckets: dict[str, int] = {}
+    for it, tid in data.iteration_cells:
+        first_bucket[tid] = min(first_bucket.get(tid, it), it)
+        n_buckets[tid] = n_buckets.get(tid, 0) + 1
+    nodes_of: dict[str, set[str]] = {}
+    for node, tid in data.cells:
+        nodes_of.setdefault(tid, set()).add(node)
+
+    def local(tid: str) -> bool:
+        return tid in kept and 0 < len(nodes_of.get(tid, ())) < 0.5 * n_nodes
+
+    events = {
+        t
+        for t, b in first_bucket.items()
+        if lo <= b <= hi and b < last and n_buckets[t] >= 2 and local(t)
+    }
+    nodes = set().union(*(nodes_of[t] for t in events)) if events else set()
+    at = _bucket_times(data, its, secs)
+    if nodes and at:
+        t_lo = at[lo] - 30.0
+        t_hi = at[hi] + secs[its.index(hi)] * max(data.iteration_spans[hi], 1) + 120.0
+        for tid, cells in nodes_of.items():
+            if tid in first_bucket or tid in events or not local(tid) or not cells <= nodes:
+                continue
+            first = min(data.cells[(n, tid)].first_ts for n in cells)
+            last_ts = max(data.cells[(n, tid)].last_ts for n in cells)
+            if t_lo <= first <= t_hi and last_ts > first:
+                events.add(tid)
+    return replace(found, events=tuple(sorted(events)), nodes=tuple(sorted(nodes)))
+
+
+def _bucket_times(data: JobData, its: list[int], secs: list[float]) -> dict[int, float]:
+    """When each iteration bucket started: the median over nodes of its first line's time when
+    iteration lines carry timestamps (the times rise from bucket to bucket), else the training
+    start plus the stated durations before it (tqdm lines have no timestamp of their own)."""
+    if data.time_unit != "ts":
+        return {}
+    median: dict[int, float] = {}
+    for b in its:
+        ts = [
+            t
+            for n in data.nodes
+            if math.isfinite(t := data.node_iteration_start.get((n, b), math.nan))
+        ]
+        if ts:
+            median[b] = float(np.median(ts))
+    rising = [median[b] for b in its if b in median]
+    steps = [y > x for x, y in itertools.pairwise(rising)]
+    if len(rising) == len(its) and steps and sum(steps) >= 0.8 * len(steps):
+        return median
+    starts = [v[0] for (_, st), v in data.stage_spans.items() if st == "training"]
+    starts = [t for t in starts if math.isfinite(t)]
+    if not starts:
+        return {}
+    t = float(np.median(starts))
+    at: dict[int, float] = {}
+    for b, sec in zip(its, secs, strict=True):
+        at[b] = t
+        t += sec * max(data.iteration_spans[b], 1)
+    return at
+
+
 def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Analysis:
     """Run every analysis on one job and fuse the results (see the module docstring)."""
     events = event_stats(data)
@@ -453,6 +548,7 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
     if iterations is None:
         notes.append("no iterations found: the temporal comparison of iterations did not run")
     stragglers = _stragglers(data, nodes)
+    slowdown = _slowdown(data, kept, len(nodes))
     events = timed_in_stage(events, data, stage.stage if stage else None)
     fusion = (
         # Kernel and BMC clocks tick in whole seconds and drift from the ranks' clocks: "at the
@@ -467,7 +563,8 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
             iterations=iterations,
             stage=stage,
             stragglers=stragglers,
-            discounts=discounts(data, stragglers),
+            slowdown=slowdown,
+            discounts=discounts(data, stragglers, slowdown),
         )
         .result_
     )
@@ -481,6 +578,7 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
         iterations=iterations,
         stragglers=stragglers,
         fusion=fusion,
+        slowdown=slowdown,
         notes=tuple(notes),
         matrix_templates=tuple(e.template_id for e in events),
         matrix=matrix,

@@ -108,6 +108,7 @@ def build_report(
         {
             "iteration": s.iteration,
             "score": round(s.distance / top, 4) if top > 0 else 0.0,
+            "why": "dtw",
             "distance": round(s.distance, 4),
             "threshold": None if s.threshold is None else round(s.threshold, 4),
             "events": list(s.new_events),
@@ -115,6 +116,34 @@ def build_report(
         }
         for s in fusion.iterations
     ]
+    slow = analysis.slowdown
+    slowdown = None
+    if slow is not None:
+        slowdown = {
+            "from_iteration": slow.first_iteration,
+            "reference_seconds": round(slow.reference, 4),
+            "ratio": round(slow.ratio, 3),
+            "events": list(slow.events),
+            "nodes": list(slow.nodes),
+        }
+        # Where the job started to slow down comes first: the DTW suspect is then mostly where
+        # the slowed job finally failed.
+        iterations = [
+            it for it in iterations if it["iteration"] != slow.first_iteration
+        ] or iterations
+        iterations.insert(
+            0,
+            {
+                "iteration": slow.first_iteration,
+                "score": 1.0,
+                "why": "slowdown",
+                "distance": None,
+                "threshold": None,
+                "slowdown": round(slow.ratio, 3),
+                "events": list(slow.events),
+                "missing_events": [],
+            },
+        )
     stragglers = (
         [
             {
@@ -141,6 +170,7 @@ def build_report(
         "iterations": iterations,
         "silent_nodes": list(fusion.silent_nodes),
         "stragglers": stragglers,
+        "slowdown": slowdown,
         "lagging_nodes": list(stage.lagging) if stage else [],
         "filtering": {
             "no_baseline": analysis.crossjob.no_baseline,
@@ -309,6 +339,17 @@ def findings(report: Mapping[str, Any], rule_matches: Sequence[RuleMatch]) -> li
             )
         )
     for k, it in enumerate(report["iterations"], 1):
+        if it.get("why") == "slowdown":
+            explanation = (
+                f"the job runs {it['slowdown']:.2f}× slower from iteration {it['iteration']} "
+                f"on than before it; events that start with it: {len(it['events'])}"
+            )
+        else:
+            explanation = (
+                f"iteration {it['iteration']} departs from the 10 before it (DTW "
+                f"{it['distance']:.2f} > three-sigma {it['threshold']}); new events: "
+                f"{len(it['events'])}, missing: {len(it['missing_events'])}"
+            )
         out.append(
             Finding(
                 job_id=job_id,
@@ -316,11 +357,7 @@ def findings(report: Mapping[str, Any], rule_matches: Sequence[RuleMatch]) -> li
                 key=str(it["iteration"]),
                 score=float(it["score"]),
                 rank=k,
-                explanation=(
-                    f"iteration {it['iteration']} departs from the 10 before it (DTW "
-                    f"{it['distance']:.2f} > three-sigma {it['threshold']}); new events: "
-                    f"{len(it['events'])}, missing: {len(it['missing_events'])}"
-                ),
+                explanation=explanation,
                 iteration=int(it["iteration"]),
                 reasons=tuple(f"new:{t}" for t in it["events"][:10]),
             )

@@ -96,6 +96,8 @@ class JobData:
     node_last_iteration: dict[str, int]
     # (node, template, stage) → first time of the template on the node in that stage
     stage_first: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    # (node, iteration bucket start) → seconds per iteration its iteration lines state
+    node_iteration_seconds: dict[tuple[str, int], float] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[str]:
@@ -316,17 +318,25 @@ def gather(store: Store, job_id: str) -> JobData:
         )
         iteration_spans[it] = max(iteration_spans.get(it, 1), int(_value(b, "s") or 1))
     node_iteration_start: dict[tuple[str, int], float] = {}
+    node_iteration_seconds: dict[tuple[str, int], float] = {}
     node_last_iteration: dict[str, int] = {}
     for b in _walk(
         store,
         [_terms("node", "host.name"), _terms("it", "l4.iteration")],
         it_query,
-        {"f": {"min": {"field": "l4.first_ts"}}, "s": {"max": {"field": "l4.iteration_span"}}},
+        {
+            "f": {"min": {"field": "l4.first_ts"}},
+            "s": {"max": {"field": "l4.iteration_span"}},
+            "d": {"max": {"field": "l4.iteration_seconds"}},
+        },
     ):
         node, it = str(b["key"]["node"]), int(b["key"]["it"])
         f = _seconds(_value(b, "f"))
         if f is not None:
             node_iteration_start[(node, it)] = f
+        d = _value(b, "d")
+        if isinstance(d, int | float) and math.isfinite(d) and d >= 0:
+            node_iteration_seconds[(node, it)] = float(d)
         last = it + max(int(_value(b, "s") or 1), 1) - 1
         node_last_iteration[node] = max(last, node_last_iteration.get(node, last))
 
@@ -345,6 +355,7 @@ def gather(store: Store, job_id: str) -> JobData:
         node_iteration_start=node_iteration_start,
         node_last_iteration=node_last_iteration,
         stage_first=stage_first,
+        node_iteration_seconds=node_iteration_seconds,
     )
 
 

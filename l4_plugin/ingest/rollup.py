@@ -55,6 +55,9 @@ class Group:
     path: str
     ranks: set[int] = field(default_factory=set)
     kept: list[KeptLine] = field(default_factory=list)
+    #: Iteration markers: the durations they state (sum, how many lines stated one).
+    seconds_sum: float = 0.0
+    seconds_n: int = 0
 
 
 # "[rank3]:", "[default3]:" and torchrun --tee around PyTorch's "[default3]:[rank11]:" (the global
@@ -162,12 +165,15 @@ class NodeRollup:
                 if role is None:
                     role = roles[kind] = self.rules.role(kind.body)
                 then: str | None = None
+                seconds: float | None = None
                 if role is not NO_ROLE:
                     if role.iteration is not None:
                         number = role.iteration.number_of(raw)
                         if number is not None:
                             iteration = number
                         stage, training = "training", True
+                        if role.iteration.seconds:
+                            seconds = role.iteration.seconds_of(raw)
                     elif role.stage is not None:
                         stage = self.rules.next_stage(stage, role.stage, training)
                         training = training or stage == "training"
@@ -202,6 +208,9 @@ class NodeRollup:
                     group.last_ts_ref = ts_ref
                 if line_rank is not None:
                     group.ranks.add(line_rank)
+                if seconds is not None:
+                    group.seconds_sum += seconds
+                    group.seconds_n += 1
                 kept = group.kept
                 if len(kept) < RARE_SAMPLE or (
                     len(kept) < MAX_KEPT_PER_GROUP

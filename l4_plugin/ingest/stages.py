@@ -16,6 +16,9 @@ from l4_plugin.errors import ConfigError
 from l4_plugin.resources import data_path
 from l4_plugin.yamldoc import read_mapping
 
+#: Units of an iteration marker's duration (``seconds`` in stages.yaml).
+SECONDS_UNITS: tuple[str, ...] = ("ms", "s", "per_s")
+
 #: Stages in the order a healthy run goes through them.
 STAGE_ORDER: tuple[str, ...] = (
     "init",
@@ -34,10 +37,29 @@ class IterationRule:
     name: str
     marker: re.Pattern[str]
     number: re.Pattern[str]
+    #: (pattern, unit) pairs reading the iteration's duration; unit ms, s or per_s (a rate).
+    seconds: tuple[tuple[re.Pattern[str], str], ...] = ()
 
     def number_of(self, raw: str) -> int | None:
         m = self.number.search(raw)
         return int(m.group(1)) if m else None
+
+    def seconds_of(self, raw: str) -> float | None:
+        """The iteration's duration in seconds as the line states it, if it does."""
+        for pattern, unit in self.seconds:
+            m = pattern.search(raw)
+            if m is None:
+                continue
+            try:
+                value = float(m.group(1))
+            except ValueError:
+                continue
+            if unit == "ms":
+                return value / 1000.0
+            if unit == "per_s":
+                return 1.0 / value if value > 0 else None
+            return value
+        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,6 +184,21 @@ def _iteration(path: Path, i: int, entry: Any) -> IterationRule:
     number = _compile(path, f"iterations[{i}].number", entry.get("number"))
     if number.groups < 1:
         raise ConfigError(f"{path}: iterations[{i}].number: needs a group for the number")
+    seconds: list[tuple[re.Pattern[str], str]] = []
+    for j, item in enumerate(entry.get("seconds") or []):
+        where = f"iterations[{i}].seconds[{j}]"
+        if not isinstance(item, dict) or item.get("unit") not in SECONDS_UNITS:
+            raise ConfigError(
+                f"{path}: {where}: needs pattern and unit ({', '.join(SECONDS_UNITS)}), "
+                f"got {item!r}"
+            )
+        pattern = _compile(path, f"{where}.pattern", item.get("pattern"))
+        if pattern.groups < 1:
+            raise ConfigError(f"{path}: {where}.pattern: needs a group for the number")
+        seconds.append((pattern, str(item["unit"])))
     return IterationRule(
-        str(entry["name"]), _compile(path, f"iterations[{i}].marker", entry.get("marker")), number
+        str(entry["name"]),
+        _compile(path, f"iterations[{i}].marker", entry.get("marker")),
+        number,
+        tuple(seconds),
     )

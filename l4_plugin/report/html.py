@@ -253,17 +253,22 @@ def _timeline_section(report: Mapping[str, Any], extras: ReportExtras) -> str:
     if reported:
         html.append(
             '<table id="suspect-iterations"><thead><tr><th>Iteration</th>'
-            "<th>Score</th><th>Events</th></tr></thead><tbody>"
+            "<th>Score</th><th>Why</th><th>Events</th></tr></thead><tbody>"
         )
         for it in reported[: MAX_LIST * 2]:
+            if it.get("why") == "slowdown":
+                why = f"job {fmt(_num(it.get('slowdown')))}× slower from here"
+            else:
+                why = f"DTW {fmt(_num(it.get('distance')))} > {fmt(_num(it.get('threshold')))}"
             html.append(
                 f'<tr><td class="num">{esc(it.get("iteration"))}</td>'
                 f'<td class="num">{esc(fmt(_num(it.get("score"))))}</td>'
+                f"<td>{esc(why)}</td>"
                 f"<td>{_list(it.get('events') or [], 8)}</td></tr>"
             )
         if len(reported) > MAX_LIST * 2:
             html.append(
-                f'<tr><td colspan="3" class="note">… and {len(reported) - MAX_LIST * 2:,}'
+                f'<tr><td colspan="4" class="note">… and {len(reported) - MAX_LIST * 2:,}'
                 " more</td></tr>"
             )
         html.append("</tbody></table>")

@@ -114,12 +114,24 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
             f"({s['slowdown']:.2f}x the median iteration time)",
             markup=False,
         )
-    iterations = report.get("iterations") or []
-    if iterations:
-        its = ", ".join(str(i["iteration"]) for i in iterations[:5])
-        first = iterations[0]
+    slowdown = report.get("slowdown")
+    if slowdown:
         console.print(
-            f"\nSuspect iterations: {its} (DTW {first.get('distance')} over the three-sigma "
-            f"threshold {first.get('threshold')}; {len(first.get('events', []))} new events)",
+            f"\nThe job slows down from iteration {slowdown['from_iteration']}: "
+            f"{slowdown['ratio']:.2f}x its earlier {slowdown['reference_seconds']:.2f} s per "
+            f"iteration; {len(slowdown.get('events') or [])} event(s) start with it on "
+            f"{', '.join((slowdown.get('nodes') or [])[:5]) or 'no node'}",
             markup=False,
         )
+    iterations = report.get("iterations") or []
+    dtw = [i for i in iterations if i.get("why", "dtw") == "dtw"]
+    if iterations:
+        its = ", ".join(str(i["iteration"]) for i in iterations[:5])
+        detail = ""
+        if dtw:
+            first = dtw[0]
+            detail = (
+                f" (DTW {first.get('distance')} over the three-sigma threshold "
+                f"{first.get('threshold')}; {len(first.get('events', []))} new events)"
+            )
+        console.print(f"\nSuspect iterations: {its}{detail}", markup=False)
