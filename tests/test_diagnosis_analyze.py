@@ -11,6 +11,7 @@ from l4_plugin.analysis.fusion import Fusion
 from l4_plugin.analysis.results import EventStat, Straggler, StragglerResult
 from l4_plugin.diagnosis.analyze import (
     AnalysisOptions,
+    _reactions,
     cross_job,
     discounts,
     event_stats,
@@ -164,3 +165,28 @@ def test_kernel_lines_are_not_absent_from_baselines_without_kernel_logs() -> Non
     loud = replace(quiet, system_logs=True)
     kept = cross_job(data, events, BaselinePool((loud,), {}), AnalysisOptions())
     assert kept.reason_of("panic") == "absent-in-baseline"
+
+
+def test_a_nodes_reaction_to_its_own_failure_is_not_evidence() -> None:
+    # torchrun's agent on the failing node sends SIGTERM to the other workers a second after the
+    # error; the root cause's warning came before the error; the error block's own lines come in
+    # the same second.
+    events = (
+        EventStat("err", "ERROR", {"n1": 100.0, "n2": 130.0}, {"n1": 1, "n2": 1}, "training"),
+        EventStat("sigterm", "WARN", {"n1": 101.3}, {"n1": 7}, "training"),
+        EventStat("cause", "WARN", {"n1": 96.0}, {"n1": 1}, "training"),
+        EventStat("block", None, {"n1": 100.0}, {"n1": 1}, "training"),
+        EventStat("late", "WARN", {"n1": 101.0, "n3": 50.0}, {"n1": 1, "n3": 1}, "training"),
+        EventStat("after", "WARN", {"n2": 300.0}, {"n2": 1}, "training"),
+    )
+    peer = EventStat("peer", "WARN", {"n2": 131.0}, {"n2": 1}, "training")
+    everywhere = EventStat("all", "WARN", {"n1": 102.0, "n2": 132.0}, {"n1": 1, "n2": 1}, "x")
+    events = (*events, peer, everywhere)
+    cells = {(n, "err"): Cell(1, 100.0, 100.0, 1.0) for n in ("n1", "n2", "n3", "n4")}
+    texts = {"err": "x", "peer": "NCCL WARN NET/IB : Got completion from peer <IP><<NUM>>"}
+    data = _data(cells, {}, texts)
+    kept = frozenset(e.template_id for e in events)
+    assert _reactions(data, events, kept) == {"sigterm"}
+    # The errors that define "after" are the ones cross-job filtering kept.
+    assert _reactions(data, events, kept - {"err"}) == set()
+    assert _reactions(replace(data, time_unit="position"), events, kept) == set()

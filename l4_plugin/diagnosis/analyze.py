@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from l4_plugin.analysis.crossjob import CrossJobFilter
-from l4_plugin.analysis.fusion import Fusion
+from l4_plugin.analysis.fusion import Fusion, is_error
 from l4_plugin.analysis.results import (
     BaselineStat,
     EventStat,
@@ -70,6 +70,9 @@ _FACT_MASK = re.compile(r"<(?!RANK>)[A-Z_*]+>|\d")
 # An error type or a signal names what happened: a fact, not prose.
 _ERROR_TYPE = re.compile(r"\w(?:Error|Exception|Failure)\b|\bSIG[A-Z]{2,}\b")
 _BOILERPLATE_FACTOR = 0.4
+_REACTION_FACTOR = 0.4
+_REACTION_MIN = 0.5  # seconds after the node's first error: later than its own error block
+_REACTION_MAX = 60.0
 _BLOCK_SECONDS = 2.0
 
 
@@ -494,6 +497,43 @@ def _slowdown(data: JobData, kept: frozenset[str], n_nodes: int) -> Slowdown | N
     return replace(found, events=tuple(sorted(events)), nodes=tuple(sorted(nodes)))
 
 
+def _reactions(data: JobData, events: tuple[EventStat, ...], kept: frozenset[str]) -> set[str]:
+    """Lines a node prints in reaction to its own failure, not about it.
+
+    When a worker dies, torchrun's agent on that node sends SIGTERM to the other local workers
+    ("Sending process N closing signal SIGTERM") a moment later; Slurm says it waits for the job
+    step to finish. Such a line is below ERROR level, printed by less than half of the nodes
+    (a job-wide teardown is the cascade, reported as such), names no peer address (NCCL's "Got
+    completion from peer <IP>" says where the failure is), and on every node that printed it
+    first came ``_REACTION_MIN`` to ``_REACTION_MAX`` seconds after that node's first error (of
+    the events cross-job filtering kept). A root cause's warning comes before the errors it
+    causes, and a line of the same error block (same second) is not a reaction. Needs
+    wall-clock times.
+    """
+    if data.time_unit != "ts":
+        return set()
+    n_nodes = max(len(data.nodes), 1)
+    first_error: dict[str, float] = {}
+    for e in events:
+        if e.template_id in kept and is_error(e.level):
+            for node, t in e.first_seen.items():
+                first_error[node] = min(first_error.get(node, math.inf), t)
+    out: set[str] = set()
+    for e in events:
+        if e.template_id not in kept or is_error(e.level) or not e.first_seen:
+            continue
+        info = data.templates.get(e.template_id)
+        if len(e.first_seen) >= 0.5 * n_nodes or (info is not None and "<IP>" in info.text):
+            continue
+        if all(
+            node in first_error
+            and first_error[node] + _REACTION_MIN < t <= first_error[node] + _REACTION_MAX
+            for node, t in e.first_seen.items()
+        ):
+            out.add(e.template_id)
+    return out
+
+
 def _bucket_times(data: JobData, its: list[int], secs: list[float]) -> dict[int, float]:
     """When each iteration bucket started: the median over nodes of its first line's time when
     iteration lines carry timestamps (the times rise from bucket to bucket), else the training
@@ -564,7 +604,13 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
             stage=stage,
             stragglers=stragglers,
             slowdown=slowdown,
-            discounts=discounts(data, stragglers, slowdown),
+            discounts={
+                **{
+                    t: (_REACTION_FACTOR, "reaction-to-error")
+                    for t in _reactions(data, events, kept)
+                },
+                **discounts(data, stragglers, slowdown),
+            },
         )
         .result_
     )

@@ -98,6 +98,11 @@ _CANN_CODE = re.compile(r"([EW])[A-Z]\d{4}: " + _CANN_TIME + r" ?")
 _LEVEL_BRACKET = re.compile(r"\[(" + _LV + r")\] ?")
 # dmesg: "[12345.678901] " — seconds since boot, not a wall-clock time.
 _DMESG = re.compile(r"\[ *\d+\.\d+\] ?")
+# dmesg -T / --ctime: "[Sat Apr  6 18:28:50 2024] " (local time of the node; taken as UTC)
+_DMESG_HUMAN = re.compile(
+    r"\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +"
+    r"(\d{1,2}) (\d{2}):(\d{2}):(\d{2}) (\d{4})\] ?"
+)
 # glog / c10: "E1023 09:13:42.123456 1234 ProcessGroupNCCL.cpp:616] " and, behind [rank3]:,
 # "[E1023 09:13:42.123456789 ProcessGroupNCCL.cpp:616] ". Month may be unpadded (W326).
 _GLOG_TIME = r"([IWEF])(\d{1,2})(\d{2}) (\d{2}):(\d{2}):(\d{2})(?:\.(\d+))?"
@@ -273,6 +278,11 @@ def _bracket(line: str, pos: int, year: int) -> _Parsed:
     if m is not None:
         return None, None, None, m.end(), "kernel", None
     if c1.isalpha():
+        m = _DMESG_HUMAN.match(line, pos)
+        if m is not None:
+            mon, d, h, mi, sec, y = m.groups()
+            ts = _epoch(int(y), _MONTHS[mon], int(d), int(h), int(mi), int(sec), 0.0, None)
+            return ts, None, None, m.end(), "kernel", None
         m = _CANN_MODULE.match(line, pos)
         if m is not None:
             g = m.groups()
