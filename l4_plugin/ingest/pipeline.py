@@ -35,7 +35,8 @@ from l4_plugin.records import Template
 from l4_plugin.store import Store
 from l4_plugin.store.documents import job_doc_id, source_field
 
-# Running (sum, lines) of an event document's iteration durations while groups merge into it.
+# Running (sum, lines) of an event document's iteration durations while groups merge into it;
+# replaced by their mean, ``l4.iteration_seconds``, just before the documents are written.
 _SECONDS = "_seconds"
 TAIL_ITERATIONS = 32  # the last iterations of a job keep one bucket each
 MAX_COARSE_BUCKETS = 64  # earlier iterations share buckets: keeps the index compact
@@ -418,7 +419,9 @@ def _write(
     event_docs = [(_doc_id(meta.id, *k), d) for k, d in merged.items()]
     for _, d in event_docs:
         d["l4.ranks"] = sorted(d["l4.ranks"])
-        d.pop(_SECONDS, None)
+        if _SECONDS in d:
+            total, n = d.pop(_SECONDS)
+            d["l4.iteration_seconds"] = total / n
     summary.events_docs = store.bulk_index(store.names.events, event_docs)
     if full_streams is not None:
         summary.lines_docs = _write_full_lines(store, meta, full_streams, parser, clock, generation)
@@ -542,7 +545,6 @@ def _event_doc(
         doc["l4.iteration"] = start
         doc["l4.iteration_span"] = span
     if group.seconds_n:
-        doc["l4.iteration_seconds"] = group.seconds_sum / group.seconds_n
         doc[_SECONDS] = (group.seconds_sum, group.seconds_n)
     if first_ms is not None:
         doc["@timestamp"] = doc["l4.first_ts"] = first_ms
@@ -555,9 +557,7 @@ def _merge(doc: dict[str, Any], group: Group, first_ms: int | None, last_ms: int
     doc["l4.count"] += group.count
     if group.seconds_n:
         total, n = doc.get(_SECONDS, (0.0, 0))
-        total, n = total + group.seconds_sum, n + group.seconds_n
-        doc[_SECONDS] = (total, n)
-        doc["l4.iteration_seconds"] = total / n
+        doc[_SECONDS] = (total + group.seconds_sum, n + group.seconds_n)
     doc["l4.ranks"] |= group.ranks
     doc["l4.first_pos"] = min(doc["l4.first_pos"], group.first_pos)
     doc["l4.last_pos"] = max(doc["l4.last_pos"], group.last_pos)
