@@ -217,9 +217,13 @@ def _boilerplate(data: JobData) -> set[str]:
 
 
 def discounts(
-    data: JobData, stragglers: StragglerResult | None, slowdown: Slowdown | None = None
+    data: JobData,
+    stragglers: StragglerResult | None,
+    slowdown: Slowdown | None = None,
+    events: tuple[EventStat, ...] = (),
+    kept: frozenset[str] = frozenset(),
 ) -> dict[str, tuple[float, str]]:
-    """Evidence against events (see ``Fusion.fit``): chronic background and empty lines.
+    """Evidence against events (see ``Fusion.fit``): chronic background, empty lines, reactions.
 
     *Chronic*: the template was printed in at least ``_CHRONIC_BUCKETS`` iteration buckets and
     already ``_CHRONIC_LEAD`` buckets before the job's last one — corrected PCIe errors,
@@ -229,6 +233,8 @@ def discounts(
     the lines that start with a job-wide slowdown: they recur because the cause does.
     *Boilerplate*: see :func:`_boilerplate`. *Low information*: a template with fewer than three
     words of text (``Last error:``, a stack frame); an empty one (a bare header) never counts.
+    *Reaction*: see :func:`_reactions` (of ``events``, judged against the ``kept`` errors); the
+    other reasons win where both apply.
     """
     out: dict[str, tuple[float, str]] = {}
     buckets = sorted(data.iteration_spans)
@@ -269,6 +275,8 @@ def discounts(
             out[tid] = (0.0, "empty")
         elif len(_WORD.findall(_MASKS.sub(" ", text))) < 3:
             out[tid] = (_LOW_INFO_FACTOR, "low-information")
+    for tid in _reactions(data, events, kept):
+        out.setdefault(tid, (_REACTION_FACTOR, "reaction-to-error"))
     return out
 
 
@@ -452,13 +460,11 @@ def _slowdown(data: JobData, kept: frozenset[str], n_nodes: int) -> Slowdown | N
     only by nodes that have such events, more than once, from about when the onset happened
     (:func:`_bucket_times`; without timestamps on iteration lines the estimate runs early,
     checkpoint saves are not in it, hence the wide margin after it)."""
-    per: dict[int, list[float]] = {}
-    for (_, b), sec in data.node_iteration_seconds.items():
-        per.setdefault(b, []).append(sec)
+    per = _bucket_medians(data.node_iteration_seconds)
     its = [b for b in sorted(data.iteration_spans) if b in per]
     if len(its) < 5:
         return None
-    secs = [float(np.median(per[b])) for b in its]
+    secs = [per[b] for b in its]
     found = SlowdownDetector().fit(secs, its).result_
     if found is None:
         return None
@@ -534,21 +540,23 @@ def _reactions(data: JobData, events: tuple[EventStat, ...], kept: frozenset[str
     return out
 
 
+def _bucket_medians(per_node: dict[tuple[str, int], float]) -> dict[int, float]:
+    """The median over nodes of a (node, iteration bucket) → value table, per bucket (finite
+    values only)."""
+    per: dict[int, list[float]] = {}
+    for (_, b), value in per_node.items():
+        if math.isfinite(value):
+            per.setdefault(b, []).append(value)
+    return {b: float(np.median(v)) for b, v in per.items()}
+
+
 def _bucket_times(data: JobData, its: list[int], secs: list[float]) -> dict[int, float]:
     """When each iteration bucket started: the median over nodes of its first line's time when
     iteration lines carry timestamps (the times rise from bucket to bucket), else the training
     start plus the stated durations before it (tqdm lines have no timestamp of their own)."""
     if data.time_unit != "ts":
         return {}
-    median: dict[int, float] = {}
-    for b in its:
-        ts = [
-            t
-            for n in data.nodes
-            if math.isfinite(t := data.node_iteration_start.get((n, b), math.nan))
-        ]
-        if ts:
-            median[b] = float(np.median(ts))
+    median = _bucket_medians(data.node_iteration_start)
     rising = [median[b] for b in its if b in median]
     steps = [y > x for x, y in itertools.pairwise(rising)]
     if len(rising) == len(its) and steps and sum(steps) >= 0.8 * len(steps):
@@ -604,13 +612,7 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
             stage=stage,
             stragglers=stragglers,
             slowdown=slowdown,
-            discounts={
-                **{
-                    t: (_REACTION_FACTOR, "reaction-to-error")
-                    for t in _reactions(data, events, kept)
-                },
-                **discounts(data, stragglers, slowdown),
-            },
+            discounts=discounts(data, stragglers, slowdown, events, kept),
         )
         .result_
     )
