@@ -473,7 +473,12 @@ def _slowdown(data: JobData, kept: frozenset[str], n_nodes: int) -> Slowdown | N
     last = max(data.iteration_spans)
     first_bucket: dict[str, int] = {}
     n_buckets: dict[str, int] = {}
+    system = data.job.system_templates
     for it, tid in data.iteration_cells:
+        if tid in system:
+            # Kernel / BMC lines are placed on the job's timeline by their own clock, which
+            # drifts from the ranks': judged by time below, with its margins.
+            continue
         first_bucket[tid] = min(first_bucket.get(tid, it), it)
         n_buckets[tid] = n_buckets.get(tid, 0) + 1
     nodes_of: dict[str, set[str]] = {}

@@ -31,6 +31,7 @@ from l4_plugin.ingest.rollup import KEEP_EMITTERS, KEEP_LEVELS, Chunk, Group, No
 from l4_plugin.ingest.sources import LogStream, file_streams, files_generation
 from l4_plugin.ingest.stages import StageRules
 from l4_plugin.ingest.templates import template_from_dict
+from l4_plugin.ingest.timeline import UNPLACED, Timeline
 from l4_plugin.records import Template
 from l4_plugin.store import Store
 from l4_plugin.store.documents import job_doc_id, source_field
@@ -144,6 +145,11 @@ class _Clock:
                 self.cache[ref] = ts
         return int(ts * 1000) if isinstance(ts, float) else None
 
+    def seconds(self, ref: str | None, *, cache: bool = True) -> float | None:
+        """The same time in seconds (what the job timeline works in)."""
+        ms = self.ms(ref, cache=cache)
+        return ms / 1000.0 if ms is not None else None
+
 
 def _buckets(
     last_iterations: list[int], first_iteration: int | None
@@ -213,11 +219,12 @@ def ingest_streams(
     summary = IngestSummary(meta, files=len(streams))
     parser = LineParser(known=load_known_templates(store))
     rules = StageRules.load()
+    timeline = Timeline()
     rollups: dict[str, NodeRollup] = {}
     for done, stream in enumerate(streams, 1):
         rollup = rollups.get(stream.node)
         if rollup is None:
-            rollup = rollups[stream.node] = NodeRollup(stream.node, rules)
+            rollup = rollups[stream.node] = NodeRollup(stream.node, rules, timeline)
         long_lines: set[int] = set()
         try:
             rollup.scan(
@@ -239,7 +246,7 @@ def ingest_streams(
             + (f" ({summary.problems[0]})" if summary.problems else "")
         )
     full_streams = streams if full else None
-    _write(store, summary, rollups, parser, generation, baseline_templates, full_streams)
+    _write(store, summary, rollups, parser, generation, baseline_templates, full_streams, timeline)
     summary.seconds = time.monotonic() - started
     return summary
 
@@ -251,6 +258,7 @@ def _write_full_lines(
     parser: LineParser,
     clock: _Clock,
     generation: str,
+    timeline: Timeline,
 ) -> int:
     """Index every raw line as an ``l4-lines`` document (``--full``); returns how many.
 
@@ -278,6 +286,8 @@ def _write_full_lines(
             parser.finish()
             template = kind.template
         assert template is not None
+        if stage.startswith(UNPLACED):
+            stage, iteration = timeline.place(stage[1:], clock.seconds(ts_ref, cache=False))
         doc: dict[str, Any] = {
             "message": raw,
             "host.name": node,
@@ -327,6 +337,7 @@ def _write(
     generation: str,
     baseline_templates: set[str] | None,
     full_streams: list[LogStream] | None,
+    timeline: Timeline,
 ) -> None:
     meta = summary.job
     refs: set[str] = set()
@@ -338,7 +349,7 @@ def _write(
     system_logs = False
     for rollup in rollups.values():
         seen: set[str] = set()
-        for (kind, _stage, it), group in rollup.groups.items():
+        for (kind, stage, it), group in rollup.groups.items():
             assert kind.template is not None
             totals[kind.template.id] += group.count
             seen.add(kind.template.id)
@@ -349,13 +360,15 @@ def _write(
             for ref in (group.first_ts_ref, group.last_ts_ref):
                 if ref is not None:
                     refs.add(ref)
-            if it is not None:
+            if it is not None and not stage.startswith(UNPLACED):
                 first_iteration = it if first_iteration is None else min(first_iteration, it)
         for tid in seen:
             node_counts[tid] += 1
         if rollup.last_iteration is not None:
             iterations.append(rollup.last_iteration)
+    refs.update(timeline.marks.values())
     clock = _Clock(refs)
+    timeline.resolve(clock.seconds)
     bucket_of = _buckets(iterations, first_iteration)
     rare_limit = max(20, len(rollups))
     merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
@@ -364,6 +377,8 @@ def _write(
         for (kind, stage, it), group in rollup.groups.items():
             template = kind.template
             assert template is not None
+            if stage.startswith(UNPLACED):
+                stage, it = timeline.place(stage[1:], clock.seconds(group.first_ts_ref))
             start, span = bucket_of(it) if it is not None else (None, 0)
             key = (node, template.id, stage, start)
             first_ms, last_ms = clock.ms(group.first_ts_ref), clock.ms(group.last_ts_ref)
@@ -424,7 +439,9 @@ def _write(
             d["l4.iteration_seconds"] = total / n
     summary.events_docs = store.bulk_index(store.names.events, event_docs)
     if full_streams is not None:
-        summary.lines_docs = _write_full_lines(store, meta, full_streams, parser, clock, generation)
+        summary.lines_docs = _write_full_lines(
+            store, meta, full_streams, parser, clock, generation, timeline
+        )
         # Kept lines overwrite their raw-line twins: same ids, joined tracebacks, flags.
         store.bulk_index(store.names.lines, kept_docs)
     else:

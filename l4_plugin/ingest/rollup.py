@@ -17,8 +17,10 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from l4_plugin.ingest.header import parse_header
 from l4_plugin.ingest.parser import Block, LineKind
-from l4_plugin.ingest.stages import NO_ROLE, Role, StageRules
+from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
+from l4_plugin.ingest.timeline import UNPLACED, Timeline
 
 KEEP_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
 KEEP_EMITTERS = frozenset({"kernel", "slurm", "syslog"})
@@ -27,6 +29,13 @@ RARE_SAMPLE = 3  # first lines of every group, kept in case the template is rare
 MAX_TRACEBACK_LINES = 200
 _TB_CONTINUATION = ("During handling of the above", "The above exception", "Traceback (most")
 _OPEN_LEVELS = frozenset({"ERROR", "CRITICAL"})
+# Lines of a file without iteration markers wait for the job timeline, keyed by the second they
+# were printed in. The timestamp is read at most every SLOT_EVERY lines (always for the lines
+# that are kept, errors and kernel lines): one-second slots only split groups, the group's own
+# first line places it. Any year will do for splitting.
+SLOT_EVERY = 16
+_SLOT_YEAR = 2000
+_UNPLACED = {s: UNPLACED + s for s in STAGE_ORDER}
 
 
 @dataclass(slots=True)
@@ -75,9 +84,10 @@ LineSink = Callable[[int, str, LineKind, str, int | None, str | None, int | None
 class NodeRollup:
     """Accumulates every file of one node."""
 
-    def __init__(self, node: str, rules: StageRules) -> None:
+    def __init__(self, node: str, rules: StageRules, timeline: Timeline | None = None) -> None:
         self.node = node
         self.rules = rules
+        self.timeline = timeline if timeline is not None else Timeline()
         self.groups: dict[GroupKey, Group] = {}
         self.lines = 0
         self.roles: dict[LineKind, Role] = {}
@@ -98,8 +108,17 @@ class NodeRollup:
 
         ``sink`` (the ``--full`` pass) sees every raw line with the stage and iteration it was
         tagged with, traceback frames included.
+
+        Until the file prints an iteration marker of its own, its lines are keyed
+        ``(kind, "?" + its own stage, second)`` and placed on the job's timeline when the job is
+        written (:mod:`l4_plugin.ingest.timeline`); the sink sees the same key.
         """
         groups = self.groups
+        timeline = self.timeline
+        entered: dict[tuple[str, int | None], int] = {}
+        slot: int | None = None
+        slot_ref: str | None = None
+        slot_pos = -SLOT_EVERY
         roles = self.roles
         stage = "init"
         iteration: int | None = None
@@ -143,7 +162,8 @@ class NodeRollup:
                     tb, tb_start, tb_kind = [raw], pos, kind
                     tb_offset = _at(block, pos - first)
                     if sink is not None:
-                        sink(pos, raw, kind, stage, iteration, ts_ref, line_rank, tb_offset)
+                        tag, at_it = _tag(stage, iteration, slot)
+                        sink(pos, raw, kind, tag, at_it, ts_ref, line_rank, tb_offset)
                     continue
                 elif open_group is not None:
                     cont = conts.get(kind)
@@ -159,7 +179,8 @@ class NodeRollup:
                 if absorbed:
                     if sink is not None:
                         at = _at(block, pos - first)
-                        sink(pos, raw, kind, stage, iteration, ts_ref, line_rank, at)
+                        tag, at_it = _tag(stage, iteration, slot)
+                        sink(pos, raw, kind, tag, at_it, ts_ref, line_rank, at)
                     continue
                 role = roles.get(kind)
                 if role is None:
@@ -167,6 +188,7 @@ class NodeRollup:
                 then: str | None = None
                 seconds: float | None = None
                 if role is not NO_ROLE:
+                    before = (stage, iteration)
                     if role.iteration is not None:
                         number = role.iteration.number_of(raw)
                         if number is not None:
@@ -179,9 +201,38 @@ class NodeRollup:
                         training = training or stage == "training"
                         if training and stage == role.stage:
                             then = role.then
+                    if (stage, iteration) != before and stage != "init":
+                        k = entered.get((stage, iteration), 0)
+                        entered[(stage, iteration)] = k + 1
+                        timeline.mark((stage, iteration, k), ts_ref)
+                if (
+                    iteration is None
+                    and ts_ref is not slot_ref
+                    and ts_ref is not None
+                    and (
+                        pos - slot_pos >= SLOT_EVERY
+                        or kind.level in KEEP_LEVELS
+                        or kind.emitter in KEEP_EMITTERS
+                    )
+                ):
+                    slot_ref, slot_pos = ts_ref, pos
+                    ts = parse_header(ts_ref, _SLOT_YEAR).timestamp
+                    if ts is not None:
+                        slot = int(ts)
+                if iteration is None:
+                    key_stage, key_it = _UNPLACED[stage], slot
+                else:
+                    key_stage, key_it = stage, iteration
                 if sink is not None:
                     sink(
-                        pos, raw, kind, stage, iteration, ts_ref, line_rank, _at(block, pos - first)
+                        pos,
+                        raw,
+                        kind,
+                        key_stage,
+                        key_it,
+                        ts_ref,
+                        line_rank,
+                        _at(block, pos - first),
                     )
                 message = raw
                 first_pos = pos
@@ -190,7 +241,7 @@ class NodeRollup:
                     message = "\n".join([*tb, raw])
                     first_pos = tb_start
                     tb = None
-                key = (kind, stage, iteration)
+                key = (kind, key_stage, key_it)
                 group = groups.get(key)
                 if group is None:
                     group = groups[key] = Group(
@@ -232,17 +283,19 @@ class NodeRollup:
                     open_first, open_lines = group.count == 1, 0
                 else:
                     open_group = open_kept = None
-                if then is not None:
+                if then is not None and then != stage:
                     stage = then
+                    k = entered.get((stage, iteration), 0)
+                    entered[(stage, iteration)] = k + 1
+                    timeline.mark((stage, iteration, k), ts_ref)
         if tb is not None and tb_kind is not None:
             # The file ends inside a traceback (the process died while printing it): keep the
             # block as one record under its Traceback line rather than lose it.
             message = "\n".join(tb)
-            group = groups.get((tb_kind, stage, iteration))
+            tb_key = (tb_kind, *_tag(stage, iteration, slot))
+            group = groups.get(tb_key)
             if group is None:
-                group = groups[(tb_kind, stage, iteration)] = Group(
-                    0, tb_start, tb_start, ts_ref, ts_ref, message, path
-                )
+                group = groups[tb_key] = Group(0, tb_start, tb_start, ts_ref, ts_ref, message, path)
             group.count += 1
             group.last_pos = tb_start
             if rank is not None:
@@ -251,6 +304,11 @@ class NodeRollup:
         self.lines += pos
         if iteration is not None:
             self.last_iteration = max(iteration, self.last_iteration or iteration)
+
+
+def _tag(stage: str, iteration: int | None, slot: int | None) -> tuple[str, int | None]:
+    """The (stage, iteration) part of a group key: unplaced lines carry their time slot."""
+    return (_UNPLACED[stage], slot) if iteration is None else (stage, iteration)
 
 
 def _at(block: Block | None, i: int) -> int | None:

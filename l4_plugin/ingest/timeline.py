@@ -1,0 +1,86 @@
+"""The job's timeline: stage and iteration boundaries from the ranks that print markers.
+
+Few ranks print progress: Megatron-LM's iteration lines come from the last pipeline stage only,
+DeepSpeed, HF Trainer and Lightning print from global rank 0, while torchrun, NCCL and the kernel
+print on every rank. A file that has printed no iteration marker of its own cannot tell which
+stage or iteration its lines belong to, so while it reads they are keyed by time (a
+:data:`UNPLACED` stage and a one-second slot) and, once every file is read, placed on the
+timeline the marker-printing files drew: the (stage, iteration) the job was in when the line was
+printed. Lines without a timestamp take the time of the nearest stamped line before them in the
+same file.
+
+Reading a file records each transition of its stage machine (a stage switch or a new iteration)
+with the raw line whose timestamp it inherits; the first file that reaches a transition defines
+its time (ranks of one job are in step to well within an iteration). Timestamps are parsed once
+per transition, at the end (``resolve``), with the job's clock.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+
+from l4_plugin.ingest.stages import STAGE_ORDER
+
+#: Stage prefix of a group key whose lines wait for placement: ``"?" + the file's own stage``.
+UNPLACED = "?"
+
+#: One transition: (stage, iteration, how many times the file had entered it before).
+MarkKey = tuple[str, int | None, int]
+
+
+class Timeline:
+    """Stage and iteration transitions of a job, with the line that timestamps each."""
+
+    def __init__(self) -> None:
+        self.marks: dict[MarkKey, str] = {}
+        self._times: list[float] = []
+        self._states: list[tuple[str, int | None]] = []
+
+    def mark(self, key: MarkKey, ts_ref: str | None) -> None:
+        """Record a transition; the first file to reach it (with a timestamp) defines its time."""
+        if ts_ref is not None and key not in self.marks:
+            self.marks[key] = ts_ref
+
+    def resolve(self, seconds: Callable[[str], float | None]) -> None:
+        """Parse the transitions' times (``seconds`` of a reference line) and order them.
+
+        A transition without an iteration (a rank that printed "saving checkpoint" but no
+        iteration line) takes the iteration the job was in at that time.
+        """
+        timed = []
+        for (stage, it, k), ref in self.marks.items():
+            t = seconds(ref)
+            if t is not None:
+                timed.append((t, STAGE_ORDER.index(stage), k, stage, it))
+        timed.sort(key=lambda x: (x[0], x[4] if x[4] is not None else -1, x[1], x[2]))
+        self._times, self._states = [], []
+        current: int | None = None
+        for t, _, _, stage, it in timed:
+            if it is not None:
+                current = it if current is None else max(current, it)
+            self._times.append(t)
+            self._states.append((stage, it if it is not None else current))
+
+    @property
+    def empty(self) -> bool:
+        """True when no marker-printing file gave a timed transition."""
+        return not self._times
+
+    def at(self, t: float) -> tuple[str, int | None]:
+        """The (stage, iteration) of the job at time ``t`` (``init`` before its first marker)."""
+        i = bisect.bisect_right(self._times, t) - 1
+        return self._states[i] if i >= 0 else ("init", None)
+
+    def place(self, own: str, t: float | None) -> tuple[str, int | None]:
+        """The stage and iteration of a line whose file printed no iteration marker of its own.
+
+        ``own`` is the stage its file's own markers put it in. The timeline wins when it knows
+        the time; it never moves a line before a pre-training stage its own file had reached.
+        """
+        if t is None or self.empty:
+            return own, None
+        stage, it = self.at(t)
+        if STAGE_ORDER.index(own) > STAGE_ORDER.index(stage) and stage != "training":
+            return own, it
+        return stage, it
