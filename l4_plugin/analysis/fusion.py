@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
+from l4_plugin.analysis.peers import PeerResult
 from l4_plugin.analysis.results import (
     EventStat,
     FilterResult,
@@ -66,6 +67,11 @@ _SILENT_PEER_WEIGHT = 0.35
 # throttled or degraded device that makes every rank wait.
 _SLOWDOWN_WEIGHT = 0.5
 _EARLIEST_WEIGHT = 0.3
+# Named by its peers' failure evidence (an address of its own in their errors): the other end of
+# the broken connections. Scaled by its witnesses relative to the most-named node's.
+_NAMED_WEIGHT = 0.85
+# A node whose own evidence names another node is a witness: its loudness is the culprit's.
+_WITNESS_FACTOR = 0.5
 # A cascade event stays in the recommended set (the timeouts are how the failure shows) but
 # ranks after the earliest distinct evidence that explains it.
 _CASCADE_FACTOR = 0.75
@@ -121,6 +127,7 @@ class Fusion:
         stragglers: StragglerResult | None = None,
         discounts: Mapping[str, tuple[float, str]] | None = None,
         slowdown: Slowdown | None = None,
+        peers: PeerResult | None = None,
     ) -> Fusion:
         """Rank events and nodes from whatever analyses ran (None = that analysis did not run).
 
@@ -226,7 +233,16 @@ class Fusion:
         )
         selected = self._select(candidates)
         ranked_nodes = self._nodes(
-            all_nodes, selected, spatial, silence, stage, stragglers, earliest, by_id, slowdown
+            all_nodes,
+            selected,
+            spatial,
+            silence,
+            stage,
+            stragglers,
+            earliest,
+            by_id,
+            slowdown,
+            peers,
         )
         self.result_ = FusionResult(
             events=selected,
@@ -303,6 +319,7 @@ class Fusion:
         earliest: set[str],
         by_id: dict[str, EventStat],
         slowdown: Slowdown | None = None,
+        peers: PeerResult | None = None,
     ) -> tuple[RankedNode, ...]:
         spatial_score = {}
         attributions: dict[str, list[str]] = {}
@@ -324,6 +341,8 @@ class Fusion:
                     n for n, ts in e.first_seen.items() if ts <= first + self.root_window
                 }
         sel_ids = [ev.template_id for ev in selected]
+        named = {n.node: n for n in peers.named} if peers is not None else {}
+        witnesses = peers.witnesses if peers is not None else {}
         out: list[RankedNode] = []
         for node in all_nodes:
             weights = [spatial_score.get(node, 0.0)]
@@ -345,12 +364,19 @@ class Fusion:
             if slowdown is not None and node in slowdown.nodes:
                 weights.append(_SLOWDOWN_WEIGHT)
                 why.append(f"slowdown-onset:{slowdown.first_iteration}")
+            factor = 1.0
+            if node in named:
+                weights.append(_NAMED_WEIGHT * named[node].share)
+                why.append(f"named-by-peers:{len(named[node].witnesses)}")
+            elif node in witnesses:
+                factor = _WITNESS_FACTOR
+                why.append("witness-of:" + ",".join(witnesses[node][:3]))
             own = [t for t in sel_ids if node in by_id[t].first_seen]
             own += [t for t in attributions.get(node, []) if t not in own]
             out.append(
                 RankedNode(
                     node=node,
-                    score=round(_noisy_or(weights), 6),
+                    score=round(_noisy_or(weights) * factor, 6),
                     reasons=tuple(why),
                     events=tuple(own[: self.max_node_events]),
                 )

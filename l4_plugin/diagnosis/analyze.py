@@ -18,6 +18,7 @@ import numpy as np
 
 from l4_plugin.analysis.crossjob import CrossJobFilter
 from l4_plugin.analysis.fusion import Fusion, is_error
+from l4_plugin.analysis.peers import PeerResult, name_peers
 from l4_plugin.analysis.results import (
     BaselineStat,
     EventStat,
@@ -110,6 +111,7 @@ class Analysis:
     stragglers: StragglerResult | None
     fusion: FusionResult
     slowdown: Slowdown | None = None
+    peers: PeerResult | None = None
     notes: tuple[str, ...] = ()
     matrix_templates: tuple[str, ...] = ()
     matrix: np.ndarray | None = field(default=None, compare=False)
@@ -377,7 +379,41 @@ def _spatial(
     return spatial.result_, counts
 
 
-def _silence(data: JobData, events: tuple[EventStat, ...], nodes: list[str]) -> SilenceResult:
+# A node that printed an error of its own this close to its last line died loudly: it stopped,
+# but it is not what "silent" warns of (a hung or dead rank that prints nothing).
+_LOUD_END_SECONDS = 60.0
+
+
+def _loud_ends(data: JobData, events: tuple[EventStat, ...], kept: frozenset[str]) -> set[str]:
+    """Nodes whose logging ended with an error of their own (kept by cross-job filtering)."""
+    errors = {e.template_id for e in events if e.template_id in kept and is_error(e.level)}
+    last: dict[str, float] = {}
+    last_error: dict[str, float] = {}
+    for (node, tid), cell in data.cells.items():
+        last[node] = max(last.get(node, -math.inf), cell.last_ts)
+        if tid in errors:
+            last_error[node] = max(last_error.get(node, -math.inf), cell.last_ts)
+    return {n for n, t in last_error.items() if t >= last[n] - _LOUD_END_SECONDS}
+
+
+def _silence(
+    data: JobData,
+    events: tuple[EventStat, ...],
+    nodes: list[str],
+    kept: frozenset[str] = frozenset(),
+) -> SilenceResult:
+    """Nodes whose own logging stopped while the job went on (:mod:`~l4_plugin.analysis.silence`),
+    less those that ended with an error of their own (they died loudly: their error says why)."""
+    result = _silence_detector(data, events, nodes)
+    if data.time_unit != "ts":
+        return result
+    loud = _loud_ends(data, events, kept)
+    return replace(result, silent=tuple(s for s in result.silent if s.node not in loud))
+
+
+def _silence_detector(
+    data: JobData, events: tuple[EventStat, ...], nodes: list[str]
+) -> SilenceResult:
     row = {n: i for i, n in enumerate(nodes)}
     last_seen = np.full((len(nodes), len(events)), np.nan)
     col = {e.template_id: j for j, e in enumerate(events)}
@@ -578,6 +614,35 @@ def _bucket_times(data: JobData, its: list[int], secs: list[float]) -> dict[int,
     return at
 
 
+_PRE_TRAINING = frozenset({"init", "data_loading", "model_loading"})
+
+
+def _peers(
+    data: JobData, events: tuple[EventStat, ...], kept: frozenset[str], stage: str | None
+) -> PeerResult:
+    """Which nodes the failure evidence names (:mod:`l4_plugin.analysis.peers`).
+
+    Only warning and error lines that cross-job filtering kept are statements; once the job got
+    past start-up, lines of the start-up stages are not (a rank retrying the rendezvous store
+    names its host in every healthy run too).
+    """
+    level = {e.template_id: e.level for e in events}
+    where = {e.template_id: e.stage for e in events}
+    late = stage is not None and stage not in _PRE_TRAINING
+
+    def statement(tid: str) -> bool:
+        lvl = (level.get(tid) or "").upper()
+        if tid not in kept or not (is_error(lvl) or lvl in ("WARN", "WARNING")):
+            return False
+        return not (late and where.get(tid) in _PRE_TRAINING)
+
+    return name_peers(
+        data.nodes,
+        data.announcements,
+        ((n, t, m) for n, t, m in data.peer_lines if statement(t)),
+    )
+
+
 def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Analysis:
     """Run every analysis on one job and fuse the results (see the module docstring)."""
     events = event_stats(data)
@@ -595,7 +660,7 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
     spatial, matrix = _spatial(data, events, nodes, kept, options)
     if not spatial.defined:
         notes.append(spatial.note)
-    silence = _silence(data, events, nodes) if len(nodes) >= 2 else None
+    silence = _silence(data, events, nodes, kept) if len(nodes) >= 2 else None
     stage = _stage(data)
     iterations = _iterations(data, kept, options)
     if iterations is None:
@@ -603,6 +668,7 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
     stragglers = _stragglers(data, nodes)
     slowdown = _slowdown(data, kept, len(nodes))
     events = timed_in_stage(events, data, stage.stage if stage else None)
+    peers = _peers(data, events, kept, stage.stage if stage else None)
     fusion = (
         # Kernel and BMC clocks tick in whole seconds and drift from the ranks' clocks: "at the
         # same moment" is a few seconds wide.
@@ -618,6 +684,7 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
             stragglers=stragglers,
             slowdown=slowdown,
             discounts=discounts(data, stragglers, slowdown, events, kept),
+            peers=peers,
         )
         .result_
     )
@@ -632,6 +699,7 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
         stragglers=stragglers,
         fusion=fusion,
         slowdown=slowdown,
+        peers=peers,
         notes=tuple(notes),
         matrix_templates=tuple(e.template_id for e in events),
         matrix=matrix,

@@ -15,6 +15,7 @@ occurrence. A job with no timestamp at all is ordered by line position instead (
 from __future__ import annotations
 
 import math
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -98,6 +99,11 @@ class JobData:
     stage_first: dict[tuple[str, str, str], float] = field(default_factory=dict)
     # (node, iteration bucket start) → seconds per iteration its iteration lines state
     node_iteration_seconds: dict[tuple[str, int], float] = field(default_factory=dict)
+    # Lines in which a node announces its own addresses (node, line), and lines that may name a
+    # peer by address or host name (node, template, line): the job's address book and what the
+    # failure evidence says of other nodes (:mod:`l4_plugin.analysis.peers`).
+    announcements: tuple[tuple[str, str], ...] = ()
+    peer_lines: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def nodes(self) -> list[str]:
@@ -344,6 +350,8 @@ def gather(store: Store, job_id: str) -> JobData:
     if time_unit != "ts":
         stage_first = {}
     _fill_missing_times(cells, time_unit)
+    nodes = sorted({n for n, _ in cells} | set(job.nodes))
+    announcements, peer_lines = _address_lines(store, job_id, templates, nodes)
     return JobData(
         job=job,
         time_unit=time_unit,
@@ -356,7 +364,77 @@ def gather(store: Store, job_id: str) -> JobData:
         node_last_iteration=node_last_iteration,
         stage_first=stage_first,
         node_iteration_seconds=node_iteration_seconds,
+        announcements=announcements,
+        peer_lines=peer_lines,
     )
+
+
+# Template texts in which a node states its own addresses (NCCL bootstrap and its OOB
+# interface, NCCL's socket transport, HCCL's local ip, torchrun's failure summary).
+_ANNOUNCES = re.compile(
+    r"Bootstrap\s*:\s*Using|\bOOB\s|NET/Socket\s*:\s*Using|\blocal[ _]?ip\b|^host\s*:",
+    re.IGNORECASE,
+)
+_ADDRESS_LEVELS = frozenset({"WARN", "ERROR", "CRITICAL", "FATAL"})
+_PEER_HITS = 5  # lines read per (node, template) that may name a peer
+
+
+def _address_lines(
+    store: Store, job_id: str, templates: dict[str, TemplateInfo], nodes: Sequence[str]
+) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str, str], ...]]:
+    """Announcements of own addresses, and warning/error lines that may name another node.
+
+    A template may name a node when its text holds an address (``<IP>``) or a node's host
+    name (digits are zeros in template text). Lines come from the rollups' exemplars and from
+    the kept raw lines (several ranks of a node may name different peers).
+    """
+    announce = sorted(t for t, info in templates.items() if _ANNOUNCES.search(info.text))
+    hosts = {re.sub(r"\d", "0", a) for n in nodes for a in (n.lower(), n.lower().split(".")[0])}
+    peer = sorted(
+        t
+        for t, info in templates.items()
+        if info.level in _ADDRESS_LEVELS
+        and ("<IP>" in info.text or any(h in info.text.lower() for h in hosts))
+    )
+    announcements = [(n, m) for n, _, m in _node_lines(store, job_id, announce, 1, lines=False)]
+    said = _node_lines(store, job_id, peer, _PEER_HITS, lines=False)
+    said += _node_lines(store, job_id, peer, _PEER_HITS, lines=True)
+    return tuple(announcements), tuple(dict.fromkeys(said))
+
+
+def _node_lines(
+    store: Store, job_id: str, template_ids: Sequence[str], size: int, *, lines: bool
+) -> list[tuple[str, str, str]]:
+    """Up to ``size`` messages per (node, template) of the job, earliest first."""
+    if not template_ids:
+        return []
+    index = store.names.lines if lines else store.names.events
+    query = {"bool": {"filter": [_job_query(job_id), {"terms": {"l4.template.id": template_ids}}]}}
+    if lines and not store.count(index, _job_query(job_id)):
+        return []
+    sort_field = "@timestamp" if lines else "l4.first_ts"
+    out: list[tuple[str, str, str]] = []
+    for b in store.composite(
+        index,
+        [_terms("node", "host.name"), _terms("t", "l4.template.id")],
+        query=query,
+        aggs={
+            "x": {
+                "top_hits": {
+                    "size": size,
+                    "sort": [{sort_field: {"order": "asc", "missing": "_last"}}],
+                    "_source": ["message"],
+                }
+            }
+        },
+        page_size=_PAGE,
+    ):
+        node, tid = str(b["key"]["node"]), str(b["key"]["t"])
+        for hit in b.get("x", {}).get("hits", {}).get("hits", []):
+            message = source_field(hit.get("_source", {}), "message")
+            if message:
+                out.append((node, tid, str(message)))
+    return out
 
 
 def _canonical_level(level: str) -> str:

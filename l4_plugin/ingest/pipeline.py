@@ -27,7 +27,14 @@ from l4_plugin.errors import IngestError
 from l4_plugin.ingest.header import parse_header
 from l4_plugin.ingest.jobdir import JobMeta, discover, is_system_log, job_meta
 from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser
-from l4_plugin.ingest.rollup import KEEP_EMITTERS, KEEP_LEVELS, Chunk, Group, NodeRollup
+from l4_plugin.ingest.rollup import (
+    KEEP_EMITTERS,
+    KEEP_LEVELS,
+    Chunk,
+    Group,
+    NodeRollup,
+    time_ref,
+)
 from l4_plugin.ingest.sources import LogStream, file_streams, files_generation
 from l4_plugin.ingest.stages import StageRules
 from l4_plugin.ingest.templates import template_from_dict
@@ -348,6 +355,9 @@ def _write(
     from_rank_logs: set[str] = set()  # templates seen in a training log (not only kern.log…)
     system_logs = False
     for rollup in rollups.values():
+        for run in rollup.runs.values():
+            if isinstance(run[2], str):
+                refs.add(run[2])
         seen: set[str] = set()
         for (kind, stage, it), group in rollup.groups.items():
             assert kind.template is not None
@@ -377,11 +387,18 @@ def _write(
         for (kind, stage, it), group in rollup.groups.items():
             template = kind.template
             assert template is not None
+            first_ms, last_ms = clock.ms(group.first_ts_ref), clock.ms(group.last_ts_ref)
+            moved: int | None = None  # the time of a timeless run that took its next stamp's
             if stage.startswith(UNPLACED):
-                stage, it = timeline.place(stage[1:], clock.seconds(group.first_ts_ref))
+                ref = time_ref(rollup, it, group)
+                if ref is not group.first_ts_ref:
+                    first_ms = moved = clock.ms(ref)
+                    last_ms = max(last_ms or 0, first_ms or 0) or None
+                stage, it = timeline.place(
+                    stage[1:], first_ms / 1000.0 if first_ms is not None else None
+                )
             start, span = bucket_of(it) if it is not None else (None, 0)
             key = (node, template.id, stage, start)
-            first_ms, last_ms = clock.ms(group.first_ts_ref), clock.ms(group.last_ts_ref)
             doc = merged.get(key)
             if doc is None:
                 merged[key] = _event_doc(
@@ -406,7 +423,7 @@ def _write(
                 or (baseline_templates is not None and template.id not in baseline_templates)
             )
             for kept in group.kept if keep_all else ():
-                ms = clock.ms(kept.ts_ref)
+                ms = moved if moved is not None else clock.ms(kept.ts_ref)
                 doc_id = _doc_id(meta.id, node, kept.path, kept.line)
                 line_doc: dict[str, Any] = {
                     "message": kept.message,

@@ -88,6 +88,10 @@ class NodeRollup:
         self.node = node
         self.rules = rules
         self.timeline = timeline if timeline is not None else Timeline()
+        # Runs of timeless error/warning lines in files without iteration markers: run id →
+        # [stamped line before, its position, stamped line after, its position]. Such a line
+        # takes the time of whichever stamped neighbour is nearer in the file (``time_ref``).
+        self.runs: dict[int, list[object]] = {}
         self.groups: dict[GroupKey, Group] = {}
         self.lines = 0
         self.roles: dict[LineKind, Role] = {}
@@ -119,6 +123,8 @@ class NodeRollup:
         slot: int | None = None
         slot_ref: str | None = None
         slot_pos = -SLOT_EVERY
+        open_run: int | None = None
+        stamp_pos = 0
         roles = self.roles
         stage = "init"
         iteration: int | None = None
@@ -143,6 +149,10 @@ class NodeRollup:
                 pos += 1
                 if kind.has_timestamp:
                     ts_ref = raw
+                    stamp_pos = pos
+                    if open_run is not None:
+                        self.runs[open_run][2:] = [raw, pos]
+                        open_run = None
                 line_rank = rank
                 if kind.rank_prefix:
                     m = _PREFIX_RANK.match(raw)
@@ -221,6 +231,13 @@ class NodeRollup:
                         slot = int(ts)
                 if iteration is None:
                     key_stage, key_it = _UNPLACED[stage], slot
+                    if not kind.has_timestamp and (
+                        kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS
+                    ):
+                        if open_run is None:
+                            open_run = len(self.runs)
+                            self.runs[open_run] = [ts_ref, stamp_pos, None, None]
+                        key_it = -1 - open_run
                 else:
                     key_stage, key_it = stage, iteration
                 if sink is not None:
@@ -304,6 +321,23 @@ class NodeRollup:
         self.lines += pos
         if iteration is not None:
             self.last_iteration = max(iteration, self.last_iteration or iteration)
+
+
+def time_ref(rollup: NodeRollup, key_it: int | None, group: Group) -> str | None:
+    """The stamped line whose time an unplaced group takes: for a run of timeless error or
+    warning lines (negative ``key_it``), the nearer of the stamped lines around it in its file
+    (an error block is printed together; the line before may be hours older), else its own."""
+    if key_it is None or key_it >= 0:
+        return group.first_ts_ref
+    before, before_pos, after, after_pos = rollup.runs[-1 - key_it]
+    if (
+        isinstance(after, str)
+        and isinstance(after_pos, int)
+        and isinstance(before_pos, int)
+        and (before is None or after_pos - group.first_pos < group.first_pos - before_pos)
+    ):
+        return after
+    return before if isinstance(before, str) else None
 
 
 def _tag(stage: str, iteration: int | None, slot: int | None) -> tuple[str, int | None]:

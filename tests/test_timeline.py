@@ -1,0 +1,169 @@
+"""The job timeline (issue 13): ranks that print no progress line get the job's stage and
+iteration by time; peers name the culprit by address; silent means stopped, not loud."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from l4_plugin.analysis.peers import AddressBook, name_peers, own_addresses
+from l4_plugin.diagnosis import diagnose_job
+from l4_plugin.ingest.pipeline import ingest_job
+from l4_plugin.ingest.timeline import Timeline
+from l4_plugin.store import Store
+
+
+def _write(root: Path, files: dict[str, list[str]]) -> Path:
+    root.mkdir(parents=True)
+    (root / "job.yaml").write_text(f"id: {root.name}\nstatus: failed\n", "utf-8")
+    for rel, lines in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n", "utf-8")
+    return root
+
+
+def _ts(second: int) -> str:
+    return f"2024-05-01 10:{second // 60:02d}:{second % 60:02d}"
+
+
+def _megatron_last_stage(iterations: int) -> list[str]:
+    """What the last pipeline stage prints: a start-up line, then one line per iteration
+    (10 s apart, starting at 10:01:00)."""
+    lines = [f"[{_ts(0)},000] [INFO] > initializing torch distributed ..."]
+    lines += [
+        f" [{_ts(60 + 10 * i)}] iteration {i + 1:8d}/ 1000 | consumed samples: {i * 64} | "
+        f"elapsed time per iteration (ms): 10000.0 | lm loss: 2.{i:03d}E+00 |"
+        for i in range(iterations)
+    ]
+    return lines
+
+
+def _quiet_rank(fail_at: int) -> list[str]:
+    """A rank of an earlier pipeline stage: start-up lines, then nothing until the failure; its
+    NCCL lines carry no timestamp of their own."""
+    return [
+        f"I0501 10:00:01.000000 123 torch/distributed/run.py:793] starting workers",
+        "n1:123:456 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
+        "n1:123:456 [0] NCCL INFO comm 0x1 rank 0 nranks 16 - Init COMPLETE",
+        "n1:123:456 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<4711> with status=12",
+        f"[rank0]:E0501 {_ts(fail_at).split(' ')[1]}.000000 123 ProcessGroupNCCL.cpp:1316] "
+        "NCCL watchdog thread terminated with exception: NCCL error: remote process exited",
+    ]
+
+
+def test_ranks_without_progress_lines_get_the_jobs_stage_and_iteration(
+    tmp_path: Path, store: Store
+) -> None:
+    # Failure at 10:02:05 = 65 s after iteration 1's line at 10:01:00: iterations 7 and 8 were
+    # printed at 10:02:00 and 10:02:10... the job was in iteration 7 (the last printed before).
+    job = _write(
+        tmp_path / "megatron",
+        {
+            "n1/rank0.log": _quiet_rank(125),
+            "n2/rank8.log": _megatron_last_stage(8),
+        },
+    )
+    job_id = ingest_job(store, job).job.id
+    store.refresh(store.names.events)
+    hits = store.search(
+        store.names.events,
+        {"size": 100, "query": {"bool": {"filter": [{"term": {"host.name": "n1"}}]}}},
+    )["hits"]["hits"]
+    by_text: dict[str, dict[str, Any]] = {}
+    for h in hits:
+        by_text[h["_source"]["l4.template.text"]] = h["_source"]
+    watchdog = next(v for k, v in by_text.items() if "watchdog" in k)
+    # Placed on the timeline, not left in "init" because n1 printed no iteration line itself.
+    assert watchdog["l4.stage"] == "training"
+    assert watchdog["l4.iteration"] == 7
+    # The timeless NCCL WARN right before it takes the nearer stamped line (the watchdog's),
+    # not the start-up line three lines earlier.
+    warn = next(v for k, v in by_text.items() if "Got completion" in k)
+    assert warn["l4.stage"] == "training" and warn["l4.iteration"] == 7
+    # Start-up lines stay in init.
+    boot = next(v for k, v in by_text.items() if "Bootstrap" in k)
+    assert boot["l4.stage"] == "init"
+    report = diagnose_job(store, job_id, rules=[], write=False).report
+    assert report["stage"] == "training"
+
+
+def test_timeline_places_by_time_and_keeps_own_pre_training_stage() -> None:
+    refs = {"a": 100.0, "b": 200.0, "c": 300.0, "d": 250.0}
+    tl = Timeline()
+    tl.mark(("data_loading", None, 0), "a")
+    tl.mark(("training", 1, 0), "b")
+    tl.mark(("training", 2, 0), "c")
+    tl.mark(("checkpointing", None, 0), "d")  # a rank that saves but prints no iteration
+    tl.mark(("training", 1, 0), "c")  # a later file reaching the same transition: ignored
+    tl.resolve(refs.get)
+    assert tl.at(50.0) == ("init", None)
+    assert tl.at(150.0) == ("data_loading", None)
+    assert tl.at(210.0) == ("training", 1)
+    assert tl.at(260.0) == ("checkpointing", 1)  # takes the job's iteration at that time
+    assert tl.place("model_loading", 150.0) == ("model_loading", None)  # own stage is later
+    assert tl.place("init", None) == ("init", None)  # no time: its own stage
+
+
+def test_address_book_turns_a_peers_completion_error_into_the_culprit() -> None:
+    nodes = ["n1", "n2", "n3"]
+    announcements = [
+        ("n1", "n1:1:2 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>"),
+        ("n2", "n2:1:2 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [RO]; OOB eth0:10.0.0.2<0>"),
+        ("n3", "node-c:1:2 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.3<0>"),
+    ]
+    completion = (
+        "NCCL WARN NET/IB : Got completion from peer 10.0.0.3<4711> with status=12 "
+        "localGid ::ffff:{own} remoteGids::ffff:10.0.0.3 hca mlx5_0"
+    )
+    result = name_peers(
+        nodes,
+        announcements,
+        [
+            ("n1", "t1", completion.format(own="10.0.0.1")),
+            ("n2", "t1", completion.format(own="10.0.0.2")),
+            ("n3", "t2", "RuntimeError: CUDA error on node-c"),  # its own host: names nobody
+        ],
+    )
+    assert result.nodes == ("n3",)
+    assert result.named[0].witnesses == ("n1", "n2") and result.named[0].share == 1.0
+    assert result.witnesses == {"n1": ("n3",), "n2": ("n3",)}
+    # The announced host name belongs to n3 too; a line's own local address is not a peer's.
+    assert AddressBook(nodes, announcements).owner["node-c"] == "n3"
+    assert "10.0.0.1" in own_addresses(completion.format(own="10.0.0.1"))
+
+
+def test_an_address_two_nodes_announce_belongs_to_nobody() -> None:
+    book = AddressBook(
+        ["a", "b"],
+        [("a", "Bootstrap : Using docker0:172.17.0.1<0>"), ("b", "OOB docker0:172.17.0.1<0>")],
+    )
+    assert "172.17.0.1" not in book.owner
+    assert book.named("Connection reset by peer [172.17.0.1]:5555") == set()
+
+
+def _steady(node: str, until: int, extra: tuple[str, ...] = ()) -> list[str]:
+    lines = [
+        f"[{_ts(s)},000] [INFO] [{node}] heartbeat step ok, queue depth {s % 7}"
+        for s in range(0, until, 5)
+    ]
+    return lines + list(extra)
+
+
+def test_a_stopped_node_is_silent_and_one_that_died_loudly_is_not(
+    tmp_path: Path, store: Store
+) -> None:
+    crash = f"[{_ts(300)},000] [ERROR] [n2] RuntimeError: CUDA error: an illegal memory access"
+    job = _write(
+        tmp_path / "silence",
+        {
+            "n1/rank0.log": _steady("n1", 300),  # stops at 5 min, no error: hung or dead
+            "n2/rank0.log": _steady("n2", 300, (crash,)),  # stops at 5 min with its own error
+            "n3/rank0.log": _steady("n3", 1200),
+            "n4/rank0.log": _steady("n4", 1200),
+            "n5/rank0.log": _steady("n5", 1200),
+        },
+    )
+    job_id = ingest_job(store, job).job.id
+    report = diagnose_job(store, job_id, rules=[], write=False).report
+    assert report["silent_nodes"] == ["n1"]
