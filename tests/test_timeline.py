@@ -43,7 +43,7 @@ def _quiet_rank(fail_at: int) -> list[str]:
     """A rank of an earlier pipeline stage: start-up lines, then nothing until the failure; its
     NCCL lines carry no timestamp of their own."""
     return [
-        f"I0501 10:00:01.000000 123 torch/distributed/run.py:793] starting workers",
+        "I0501 10:00:01.000000 123 torch/distributed/run.py:793] starting workers",
         "n1:123:456 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>",
         "n1:123:456 [0] NCCL INFO comm 0x1 rank 0 nranks 16 - Init COMPLETE",
         "n1:123:456 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<4711> with status=12",
