@@ -72,6 +72,8 @@ _EARLIEST_WEIGHT = 0.3
 _NAMED_WEIGHT = 0.85
 # A node whose own evidence names another node is a witness: its loudness is the culprit's.
 _WITNESS_FACTOR = 0.5
+# When peers name a node, a node neither named, silent nor a witness is discounted this much.
+_UNNAMED_FACTOR = 0.85
 # A cascade event stays in the recommended set (the timeouts are how the failure shows) but
 # ranks after the earliest distinct evidence that explains it.
 _CASCADE_FACTOR = 0.75
@@ -371,6 +373,9 @@ class Fusion:
             elif node in witnesses:
                 factor = _WITNESS_FACTOR
                 why.append("witness-of:" + ",".join(witnesses[node][:3]))
+            elif named and node not in silent:
+                # Peers named another node: this one's loudness alone weighs less.
+                factor = _UNNAMED_FACTOR
             own = [t for t in sel_ids if node in by_id[t].first_seen]
             own += [t for t in attributions.get(node, []) if t not in own]
             out.append(

@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from l4_plugin.analysis.lexicon import default_lexicon
+from l4_plugin.analysis.verdict import VerdictEvent, VerdictNode, VerdictRule, decide
 from l4_plugin.diagnosis.analyze import Analysis
 from l4_plugin.diagnosis.facts import JobData, JobDoc
 from l4_plugin.records import Finding
@@ -159,6 +161,23 @@ def build_report(
     kept = len(analysis.crossjob.kept)
     dropped = len(analysis.crossjob.dropped)
     stage = analysis.stage
+    verdict = decide(
+        [
+            VerdictEvent(
+                text=f"{texts.get(ev.template_id, '')}\n{e['sample']}",
+                nodes=ev.nodes,
+                reasons=ev.reasons,
+            )
+            for ev, e in zip(fusion.events, events, strict=True)
+        ],
+        [VerdictNode(n.node, n.score, n.reasons) for n in fusion.nodes],
+        [
+            VerdictRule(m.rule_id, m.category, m.role, m.nodes, m.confidence, m.evict)
+            for m in rule_matches
+        ],
+        default_lexicon(),
+        len(data.nodes),
+    )
     return {
         "job_id": data.job.id,
         "status": data.job.status,
@@ -169,6 +188,7 @@ def build_report(
         "nodes": nodes,
         "iterations": iterations,
         "silent_nodes": list(fusion.silent_nodes),
+        "verdict": verdict.to_json(),
         "stragglers": stragglers,
         "slowdown": slowdown,
         "lagging_nodes": list(stage.lagging) if stage else [],

@@ -101,6 +101,7 @@ class RuleMatch:
     total_nodes: int = 0
     silent_nodes: tuple[str, ...] = ()
     references: tuple[str, ...] = field(default=())
+    evict: bool | None = None
 
     def to_report(self) -> dict[str, Any]:
         """The ``rule_matches`` entry of the JSON report (DESIGN.md §6) plus the extra facts."""
@@ -566,6 +567,7 @@ def match_rule(
         total_nodes=total,
         silent_nodes=tuple(silent_nodes),
         references=rule.references,
+        evict=rule.evict,
     )
 
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from l4_plugin.errors import RuleError
+from l4_plugin.analysis.lexicon import Lexicon
+from l4_plugin.errors import ConfigError, RuleError
 from l4_plugin.resources import data_path
 from l4_plugin.rules.model import Rule
 from l4_plugin.rules.schema import build_rule, raise_first
@@ -90,13 +91,21 @@ def load_file(path: Path, collect_errors: bool = False) -> tuple[Rule | None, li
     return rule, errors
 
 
+#: The failure lexicon beside the rules (``rules/lexicon.yaml``): not a rule.
+LEXICON_FILE = "lexicon.yaml"
+
+
 def rule_files(paths: Iterable[Path]) -> list[Path]:
     """Every rule file under ``paths`` (files are taken as given), sorted, without duplicates."""
     found: list[Path] = []
     for path in paths:
         if path.is_dir():
             found.extend(
-                p for p in path.rglob("*") if p.suffix in (".yaml", ".yml") and p.is_file()
+                p
+                for p in path.rglob("*")
+                if p.suffix in (".yaml", ".yml")
+                and p.is_file()
+                and not (p.parent == path and p.name == LEXICON_FILE)
             )
         else:
             found.append(path)
@@ -142,4 +151,11 @@ def load_rules(paths: Sequence[Path] | None = None) -> list[Rule]:
 def check_paths(paths: Sequence[Path] | None = None) -> list[RuleError]:
     """Every problem in every rule file under ``paths`` (``l4 rules check``); empty when clean."""
     _, errors = load(paths, collect_errors=True)
+    dirs = [p for p in (paths if paths is not None else [default_rule_dir()]) if p.is_dir()]
+    for lexicon in (d / LEXICON_FILE for d in dirs):
+        if lexicon.is_file():
+            try:
+                Lexicon.load(lexicon)
+            except ConfigError as exc:
+                errors.append(RuleError(str(exc)))
     return errors

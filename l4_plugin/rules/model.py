@@ -82,4 +82,7 @@ class Rule:
     confidence: float | None = None
     tags: tuple[str, ...] = ()
     tests: tuple[RuleTest, ...] = ()
+    #: Whether the nodes a match names should be taken out of the job (None: by category —
+    #: hardware faults evict, user, framework and platform faults do not).
+    evict: bool | None = None
     path: Path | None = field(default=None, compare=False)

@@ -49,6 +49,7 @@ OPTIONAL = (
     "window",
     "max_node_fraction",
     "confidence",
+    "evict",
     "diagnosis",
     "remediation",
     "tests",
@@ -345,6 +346,10 @@ def build_rule(
             c.add(("window",), str(exc))
     max_fraction = _number(c, data, "max_node_fraction")
     confidence = _number(c, data, "confidence")
+    evict = data.get("evict")
+    if evict is not None and not isinstance(evict, bool):
+        c.add(("evict",), f"must be true or false, got {evict!r}")
+        evict = None
 
     selections: dict[str, Selection] = {}
     condition_text = ""
@@ -420,6 +425,7 @@ def build_rule(
         window=window,
         max_node_fraction=max_fraction,
         confidence=confidence,
+        evict=evict,
         tags=tuple(tags),
         tests=tuple(tests),
         path=path,
@@ -512,6 +518,7 @@ def json_schema() -> dict[str, Any]:
             "window": duration,
             "max_node_fraction": fraction,
             "confidence": fraction,
+            "evict": {"type": "boolean"},
             "diagnosis": {"type": "string"},
             "remediation": {"type": "string"},
             "detection": {

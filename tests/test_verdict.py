@@ -1,0 +1,129 @@
+"""The verdict (DESIGN §6) from rules, events and the node ranking, and the failure lexicon."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from l4_plugin.analysis.lexicon import Lexicon, default_lexicon
+from l4_plugin.analysis.verdict import (
+    VerdictEvent,
+    VerdictNode,
+    VerdictRule,
+    blame_of,
+    culprits,
+    decide,
+)
+from l4_plugin.errors import ConfigError
+from l4_plugin.records import FAULT_CATEGORIES
+
+LEX = default_lexicon()
+NODES = [
+    VerdictNode("n3", 0.95, ("spatial-outlier", "named-by-peers:4")),
+    VerdictNode("n1", 0.4, ("earliest-evidence", "witness-of:n3")),
+    VerdictNode("n2", 0.1, ()),
+]
+
+
+def _ev(text: str, nodes: tuple[str, ...], *reasons: str) -> VerdictEvent:
+    return VerdictEvent(text, nodes, reasons)
+
+
+def test_a_user_error_evicts_nobody() -> None:
+    # The culprit ranking points at a node, but the failure is the user's code: evicting a
+    # healthy machine does not fix it.
+    events = [
+        _ev("TypeError: forward() got an unexpected keyword argument 'position_ids'", ("n3",)),
+        _ev("Watchdog caught collective operation timeout", ("n1", "n2"), "cascade"),
+    ]
+    v = decide(events, NODES, [], LEX, n_nodes=3)
+    assert v.category == "user/code" and v.blame == "user"
+    assert v.evict == () and v.restart == "after-fix"
+
+
+def test_a_named_culprit_is_evicted_alone_for_a_hardware_fault() -> None:
+    rule = VerdictRule("gpu-xid-79-fallen-off-bus", "hardware/accelerator", "cause", ("n3",), 0.9)
+    events = [
+        _ev("NET/IB : Got completion from peer 10.0.0.3", ("n1",)),
+        _ev("NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus", ("n3",)),
+    ]
+    v = decide(events, NODES, [rule], LEX, n_nodes=3)
+    assert v.category == "hardware/accelerator" and v.blame == "infrastructure"
+    assert v.evict == ("n3",) and v.restart == "after-eviction"
+    assert v.confidence == pytest.approx(0.9)
+    assert any("gpu-xid-79" in w for w in v.why)
+
+
+def test_a_rule_matched_on_every_node_says_nothing_of_the_culprit() -> None:
+    everywhere = VerdictRule("ib-x", "hardware/network", "cause", ("n1", "n2", "n3"), 0.95)
+    events = [_ev("Watchdog caught collective operation timeout", ("n1", "n2"), "cascade")]
+    v = decide(events, NODES, [everywhere], LEX, n_nodes=3)
+    # n3 printed nothing that says why, but its peers waited on it while it stayed up.
+    assert v.category == "hardware/accelerator" and v.evict == ("n3",)
+
+
+def test_a_silent_culprit_is_a_node_fault() -> None:
+    nodes = [VerdictNode("n2", 0.99, ("silent",)), VerdictNode("n1", 0.3, ())]
+    v = decide([], nodes, [], LEX, n_nodes=2)
+    assert (v.category, v.evict) == ("hardware/node", ("n2",))
+
+
+def test_the_lead_event_decides_when_its_words_leave_no_doubt() -> None:
+    # A benign row-remapping rule on the loudest node must not outvote the error that ended the
+    # job: a full shared file system evicts nobody.
+    nodes = [VerdictNode("n1", 0.93, ("spatial-outlier",)), VerdictNode("n2", 0.7, ())]
+    rule = VerdictRule("gpu-row-remapping-xid-63-64", "hardware/accelerator", "cause", ("n1",), 0.9)
+    events = [_ev("OSError: [Errno 28] No space left on device: '/ckpt/x.pt'", ("n1", "n2"))]
+    v = decide(events, nodes, [rule], LEX, n_nodes=4)
+    assert v.category == "hardware/storage" and v.evict == () and v.restart == "after-fix"
+
+
+def test_nothing_known_is_unknown() -> None:
+    v = decide([_ev("something odd happened", ("n1",))], [], [], LEX, n_nodes=1)
+    assert (v.category, v.blame, v.evict) == ("unknown", "unknown", ())
+    assert v.to_json()["category"] == "unknown"
+
+
+def test_culprits_need_strong_evidence_or_a_clear_gap() -> None:
+    close = [VerdictNode("a", 0.9, ("spatial-outlier",)), VerdictNode("b", 0.85, ())]
+    assert culprits(close) == ()
+    assert culprits([VerdictNode("a", 0.9, ("silent",)), VerdictNode("b", 0.89, ())]) == ("a",)
+    assert culprits([VerdictNode("a", 0.3, ("silent",))]) == ()
+
+
+def test_blame() -> None:
+    assert [blame_of(c) for c in FAULT_CATEGORIES].count("infrastructure") == 5
+    assert blame_of("framework") == "user" and blame_of("unknown") == "unknown"
+
+
+def test_lexicon_reads_words_not_fragments_of_words() -> None:
+    # "process" holds "roce": a whole word is needed.
+    term = LEX.classify("torch.OutOfMemoryError: CUDA out of memory. Process 1 has 77 GiB in use")
+    assert term is not None and term.category == "user/config"
+    cascade = LEX.classify("Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1)")
+    assert cascade is not None and cascade.cascade
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("{pattern: 'x', category: hardware/gpu}", "category: expected one of"),
+        ("{pattern: '(', category: framework}", "invalid regex"),
+        ("{pattern: 'x', category: framework, weight: 2}", "weight: expected a number"),
+        ("{pattern: 'x', category: framework, colour: red}", "unknown key"),
+    ],
+)
+def test_a_bad_lexicon_entry_is_a_located_error(tmp_path: Path, entry: str, message: str) -> None:
+    path = tmp_path / "lexicon.yaml"
+    path.write_text(f"entries:\n  - {entry}\n", "utf-8")
+    with pytest.raises(ConfigError, match=rf"lexicon.yaml: entries\[0\].*{message}"):
+        Lexicon.load(path)
+
+
+def test_rules_check_reports_a_broken_lexicon(tmp_path: Path) -> None:
+    from l4_plugin.rules import check_paths
+
+    (tmp_path / "lexicon.yaml").write_text("entries:\n  - {pattern: '(', category: framework}\n")
+    errors = check_paths([tmp_path])
+    assert len(errors) == 1 and "entries[0].pattern: invalid regex" in str(errors[0])
