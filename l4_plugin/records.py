@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 JobStatus = Literal["succeeded", "failed", "running", "unknown"]
-AnnotationKind = Literal["event", "node", "iteration", "stage", "rule_match", "summary"]
+AnnotationKind = Literal["event", "node", "iteration", "stage", "rule_match", "summary", "verdict"]
 ReviewState = Literal["open", "confirmed", "rejected"]
 
 #: The paper's fault taxonomy (§3), shared by the rules, the simulator and the reports.

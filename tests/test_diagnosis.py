@@ -32,6 +32,7 @@ _SECTION6_KEYS = {
     "nodes",
     "iterations",
     "silent_nodes",
+    "verdict",
 }
 
 
@@ -91,6 +92,10 @@ def test_diagnose_finds_the_faulty_node_and_its_events(
         } <= set(e)
         assert e["reasons"] and 0 < e["score"] <= 1
     assert report["filtering"]["dropped"] > 0
+    verdict = report["verdict"]
+    assert set(verdict) == {"category", "blame", "evict", "restart", "confidence", "why"}
+    assert verdict["evict"] and set(verdict["evict"]) <= set(truth.faulty_nodes)
+    assert verdict["blame"] == "infrastructure" and verdict["restart"] == "after-eviction"
     json.dumps(report)  # the contract is JSON
 
 
@@ -98,7 +103,11 @@ def test_annotations_are_replaced_not_duplicated(mstore: Store, ingested: str) -
     diagnose_job(mstore, ingested, rules=[])
     first = _annotations(mstore, ingested)
     kinds = {a["l4.annotation.kind"] for a in first}
-    assert {"event", "node", "stage", "summary"} <= kinds
+    assert {"event", "node", "stage", "summary", "verdict"} <= kinds
+    verdict = next(a for a in first if a["l4.annotation.kind"] == "verdict")
+    assert "evict" in verdict["message"] and "category:" in " ".join(
+        verdict["l4.annotation.reasons"]
+    )
     assert all(a["l4.analyzer.version"].startswith("l4-") for a in first)
     diagnose_job(mstore, ingested, rules=[])
     again = _annotations(mstore, ingested)
@@ -224,6 +233,9 @@ def test_cli_diagnose_analyze_report(
     assert report["nodes"][0]["node"] in sim["truth"].faulty_nodes
     assert "Failure-indicating events" in captured.out
     assert "Suspect nodes" in captured.out
+    # The verdict is what an SRE reads first.
+    assert captured.out.index("Verdict:") < captured.out.index("Failure-indicating events")
+    assert 'id="verdict"' in out_html.read_text("utf-8")
     assert "<svg" in out_html.read_text("utf-8")
     assert "ingested" in captured.err
     # Every annotation carries a Discover link to the job's lines (relative: no dashboards URL).

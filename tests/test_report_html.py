@@ -29,7 +29,17 @@ from l4_plugin.report import (
 from l4_plugin.report.plots import downsample
 
 SCRIPT_LINE = "<script>alert(1)</script> rank 17 watchdog fired"
-SECTIONS = ("summary", "rules", "nodes", "heatmap", "timeline", "stages", "events", "filtered")
+SECTIONS = (
+    "verdict",
+    "summary",
+    "rules",
+    "nodes",
+    "heatmap",
+    "timeline",
+    "stages",
+    "events",
+    "filtered",
+)
 PLOTS = ("plot-node-scores", "plot-node-histogram", "plot-heatmap", "plot-timeline", "plot-stages")
 
 
@@ -91,6 +101,14 @@ def big_report(
             {"iteration": 1120 + k, "score": 0.9, "events": templates[:2]} for k in (211, 212, 260)
         ],
         "silent_nodes": bad[2:3],
+        "verdict": {
+            "category": "hardware/network",
+            "blame": "infrastructure",
+            "evict": bad[:1],
+            "restart": "after-eviction",
+            "confidence": 0.9,
+            "why": ["rule nccl-ib-completion-error (hardware/network) <script>x</script>"],
+        },
     }
     counts = tuple(
         tuple(
@@ -145,6 +163,9 @@ def test_report_has_every_section_and_plot() -> None:
     for plot in PLOTS:
         assert f'<svg id="{plot}"' in html
     assert "NCCL collective timeout" in html and "Remediation:" in html
+    # The verdict comes first, and its evidence is escaped like every log-derived string.
+    assert html.index('id="verdict"') < html.index('id="summary"')
+    assert "after-eviction" in html and "<script>x</script>" not in html
 
 
 def test_log_derived_strings_are_escaped() -> None:

@@ -163,6 +163,21 @@ class _Builder:
     def searches(self) -> list[Json]:
         return [
             self._search(
+                "search-verdicts",
+                "L4 verdicts",
+                "annotations",
+                'l4.annotation.kind:"verdict"',
+                [
+                    "l4.job.id",
+                    "message",
+                    "l4.annotation.nodes",
+                    "l4.annotation.reasons",
+                    "l4.annotation.score",
+                ],
+                "What to do about each failed job: the fault's category and whose it is, the "
+                "nodes to evict (none for a user fault) and whether a restart helps.",
+            ),
+            self._search(
                 "search-failure-lines",
                 "L4 failure-indicating lines",
                 "lines",
@@ -571,8 +586,10 @@ class _Builder:
         return self._vis("vis-job-control", "L4 job filter", state, None, "", ref)
 
     # -- dashboard -------------------------------------------------------------------------
-    def dashboard(self) -> Json:
-        layout: list[tuple[str, str, int, int, int, int]] = [
+    @staticmethod
+    def _evidence_layout() -> list[tuple[str, str, int, int, int, int]]:
+        """The panels below the verdicts: (type, name, x, y, width, height)."""
+        return [
             ("visualization", "vis-suspect-nodes", 0, 0, 20, 16),
             ("visualization", "vis-node-event-heatmap", 20, 0, 28, 16),
             ("visualization", "vis-iterations", 0, 16, 48, 14),
@@ -582,6 +599,11 @@ class _Builder:
             ("visualization", "vis-failed-jobs-state", 32, 56, 16, 12),
             ("search", "search-failure-lines", 0, 68, 48, 16),
         ]
+
+    def dashboard(self) -> Json:
+        layout: list[tuple[str, str, int, int, int, int]] = [
+            ("search", "search-verdicts", 0, 0, 48, 8),
+        ] + [(t, n, x, y + 8, w, h) for t, n, x, y, w, h in self._evidence_layout()]
         if self.flavour == "opensearch-dashboards":
             layout = [("visualization", "vis-job-control", 0, 0, 48, 5)] + [
                 (t, n, x, y + 5, w, h) for t, n, x, y, w, h in layout

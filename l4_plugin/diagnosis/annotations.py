@@ -111,6 +111,13 @@ def write_annotations(
 def summary_text(report: dict[str, Any]) -> str:
     """One paragraph: what failed where, for the summary annotation and dashboards."""
     parts = [f"job {report['job_id']} ({report['status']}) stopped in stage {report['stage']}"]
+    verdict = report.get("verdict")
+    if verdict:
+        evict = ", ".join(verdict.get("evict") or []) or "nobody"
+        parts.append(
+            f"verdict {verdict['category']} ({verdict['blame']}): evict {evict}, restart "
+            f"{verdict['restart']}"
+        )
     if report["rule_matches"]:
         m = report["rule_matches"][0]
         parts.append(f"fault rule {m['rule']}: {m['title']} on {', '.join(m['nodes'][:5])}")

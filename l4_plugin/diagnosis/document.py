@@ -382,6 +382,30 @@ def findings(report: Mapping[str, Any], rule_matches: Sequence[RuleMatch]) -> li
                 reasons=tuple(f"new:{t}" for t in it["events"][:10]),
             )
         )
+    verdict = report.get("verdict")
+    if verdict:
+        evict = list(verdict.get("evict") or [])
+        out.append(
+            Finding(
+                job_id=job_id,
+                kind="verdict",
+                key="verdict",
+                score=float(verdict.get("confidence") or 0.0),
+                rank=1,
+                explanation=(
+                    f"{verdict['category']} fault ({verdict['blame']}); evict "
+                    f"{', '.join(evict) if evict else 'no node'}; restart {verdict['restart']}; "
+                    f"because {'; '.join(verdict.get('why') or []) or 'nothing supports one'}"
+                ),
+                nodes=tuple(evict),
+                stage=report.get("stage"),
+                reasons=(
+                    f"category:{verdict['category']}",
+                    f"blame:{verdict['blame']}",
+                    f"restart:{verdict['restart']}",
+                ),
+            )
+        )
     if report.get("stage"):
         out.append(
             Finding(

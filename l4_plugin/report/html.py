@@ -80,6 +80,34 @@ def _template_texts(report: Mapping[str, Any], extras: ReportExtras) -> dict[str
     return texts
 
 
+def _verdict(report: Mapping[str, Any]) -> str:
+    """The verdict first: the kind of fault and whose, whom to evict, whether to restart."""
+    v = report.get("verdict")
+    if not v:
+        return ""
+    evict = list(v.get("evict") or [])
+    cards = [
+        ("Category", v.get("category", "unknown"), str(v.get("category")) != "unknown"),
+        ("Blame", v.get("blame", "unknown"), False),
+        ("Evict", ", ".join(evict) if evict else "none", bool(evict)),
+        ("Restart", v.get("restart", "?"), False),
+        ("Confidence", fmt(_num(v.get("confidence"))), False),
+    ]
+    html = ['<section id="verdict"><h2>Verdict</h2><div class="cards">']
+    html += [
+        f'<div class="card{" bad" if bad else ""}">{esc(k)}<b>{esc(val)}</b></div>'
+        for k, val, bad in cards
+    ]
+    html.append("</div>")
+    why = [str(w) for w in v.get("why") or []]
+    if why:
+        html.append(
+            '<ul class="note">' + "".join(f"<li>{esc(short(w, 300))}</li>" for w in why) + "</ul>"
+        )
+    html.append("</section>")
+    return "".join(html)
+
+
 def _summary(report: Mapping[str, Any], extras: ReportExtras) -> str:
     nodes = report.get("nodes") or []
     suspects = [n for n in nodes if _num(n.get("score")) > 0 and n.get("events")]
@@ -406,6 +434,7 @@ def render_html(report: Mapping[str, Any], extras: ReportExtras | None = None) -
         f'<header><h1 id="title">L4 diagnosis — {esc(job)}</h1>'
         f'<div class="sub">status {esc(report.get("status", "unknown"))} · stage '
         f"{esc(report.get('stage') or 'unknown')}{when}</div></header><main>",
+        _verdict(report),
         _summary(report, extras),
         _rules_section(report),
         _nodes_section(report),

@@ -1,6 +1,7 @@
 """The terminal rendering of one diagnosis (DESIGN §6 report dict) with rich.
 
-Order is what an SRE reads first: matched fault rules (a confirmed pattern leads), then the
+Order is what an SRE reads first: the verdict (what kind of fault, whom to evict, whether a
+restart helps), matched fault rules (a confirmed pattern leads), then the
 failure-indicating events with one sample line each, the suspect nodes with their scores, silent
 nodes, stage and suspect iterations, and last what cross-job filtering removed. Log text is
 printed as plain text (``markup=False``): a line with ``[bold]`` in it stays as it was logged.
@@ -30,6 +31,23 @@ def _short(text: str, limit: int = SAMPLE_CHARS) -> str:
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
+def _render_verdict(verdict: Mapping[str, Any], console: Console) -> None:
+    """What to do, before the evidence: category and whose fault, whom to evict, restart."""
+    evict = list(verdict.get("evict") or [])
+    console.print(
+        Text.assemble(
+            ("Verdict: ", "bold"),
+            (str(verdict.get("category", "unknown")), "bold magenta"),
+            f" ({verdict.get('blame', 'unknown')}), evict: ",
+            (", ".join(evict) if evict else "none", "bold red" if evict else "bold"),
+            f", restart: {verdict.get('restart', '?')}, "
+            f"confidence {float(verdict.get('confidence') or 0):.2f}",
+        )
+    )
+    for reason in verdict.get("why") or []:
+        console.print(Text(f"  because: {_short(str(reason), 300)}", style="dim"))
+
+
 def render_terminal(report: Mapping[str, Any], console: Console) -> None:
     """Print the readable summary of a diagnosis report."""
     job = report["job_id"]
@@ -41,6 +59,9 @@ def render_terminal(report: Mapping[str, Any], console: Console) -> None:
             (str(report.get("stage") or "unknown"), "bold"),
         )
     )
+    verdict = report.get("verdict")
+    if verdict:
+        _render_verdict(verdict, console)
     baselines = report.get("baseline_jobs") or []
     filt = report.get("filtering") or {}
     if baselines:
