@@ -259,3 +259,13 @@ def test_c10_bracket_without_time(line: str, level: str, body: str) -> None:
     h = parse_header(line, 2024)
     assert h.level == level and h.timestamp is None and h.emitter == "torch"
     assert line[h.body_start :] == body
+
+
+def test_a_rank_prefix_followed_by_a_space_and_a_bracketed_time() -> None:
+    # A custom loop's "[rank0] [2026-09-19 20:40:00] iteration 56 | ..." (no colon after the
+    # prefix) carries the rank and the time; a bare "[rank3] text" is left as it is.
+    h = parse_header("[rank0] [2026-09-19 20:40:00] iteration 56 | fwd-bwd 5975.4 ms", 2026)
+    assert h.rank == 0 and h.timestamp == 1789850400.0
+    nested = parse_header("[default3]:[rank147] [2026-03-19 11:39:26] iteration 102 | x", 2026)
+    assert nested.rank == 147 and nested.timestamp is not None
+    assert parse_header("[rank3] hello world", 2026).body_start == 0

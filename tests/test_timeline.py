@@ -167,3 +167,64 @@ def test_a_stopped_node_is_silent_and_one_that_died_loudly_is_not(
     job_id = ingest_job(store, job).job.id
     report = diagnose_job(store, job_id, rules=[], write=False).report
     assert report["silent_nodes"] == ["n1"]
+
+
+def test_a_save_only_rank_0_announces_puts_the_last_stages_failure_in_checkpointing(
+    tmp_path: Path, store: Store
+) -> None:
+    # Megatron-LM: "saving checkpoint" comes from rank 0, the iteration lines from the last
+    # pipeline stage; the save fails and the last stage's ranks time out in it.
+    rank0 = [
+        f"[rank0] [{_ts(60 + 10 * i)}] iteration {i + 1} | fwd-bwd 900.0 ms" for i in range(6)
+    ] + ["saving checkpoint at iteration       6 to /ckpt in torch_dist format"]
+    last = [
+        *_megatron_last_stage(6),
+        f"[rank8]:E0501 {_ts(400).split(' ')[1]}.000000 1 ProcessGroupNCCL.cpp:607] [Rank 8] "
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE)",
+    ]
+    job = _write(tmp_path / "save", {"n1/rank0.log": rank0, "n2/rank8.log": last})
+    job_id = ingest_job(store, job).job.id
+    report = diagnose_job(store, job_id, rules=[], write=False).report
+    assert report["stage"] == "checkpointing"
+
+
+def test_timeline_orders_transitions_of_one_second_by_iteration_then_save() -> None:
+    tl = Timeline()
+    tl.mark(("checkpointing", None, 0), "t")  # rank 0: no iteration line of its own
+    tl.mark(("training", 56, 0), "t")  # the last stage's iteration line, the same second
+    tl.resolve(lambda ref: 100.0)
+    assert tl.at(100.0) == ("checkpointing", 56)
+
+
+def test_a_node_its_peers_name_that_printed_nothing_since_is_silent(
+    tmp_path: Path, store: Store
+) -> None:
+    # n3 is lost 20 s before its peers give up: too short a lag for the timestamps alone, but its
+    # peers name it and it printed nothing from before their errors on.
+    def node(name: str, ip: str, until: int, tail: tuple[str, ...] = ()) -> list[str]:
+        return [
+            f"[{_ts(0)},000] [INFO] starting",
+            f"{name}:1:2 [0] NCCL INFO Bootstrap : Using eth0:{ip}<0>",
+            *_steady(name, until),
+            *tail,
+        ]
+
+    warn = (
+        "{n}:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.3<4711> with status=12",
+        f"[{_ts(320)},000] [ERROR] RuntimeError: NCCL error: remote process exited",
+    )
+    job = _write(
+        tmp_path / "lost",
+        {
+            "n1/rank0.log": node("n1", "10.0.0.1", 300, (warn[0].format(n="n1"), warn[1])),
+            "n2/rank0.log": node("n2", "10.0.0.2", 300, (warn[0].format(n="n2"), warn[1])),
+            "n3/rank0.log": node("n3", "10.0.0.3", 300),
+            "n4/rank0.log": node("n4", "10.0.0.4", 300, (warn[0].format(n="n4"), warn[1])),
+        },
+    )
+    job_id = ingest_job(store, job).job.id
+    report = diagnose_job(store, job_id, rules=[], write=False).report
+    assert report["silent_nodes"] == ["n3"]
+    assert report["nodes"][0]["node"] == "n3"
+    assert report["verdict"]["evict"] == ["n3"]
+    assert report["verdict"]["category"] == "hardware/node"

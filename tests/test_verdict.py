@@ -26,8 +26,8 @@ NODES = [
 ]
 
 
-def _ev(text: str, nodes: tuple[str, ...], *reasons: str) -> VerdictEvent:
-    return VerdictEvent(text, nodes, reasons)
+def _ev(text: str, nodes: tuple[str, ...], *reasons: str, score: float = 1.0) -> VerdictEvent:
+    return VerdictEvent(text, nodes, reasons, score)
 
 
 def test_a_user_error_evicts_nobody() -> None:
@@ -45,8 +45,8 @@ def test_a_user_error_evicts_nobody() -> None:
 def test_a_named_culprit_is_evicted_alone_for_a_hardware_fault() -> None:
     rule = VerdictRule("gpu-xid-79-fallen-off-bus", "hardware/accelerator", "cause", ("n3",), 0.9)
     events = [
-        _ev("NET/IB : Got completion from peer 10.0.0.3", ("n1",)),
-        _ev("NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus", ("n3",)),
+        _ev("NET/IB : Got completion from peer 10.0.0.3", ("n1",), score=0.9),
+        _ev("NVRM: Xid (PCI:0000:18:00): 79, GPU has fallen off the bus", ("n3",), score=0.5),
     ]
     v = decide(events, NODES, [rule], LEX, n_nodes=3)
     assert v.category == "hardware/accelerator" and v.blame == "infrastructure"

@@ -31,6 +31,8 @@ _STRONG = ("named-by-peers", "silent", "straggler-from", "slowdown-onset")
 _EVICTING = ("hardware/accelerator", "hardware/network", "hardware/node")
 _MAX_EVENTS = 10  # ranked events read for a category
 _LEAD_WEIGHT = 0.9  # lexicon weight from which the lead event's words decide the category
+_LEADS = 3  # the leading events: the first few that are not consequences...
+_LEAD_CLOSE = 0.9  # ... scored within this fraction of the first
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,7 @@ class VerdictEvent:
     text: str
     nodes: tuple[str, ...]
     reasons: tuple[str, ...]
+    score: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,20 +184,25 @@ def _from_lead(
     lexicon: Lexicon,
     why: list[str],
 ) -> tuple[str | None, float]:
-    """The lead event, when its own words name the failure beyond doubt (lexicon weight at
+    """The leading events, when their own words name the failure beyond doubt (lexicon weight at
     least ``_LEAD_WEIGHT``): "No space left on device" at the top of the report is the storage
     fault, whatever benign anomaly a rule also found on a node. A lead printed only by
     witnesses (nodes reporting a peer) is their view of the culprit, not a verdict."""
     witnesses = {n.node for n in nodes if any(r.startswith("witness-of:") for r in n.reasons)}
-    lead = next((e for e in events if "cascade" not in e.reasons), None)
-    if lead is None or (lead.nodes and set(lead.nodes) <= witnesses):
-        return None, 0.0
-    said = lead.text.strip().splitlines()[-1] if lead.text.strip() else ""
-    term = lexicon.classify(said) or lexicon.classify(lead.text)
-    if term is None or term.cascade or term.weight < _LEAD_WEIGHT:
-        return None, 0.0
-    why.append(f"lead event {said[:120]!r} ({term.category})")
-    return term.category, 0.95 * term.weight
+    leads = [e for e in events if "cascade" not in e.reasons][:_LEADS]
+    top = leads[0].score if leads else 0.0
+    for lead in leads:
+        if lead.score < _LEAD_CLOSE * top:
+            break
+        if lead.nodes and set(lead.nodes) <= witnesses:
+            continue
+        said = lead.text.strip().splitlines()[-1] if lead.text.strip() else ""
+        term = lexicon.classify(said) or lexicon.classify(lead.text)
+        if term is None or term.cascade or term.weight < _LEAD_WEIGHT:
+            continue
+        why.append(f"lead event {said[:120]!r} ({term.category})")
+        return term.category, 0.95 * term.weight
+    return None, 0.0
 
 
 def _from_words(

@@ -28,6 +28,7 @@ from l4_plugin.analysis.results import (
     JobTemplateStat,
     KeptTemplate,
     SilenceResult,
+    SilentNode,
     Slowdown,
     SpatialResult,
     StageResult,
@@ -382,6 +383,7 @@ def _spatial(
 # A node that printed an error of its own this close to its last line died loudly: it stopped,
 # but it is not what "silent" warns of (a hung or dead rank that prints nothing).
 _LOUD_END_SECONDS = 60.0
+_NAMED_SILENT_SCORE = 0.9
 
 
 def _loud_ends(data: JobData, events: tuple[EventStat, ...], kept: frozenset[str]) -> set[str]:
@@ -401,14 +403,45 @@ def _silence(
     events: tuple[EventStat, ...],
     nodes: list[str],
     kept: frozenset[str] = frozenset(),
+    peers: PeerResult | None = None,
 ) -> SilenceResult:
     """Nodes whose own logging stopped while the job went on (:mod:`~l4_plugin.analysis.silence`),
-    less those that ended with an error of their own (they died loudly: their error says why)."""
+    less those that ended with an error of their own (they died loudly: their error says why),
+    plus nodes the peers' failure evidence names that printed nothing from before it on: a node
+    lost seconds before its peers give up is as silent as one lost an hour before."""
     result = _silence_detector(data, events, nodes)
     if data.time_unit != "ts":
         return result
     loud = _loud_ends(data, events, kept)
-    return replace(result, silent=tuple(s for s in result.silent if s.node not in loud))
+    silent = [s for s in result.silent if s.node not in loud]
+    found = {s.node for s in silent}
+    last: dict[str, float] = {}
+    for (node, _), cell in data.cells.items():
+        last[node] = max(last.get(node, -math.inf), cell.last_ts)
+    for named in peers.named if peers is not None else ():
+        if named.node in found or named.node in loud or named.node not in last:
+            continue
+        said = [
+            data.cells[(w, t)].first_ts
+            for w in named.witnesses
+            for t in named.templates
+            if (w, t) in data.cells
+        ]
+        if said and last[named.node] <= min(said):
+            silent.append(
+                SilentNode(
+                    node=named.node,
+                    score=_NAMED_SILENT_SCORE * named.share,
+                    last_ts=last[named.node],
+                    last_iteration=data.node_last_iteration.get(named.node),
+                    lag_seconds=min(said) - last[named.node],
+                    lag_iterations=None,
+                    missing_periodic=(),
+                    missing_new=named.templates,
+                )
+            )
+    silent.sort(key=lambda s: (-s.score, s.node))
+    return replace(result, silent=tuple(silent))
 
 
 def _silence_detector(
@@ -660,15 +693,15 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
     spatial, matrix = _spatial(data, events, nodes, kept, options)
     if not spatial.defined:
         notes.append(spatial.note)
-    silence = _silence(data, events, nodes, kept) if len(nodes) >= 2 else None
     stage = _stage(data)
+    peers = _peers(data, events, kept, stage.stage if stage else None)
+    silence = _silence(data, events, nodes, kept, peers) if len(nodes) >= 2 else None
     iterations = _iterations(data, kept, options)
     if iterations is None:
         notes.append("no iterations found: the temporal comparison of iterations did not run")
     stragglers = _stragglers(data, nodes)
     slowdown = _slowdown(data, kept, len(nodes))
     events = timed_in_stage(events, data, stage.stage if stage else None)
-    peers = _peers(data, events, kept, stage.stage if stage else None)
     fusion = (
         # Kernel and BMC clocks tick in whole seconds and drift from the ranks' clocks: "at the
         # same moment" is a few seconds wide.

@@ -167,6 +167,7 @@ def build_report(
                 text=f"{texts.get(ev.template_id, '')}\n{e['sample']}",
                 nodes=ev.nodes,
                 reasons=ev.reasons,
+                score=ev.score,
             )
             for ev, e in zip(fusion.events, events, strict=True)
         ],

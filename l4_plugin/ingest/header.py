@@ -71,8 +71,9 @@ _ISO = (
 
 # torchrun --tee / --log-dir prefixes ("[default3]:", role + local rank) and PyTorch's per-rank
 # prefix ("[rank11]:", global rank), possibly both: "[default3]:[rank11]:[E1105 ...] ...".
-_RANK_PREFIX = re.compile(r"((?:\[(?:rank|default)\d+\]:)+)")
-_PREFIX_PART = re.compile(r"\[(rank|default)(\d+)\]:")
+# A custom loop's "[rank0] [2026-09-19 20:40:00] ..." (a space, not a colon) is the same prefix.
+_RANK_PREFIX = re.compile(r"((?:\[(?:rank|default)\d+\](?::|[ \t](?=\[)))+)")
+_PREFIX_PART = re.compile(r"\[(rank|default)(\d+)\](?::|[ \t])")
 _BODY_RANK = re.compile(r"\[Rank (\d+)\]")
 
 # "[2024-05-03 10:11:12,345] [INFO] [logging.py:96:log_dist] " (DeepSpeed) and

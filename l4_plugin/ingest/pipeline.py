@@ -397,6 +397,10 @@ def _write(
                 stage, it = timeline.place(
                     stage[1:], first_ms / 1000.0 if first_ms is not None else None
                 )
+            else:
+                stage = timeline.refine(
+                    stage, it, first_ms / 1000.0 if first_ms is not None else None
+                )
             start, span = bucket_of(it) if it is not None else (None, 0)
             key = (node, template.id, stage, start)
             doc = merged.get(key)

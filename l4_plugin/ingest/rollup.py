@@ -71,7 +71,7 @@ class Group:
 
 # "[rank3]:", "[default3]:" and torchrun --tee around PyTorch's "[default3]:[rank11]:" (the global
 # rank wins, as in header.rank_prefix; this is the per-line fast path of the same rule).
-_PREFIX_RANK = re.compile(r"\[(?:rank|default)(\d+)\]:(?:\[rank(\d+)\]:)?")
+_PREFIX_RANK = re.compile(r"\[(?:rank|default)(\d+)\](?::|[ \t])(?:\[rank(\d+)\]:)?")
 
 GroupKey = tuple[LineKind, str, int | None]
 #: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset.
@@ -215,8 +215,11 @@ class NodeRollup:
                         k = entered.get((stage, iteration), 0)
                         entered[(stage, iteration)] = k + 1
                         timeline.mark((stage, iteration, k), ts_ref)
+                # Unplaced: no iteration marker of its own yet, or inside a checkpoint save
+                # whose end another rank may print ("successfully saved" comes from rank 0).
+                unplaced = iteration is None or stage == "checkpointing"
                 if (
-                    iteration is None
+                    unplaced
                     and ts_ref is not slot_ref
                     and ts_ref is not None
                     and (
@@ -229,7 +232,7 @@ class NodeRollup:
                     ts = parse_header(ts_ref, _SLOT_YEAR).timestamp
                     if ts is not None:
                         slot = int(ts)
-                if iteration is None:
+                if unplaced:
                     key_stage, key_it = _UNPLACED[stage], slot
                     if not kind.has_timestamp and (
                         kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS
@@ -342,7 +345,8 @@ def time_ref(rollup: NodeRollup, key_it: int | None, group: Group) -> str | None
 
 def _tag(stage: str, iteration: int | None, slot: int | None) -> tuple[str, int | None]:
     """The (stage, iteration) part of a group key: unplaced lines carry their time slot."""
-    return (_UNPLACED[stage], slot) if iteration is None else (stage, iteration)
+    unplaced = iteration is None or stage == "checkpointing"
+    return (_UNPLACED[stage], slot) if unplaced else (stage, iteration)
 
 
 def _at(block: Block | None, i: int) -> int | None:

@@ -18,6 +18,7 @@ per transition, at the end (``resolve``), with the job's clock.
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Callable
 
 from l4_plugin.ingest.stages import STAGE_ORDER
@@ -29,11 +30,19 @@ UNPLACED = "?"
 MarkKey = tuple[str, int | None, int]
 
 
+def _order_iteration(key: MarkKey) -> float:
+    stage, it, _ = key
+    if it is not None:
+        return float(it)
+    return -math.inf if STAGE_ORDER.index(stage) < STAGE_ORDER.index("training") else math.inf
+
+
 class Timeline:
     """Stage and iteration transitions of a job, with the line that timestamps each."""
 
     def __init__(self) -> None:
         self.marks: dict[MarkKey, str] = {}
+        self._seq: dict[MarkKey, int] = {}  # order of recording: a file's own order
         self._times: list[float] = []
         self._states: list[tuple[str, int | None]] = []
 
@@ -41,6 +50,7 @@ class Timeline:
         """Record a transition; the first file to reach it (with a timestamp) defines its time."""
         if ts_ref is not None and key not in self.marks:
             self.marks[key] = ts_ref
+            self._seq[key] = len(self._seq)
 
     def resolve(self, seconds: Callable[[str], float | None]) -> None:
         """Parse the transitions' times (``seconds`` of a reference line) and order them.
@@ -49,14 +59,27 @@ class Timeline:
         iteration line) takes the iteration the job was in at that time.
         """
         timed = []
-        for (stage, it, k), ref in self.marks.items():
+        for key, ref in self.marks.items():
             t = seconds(ref)
             if t is not None:
-                timed.append((t, STAGE_ORDER.index(stage), k, stage, it))
-        timed.sort(key=lambda x: (x[0], x[4] if x[4] is not None else -1, x[1], x[2]))
+                timed.append((t, key, self._seq[key]))
+        # Many transitions share a time: timestamps are whole seconds, and lines without one
+        # (tqdm bars) take the last stamped line's. At one time: by iteration (a rank that
+        # printed no iteration line of its own: before them when it is still starting up,
+        # after them when it saves or shuts down), the start of an iteration before what
+        # happens within it (a checkpoint save, the return to training after it), then in the
+        # order the files printed them.
+        timed.sort(
+            key=lambda x: (
+                x[0],
+                _order_iteration(x[1]),
+                0 if x[1][0] == "training" and x[1][2] == 0 else 1,
+                x[2],
+            )
+        )
         self._times, self._states = [], []
         current: int | None = None
-        for t, _, _, stage, it in timed:
+        for t, (stage, it, _), _ in timed:
             if it is not None:
                 current = it if current is None else max(current, it)
             self._times.append(t)
@@ -84,3 +107,16 @@ class Timeline:
         if STAGE_ORDER.index(own) > STAGE_ORDER.index(stage) and stage != "training":
             return own, it
         return stage, it
+
+    def refine(self, stage: str, iteration: int | None, t: float | None) -> str:
+        """The stage of a line whose file has its own iteration markers.
+
+        Its own stage machine holds, except for a checkpoint save that only another rank
+        announced (Megatron-LM prints "saving checkpoint" from rank 0 only, while the iteration
+        lines come from the last pipeline stage): a line printed in training at iteration K
+        after the job started saving the checkpoint of iteration K belongs to that save.
+        """
+        if stage != "training" or iteration is None or t is None or self.empty:
+            return stage
+        job_stage, job_it = self.at(t)
+        return "checkpointing" if job_stage == "checkpointing" and job_it == iteration else stage
