@@ -228,3 +228,30 @@ def test_a_node_its_peers_name_that_printed_nothing_since_is_silent(
     assert report["nodes"][0]["node"] == "n3"
     assert report["verdict"]["evict"] == ["n3"]
     assert report["verdict"]["category"] == "hardware/node"
+
+
+def test_without_a_baseline_the_failure_words_outrank_the_cascade(
+    tmp_path: Path, store: Store
+) -> None:
+    # One pasted log, no baseline: the OOM explains the watchdog timeouts printed after it.
+    lines = [
+        f"[{_ts(0)},000] [INFO] starting",
+        f"[{_ts(10)},000] [ERROR] [rank0]: Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+        f"[{_ts(10)},000] [ERROR] [rank1]: Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=7, OpType=ALLREDUCE) ran for 600000 milliseconds before timing out.",
+        f"[{_ts(10)},000] [ERROR] torch.OutOfMemoryError: CUDA out of memory. Tried to "
+        "allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB",
+    ]
+    job = _write(tmp_path / "pasted", {"n1/rank0.log": lines})
+    report = diagnose_job(store, ingest_job(store, job).job.id, rules=[], write=False).report
+    assert "out of memory" in report["events"][0]["sample"]
+    assert "failure-words:user/config" in report["events"][0]["reasons"]
+    assert report["verdict"]["category"] == "user/config" and report["verdict"]["evict"] == []
+
+
+def test_a_lone_warning_is_reported_rather_than_nothing(tmp_path: Path, store: Store) -> None:
+    line = "[WARNING] [runner.py:196:fetch_hostfile] Unable to find hostfile, will proceed"
+    job = _write(tmp_path / "one-line", {"n1/rank0.log": [line]})
+    report = diagnose_job(store, ingest_job(store, job).job.id, rules=[], write=False).report
+    assert [e["sample"] for e in report["events"]] == [line]

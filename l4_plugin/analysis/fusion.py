@@ -79,6 +79,13 @@ _UNNAMED_FACTOR = 0.85
 _CASCADE_FACTOR = 0.75
 
 
+_FALLBACK_EVENTS = 3
+
+
+def _flagged(level: str | None) -> bool:
+    return is_error(level) or (level or "").upper() in ("WARN", "WARNING")
+
+
 def is_error(level: str | None) -> bool:
     """True for ERROR-like levels (ERROR, FATAL, CRITICAL…)."""
     return level is not None and level_weight(level, 2.0) == 2.0
@@ -130,13 +137,15 @@ class Fusion:
         discounts: Mapping[str, tuple[float, str]] | None = None,
         slowdown: Slowdown | None = None,
         peers: PeerResult | None = None,
+        priors: Mapping[str, tuple[float, str]] | None = None,
     ) -> Fusion:
         """Rank events and nodes from whatever analyses ran (None = that analysis did not run).
 
         ``discounts`` maps a template to ``(factor, reason)``: its fused score is multiplied by
         the factor and the reason is listed — evidence *against* an event (a benign line that
         recurs long before the failure, a line that carries no information) that noisy-OR
-        cannot express.
+        cannot express. ``priors`` maps a template to ``(weight, reason)``: evidence *for* it
+        that no comparison gave (the failure lexicon's words when there is no baseline).
         """
         if not 0.0 < self.relative_threshold <= 1.0:
             raise AnalysisError(
@@ -199,6 +208,9 @@ class Fusion:
                     if t in reasons:
                         reasons[t].append(("only-on-silent-node-peers", _SILENT_PEER_WEIGHT))
 
+        for t, (w, why) in (priors or {}).items():
+            if t in reasons:
+                reasons[t].append((why, w))
         factor = {t: f for t, (f, _) in (discounts or {}).items()}
         pre = {t: _noisy_or(w for _, w in r) * factor.get(t, 1.0) for t, r in reasons.items() if r}
         earliest = self._earliest(pre, by_id, job_stage, n_nodes)
@@ -308,7 +320,13 @@ class Fusion:
             return c.score / _CASCADE_FACTOR if "cascade" in c.reasons else c.score
 
         cut = max(self.min_score, self.relative_threshold * max(weight(c) for c in candidates))
-        return tuple(c for c in candidates if weight(c) >= cut)[: self.max_events]
+        chosen = tuple(c for c in candidates if weight(c) >= cut)[: self.max_events]
+        if chosen:
+            return chosen
+        # Nothing clears the cut-off, but the log holds warnings or errors: report the best of
+        # them rather than nothing — their low scores say how sure this is.
+        flagged = [c for c in candidates if c.score > 0 and _flagged(c.level)]
+        return tuple(flagged[:_FALLBACK_EVENTS])
 
     def _nodes(
         self,

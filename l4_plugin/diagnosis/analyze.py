@@ -18,6 +18,7 @@ import numpy as np
 
 from l4_plugin.analysis.crossjob import CrossJobFilter
 from l4_plugin.analysis.fusion import Fusion, is_error
+from l4_plugin.analysis.lexicon import Lexicon, default_lexicon
 from l4_plugin.analysis.peers import PeerResult, name_peers
 from l4_plugin.analysis.results import (
     BaselineStat,
@@ -648,6 +649,34 @@ def _bucket_times(data: JobData, its: list[int], secs: list[float]) -> dict[int,
 
 
 _PRE_TRAINING = frozenset({"init", "data_loading", "model_loading"})
+# With nothing to compare with, the failure lexicon's words are evidence: a line naming a known
+# failure (weight w in the lexicon) gets w × _PRIOR_WEIGHT; the words of a consequence (a
+# watchdog timeout, the launcher's teardown) count against the line.
+_PRIOR_WEIGHT = 0.6
+_CASCADE_WORDS_FACTOR = 0.5
+
+
+def lexicon_priors(
+    data: JobData, lexicon: Lexicon
+) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:
+    """(priors, discounts) of the job's templates from the failure lexicon's words.
+
+    A record is read by its last line first (a traceback says what went wrong there), then as a
+    whole; the words are those of the exemplar line and of the template.
+    """
+    priors: dict[str, tuple[float, str]] = {}
+    against: dict[str, tuple[float, str]] = {}
+    for tid, info in data.templates.items():
+        message = info.message.strip()
+        last = message.splitlines()[-1] if message else ""
+        term = lexicon.classify(last) or lexicon.classify(f"{info.text}\n{message}")
+        if term is None:
+            continue
+        if term.cascade:
+            against[tid] = (_CASCADE_WORDS_FACTOR, "consequence-words")
+        else:
+            priors[tid] = (_PRIOR_WEIGHT * term.weight, f"failure-words:{term.category}")
+    return priors, against
 
 
 def _peers(
@@ -702,6 +731,10 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
     stragglers = _stragglers(data, nodes)
     slowdown = _slowdown(data, kept, len(nodes))
     events = timed_in_stage(events, data, stage.stage if stage else None)
+    priors: dict[str, tuple[float, str]] = {}
+    against: dict[str, tuple[float, str]] = {}
+    if crossjob.no_baseline:
+        priors, against = lexicon_priors(data, default_lexicon())
     fusion = (
         # Kernel and BMC clocks tick in whole seconds and drift from the ranks' clocks: "at the
         # same moment" is a few seconds wide.
@@ -716,8 +749,9 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
             stage=stage,
             stragglers=stragglers,
             slowdown=slowdown,
-            discounts=discounts(data, stragglers, slowdown, events, kept),
+            discounts=against | discounts(data, stragglers, slowdown, events, kept),
             peers=peers,
+            priors=priors,
         )
         .result_
     )
