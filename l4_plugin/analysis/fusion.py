@@ -138,6 +138,7 @@ class Fusion:
         slowdown: Slowdown | None = None,
         peers: PeerResult | None = None,
         priors: Mapping[str, tuple[float, str]] | None = None,
+        ordering: Mapping[str, tuple[float, str]] | None = None,
     ) -> Fusion:
         """Rank events and nodes from whatever analyses ran (None = that analysis did not run).
 
@@ -146,6 +147,8 @@ class Fusion:
         recurs long before the failure, a line that carries no information) that noisy-OR
         cannot express. ``priors`` maps a template to ``(weight, reason)``: evidence *for* it
         that no comparison gave (the failure lexicon's words when there is no baseline).
+        ``ordering`` maps a template to ``(factor, reason)`` like ``discounts`` but only orders
+        the recommended set (a consequence's words rank it after what explains it).
         """
         if not 0.0 < self.relative_threshold <= 1.0:
             raise AnalysisError(
@@ -234,18 +237,28 @@ class Fusion:
         for t, (_, why) in (discounts or {}).items():
             if reasons.get(t):
                 reasons[t].append((why, 0.0))
+        # Factors that order the set without changing who is in it.
+        order: dict[str, float] = {}
         for t, r in reasons.items():
             if any(name == "cascade" for name, _ in r):
-                factor[t] = factor.get(t, 1.0) * _CASCADE_FACTOR
+                order[t] = order.get(t, 1.0) * _CASCADE_FACTOR
+        for t, (f, why) in (ordering or {}).items():
+            if reasons.get(t):
+                reasons[t].append((why, 0.0))
+                order[t] = order.get(t, 1.0) * f
         candidates = sorted(
-            (self._ranked(by_id[t], r, factor.get(t, 1.0)) for t, r in reasons.items() if r),
+            (
+                self._ranked(by_id[t], r, factor.get(t, 1.0) * order.get(t, 1.0))
+                for t, r in reasons.items()
+                if r
+            ),
             key=lambda ev: (
                 -ev.score,
                 ev.first_seen if ev.first_seen is not None else 0.0,
                 ev.template_id,
             ),
         )
-        selected = self._select(candidates)
+        selected = self._select(candidates, order)
         ranked_nodes = self._nodes(
             all_nodes,
             selected,
@@ -310,14 +323,17 @@ class Fusion:
             level=e.level,
         )
 
-    def _select(self, candidates: Sequence[RankedEvent]) -> tuple[RankedEvent, ...]:
+    def _select(
+        self, candidates: Sequence[RankedEvent], order: Mapping[str, float]
+    ) -> tuple[RankedEvent, ...]:
         if not candidates:
             return ()
 
-        # Membership is judged before the cascade scaling: it orders the set, it does not
-        # shrink it.
+        # Membership is judged before the ordering factors (cascade, consequence words): they
+        # order the set, they do not shrink it.
         def weight(c: RankedEvent) -> float:
-            return c.score / _CASCADE_FACTOR if "cascade" in c.reasons else c.score
+            f = order.get(c.template_id, 1.0)
+            return c.score / f if f > 0 else c.score
 
         cut = max(self.min_score, self.relative_threshold * max(weight(c) for c in candidates))
         chosen = tuple(c for c in candidates if weight(c) >= cut)[: self.max_events]

@@ -257,7 +257,8 @@ def discounts(
         for tid, cells in per.items():
             if (slow and set(cells) <= slow) or tid in onset:
                 continue
-            its = seen.get(tid)
+            # Kernel / BMC lines are placed on iterations by their own clock: judged by time.
+            its = None if tid in data.job.system_templates else seen.get(tid)
             if its is not None:
                 chronic = len(its) >= _CHRONIC_BUCKETS and min(its) <= cutoff
             else:
@@ -731,10 +732,11 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
     stragglers = _stragglers(data, nodes)
     slowdown = _slowdown(data, kept, len(nodes))
     events = timed_in_stage(events, data, stage.stage if stage else None)
-    priors: dict[str, tuple[float, str]] = {}
-    against: dict[str, tuple[float, str]] = {}
-    if crossjob.no_baseline:
-        priors, against = lexicon_priors(data, default_lexicon())
+    # The lexicon's words order every diagnosis (a consequence after what explains it); with
+    # nothing to compare with they are also evidence for a line.
+    priors, consequences = lexicon_priors(data, default_lexicon())
+    if not crossjob.no_baseline:
+        priors = {}
     fusion = (
         # Kernel and BMC clocks tick in whole seconds and drift from the ranks' clocks: "at the
         # same moment" is a few seconds wide.
@@ -749,9 +751,10 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
             stage=stage,
             stragglers=stragglers,
             slowdown=slowdown,
-            discounts=against | discounts(data, stragglers, slowdown, events, kept),
+            discounts=discounts(data, stragglers, slowdown, events, kept),
             peers=peers,
             priors=priors,
+            ordering=consequences,
         )
         .result_
     )
