@@ -255,3 +255,35 @@ def test_a_lone_warning_is_reported_rather_than_nothing(tmp_path: Path, store: S
     job = _write(tmp_path / "one-line", {"n1/rank0.log": [line]})
     report = diagnose_job(store, ingest_job(store, job).job.id, rules=[], write=False).report
     assert [e["sample"] for e in report["events"]] == [line]
+
+
+def test_a_chained_traceback_is_one_record_named_by_its_last_exception(
+    tmp_path: Path, store: Store
+) -> None:
+    lines = [
+        f"[{_ts(0)},000] [INFO] saving checkpoint",
+        "Traceback (most recent call last):",
+        '  File "/w/checkpointing.py", line 402, in save_checkpoint',
+        "    torch.save(state_dict, checkpoint_name)",
+        "RuntimeError: [enforce fail at inline_container.cc:595] . unexpected pos 1536 vs 1424",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "/w/checkpointing.py", line 402, in save_checkpoint',
+        "OSError: [Errno 28] No space left on device: '/ckpt/iter_56/model.pt'",
+    ]
+    job = _write(tmp_path / "chained", {"n1/rank0.log": lines})
+    job_id = ingest_job(store, job).job.id
+    store.refresh(store.names.events)
+    texts = [
+        h["_source"]["l4.template.text"]
+        for h in store.search(store.names.events, {"size": 50})["hits"]["hits"]
+        if h["_source"]["l4.job.id"] == job_id
+    ]
+    assert any(t.startswith("OSError") for t in texts)
+    assert not any(t.startswith("RuntimeError") for t in texts)
+    report = diagnose_job(store, job_id, rules=[], write=False).report
+    top = report["events"][0]
+    assert top["sample"].splitlines()[-1].startswith("OSError: [Errno 28]")
+    assert "RuntimeError: [enforce fail" in top["sample"]  # the whole chain is its message

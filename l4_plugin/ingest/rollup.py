@@ -28,6 +28,7 @@ MAX_KEPT_PER_GROUP = 50  # lines kept per (node, kind, bucket) for l4-lines
 RARE_SAMPLE = 3  # first lines of every group, kept in case the template is rare in the job
 MAX_TRACEBACK_LINES = 200
 _TB_CONTINUATION = ("During handling of the above", "The above exception", "Traceback (most")
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 _OPEN_LEVELS = frozenset({"ERROR", "CRITICAL"})
 # Lines of a file without iteration markers wait for the job timeline, keyed by the second they
 # were printed in. The timestamp is read at most every SLOT_EVERY lines (always for the lines
@@ -125,6 +126,10 @@ class NodeRollup:
         slot_pos = -SLOT_EVERY
         open_run: int | None = None
         stamp_pos = 0
+        # The traceback just closed, while a chained one ("During handling of the above
+        # exception…") may still follow: (group key, group, its kept line, message, first
+        # position, byte offset, the Traceback line's kind).
+        chain: tuple[GroupKey, Group, KeptLine | None, str, int, int | None, LineKind] | None = None
         roles = self.roles
         stage = "init"
         iteration: int | None = None
@@ -161,6 +166,27 @@ class NodeRollup:
                 # A line absorbed into the record it continues: a traceback's frames, or the
                 # continuation lines of the error record just before (``continuations``).
                 absorbed = False
+                if chain is not None and tb is None:
+                    body = raw[m.end() :] if kind.rank_prefix and m else raw
+                    if body.startswith(_CHAINED):
+                        # A chained exception: one record, identified by the exception that
+                        # ends it. The first one's occurrence is taken back.
+                        key0, group0, kept0, message0, tb_start, tb_offset, tb_kind = chain
+                        group0.count -= 1
+                        if kept0 is not None and kept0 in group0.kept:
+                            group0.kept.remove(kept0)
+                        if group0.count <= 0 and groups.get(key0) is group0:
+                            del groups[key0]
+                        if open_group is group0:
+                            open_group = open_kept = None
+                        tb = [*message0.split("\n"), raw]
+                        chain = None
+                        if sink is not None:
+                            tag, at_it = _tag(stage, iteration, slot)
+                            sink(pos, raw, kind, tag, at_it, ts_ref, line_rank, tb_offset)
+                        continue
+                    if body.strip():
+                        chain = None
                 if tb is not None:
                     body = raw[m.end() :] if kind.rank_prefix and m else raw
                     if (
@@ -295,6 +321,8 @@ class NodeRollup:
                     this_kept: KeptLine | None = kept[-1]
                 else:
                     this_kept = None
+                if joined and tb_kind is not None:
+                    chain = (key, group, this_kept, message, first_pos, tb_offset, tb_kind)
                 opener = opens.get(kind)
                 if opener is None:
                     opener = opens[kind] = self.rules.opens(kind.body)
