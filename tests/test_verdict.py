@@ -127,3 +127,20 @@ def test_rules_check_reports_a_broken_lexicon(tmp_path: Path) -> None:
     (tmp_path / "lexicon.yaml").write_text("entries:\n  - {pattern: '(', category: framework}\n")
     errors = check_paths([tmp_path])
     assert len(errors) == 1 and "entries[0].pattern: invalid regex" in str(errors[0])
+
+
+def test_cuda_boilerplate_is_never_the_sample() -> None:
+    from l4_plugin.diagnosis.document import without_boilerplate
+
+    record = (
+        "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+        "stacktrace below might be incorrect.\n"
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1.\n"
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
+    )
+    assert without_boilerplate(record) == (
+        "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    )
+    only = "For debugging consider passing CUDA_LAUNCH_BLOCKING=1."
+    assert without_boilerplate(only) == only

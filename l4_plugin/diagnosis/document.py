@@ -9,6 +9,7 @@ the JSON, the HTML and the dashboards never disagree.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -53,14 +54,29 @@ def iso(value: float | None, unit: str = "ts") -> str | None:
     return datetime.fromtimestamp(value, UTC).isoformat(timespec="milliseconds")
 
 
+# What CUDA and c10 append to every error: hints, never what went wrong.
+_BOILERPLATE = re.compile(
+    r"CUDA kernel errors might be asynchronously reported|"
+    r"For debugging consider passing CUDA_LAUNCH_BLOCKING|Compile with `?TORCH_USE_CUDA_DSA"
+)
+
+
+def without_boilerplate(message: str) -> str:
+    """A record's lines less the hints every CUDA error appends (kept when that is all)."""
+    lines = message.split("\n")
+    kept = [line for line in lines if not _BOILERPLATE.search(line)]
+    return "\n".join(kept) if kept else message
+
+
 def _sample(
     tid: str, samples: Mapping[str, Mapping[str, Any]], data: JobData
 ) -> tuple[str, str | None]:
     src = samples.get(tid)
     if src is not None:
-        return str(source_field(src, "message") or ""), source_field(src, "host.name")
+        message = str(source_field(src, "message") or "")
+        return without_boilerplate(message), source_field(src, "host.name")
     info = data.templates.get(tid)
-    return (info.message if info else ""), None
+    return (without_boilerplate(info.message) if info else ""), None
 
 
 def build_report(
