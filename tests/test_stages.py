@@ -210,3 +210,15 @@ def test_done_without_then_is_an_error(tmp_path: Path) -> None:
     bad.write_text("stages:\n  - name: checkpointing\n    done: ['saved']\n")
     with pytest.raises(ConfigError, match=r"stages\[0\]\.then: .* got None"):
         StageRules.load(bad)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "Epoch 1:  45%|████▌     | 450/1000 [01:23<01:40,  5.4it/s, loss=2.31, v_num=0]",
+        "  1/100  3.09G  3.413  4.199  13  640: 100% ━━━━━━━━ 588/588 3.6it/s 2:45",
+    ],
+)
+def test_a_progress_bar_with_a_rate_means_training(rules: StageRules, raw: str) -> None:
+    kind = LineParser().feed([raw])[0]
+    assert rules.role(kind.body).stage == "training"

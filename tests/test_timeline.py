@@ -287,3 +287,34 @@ def test_a_chained_traceback_is_one_record_named_by_its_last_exception(
     top = report["events"][0]
     assert top["sample"].splitlines()[-1].startswith("OSError: [Errno 28]")
     assert "RuntimeError: [enforce fail" in top["sample"]  # the whole chain is its message
+
+
+def test_a_pasted_traceback_without_markers_takes_its_stage_from_its_stack(
+    tmp_path: Path, store: Store
+) -> None:
+    lines = [
+        "[rank0]: Traceback (most recent call last):",
+        '[rank0]:   File "/x/gan.py", line 196, in training_step',
+        "[rank0]:     self.manual_backward(d_loss)",
+        "[rank0]: RuntimeError: It looks like your LightningModule has parameters that were not "
+        "used in producing the loss returned by training_step.",
+    ]
+    job = _write(tmp_path / "pasted-stack", {"n1/rank0.log": lines})
+    report = diagnose_job(store, ingest_job(store, job).job.id, rules=[], write=False).report
+    assert report["stage"] == "training"
+    assert "RuntimeError" in report["events"][0]["sample"]
+
+
+def test_stack_frames_are_validated(tmp_path: Path) -> None:
+    import pytest
+
+    from l4_plugin.errors import ConfigError
+    from l4_plugin.ingest.stages import StageRules, default_stage_rules
+
+    assert default_stage_rules().stage_of_stack('File "t.py", line 3, in save_checkpoint') == (
+        "checkpointing"
+    )
+    bad = tmp_path / "stages.yaml"
+    bad.write_text("frames:\n  - {stage: warmup, pattern: 'x'}\n", "utf-8")
+    with pytest.raises(ConfigError, match=r"stages.yaml: frames\[0\]: needs a stage"):
+        StageRules.load(bad)

@@ -45,7 +45,7 @@ from l4_plugin.analysis.temporal import (
     StragglerDetector,
 )
 from l4_plugin.diagnosis.facts import BaselinePool, JobData
-from l4_plugin.ingest.stages import STAGE_ORDER
+from l4_plugin.ingest.stages import STAGE_ORDER, default_stage_rules
 
 # Below this many exact (one-iteration) buckets the coarse early buckets are analysed too.
 _MIN_EXACT_ITERATIONS = 8
@@ -472,6 +472,30 @@ def _silence_detector(
     ).result_
 
 
+def _stage_from_stack(
+    data: JobData, stage: StageResult | None, events: tuple[EventStat, ...], kept: frozenset[str]
+) -> StageResult | None:
+    """When no rank printed a stage marker (every line in ``init``: a pasted excerpt), the
+    earliest kept error record whose stack names a stage says where the job failed."""
+    if stage is not None and (
+        stage.stage != "init" or any(s != "init" for _, s in data.stage_spans)
+    ):
+        return stage
+    rules = default_stage_rules()
+    errors = sorted(
+        (e for e in events if e.template_id in kept and is_error(e.level)),
+        key=lambda e: (e.first if e.first is not None else math.inf, e.template_id),
+    )
+    for e in errors:
+        info = data.templates.get(e.template_id)
+        found = rules.stage_of_stack(f"{info.text}\n{info.message}") if info else None
+        if found is not None:
+            if stage is None:
+                return StageResult(stage=found, order=STAGE_ORDER, nodes=(), lagging=())
+            return replace(stage, stage=found, lagging=())
+    return stage
+
+
 def _stage(data: JobData) -> StageResult | None:
     spans = []
     for (node, stage), (f, last, fp, lp) in data.stage_spans.items():
@@ -724,6 +748,9 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
     if not spatial.defined:
         notes.append(spatial.note)
     stage = _stage(data)
+    # The stage the failing record's stack names, reported when no rank printed a marker; the
+    # fusion keeps judging "in the failing stage" by the lines' own stages.
+    reported = _stage_from_stack(data, stage, events, kept)
     peers = _peers(data, events, kept, stage.stage if stage else None)
     silence = _silence(data, events, nodes, kept, peers) if len(nodes) >= 2 else None
     iterations = _iterations(data, kept, options)
@@ -758,6 +785,8 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
         )
         .result_
     )
+    if reported is not None and (stage is None or reported.stage != stage.stage):
+        fusion = replace(fusion, stage=reported.stage)
     return Analysis(
         events=events,
         nodes=tuple(nodes),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -96,11 +97,13 @@ class StageRules:
         iterations: list[IterationRule],
         continuations: tuple[re.Pattern[str], ...] = (),
         openers: tuple[re.Pattern[str], ...] = (),
+        frames: tuple[tuple[str, re.Pattern[str]], ...] = (),
     ) -> None:
         self.stages = stages
         self.iterations = iterations
         self.continuations = continuations
         self.openers = openers
+        self.frames = frames
         self.pre_training = frozenset(s.name for s in stages if s.pre_training)
 
     @classmethod
@@ -117,7 +120,15 @@ class StageRules:
         openers = tuple(
             _compile(path, f"openers[{i}]", p) for i, p in enumerate(data.get("openers") or [])
         )
-        return cls(stages, iterations, continuations, openers)
+        frames = tuple(_frame(path, i, e) for i, e in enumerate(data.get("frames") or []))
+        return cls(stages, iterations, continuations, openers, frames)
+
+    def stage_of_stack(self, text: str) -> str | None:
+        """The stage a failing record's own stack names (``frames``), if any."""
+        for stage, pattern in self.frames:
+            if pattern.search(text):
+                return stage
+        return None
 
     def continues(self, body: str) -> bool:
         """True when a line kind continues the error record before it (``continuations``)."""
@@ -154,6 +165,15 @@ def _compile(path: Path, where: str, pattern: Any) -> re.Pattern[str]:
         return re.compile(pattern)
     except re.error as exc:
         raise ConfigError(f"{path}: {where}: invalid regex {pattern!r}: {exc}") from None
+
+
+def _frame(path: Path, i: int, entry: Any) -> tuple[str, re.Pattern[str]]:
+    if not isinstance(entry, dict) or entry.get("stage") not in STAGE_ORDER:
+        raise ConfigError(
+            f"{path}: frames[{i}]: needs a stage from {', '.join(STAGE_ORDER)} and a pattern, "
+            f"got {entry!r}"
+        )
+    return str(entry["stage"]), _compile(path, f"frames[{i}].pattern", entry.get("pattern"))
 
 
 def _stage(path: Path, i: int, entry: Any) -> _StageRule:
@@ -202,3 +222,9 @@ def _iteration(path: Path, i: int, entry: Any) -> IterationRule:
         number,
         tuple(seconds),
     )
+
+
+@lru_cache(maxsize=1)
+def default_stage_rules() -> StageRules:
+    """The shipped ``stages.yaml``, loaded once (the analyses read its ``frames``)."""
+    return StageRules.load()
