@@ -318,3 +318,23 @@ def test_stack_frames_are_validated(tmp_path: Path) -> None:
     bad.write_text("frames:\n  - {stage: warmup, pattern: 'x'}\n", "utf-8")
     with pytest.raises(ConfigError, match=r"stages.yaml: frames\[0\]: needs a stage"):
         StageRules.load(bad)
+
+
+def test_ranks_that_never_print_progress_are_not_silent(tmp_path: Path, store: Store) -> None:
+    # Megatron: only the last pipeline stage (n3, n4) prints iteration lines; n1 and n2 print
+    # their start-up and nothing more until the job ends. They are quiet, not stopped.
+    def quiet(node: str) -> list[str]:
+        return [f"[{_ts(s)},000] [INFO] [{node}] building model part {s}" for s in range(0, 6)]
+
+    crash = f"[{_ts(200)},000] [ERROR] RuntimeError: CUDA error: an illegal memory access"
+    job = _write(
+        tmp_path / "quiet",
+        {
+            "n1/rank0.log": quiet("n1"),
+            "n2/rank8.log": quiet("n2"),
+            "n3/rank16.log": _megatron_last_stage(14),
+            "n4/rank24.log": [*_megatron_last_stage(14), crash],
+        },
+    )
+    report = diagnose_job(store, ingest_job(store, job).job.id, rules=[], write=False).report
+    assert report["silent_nodes"] == []

@@ -449,15 +449,48 @@ def _silence(
 def _silence_detector(
     data: JobData, events: tuple[EventStat, ...], nodes: list[str]
 ) -> SilenceResult:
+    """Silent nodes judged among peers of the same role: nodes whose ranks print iteration
+    lines against each other, the quiet ones (earlier pipeline stages, ranks other than 0)
+    against each other; a role with a single node is judged against every node."""
+    progress = data.job.progress_nodes
+    groups = (
+        [sorted(n for n in nodes if n in progress), sorted(n for n in nodes if n not in progress)]
+        if progress
+        else [nodes]
+    )
+    groups = [g for g in groups if g]
+    if len(groups) == 1 or any(len(g) < 2 for g in groups):
+        return _silence_among(data, events, nodes, progress)
+    parts = [_silence_among(data, events, g, progress) for g in groups]
+    silent = tuple(sorted((s for p in parts for s in p.silent), key=lambda s: (-s.score, s.node)))
+    whole = _silence_among(data, events, nodes, progress)
+    return replace(whole, silent=silent)
+
+
+def _silence_among(
+    data: JobData,
+    events: tuple[EventStat, ...],
+    nodes: list[str],
+    progress: frozenset[str] | None,
+) -> SilenceResult:
     row = {n: i for i, n in enumerate(nodes)}
     last_seen = np.full((len(nodes), len(events)), np.nan)
     col = {e.template_id: j for j, e in enumerate(events)}
     for (node, tid), cell in data.cells.items():
-        last_seen[row[node], col[tid]] = cell.last_ts
+        if node in row:
+            last_seen[row[node], col[tid]] = cell.last_ts
     last_ts = np.nanmax(np.where(np.isnan(last_seen), -np.inf, last_seen), axis=1)
     last_ts = np.where(np.isinf(last_ts), np.nan, last_ts)
+    # The iteration a node reached counts for nodes that print iterations themselves; the
+    # others' lines are placed on the job's timeline, which says nothing about them stopping.
     last_it = np.array(
-        [float(data.node_last_iteration.get(n, math.nan)) for n in nodes], dtype=np.float64
+        [
+            float(data.node_last_iteration.get(n, math.nan))
+            if progress is None or n in progress
+            else math.nan
+            for n in nodes
+        ],
+        dtype=np.float64,
     )
     detector = SilenceDetector()
     if data.time_unit != "ts":

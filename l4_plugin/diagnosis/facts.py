@@ -47,6 +47,8 @@ class JobDoc:
     # Whether the job had system logs (kern.log, dmesg…) and the templates only they printed
     system_logs: bool | None = None
     system_templates: frozenset[str] = frozenset()
+    # Nodes whose ranks printed iteration lines of their own (None: ingested before it was kept)
+    progress_nodes: frozenset[str] | None = None
 
 
 @dataclass
@@ -152,7 +154,14 @@ def _job_from_source(source: dict[str, Any]) -> JobDoc:
         iterations=_int_or_none(source_field(source, "l4.job.iterations")),
         system_logs=_bool_or_none(source_field(source, "l4.job.system_logs")),
         system_templates=frozenset(source_field(source, "l4.job.system_templates") or ()),
+        progress_nodes=_progress_nodes(source_field(source, "l4.job.progress_nodes")),
     )
+
+
+def _progress_nodes(value: Any) -> frozenset[str] | None:
+    if value is None:
+        return None
+    return frozenset(str(n) for n in (value if isinstance(value, list) else [value]))
 
 
 def _bool_or_none(value: Any) -> bool | None:

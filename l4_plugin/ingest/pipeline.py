@@ -506,6 +506,11 @@ def _write(
         "l4.job.fingerprint": meta.fingerprint,
         "l4.job.config": meta.config,
         "l4.job.nodes": sorted(rollups),
+        # Nodes with a rank that printed iteration lines of its own: a node without one is
+        # quiet by role (Megatron's earlier pipeline stages), not silent.
+        "l4.job.progress_nodes": sorted(
+            n for n, r in rollups.items() if r.last_iteration is not None
+        ),
         "l4.job.node_count": len(rollups),
         "l4.job.lines": summary.lines,
         "l4.job.ranks": len({r for d in event_docs for r in d[1]["l4.ranks"]}),
