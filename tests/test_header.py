@@ -269,3 +269,31 @@ def test_a_rank_prefix_followed_by_a_space_and_a_bracketed_time() -> None:
     nested = parse_header("[default3]:[rank147] [2026-03-19 11:39:26] iteration 102 | x", 2026)
     assert nested.rank == 147 and nested.timestamp is not None
     assert parse_header("[rank3] hello world", 2026).body_start == 0
+
+
+@pytest.mark.parametrize(
+    ("line", "rank", "level", "ts"),
+    [
+        # Open MPI --tag-output: [jobid,rank]<stdout>:
+        (
+            "[1,12]<stdout>:[2024-05-01 10:00:00,000] [INFO] [engine.py:1:step] iteration 5",
+            12,
+            "INFO",
+            1714557600.0,
+        ),
+        ("[1,3]<stderr>:RuntimeError: CUDA error: an illegal memory access", 3, "ERROR", None),
+        # srun -l: the task id
+        ("7: [2024-05-01 10:00:00,000] [WARNING] NCCL timeout soon", 7, "WARNING", 1714557600.0),
+        ("0: Traceback (most recent call last):", 0, "ERROR", None),
+    ],
+)
+def test_launcher_rank_prefixes(line: str, rank: int, level: str | None, ts: float | None) -> None:
+    h = parse_header(line, 2024)
+    assert h.rank == rank
+    assert (h.level or None) in (level, "WARN" if level == "WARNING" else level)
+    assert h.timestamp == ts
+
+
+def test_a_time_of_day_is_not_an_srun_prefix() -> None:
+    h = parse_header("14:05:45 INFO starting", 2024)
+    assert h.rank is None

@@ -338,3 +338,17 @@ def test_ranks_that_never_print_progress_are_not_silent(tmp_path: Path, store: S
     )
     report = diagnose_job(store, ingest_job(store, job).job.id, rules=[], write=False).report
     assert report["silent_nodes"] == []
+
+
+def test_launcher_prefixes_give_each_line_its_rank(tmp_path: Path, store: Store) -> None:
+    lines = [
+        f"[1,{r}]<stdout>:[{_ts(r)},000] [INFO] [engine.py:1:step] loading shard {r}"
+        for r in range(4)
+    ] + [f"{r}: [{_ts(10)},000] [WARNING] slow dataloader on worker {r}" for r in (5, 6)]
+    job = _write(tmp_path / "mpirun", {"host-a/stdout.log": lines})
+    ingest_job(store, job)
+    store.refresh(store.names.events)
+    ranks: set[int] = set()
+    for h in store.search(store.names.events, {"size": 50})["hits"]["hits"]:
+        ranks.update(h["_source"].get("l4.ranks") or [])
+    assert ranks == {0, 1, 2, 3, 5, 6}

@@ -71,9 +71,14 @@ _ISO = (
 
 # torchrun --tee / --log-dir prefixes ("[default3]:", role + local rank) and PyTorch's per-rank
 # prefix ("[rank11]:", global rank), possibly both: "[default3]:[rank11]:[E1105 ...] ...".
-# A custom loop's "[rank0] [2026-09-19 20:40:00] ..." (a space, not a colon) is the same prefix.
-_RANK_PREFIX = re.compile(r"((?:\[(?:rank|default)\d+\](?::|[ \t](?=\[)))+)")
-_PREFIX_PART = re.compile(r"\[(rank|default)(\d+)\](?::|[ \t])")
+# A custom loop's "[rank0] [2026-09-19 20:40:00] ..." (a space, not a colon) is the same prefix;
+# Open MPI's --tag-output "[1,3]<stdout>:" names the global rank (job id, rank).
+_RANK_PREFIX = re.compile(
+    r"((?:\[(?:rank|default)\d+\](?::|[ \t](?=\[))|\[\d+,\d+\]<std(?:out|err)>:)+)"
+)
+_PREFIX_PART = re.compile(r"\[(rank|default)(\d+)\]|\[\d+,(\d+)\]<std")
+# srun -l: "3: message" (the task id, a global rank); never "14:05:45" (a time).
+_SRUN_PREFIX = re.compile(r"(\d{1,6}): (?![\d:])")
 _BODY_RANK = re.compile(r"\[Rank (\d+)\]")
 
 # "[2024-05-03 10:11:12,345] [INFO] [logging.py:96:log_dist] " (DeepSpeed) and
@@ -183,15 +188,19 @@ def infer_level(body: str) -> str | None:
 def rank_prefix(line: str) -> tuple[int | None, int]:
     """The rank named by the launcher prefixes at the start of ``line`` and where they end.
 
-    With nested prefixes the global ``[rankN]:`` wins over torchrun's local ``[defaultN]:``.
+    With nested prefixes the global ``[rankN]:`` wins over torchrun's local ``[defaultN]:``;
+    Open MPI's ``[1,N]<stdout>:`` and ``srun -l``'s ``N: `` name the global rank.
     ``(None, 0)`` when the line has no such prefix.
     """
     m = _RANK_PREFIX.match(line)
     if m is None:
-        return None, 0
+        srun = _SRUN_PREFIX.match(line)
+        return (int(srun.group(1)), srun.end()) if srun else (None, 0)
     rank: int | None = None
-    for kind, number in _PREFIX_PART.findall(m.group(1)):
-        if kind == "rank" or rank is None:
+    for kind, number, mpi in _PREFIX_PART.findall(m.group(1)):
+        if mpi:
+            rank = int(mpi)
+        elif kind == "rank" or rank is None:
             rank = int(number)
     return rank, m.end()
 

@@ -19,7 +19,7 @@ from itertools import accumulate
 from pathlib import Path
 
 from l4_plugin.errors import IngestError
-from l4_plugin.ingest.header import parse_header
+from l4_plugin.ingest.header import parse_header, rank_prefix
 from l4_plugin.ingest.masking import Masker
 from l4_plugin.ingest.templates import TemplateMiner
 from l4_plugin.records import ParsedLine, Template
@@ -128,7 +128,7 @@ class LineParser:
             level=header.level,
             emitter=header.emitter,
             has_timestamp=header.timestamp is not None,
-            rank_prefix=raw.startswith(("[rank", "[default")) and header.rank is not None,
+            rank_prefix=rank_prefix(raw)[1] > 0,
             body=body,
         )
         self._handles.append((kind, self.miner.add(body)))

@@ -13,11 +13,10 @@ summary) are appended to it instead of becoming events of their own.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from l4_plugin.ingest.header import parse_header
+from l4_plugin.ingest.header import parse_header, rank_prefix
 from l4_plugin.ingest.parser import Block, LineKind
 from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
 from l4_plugin.ingest.timeline import UNPLACED, Timeline
@@ -69,10 +68,6 @@ class Group:
     seconds_sum: float = 0.0
     seconds_n: int = 0
 
-
-# "[rank3]:", "[default3]:" and torchrun --tee around PyTorch's "[default3]:[rank11]:" (the global
-# rank wins, as in header.rank_prefix; this is the per-line fast path of the same rule).
-_PREFIX_RANK = re.compile(r"\[(?:rank|default)(\d+)\](?::|[ \t])(?:\[rank(\d+)\]:)?")
 
 GroupKey = tuple[LineKind, str, int | None]
 #: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset.
@@ -159,15 +154,16 @@ class NodeRollup:
                         self.runs[open_run][2:] = [raw, pos]
                         open_run = None
                 line_rank = rank
+                prefix_end = 0
                 if kind.rank_prefix:
-                    m = _PREFIX_RANK.match(raw)
-                    if m:
-                        line_rank = int(m.group(2) or m.group(1))
+                    prefix_rank, prefix_end = rank_prefix(raw)
+                    if prefix_rank is not None:
+                        line_rank = prefix_rank
                 # A line absorbed into the record it continues: a traceback's frames, or the
                 # continuation lines of the error record just before (``continuations``).
                 absorbed = False
                 if chain is not None and tb is None:
-                    body = raw[m.end() :] if kind.rank_prefix and m else raw
+                    body = raw[prefix_end:]
                     if body.startswith(_CHAINED):
                         # A chained exception: one record, identified by the exception that
                         # ends it. The first one's occurrence is taken back.
@@ -188,7 +184,7 @@ class NodeRollup:
                     if body.strip():
                         chain = None
                 if tb is not None:
-                    body = raw[m.end() :] if kind.rank_prefix and m else raw
+                    body = raw[prefix_end:]
                     if (
                         not body or body[0] in " \t^~" or body.startswith(_TB_CONTINUATION)
                     ) and len(tb) < MAX_TRACEBACK_LINES:
