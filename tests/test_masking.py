@@ -101,3 +101,16 @@ def test_ip_list_is_one_token() -> None:
     one = masker.mask('10.11.10.1 "GET /v2/x/servers/detail HTTP/1.1" status: 200')
     two = masker.mask('10.11.10.1,10.11.21.139 "GET /v2/x/servers/detail HTTP/1.1" status: 200')
     assert one == two and one.startswith('<IP> "GET')
+
+
+def test_a_number_glued_to_a_word_is_one_event_whatever_its_length() -> None:
+    from l4_plugin.ingest.parser import LineParser
+
+    parser = LineParser()
+    kinds = parser.feed(
+        [
+            "[Torch] Checkpoint global_step22 is ready now!",
+            "[Torch] Checkpoint global_step2016 is ready now!",
+        ]
+    )
+    assert kinds[0].body == kinds[1].body == "[Torch] Checkpoint global_step0 is ready now!"

@@ -206,7 +206,7 @@ class Fusion:
                     why = f"starts-with-slowdown:{slowdown.first_iteration}"
                     reasons[t].append((why, _SLOWDOWN_WEIGHT))
         if silence is not None:
-            for sn in silence.silent:
+            for sn in (*silence.silent, *silence.stopped):
                 for t in sn.missing_new:
                     if t in reasons:
                         reasons[t].append(("only-on-silent-node-peers", _SILENT_PEER_WEIGHT))

@@ -164,6 +164,9 @@ class SilenceResult:
     silent: tuple[SilentNode, ...]
     median_last_ts: float | None
     median_last_iteration: float | None
+    #: Nodes that stopped as early but with an error of their own (they died loudly: not
+    #: silent); what their peers printed after them is still the cascade of their end.
+    stopped: tuple[SilentNode, ...] = ()
 
     @property
     def nodes(self) -> tuple[str, ...]:

@@ -416,6 +416,7 @@ def _silence(
         return result
     loud = _loud_ends(data, events, kept)
     silent = [s for s in result.silent if s.node not in loud]
+    stopped = tuple(s for s in result.silent if s.node in loud)
     found = {s.node for s in silent}
     last: dict[str, float] = {}
     for (node, _), cell in data.cells.items():
@@ -443,7 +444,7 @@ def _silence(
                 )
             )
     silent.sort(key=lambda s: (-s.score, s.node))
-    return replace(result, silent=tuple(silent))
+    return replace(result, silent=tuple(silent), stopped=stopped)
 
 
 def _silence_detector(
