@@ -82,7 +82,8 @@ _CASCADE_FACTOR = 0.75
 _FALLBACK_EVENTS = 3
 
 
-def _flagged(level: str | None) -> bool:
+def is_flagged(level: str | None) -> bool:
+    """True for warning and error levels (what a log flags as a problem)."""
     return is_error(level) or (level or "").upper() in ("WARN", "WARNING")
 
 
@@ -341,7 +342,7 @@ class Fusion:
             return chosen
         # Nothing clears the cut-off, but the log holds warnings or errors: report the best of
         # them rather than nothing — their low scores say how sure this is.
-        flagged = [c for c in candidates if c.score > 0 and _flagged(c.level)]
+        flagged = [c for c in candidates if c.score > 0 and is_flagged(c.level)]
         return tuple(flagged[:_FALLBACK_EVENTS])
 
     def _nodes(

@@ -55,6 +55,17 @@ class Lexicon:
                 return term
         return None
 
+    def classify_record(self, text: str) -> Term | None:
+        """A record's words: its last line first (a traceback says what went wrong there),
+        then the whole record."""
+        return self.classify(last_line(text)) or self.classify(text)
+
+
+def last_line(text: str) -> str:
+    """The last line of a record ('' for an empty one)."""
+    stripped = text.strip()
+    return stripped.splitlines()[-1] if stripped else ""
+
 
 @lru_cache(maxsize=1)
 def default_lexicon() -> Lexicon:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from l4_plugin.analysis.lexicon import Lexicon
+from l4_plugin.analysis.lexicon import Lexicon, last_line
 
 _CULPRIT_MIN = 0.5  # the top node's score below which nothing singles it out
 _CULPRIT_GAP = 0.1  # ... or how far above the next node it must stand without strong evidence
@@ -196,8 +196,8 @@ def _from_lead(
             break
         if lead.nodes and set(lead.nodes) <= witnesses:
             continue
-        said = lead.text.strip().splitlines()[-1] if lead.text.strip() else ""
-        term = lexicon.classify(said) or lexicon.classify(lead.text)
+        said = last_line(lead.text)
+        term = lexicon.classify_record(lead.text)
         if term is None or term.cascade or term.weight < _LEAD_WEIGHT:
             continue
         why.append(f"lead event {said[:120]!r} ({term.category})")
@@ -213,9 +213,8 @@ def _from_words(
     for e in events[:_MAX_EVENTS]:
         if "cascade" in e.reasons:
             continue
-        # A traceback says what went wrong in its last line: read that first.
-        said = e.text.strip().splitlines()[-1] if e.text.strip() else ""
-        term = lexicon.classify(said) or lexicon.classify(e.text)
+        said = last_line(e.text)
+        term = lexicon.classify_record(e.text)
         if term is None or term.cascade:
             continue
         why.append(f"words of {said[:120]!r} ({term.category})")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from l4_plugin.analysis.crossjob import CrossJobFilter
-from l4_plugin.analysis.fusion import Fusion, is_error
+from l4_plugin.analysis.fusion import Fusion, is_error, is_flagged
 from l4_plugin.analysis.lexicon import Lexicon, default_lexicon
 from l4_plugin.analysis.peers import PeerResult, name_peers
 from l4_plugin.analysis.results import (
@@ -388,13 +388,22 @@ _LOUD_END_SECONDS = 60.0
 _NAMED_SILENT_SCORE = 0.9
 
 
-def _loud_ends(data: JobData, events: tuple[EventStat, ...], kept: frozenset[str]) -> set[str]:
-    """Nodes whose logging ended with an error of their own (kept by cross-job filtering)."""
-    errors = {e.template_id for e in events if e.template_id in kept and is_error(e.level)}
+def _node_last(data: JobData) -> dict[str, float]:
+    """Each node's last line time."""
     last: dict[str, float] = {}
+    for (node, _), cell in data.cells.items():
+        last[node] = max(last.get(node, -math.inf), cell.last_ts)
+    return last
+
+
+def _loud_ends(
+    data: JobData, events: tuple[EventStat, ...], kept: frozenset[str], last: dict[str, float]
+) -> set[str]:
+    """Nodes whose logging (``last``: each node's last line) ended with an error of their own
+    (kept by cross-job filtering)."""
+    errors = {e.template_id for e in events if e.template_id in kept and is_error(e.level)}
     last_error: dict[str, float] = {}
     for (node, tid), cell in data.cells.items():
-        last[node] = max(last.get(node, -math.inf), cell.last_ts)
         if tid in errors:
             last_error[node] = max(last_error.get(node, -math.inf), cell.last_ts)
     return {n for n, t in last_error.items() if t >= last[n] - _LOUD_END_SECONDS}
@@ -414,13 +423,11 @@ def _silence(
     result = _silence_detector(data, events, nodes)
     if data.time_unit != "ts":
         return result
-    loud = _loud_ends(data, events, kept)
+    last = _node_last(data)
+    loud = _loud_ends(data, events, kept, last)
     silent = [s for s in result.silent if s.node not in loud]
     stopped = tuple(s for s in result.silent if s.node in loud)
     found = {s.node for s in silent}
-    last: dict[str, float] = {}
-    for (node, _), cell in data.cells.items():
-        last[node] = max(last.get(node, -math.inf), cell.last_ts)
     for named in peers.named if peers is not None else ():
         if named.node in found or named.node in loud or named.node not in last:
             continue
@@ -709,8 +716,8 @@ def _bucket_times(data: JobData, its: list[int], secs: list[float]) -> dict[int,
 
 _PRE_TRAINING = frozenset({"init", "data_loading", "model_loading"})
 # With nothing to compare with, the failure lexicon's words are evidence: a line naming a known
-# failure (weight w in the lexicon) gets w × _PRIOR_WEIGHT; the words of a consequence (a
-# watchdog timeout, the launcher's teardown) count against the line.
+# failure (weight w in the lexicon) gets w × _PRIOR_WEIGHT. The words of a consequence (a
+# watchdog timeout, the launcher's teardown) rank the line later, with or without a baseline.
 _PRIOR_WEIGHT = 0.6
 _CASCADE_WORDS_FACTOR = 0.5
 
@@ -718,17 +725,16 @@ _CASCADE_WORDS_FACTOR = 0.5
 def lexicon_priors(
     data: JobData, lexicon: Lexicon
 ) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:
-    """(priors, discounts) of the job's templates from the failure lexicon's words.
+    """(priors, ordering) of the job's templates from the failure lexicon's words: evidence for
+    a line naming a known failure, and the factor that ranks a consequence's words later.
 
-    A record is read by its last line first (a traceback says what went wrong there), then as a
-    whole; the words are those of the exemplar line and of the template.
+    The words are those of the template and of its exemplar record
+    (:meth:`~l4_plugin.analysis.lexicon.Lexicon.classify_record`).
     """
     priors: dict[str, tuple[float, str]] = {}
     against: dict[str, tuple[float, str]] = {}
     for tid, info in data.templates.items():
-        message = info.message.strip()
-        last = message.splitlines()[-1] if message else ""
-        term = lexicon.classify(last) or lexicon.classify(f"{info.text}\n{message}")
+        term = lexicon.classify_record(f"{info.text}\n{info.message.strip()}")
         if term is None:
             continue
         if term.cascade:
@@ -752,8 +758,7 @@ def _peers(
     late = stage is not None and stage not in _PRE_TRAINING
 
     def statement(tid: str) -> bool:
-        lvl = (level.get(tid) or "").upper()
-        if tid not in kept or not (is_error(lvl) or lvl in ("WARN", "WARNING")):
+        if tid not in kept or not is_flagged(level.get(tid)):
             return False
         return not (late and where.get(tid) in _PRE_TRAINING)
 

@@ -355,9 +355,7 @@ def _write(
     from_rank_logs: set[str] = set()  # templates seen in a training log (not only kern.log…)
     system_logs = False
     for rollup in rollups.values():
-        for run in rollup.runs.values():
-            if isinstance(run[2], str):
-                refs.add(run[2])
+        refs.update(run.after for run in rollup.runs if run.after is not None)
         seen: set[str] = set()
         for (kind, stage, it), group in rollup.groups.items():
             assert kind.template is not None
@@ -394,13 +392,11 @@ def _write(
                 if ref is not group.first_ts_ref:
                     first_ms = moved = clock.ms(ref)
                     last_ms = max(last_ms or 0, first_ms or 0) or None
-                stage, it = timeline.place(
-                    stage[1:], first_ms / 1000.0 if first_ms is not None else None
-                )
+            first_s = first_ms / 1000.0 if first_ms is not None else None
+            if stage.startswith(UNPLACED):
+                stage, it = timeline.place(stage[1:], first_s)
             else:
-                stage = timeline.refine(
-                    stage, it, first_ms / 1000.0 if first_ms is not None else None
-                )
+                stage = timeline.refine(stage, it, first_s)
             start, span = bucket_of(it) if it is not None else (None, 0)
             key = (node, template.id, stage, start)
             doc = merged.get(key)

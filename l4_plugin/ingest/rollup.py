@@ -69,6 +69,16 @@ class Group:
     seconds_n: int = 0
 
 
+@dataclass(slots=True)
+class Run:
+    """Timeless error/warning lines of a marker-less file between two stamped lines."""
+
+    before: str | None  # the stamped line before the run (None: none yet in its file)
+    before_pos: int
+    after: str | None = None  # the stamped line after it, once read
+    after_pos: int = 0
+
+
 GroupKey = tuple[LineKind, str, int | None]
 #: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset.
 Chunk = tuple[list[str], list[LineKind], Block | None, int]
@@ -84,10 +94,9 @@ class NodeRollup:
         self.node = node
         self.rules = rules
         self.timeline = timeline if timeline is not None else Timeline()
-        # Runs of timeless error/warning lines in files without iteration markers: run id →
-        # [stamped line before, its position, stamped line after, its position]. Such a line
-        # takes the time of whichever stamped neighbour is nearer in the file (``time_ref``).
-        self.runs: dict[int, list[object]] = {}
+        # Runs of timeless error/warning lines in files without iteration markers, by run id:
+        # such a line takes the time of the nearer stamped neighbour in its file (``time_ref``).
+        self.runs: list[Run] = []
         self.groups: dict[GroupKey, Group] = {}
         self.lines = 0
         self.roles: dict[LineKind, Role] = {}
@@ -151,7 +160,7 @@ class NodeRollup:
                     ts_ref = raw
                     stamp_pos = pos
                     if open_run is not None:
-                        self.runs[open_run][2:] = [raw, pos]
+                        self.runs[open_run].after, self.runs[open_run].after_pos = raw, pos
                         open_run = None
                 line_rank = rank
                 prefix_end = 0
@@ -234,12 +243,8 @@ class NodeRollup:
                         if training and stage == role.stage:
                             then = role.then
                     if (stage, iteration) != before and stage != "init":
-                        k = entered.get((stage, iteration), 0)
-                        entered[(stage, iteration)] = k + 1
-                        timeline.mark((stage, iteration, k), ts_ref)
-                # Unplaced: no iteration marker of its own yet, or inside a checkpoint save
-                # whose end another rank may print ("successfully saved" comes from rank 0).
-                unplaced = iteration is None or stage == "checkpointing"
+                        _enter(timeline, entered, stage, iteration, ts_ref)
+                unplaced = iteration is None or stage == "checkpointing"  # _unplaced, inlined
                 if (
                     unplaced
                     and ts_ref is not slot_ref
@@ -261,7 +266,7 @@ class NodeRollup:
                     ):
                         if open_run is None:
                             open_run = len(self.runs)
-                            self.runs[open_run] = [ts_ref, stamp_pos, None, None]
+                            self.runs.append(Run(ts_ref, stamp_pos))
                         key_it = -1 - open_run
                 else:
                     key_stage, key_it = stage, iteration
@@ -329,9 +334,7 @@ class NodeRollup:
                     open_group = open_kept = None
                 if then is not None and then != stage:
                     stage = then
-                    k = entered.get((stage, iteration), 0)
-                    entered[(stage, iteration)] = k + 1
-                    timeline.mark((stage, iteration, k), ts_ref)
+                    _enter(timeline, entered, stage, iteration, ts_ref)
         if tb is not None and tb_kind is not None:
             # The file ends inside a traceback (the process died while printing it): keep the
             # block as one record under its Traceback line rather than lose it.
@@ -356,21 +359,37 @@ def time_ref(rollup: NodeRollup, key_it: int | None, group: Group) -> str | None
     (an error block is printed together; the line before may be hours older), else its own."""
     if key_it is None or key_it >= 0:
         return group.first_ts_ref
-    before, before_pos, after, after_pos = rollup.runs[-1 - key_it]
-    if (
-        isinstance(after, str)
-        and isinstance(after_pos, int)
-        and isinstance(before_pos, int)
-        and (before is None or after_pos - group.first_pos < group.first_pos - before_pos)
+    run = rollup.runs[-1 - key_it]
+    if run.after is not None and (
+        run.before is None or run.after_pos - group.first_pos < group.first_pos - run.before_pos
     ):
-        return after
-    return before if isinstance(before, str) else None
+        return run.after
+    return run.before
+
+
+def _unplaced(stage: str, iteration: int | None) -> bool:
+    """A line waits for the job timeline: its file has no iteration marker yet, or it is inside
+    a checkpoint save whose end another rank may print ("successfully saved" comes from rank 0)."""
+    return iteration is None or stage == "checkpointing"
 
 
 def _tag(stage: str, iteration: int | None, slot: int | None) -> tuple[str, int | None]:
     """The (stage, iteration) part of a group key: unplaced lines carry their time slot."""
-    unplaced = iteration is None or stage == "checkpointing"
-    return (_UNPLACED[stage], slot) if unplaced else (stage, iteration)
+    return (_UNPLACED[stage], slot) if _unplaced(stage, iteration) else (stage, iteration)
+
+
+def _enter(
+    timeline: Timeline,
+    entered: dict[tuple[str, int | None], int],
+    stage: str,
+    iteration: int | None,
+    ts_ref: str | None,
+) -> None:
+    """Record a transition of a file's stage machine: the how-many-th time the file entered
+    this (stage, iteration) — a re-entry after a checkpoint save is a transition of its own."""
+    k = entered.get((stage, iteration), 0)
+    entered[(stage, iteration)] = k + 1
+    timeline.mark((stage, iteration, k), ts_ref)
 
 
 def _at(block: Block | None, i: int) -> int | None:

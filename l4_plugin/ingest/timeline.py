@@ -7,7 +7,8 @@ stage or iteration its lines belong to, so while it reads they are keyed by time
 :data:`UNPLACED` stage and a one-second slot) and, once every file is read, placed on the
 timeline the marker-printing files drew: the (stage, iteration) the job was in when the line was
 printed. Lines without a timestamp take the time of the nearest stamped line before them in the
-same file.
+same file; a run of timeless error or warning lines takes the nearer of the stamped lines around
+it (``rollup.time_ref``): an error block is printed together, the line before may be hours older.
 
 Reading a file records each transition of its stage machine (a stage switch or a new iteration)
 with the raw line whose timestamp it inherits; the first file that reaches a transition defines
