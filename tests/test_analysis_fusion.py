@@ -8,6 +8,7 @@ import pytest
 from l4_plugin.analysis.baselines import error_count, error_time, iforest_all
 from l4_plugin.analysis.crossjob import CrossJobFilter
 from l4_plugin.analysis.fusion import Fusion
+from l4_plugin.analysis.peers import NamedNode, PeerResult
 from l4_plugin.analysis.results import (
     BaselineStat,
     EventStat,
@@ -177,3 +178,60 @@ def test_job_wide_echo_in_the_root_window_is_not_root_evidence() -> None:
     assert "watchdog" in {e.template_id for e in res.events}  # cascade stays in the set
     assert res.nodes[0].node == "n3"
     assert all("earliest-evidence" not in n.reasons for n in res.nodes[1:])
+
+
+def test_the_named_culprits_first_line_leads_and_witness_statements_follow() -> None:
+    # A hung rank: its neighbours report the broken connection first and loudly; the culprit
+    # only prints its watchdog timeout, which every other rank prints later too.
+    nodes = ["a", "b", "c", "d"]
+    events = [
+        EventStat("iter-line", "INFO", {n: 10.0 for n in nodes}, {n: 100 for n in nodes}),
+        EventStat("remote-exited", "ERROR", {"a": 100.0, "b": 100.2}, {"a": 8, "b": 8}),
+        EventStat(
+            "watchdog-timeout",
+            "ERROR",
+            {"c": 700.0, "a": 710.0, "b": 710.0, "d": 711.0},
+            {n: 8 for n in nodes},
+            positions={"c": 50.0},
+        ),
+        EventStat(
+            "watchdog-detail",
+            "ERROR",
+            {"c": 700.0, "a": 710.0, "b": 710.0, "d": 711.0},
+            {n: 8 for n in nodes},
+            positions={"c": 51.0},
+        ),
+    ]
+    filt = (
+        CrossJobFilter()
+        .fit({"iter-line": BaselineStat(2, 2, 1.0, 100.0)})
+        .transform([JobTemplateStat(e.template_id, e.count, len(e.counts), 1.0) for e in events])
+    )
+    peers = PeerResult(
+        named=(NamedNode("c", ("a", "b"), ("remote-exited",), 1.0),),
+        witnesses={"a": ("c",), "b": ("c",)},
+        addresses=4,
+    )
+    consequence = {
+        "watchdog-timeout": (0.5, "consequence-words"),
+        "watchdog-detail": (0.5, "consequence-words"),
+    }
+    plain = Fusion().fit(events, nodes, crossjob=filt, ordering=consequence).result_
+    assert plain.events[0].template_id == "remote-exited"  # without peers: the loud witnesses
+    res = Fusion().fit(events, nodes, crossjob=filt, peers=peers, ordering=consequence).result_
+    assert res.nodes[0].node == "c"
+    ids = [e.template_id for e in res.events]
+    # The culprit's first line (by time, then by where it printed it) leads; the witnesses'
+    # statement ranks after it; membership is unchanged.
+    assert ids[0] == "watchdog-timeout" and "culprit-evidence:c" in res.events[0].reasons
+    assert set(ids) == {e.template_id for e in plain.events}
+    heard = next(e for e in res.events if e.template_id == "remote-exited")
+    assert "witness-statement" in heard.reasons
+    assert ids.index("remote-exited") > 0
+
+
+def test_a_loud_node_nobody_names_does_not_reorder_the_events() -> None:
+    events = _events()
+    filt, spatial = _analyses(events)
+    res = Fusion().fit(events, NODES, crossjob=filt, spatial=spatial).result_
+    assert not any(r.startswith("culprit-evidence") for e in res.events for r in e.reasons)

@@ -15,12 +15,12 @@ import pytest
 
 from l4_plugin.cli import main
 from l4_plugin.diagnosis import AnalysisOptions, diagnose_job, load_summary
-from l4_plugin.diagnosis.facts import baseline_pool, find_jobs, read_job
+from l4_plugin.diagnosis.facts import baseline_pool, find_jobs, gather, read_job, sample_lines
 from l4_plugin.errors import AnalysisError
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.simulate import simulate
 from l4_plugin.store import IndexNames, OpenSearchStore, Store
-from l4_plugin.store.documents import job_doc_id
+from l4_plugin.store.documents import job_doc_id, source_field
 
 _SECTION6_KEYS = {
     "job_id",
@@ -323,3 +323,22 @@ def test_a_throttled_node_shows_as_a_job_slowdown_and_its_lines_lead(
     thermal = [e for e in report["events"] if "starts-with-slowdown" in " ".join(e["reasons"])]
     assert thermal and all("chronic-before-failure" not in e["reasons"] for e in thermal)
     assert report["nodes"][0]["node"] == truth.faulty_nodes[0]
+
+
+def test_the_sample_is_the_most_suspect_nodes_own_line(store: Store, tmp_path: Path) -> None:
+    # Three nodes print one template with different values; the sample follows the node order
+    # given (most suspect first), not whichever line came first in the job.
+    warn = "n{n}:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1> with status={s}\n"
+    for n, (second, status) in enumerate([(1, 5), (2, 5), (3, 12)], start=1):
+        (tmp_path / f"n{n}").mkdir()
+        (tmp_path / f"n{n}" / "rank0.log").write_text(
+            f"[2024-05-03 10:00:0{second},000] INFO step 1\n" + warn.format(n=n, s=status)
+        )
+    ingest_job(store, tmp_path, job_id="samples")
+    data = gather(store, "samples")
+    tid = next(t for t, info in data.templates.items() if "Got completion" in info.text)
+    assert "status=5" in sample_lines(store, "samples", [tid])[tid]["message"]
+    picked = sample_lines(store, "samples", [tid], ["n3", "n1", "n2"])[tid]
+    assert source_field(picked, "host.name") == "n3" and "status=12" in picked["message"]
+    picked = sample_lines(store, "samples", [tid], ["n2", "n3"])[tid]
+    assert source_field(picked, "host.name") == "n2"

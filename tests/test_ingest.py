@@ -176,6 +176,58 @@ def test_traceback_is_joined_to_one_record(store: Store, tmp_path: Path) -> None
     assert not any(m.startswith("[rank0]:  File") for m in messages)
 
 
+def test_a_traceback_pasted_without_its_header_is_one_record(store: Store, tmp_path: Path) -> None:
+    # An excerpt that starts mid-traceback, with PyTorch's "[rank0]: " prefix: the space after
+    # the prefix separates, the frames' indent is theirs; the exception closes the record.
+    (tmp_path / "n1").mkdir()
+    (tmp_path / "n1" / "rank0.log").write_text(
+        '[rank0]:   File "/x/train.py", line 196, in training_step\n'
+        "[rank0]:     self.manual_backward(loss)\n"
+        '[rank0]:   File "/x/ddp.py", line 55, in prepare_for_backward\n'
+        "[rank0]:     reducer._rebuild_buckets()  # avoids an assert\n"
+        "[rank0]: RuntimeError: It looks like your module has parameters that were not used\n"
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/x/train.py", line 9, in <module>\n'
+        "[rank0]: ValueError: bad config\n"
+    )
+    ingest_job(store, tmp_path, job_id="headless")
+    messages = [str(d["message"]) for d in _line_docs(store, "headless")]
+    assert len(messages) == 2, messages
+    assert messages[0].startswith('[rank0]:   File "/x/train.py"')
+    assert messages[0].endswith("parameters that were not used")
+    assert messages[1].startswith("[rank0]: Traceback") and messages[1].endswith("bad config")
+
+
+def test_a_timeless_warning_printed_before_a_stamped_error_stays_before_it(
+    store: Store, tmp_path: Path
+) -> None:
+    # NCCL's WARN carries no time; the error that follows it is stamped. The warning takes the
+    # nearer stamp (the error's), and keeps the order they were written in.
+    (tmp_path / "n1").mkdir()
+    (tmp_path / "n1" / "rank0.log").write_text(
+        "[2024-05-03 10:00:00,000] INFO step 1\n"
+        "[2024-05-03 10:00:10,000] INFO step 2\n"
+        "\n"
+        * 40
+        + "n1:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.2<1> with status=12\n"
+        "[2024-05-03 10:05:00,000] ERROR NCCL watchdog thread terminated with exception\n"
+    )
+    ingest_job(store, tmp_path, job_id="order")
+    res = store.search(
+        store.names.events,
+        {"size": 100, "query": {"term": {"l4.job.id": "order"}}},
+    )
+    first = {
+        str(h["_source"]["message"]).split("] ")[-1][:20]: h["_source"]["l4"]["first_ts"]
+        if "l4" in h["_source"]
+        else h["_source"]["l4.first_ts"]
+        for h in res["hits"]["hits"]
+    }
+    warn = next(v for k, v in first.items() if k.startswith("NCCL WARN"))
+    error = next(v for k, v in first.items() if k.startswith("ERROR NCCL"))
+    assert warn < error
+
+
 def _line_docs(store: Store, job_id: str) -> list[dict[str, object]]:
     res = store.search(
         store.names.lines,

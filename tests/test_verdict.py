@@ -106,12 +106,37 @@ def test_lexicon_reads_words_not_fragments_of_words() -> None:
 
 
 @pytest.mark.parametrize(
+    "line",
+    [
+        "kernel: nvme 0000:17:00.0: AER: PCIe Bus Error: severity=Corrected, type=Physical Layer",
+        "kernel: pcieport 0000:00:01.1: AER: Corrected error received: 0000:17:00.0",
+        "WARNING [health] GPU 00000000:9a:00.0: Clocks Event Reasons: SW Power Cap: Active",
+    ],
+)
+def test_handled_conditions_are_benign_words_not_a_cause(line: str) -> None:
+    # "PCIe Bus Error: severity=Corrected" is no SIGBUS, and a GPU at its software power cap is
+    # working normally: neither may name the verdict's category.
+    term = LEX.classify(line)
+    assert term is not None and term.benign and not term.says_cause
+    bad = LEX.classify("Clocks Event Reasons: HW Thermal Slowdown: Active (GPU temp 92 C)")
+    assert bad is not None and bad.says_cause and bad.category == "hardware/accelerator"
+    assert LEX.classify("Bus error (core dumped)").says_cause  # type: ignore[union-attr]
+    events = [
+        _ev(line, ("n1",), "spatial-outlier:n1"),
+        _ev("torch.OutOfMemoryError: CUDA out of memory.", ("n2",), score=0.9),
+    ]
+    assert decide(events, [], [], LEX, n_nodes=3).category == "user/config"
+
+
+@pytest.mark.parametrize(
     ("entry", "message"),
     [
         ("{pattern: 'x', category: hardware/gpu}", "category: expected one of"),
         ("{pattern: '(', category: framework}", "invalid regex"),
         ("{pattern: 'x', category: framework, weight: 2}", "weight: expected a number"),
         ("{pattern: 'x', category: framework, colour: red}", "unknown key"),
+        ("{pattern: 'x', benign: yes please}", "benign: expected true or false"),
+        ("{pattern: 'x', benign: true, cascade: true}", "either benign or cascade"),
     ],
 )
 def test_a_bad_lexicon_entry_is_a_located_error(tmp_path: Path, entry: str, message: str) -> None:

@@ -29,6 +29,7 @@ precision and high recall together, rather than the paper's recall-first list.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from l4_plugin.analysis.peers import PeerResult
@@ -77,6 +78,10 @@ _UNNAMED_FACTOR = 0.85
 # A cascade event stays in the recommended set (the timeouts are how the failure shows) but
 # ranks after the earliest distinct evidence that explains it.
 _CASCADE_FACTOR = 0.75
+# What the named culprit printed first is the failure in its own words (it leads what its
+# witnesses report about it); a witness's statement ranks after it.
+_CULPRIT_WEIGHT = 0.85
+_WITNESS_STATEMENT_FACTOR = 0.5
 
 
 _FALLBACK_EVENTS = 3
@@ -247,18 +252,7 @@ class Fusion:
             if reasons.get(t):
                 reasons[t].append((why, 0.0))
                 order[t] = order.get(t, 1.0) * f
-        candidates = sorted(
-            (
-                self._ranked(by_id[t], r, factor.get(t, 1.0) * order.get(t, 1.0))
-                for t, r in reasons.items()
-                if r
-            ),
-            key=lambda ev: (
-                -ev.score,
-                ev.first_seen if ev.first_seen is not None else 0.0,
-                ev.template_id,
-            ),
-        )
+        candidates = self._sorted(reasons, by_id, factor, order)
         selected = self._select(candidates, order)
         ranked_nodes = self._nodes(
             all_nodes,
@@ -272,6 +266,33 @@ class Fusion:
             slowdown,
             peers,
         )
+        culprit = _culprit(ranked_nodes)
+        if culprit is not None and peers is not None:
+            own = self._culprit_evidence(culprit, pre, by_id, job_stage)
+            heard = _witness_statements(culprit, peers, reasons, by_id)
+            for t in own:
+                reasons[t].append((f"culprit-evidence:{culprit}", _CULPRIT_WEIGHT))
+                # On the node its peers name, a timeout is what that node did, not the echo of
+                # another node's failure: nothing earlier explains it.
+                order.pop(t, None)
+            for t in heard:
+                reasons[t].append(("witness-statement", 0.0))
+                order[t] = order.get(t, 1.0) * _WITNESS_STATEMENT_FACTOR
+            if own or heard:
+                candidates = self._sorted(reasons, by_id, factor, order, culprit)
+                selected = self._select(candidates, order)
+                ranked_nodes = self._nodes(
+                    all_nodes,
+                    selected,
+                    spatial,
+                    silence,
+                    stage,
+                    stragglers,
+                    earliest,
+                    by_id,
+                    slowdown,
+                    peers,
+                )
         self.result_ = FusionResult(
             events=selected,
             nodes=ranked_nodes,
@@ -283,6 +304,63 @@ class Fusion:
             candidates=tuple(candidates),
         )
         return self
+
+    def _sorted(
+        self,
+        reasons: Mapping[str, list[tuple[str, float]]],
+        by_id: Mapping[str, EventStat],
+        factor: Mapping[str, float],
+        order: Mapping[str, float],
+        culprit: str | None = None,
+    ) -> list[RankedEvent]:
+        """Candidates best first; ties by first time, then by the order the culprit printed
+        them (one moment's lines: the first printed is the one that says what happened)."""
+
+        def at(t: str) -> float:
+            return by_id[t].positions.get(culprit, math.inf) if culprit else math.inf
+
+        ranked = [
+            (self._ranked(by_id[t], r, factor.get(t, 1.0) * order.get(t, 1.0)), at(t))
+            for t, r in reasons.items()
+            if r
+        ]
+        ranked.sort(
+            key=lambda x: (
+                -x[0].score,
+                x[0].first_seen if x[0].first_seen is not None else 0.0,
+                x[1],
+                x[0].template_id,
+            )
+        )
+        return [ev for ev, _ in ranked]
+
+    def _culprit_evidence(
+        self,
+        culprit: str,
+        pre: Mapping[str, float],
+        by_id: Mapping[str, EventStat],
+        job_stage: str | None,
+    ) -> set[str]:
+        """What the culprit itself printed first: the warning-or-worse candidate of the failing
+        stage that came first on it (by time, then by its position in the node's logs: a
+        timeless NCCL warning printed just before the stamped error it led to comes first)."""
+        pool = [
+            t
+            for t, s in pre.items()
+            if s >= self.min_score
+            and culprit in by_id[t].first_seen
+            and is_flagged(by_id[t].level)
+            and (job_stage is None or by_id[t].stage in (None, job_stage))
+        ]
+        if not pool:
+            return set()
+
+        def when(t: str) -> tuple[float, float]:
+            e = by_id[t]
+            return (e.first_seen[culprit], e.positions.get(culprit, math.inf))
+
+        first = min(when(t) for t in pool)
+        return {t for t in pool if when(t) == first}
 
     def _earliest(
         self,
@@ -423,6 +501,35 @@ class Fusion:
             )
         out.sort(key=lambda n: (-n.score, n.node))
         return tuple(out)
+
+
+def _culprit(nodes: Sequence[RankedNode]) -> str | None:
+    """The most suspect node when its peers' evidence names it (else None: a loud node alone
+    is not enough to re-order the events around it)."""
+    if not nodes:
+        return None
+    top = nodes[0]
+    if len(nodes) > 1 and nodes[1].score >= top.score:
+        return None
+    return top.node if any(r.startswith("named-by-peers:") for r in top.reasons) else None
+
+
+def _witness_statements(
+    culprit: str,
+    peers: PeerResult,
+    reasons: Mapping[str, list[tuple[str, float]]],
+    by_id: Mapping[str, EventStat],
+) -> set[str]:
+    """Candidates printed only by nodes whose evidence names the culprit: what the witnesses
+    saw of its failure, ranked after what the culprit printed itself."""
+    heard = {w for w, named in peers.witnesses.items() if culprit in named}
+    if not heard:
+        return set()
+    return {
+        t
+        for t, r in reasons.items()
+        if r and by_id[t].first_seen and set(by_id[t].first_seen) <= heard
+    }
 
 
 def _all_nodes(

@@ -3,7 +3,9 @@
 Rules match whole fault patterns against the cluster; the lexicon reads one line at a time, for
 the verdict's category when no cause rule names the culprit and as a prior when there is nothing
 to compare a job with. Entries are tried in order and the first match wins; ``cascade`` entries
-name consequences (watchdog timeouts, the launcher tearing a job down) that never give a category.
+name consequences (watchdog timeouts, the launcher tearing a job down) and ``benign`` entries
+conditions that were handled (a corrected PCIe error, a GPU at its software power cap): neither
+gives a category, both rank a line after what explains the failure.
 """
 
 from __future__ import annotations
@@ -30,6 +32,12 @@ class Term:
     category: str
     weight: float
     cascade: bool = False
+    benign: bool = False
+
+    @property
+    def says_cause(self) -> bool:
+        """True when the words name a failure (not a consequence, not a handled condition)."""
+        return not (self.cascade or self.benign)
 
 
 class Lexicon:
@@ -77,12 +85,17 @@ def _term(path: Path, i: int, entry: Any) -> Term:
     where = f"{path}: entries[{i}]"
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected a mapping with pattern and category, got {entry!r}")
-    unknown = set(entry) - {"pattern", "category", "weight", "cascade"}
+    unknown = set(entry) - {"pattern", "category", "weight", "cascade", "benign"}
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
     pattern, category = entry.get("pattern"), entry.get("category")
     if not isinstance(pattern, str) or not pattern:
         raise ConfigError(f"{where}.pattern: expected a regex string, got {pattern!r}")
+    benign = entry.get("benign", False)
+    if not isinstance(benign, bool):
+        raise ConfigError(f"{where}.benign: expected true or false, got {benign!r}")
+    if benign and category is None:
+        category = "hardware/node"  # never reported: benign words give no category
     if category not in FAULT_CATEGORIES:
         raise ConfigError(
             f"{where}.category: expected one of {', '.join(FAULT_CATEGORIES)}, got {category!r}"
@@ -97,4 +110,6 @@ def _term(path: Path, i: int, entry: Any) -> Term:
         compiled = re.compile(pattern, re.IGNORECASE)
     except re.error as exc:
         raise ConfigError(f"{where}.pattern: invalid regex {pattern!r}: {exc}") from None
-    return Term(compiled, str(category), float(weight), cascade)
+    if benign and cascade:
+        raise ConfigError(f"{where}: an entry is either benign or cascade, not both")
+    return Term(compiled, str(category), float(weight), cascade, benign)

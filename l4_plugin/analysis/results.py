@@ -285,6 +285,8 @@ class EventStat:
     first_seen: Mapping[str, float]
     counts: Mapping[str, int]
     stage: str | None = None
+    # Per node, the position of its first line in that node's logs (orders lines of one moment).
+    positions: Mapping[str, float] = field(default_factory=dict)
 
     @property
     def count(self) -> int:

@@ -198,7 +198,7 @@ def _from_lead(
             continue
         said = last_line(lead.text)
         term = lexicon.classify_record(lead.text)
-        if term is None or term.cascade or term.weight < _LEAD_WEIGHT:
+        if term is None or not term.says_cause or term.weight < _LEAD_WEIGHT:
             continue
         why.append(f"lead event {said[:120]!r} ({term.category})")
         return term.category, 0.95 * term.weight
@@ -215,7 +215,7 @@ def _from_words(
             continue
         said = last_line(e.text)
         term = lexicon.classify_record(e.text)
-        if term is None or term.cascade:
+        if term is None or not term.says_cause:
             continue
         why.append(f"words of {said[:120]!r} ({term.category})")
         return term.category, 0.9 * term.weight

@@ -162,9 +162,11 @@ def event_stats(data: JobData) -> tuple[EventStat, ...]:
     """
     first: dict[str, dict[str, float]] = {}
     counts: dict[str, dict[str, int]] = {}
+    positions: dict[str, dict[str, float]] = {}
     for (node, tid), cell in data.cells.items():
         first.setdefault(tid, {})[node] = cell.first_ts
         counts.setdefault(tid, {})[node] = cell.count
+        positions.setdefault(tid, {})[node] = cell.first_pos
     out = []
     for tid in sorted(first):
         info = data.templates.get(tid)
@@ -182,6 +184,7 @@ def event_stats(data: JobData) -> tuple[EventStat, ...]:
                 first_seen=first[tid],
                 counts=counts[tid],
                 stage=stage,
+                positions=positions[tid],
             )
         )
     return tuple(out)
@@ -720,6 +723,9 @@ _PRE_TRAINING = frozenset({"init", "data_loading", "model_loading"})
 # watchdog timeout, the launcher's teardown) rank the line later, with or without a baseline.
 _PRIOR_WEIGHT = 0.6
 _CASCADE_WORDS_FACTOR = 0.5
+# A condition its own words say was handled (corrected, a software power cap) ranks after the
+# failure, with or without a baseline.
+_BENIGN_WORDS_FACTOR = 0.5
 
 
 def lexicon_priors(
@@ -739,6 +745,8 @@ def lexicon_priors(
             continue
         if term.cascade:
             against[tid] = (_CASCADE_WORDS_FACTOR, "consequence-words")
+        elif term.benign:
+            against[tid] = (_BENIGN_WORDS_FACTOR, "benign-words")
         else:
             priors[tid] = (_PRIOR_WEIGHT * term.weight, f"failure-words:{term.category}")
     return priors, against

@@ -567,7 +567,9 @@ def _aggregate_pool(
 def sample_lines(
     store: Store, job_id: str, template_ids: Iterable[str], prefer_nodes: Sequence[str] = ()
 ) -> dict[str, dict[str, Any]]:
-    """One kept raw line (``l4-lines``) per template, earliest first, preferring the given nodes.
+    """One kept raw line (``l4-lines``) per template, earliest first, preferring the given nodes
+    in their order: a template the most suspect node printed shows that node's line (the
+    culprit's ``status=12`` rather than a neighbour's echo of it).
 
     Templates with no kept line are absent from the answer (the caller falls back on the rollup's
     exemplar message).
@@ -577,7 +579,10 @@ def sample_lines(
         return {}
     out: dict[str, dict[str, Any]] = {}
     preferred = list(prefer_nodes)
-    for node_filter in ([{"terms": {"host.name": preferred}}] if preferred else []) + [None]:
+    passes: list[dict[str, Any] | None] = [{"term": {"host.name": n}} for n in preferred[:3]]
+    if preferred[3:]:
+        passes.append({"terms": {"host.name": preferred[3:]}})
+    for node_filter in [*passes, None]:
         todo = [t for t in wanted if t not in out]
         if not todo:
             break

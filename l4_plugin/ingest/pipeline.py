@@ -391,6 +391,11 @@ def _write(
                 ref = time_ref(rollup, it, group)
                 if ref is not group.first_ts_ref:
                     first_ms = moved = clock.ms(ref)
+                    after = it is not None and ref is rollup.runs[-1 - it].after
+                    if first_ms is not None and after:
+                        # Printed before the stamped line whose time it takes: a millisecond
+                        # earlier keeps the two in the order they were written.
+                        first_ms = moved = first_ms - 1
                     last_ms = max(last_ms or 0, first_ms or 0) or None
             first_s = first_ms / 1000.0 if first_ms is not None else None
             if stage.startswith(UNPLACED):

@@ -27,6 +27,7 @@ MAX_KEPT_PER_GROUP = 50  # lines kept per (node, kind, bucket) for l4-lines
 RARE_SAMPLE = 3  # first lines of every group, kept in case the template is rare in the job
 MAX_TRACEBACK_LINES = 200
 _TB_CONTINUATION = ("During handling of the above", "The above exception", "Traceback (most")
+_TB_OPENERS = ("Traceback (most recent call last)", 'File "')
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
 _OPEN_LEVELS = frozenset({"ERROR", "CRITICAL"})
 # Lines of a file without iteration markers wait for the job timeline, keyed by the second they
@@ -193,13 +194,17 @@ class NodeRollup:
                     if body.strip():
                         chain = None
                 if tb is not None:
-                    body = raw[prefix_end:]
+                    body = _after_prefix(raw, prefix_end)
                     if (
                         not body or body[0] in " \t^~" or body.startswith(_TB_CONTINUATION)
                     ) and len(tb) < MAX_TRACEBACK_LINES:
                         tb.append(raw)
                         absorbed = True
-                elif kind.body.startswith("Traceback (most recent call last)"):
+                elif kind.body.startswith(_TB_OPENERS) and (
+                    kind.body[0] == "T" or _after_prefix(raw, prefix_end)[:1] in (" ", "\t")
+                ):
+                    # A traceback, or the indented frames of one whose header was cut off (a
+                    # pasted excerpt): one record either way, named by the exception ending it.
                     tb, tb_start, tb_kind = [raw], pos, kind
                     tb_offset = _at(block, pos - first)
                     if sink is not None:
@@ -390,6 +395,14 @@ def _enter(
     k = entered.get((stage, iteration), 0)
     entered[(stage, iteration)] = k + 1
     timeline.mark((stage, iteration, k), ts_ref)
+
+
+def _after_prefix(raw: str, prefix_end: int) -> str:
+    """A line's text after its rank prefix, less the one space that separates the two
+    (``[rank0]: Traceback``, ``[rank0]:   File …``): what is left of the indent is the line's."""
+    if prefix_end and raw[prefix_end : prefix_end + 1] == " ":
+        return raw[prefix_end + 1 :]
+    return raw[prefix_end:]
 
 
 def _at(block: Block | None, i: int) -> int | None:
