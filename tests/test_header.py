@@ -297,3 +297,89 @@ def test_launcher_rank_prefixes(line: str, rank: int, level: str | None, ts: flo
 def test_a_time_of_day_is_not_an_srun_prefix() -> None:
     h = parse_header("14:05:45 INFO starting", 2024)
     assert h.rank is None
+
+
+@pytest.mark.parametrize(
+    ("line", "ts", "level", "rank", "host", "body"),
+    [
+        # Lightning's rank_prefixed_message
+        ("[rank: 1] Seed set to 42", None, None, 1, None, "Seed set to 42"),
+        # a collector's RFC 3339 stamp before PyTorch's rank prefix and glog header
+        (
+            "2024-05-03T10:11:12.5Z [rank3]:[E503 10:11:12.500000 12 ProcessGroupNCCL.cpp:607] x",
+            T0 + 0.5,
+            "ERROR",
+            3,
+            None,
+            "x",
+        ),
+        # the CRI log format of a Kubernetes node, then torchrun's prefix
+        (
+            "2024-05-03T10:11:12.123456789Z stderr F [default2]:RuntimeError: CUDA error",
+            T0 + 0.123456789,
+            "ERROR",
+            2,
+            None,
+            "RuntimeError: CUDA error",
+        ),
+        # kubectl logs --prefix --timestamps: the pod is the host
+        (
+            "[pod/trainer-worker-3/pytorch] 2024-05-03T10:11:12Z stdout F WARNING: slow step",
+            T0,
+            "WARNING",
+            None,
+            "trainer-worker-3",
+            "WARNING: slow step",
+        ),
+        # Ray: the worker's ip is its host
+        (
+            "(RayTrainWorker pid=2345, ip=10.0.0.5) [rank1]: ValueError: bad shape",
+            None,
+            "ERROR",
+            1,
+            "10.0.0.5",
+            " ValueError: bad shape",  # the body keeps its indent (tracebacks need it)
+        ),
+        ("(pid=2345) Epoch 1 done", None, None, None, None, "Epoch 1 done"),
+        # journalctl -o short-iso
+        (
+            "2024-05-03T10:11:12+0000 gpu-node-7 kernel: NVRM: Xid (PCI:0000:3b:00): 79",
+            T0,
+            None,
+            None,
+            "gpu-node-7",
+            "NVRM: Xid (PCI:0000:3b:00): 79",
+        ),
+        (
+            "2024-05-03T10:11:12+0000 gpu-node-7 python[4242]: Killed",
+            T0,
+            None,
+            None,
+            "gpu-node-7",
+            "Killed",
+        ),
+        # slurmstepd: the time is in the message
+        (
+            "slurmstepd: error: *** STEP 12.0 ON gpu7 CANCELLED AT 2024-05-03T10:11:12 ***",
+            T0,
+            "ERROR",
+            None,
+            None,
+            "*** STEP 12.0 ON gpu7 CANCELLED AT 2024-05-03T10:11:12 ***",
+        ),
+    ],
+)
+def test_pasted_collector_and_launcher_prefixes(
+    line: str, ts: float | None, level: str | None, rank: int | None, host: str | None, body: str
+) -> None:
+    h = parse_header(line, 2024)
+    assert h.timestamp == pytest.approx(ts) if ts is not None else h.timestamp is None
+    assert h.level == level
+    assert h.rank == rank
+    assert h.host == host
+    assert line[h.body_start :] == body
+
+
+def test_a_status_code_after_a_time_is_not_a_rank() -> None:
+    h = parse_header("2024-05-03 10:11:12 404: not found", 2024)
+    assert h.rank is None and h.timestamp == T0

@@ -38,6 +38,8 @@ from l4_plugin.rules import Rule, load_rules, match_job
 from l4_plugin.store import Store
 
 ANALYZER_VERSION = f"l4-{__version__}"
+# The last stretch of a job, where it failed: a sample line from it is preferred (sample_lines).
+RECENT_SECONDS = 3600.0
 Step = Callable[[str], None]
 
 __all__ = [
@@ -119,7 +121,11 @@ def diagnose_job(
     samples = timed(
         "fetch sample lines",
         lambda: sample_lines(
-            store, job_id, [e.template_id for e in result.fusion.events], top_nodes
+            store,
+            job_id,
+            [e.template_id for e in result.fusion.events],
+            top_nodes,
+            recent_from=data.job.end_ts - RECENT_SECONDS if data.job.end_ts else None,
         ),
     )
     report = build_report(

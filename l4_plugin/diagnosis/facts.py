@@ -14,6 +14,7 @@ occurrence. A job with no timestamp at all is ordered by line position instead (
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections import defaultdict
@@ -565,12 +566,19 @@ def _aggregate_pool(
 
 
 def sample_lines(
-    store: Store, job_id: str, template_ids: Iterable[str], prefer_nodes: Sequence[str] = ()
+    store: Store,
+    job_id: str,
+    template_ids: Iterable[str],
+    prefer_nodes: Sequence[str] = (),
+    recent_from: float | None = None,
 ) -> dict[str, dict[str, Any]]:
     """One kept raw line (``l4-lines``) per template, earliest first, preferring the given nodes
     in their order: a template the most suspect node printed shows that node's line (the
     culprit's ``status=12`` rather than a neighbour's echo of it).
 
+    With ``recent_from`` (epoch seconds: the last stretch of the job, where it failed), a node's
+    line from that stretch is preferred to its older ones: a kernel that reported an unrelated
+    hung task two days earlier names the task that hangs now in the same template.
     Templates with no kept line are absent from the answer (the caller falls back on the rollup's
     exemplar message).
     """
@@ -582,7 +590,10 @@ def sample_lines(
     passes: list[dict[str, Any] | None] = [{"term": {"host.name": n}} for n in preferred[:3]]
     if preferred[3:]:
         passes.append({"terms": {"host.name": preferred[3:]}})
-    for node_filter in [*passes, None]:
+    recent: list[dict[str, Any] | None] = [None]
+    if recent_from is not None and math.isfinite(recent_from):
+        recent.insert(0, {"range": {"@timestamp": {"gte": int(recent_from * 1000)}}})
+    for node_filter, time_filter in itertools.product([*passes, None], recent):
         todo = [t for t in wanted if t not in out]
         if not todo:
             break
@@ -590,8 +601,7 @@ def sample_lines(
             _job_query(job_id),
             {"terms": {"l4.template.id": todo}},
         ]
-        if node_filter is not None:
-            filters.append(node_filter)
+        filters += [f for f in (node_filter, time_filter) if f is not None]
         for b in store.composite(
             store.names.lines,
             [_terms("t", "l4.template.id")],

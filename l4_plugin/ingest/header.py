@@ -73,10 +73,20 @@ _ISO = (
 # prefix ("[rank11]:", global rank), possibly both: "[default3]:[rank11]:[E1105 ...] ...".
 # A custom loop's "[rank0] [2026-09-19 20:40:00] ..." (a space, not a colon) is the same prefix;
 # Open MPI's --tag-output "[1,3]<stdout>:" names the global rank (job id, rank).
+# Lightning's rank_prefixed_message: "[rank: 1] Seed set to 42".
 _RANK_PREFIX = re.compile(
-    r"((?:\[(?:rank|default)\d+\](?::|[ \t](?=\[))|\[\d+,\d+\]<std(?:out|err)>:)+)"
+    r"((?:\[(?:rank|default)\d+\](?::|[ \t](?=\[))|\[rank: \d+\] |\[\d+,\d+\]<std(?:out|err)>:)+)"
 )
-_PREFIX_PART = re.compile(r"\[(rank|default)(\d+)\]|\[\d+,(\d+)\]<std")
+_PREFIX_PART = re.compile(r"\[(rank|default)(?:: )?(\d+)\]|\[\d+,(\d+)\]<std")
+# Labels a log collector puts before everything else: the CRI container log format of a
+# Kubernetes node ("2024-05-03T10:11:12.123456789Z stdout F "), `kubectl logs --prefix`
+# ("[pod/trainer-worker-3/pytorch] ") and Ray's worker prefix ("(RayTrainWorker pid=1234,
+# ip=10.0.0.5) ", "(pid=1234) ").
+_CRI = re.compile(_ISO + r" (?:stdout|stderr) [FP] ")
+_KUBECTL = re.compile(r"\[pod/([\w.-]+)/[\w.-]+\] ")
+_RAY = re.compile(
+    r"\((?:[\w.:-]+ )?pid=\d+(?:, ip=(\d{1,3}(?:\.\d{1,3}){3}))?(?:, [\w]+=[^,)\s]+)*\) "
+)
 # srun -l: "3: message" (the task id, a global rank); never "14:05:45" (a time).
 _SRUN_PREFIX = re.compile(r"(\d{1,6}): (?![\d:])")
 _BODY_RANK = re.compile(r"\[Rank (\d+)\]")
@@ -128,6 +138,8 @@ _SLURM = re.compile(
     r"(?:(error|warning|info|debug\d?|fatal): )?"
 )
 _SLURM_AT = re.compile(r" AT (\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})")
+# journalctl -o short-iso: "2024-05-03T10:11:12+0000 host python[1234]: " (after the time)
+_JOURNAL = re.compile(r" ([A-Za-z0-9][\w.-]*) (kernel|[\w./-]+\[\d+\]): ")
 # "WARNING:root:msg" (logging.basicConfig default) and "INFO 03-26 11:49:00 [file.py:111] msg"
 _PY_DEFAULT = re.compile(r"(" + _LV + r"):[\w.<>-]*:")
 _LEVEL_MMDD = re.compile(
@@ -190,12 +202,37 @@ def rank_prefix(line: str) -> tuple[int | None, int]:
 
     With nested prefixes the global ``[rankN]:`` wins over torchrun's local ``[defaultN]:``;
     Open MPI's ``[1,N]<stdout>:`` and ``srun -l``'s ``N: `` name the global rank.
-    ``(None, 0)`` when the line has no such prefix.
+    A collector's labels before it (:func:`outer_labels`) are skipped; ``(None, end of the
+    labels)`` when the line has no rank prefix.
     """
-    m = _RANK_PREFIX.match(line)
+    return _rank_at(line, outer_labels(line)[2])
+
+
+def outer_labels(line: str) -> tuple[float | None, str | None, int]:
+    """(time, host, end) of the labels a log collector put before the line: the CRI format's
+    time and stream, ``kubectl logs --prefix``'s pod (the host), Ray's worker prefix (its ip)."""
+    ts: float | None = None
+    host: str | None = None
+    pos = 0
+    for _ in range(2):  # kubectl --prefix --timestamps: "[pod/…] 2024-…Z …"
+        c = line[pos : pos + 1]
+        if c.isdigit() and (m := _CRI.match(line, pos)) is not None:
+            ts = _iso_groups(m.groups())
+        elif c == "[" and (m := _KUBECTL.match(line, pos)) is not None:
+            host = m.group(1)
+        elif c == "(" and (m := _RAY.match(line, pos)) is not None:
+            host = m.group(1) or host
+        else:
+            break
+        pos = m.end()
+    return ts, host, pos
+
+
+def _rank_at(line: str, start: int, srun: bool = True) -> tuple[int | None, int]:
+    m = _RANK_PREFIX.match(line, start)
     if m is None:
-        srun = _SRUN_PREFIX.match(line)
-        return (int(srun.group(1)), srun.end()) if srun else (None, 0)
+        sm = _SRUN_PREFIX.match(line, start) if srun else None
+        return (int(sm.group(1)), sm.end()) if sm else (None, start)
     rank: int | None = None
     for kind, number, mpi in _PREFIX_PART.findall(m.group(1)):
         if mpi:
@@ -212,17 +249,28 @@ def parse_header(line: str, default_year: int | None = None) -> Header:
     ``body_start`` after any rank prefix, and a level inferred from the body if it has one.
     """
     year = default_year if default_year is not None else time.gmtime().tm_year
-    rank, pos = rank_prefix(line)
-    prefixed = pos > 0
+    outer_ts, outer_host, labels = (None, None, 0) if line[:1].isalpha() else outer_labels(line)
+    rank, pos = _rank_at(line, labels)
+    prefixed = pos > labels
     start = pos
-    n = len(line)
-    while pos < n and line[pos] in " \t\r":
-        pos += 1
+    pos = _skip_blanks(line, pos)
     ts, level, host, body, emitter, hdr_rank = _dispatch(line, pos, year)
     if body < 0:
         body = start
         if prefixed:
             emitter = "torch"
+    elif rank is None and hdr_rank is None:
+        # A time before the rank prefix ("2024-05-03T10:11:12Z [rank3]: [E0503 …] …", a
+        # collector's stamp): the prefix, then the framework's own header after it.
+        rank, after = _rank_at(line, body, srun=False)
+        if rank is not None:
+            again = _dispatch(line, _skip_blanks(line, after), year)
+            ts2, level2, host2, body2, emitter2, _ = again
+            ts = ts if ts is not None else ts2
+            level, host = level2 or level, host2 or host
+            body, emitter = (body2, emitter2) if body2 >= 0 else (after, "torch")
+    ts = ts if ts is not None else outer_ts
+    host = host or outer_host
     if hdr_rank is not None and rank is None:
         rank = hdr_rank
     if rank is None:
@@ -237,6 +285,13 @@ def parse_header(line: str, default_year: int | None = None) -> Header:
             y, mo, d, h, mi, s = (int(g) for g in sm.groups())
             ts = _epoch(y, mo, d, h, mi, s, 0.0, None)
     return Header(ts, level, rank, host, body, emitter)
+
+
+def _skip_blanks(line: str, pos: int) -> int:
+    n = len(line)
+    while pos < n and line[pos] in " \t\r":
+        pos += 1
+    return pos
 
 
 _Parsed = tuple[float | None, str | None, str | None, int, str, int | None]
@@ -317,6 +372,10 @@ def _digit(line: str, pos: int) -> _Parsed:
     if m is not None:
         ts = _iso_groups(m.groups())
         end = m.end()
+        jm = _JOURNAL.match(line, end)
+        if jm is not None:
+            emitter = "kernel" if jm.group(2) == "kernel" else "syslog"
+            return ts, None, jm.group(1), jm.end(), emitter, None
         for after in _AFTER_ISO:
             lm = after.match(line, end)
             if lm is not None:
