@@ -1,0 +1,110 @@
+"""One file, several nodes: which host each line of an interleaved stream came from.
+
+A launcher or collector often writes the lines of many nodes into one file, and says on each line
+whose it is: pdsh / clush (DeepSpeed's multi-node runner) ``worker-3: …``, a ``host: N out:``
+label (host and rank), ``kubectl logs --prefix`` ``[pod/trainer-worker-3/pytorch] …``, Ray's
+``(RayTrainWorker pid=42, ip=10.0.0.5) …``. An mpirun or ``srun -l`` stdout names only the rank
+(``[1,N]<stdout>:``, ``N: ``), but every rank announces its host at start-up in NCCL's
+``host:pid:tid [dev] NCCL INFO`` prefix, so rank → host comes from the same file.
+
+:func:`plan` reads the start of a file and says whether it is such a stream (at least two hosts,
+most lines labelled); :meth:`HostRouter.route` then gives each line its host — an unlabelled
+line (a traceback's frame, a continuation) belongs to the host of the line before it. Pure: lines
+in, hosts out; the job directory's discovery (:mod:`l4_plugin.ingest.jobdir`) turns one such file
+into one stream per host.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from l4_plugin.ingest.header import outer_labels, rank_prefix
+
+# A host name as launchers print it: with a digit, a dot or a hyphen (never a level word such as
+# "INFO:" or a sentence's first word), or an IPv4 address.
+_HOSTNAME = r"(?:[A-Za-z][\w-]*\d[\w.-]*|[A-Za-z][\w-]*-[\w.-]+|[A-Za-z][\w-]*(?:\.[\w-]+)+)"
+# pdsh / clush "host: message"; the "host: N out: message" label carries the rank too.
+_HOST_LABEL = re.compile(
+    r"(" + _HOSTNAME + r"|\d{1,3}(?:\.\d{1,3}){3}): (?:(\d{1,6}) (?:out|err): )?"
+)
+# NCCL's own prefix: "host:pid:tid [dev] NCCL INFO …"
+_NCCL_HOST = re.compile(r"([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL ")
+_SAMPLE = 5000
+_LABELLED_SHARE = 0.8
+_MIN_LINES_PER_HOST = 2
+
+
+def line_label(line: str) -> tuple[str | None, int | None, int]:
+    """(host, rank, end) of the label that says which node printed ``line``; host None when the
+    line names none (``end`` is where the rest of the line starts)."""
+    _, host, end = outer_labels(line)
+    if host is not None:
+        return host, None, end
+    m = _HOST_LABEL.match(line)
+    if m is not None:
+        return m.group(1), int(m.group(2)) if m.group(2) else None, m.end()
+    return None, None, 0
+
+
+@dataclass
+class HostRouter:
+    """Gives every line of an interleaved stream its host (see the module docstring)."""
+
+    hosts: tuple[str, ...]
+    rank_host: dict[int, str] = field(default_factory=dict)
+    by_rank: bool = False
+    last: str | None = None
+
+    def route(self, line: str) -> tuple[str | None, str]:
+        """(host, text) of ``line``: the host it belongs to (that of the line before when it
+        names none; None before the first labelled line) and the line less its host label, as
+        the node's own log would have printed it."""
+        if self.by_rank:
+            rank, _ = rank_prefix(line)
+            if rank is not None:
+                self.last = self.rank_host.get(rank, self.last)
+            return self.last, line
+        host, _, end = line_label(line)
+        if host is not None:
+            self.last = host
+            return host, line[end:]
+        return self.last, line
+
+
+def plan(lines: Iterable[str], sample: int = _SAMPLE) -> HostRouter | None:
+    """A router when the first ``sample`` lines are an interleaved stream of two or more hosts
+    (most lines labelled by host, or ranks whose NCCL prefix names their host); else None."""
+    labelled = 0
+    seen = 0
+    hosts: Counter[str] = Counter()
+    rank_host: dict[int, str] = {}
+    ranked = 0
+    for i, line in enumerate(lines):
+        if i >= sample:
+            break
+        if not line.strip():
+            continue
+        seen += 1
+        host, _, _ = line_label(line)
+        if host is not None:
+            labelled += 1
+            hosts[host] += 1
+            continue
+        rank, after = rank_prefix(line)
+        if rank is not None:
+            ranked += 1
+            m = _NCCL_HOST.match(line, after)
+            if m is not None:
+                rank_host.setdefault(rank, m.group(1))
+    if seen == 0:
+        return None
+    real = tuple(sorted(h for h, n in hosts.items() if n >= _MIN_LINES_PER_HOST))
+    if len(real) >= 2 and labelled >= _LABELLED_SHARE * seen:
+        return HostRouter(real)
+    by_rank = tuple(sorted(set(rank_host.values())))
+    if len(by_rank) >= 2 and ranked >= _LABELLED_SHARE * seen:
+        return HostRouter(by_rank, rank_host, by_rank=True)
+    return None
