@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from l4_plugin.store import Store
+from l4_plugin.store import Store, generations
 from l4_plugin.store.documents import source_field
 from l4_plugin.store.jobdoc import update_job
 
@@ -99,7 +99,7 @@ def pending_reason(source: dict[str, Any], policy: ClaimPolicy, now: int) -> str
     ``lease-expired``), or None when it is not (not failed, not ingested, done, or claimed)."""
     if source_field(source, "l4.job.status") != "failed":
         return None
-    if source_field(source, "l4.ingest.state") != "done":
+    if not generations.has_complete(source):
         return None
     state = source_field(source, STATE)
     version = source_field(source, VERSION)
@@ -122,7 +122,8 @@ def discovery_query(policy: ClaimPolicy, now: int) -> dict[str, Any]:
         "bool": {
             "filter": [
                 {"term": {"l4.job.status": "failed"}},
-                {"term": {"l4.ingest.state": "done"}},
+                # A re-ingest in progress (or dead) leaves the last complete generation readable
+                generations.complete_clause(),
             ],
             "should": [
                 {"bool": {"must_not": [{"exists": {"field": STATE}}]}},

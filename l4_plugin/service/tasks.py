@@ -41,7 +41,7 @@ from l4_plugin.service import claims
 from l4_plugin.service.claims import Claim, ClaimPolicy
 from l4_plugin.service.health import Metrics
 from l4_plugin.service.logs import log
-from l4_plugin.store import ConflictError, Store
+from l4_plugin.store import ConflictError, Store, generations
 from l4_plugin.store.documents import annotation_document, annotation_id, job_doc_id, source_field
 
 DAY_MS = 86_400_000
@@ -384,7 +384,7 @@ def watch(ctx: TaskContext) -> int:
             "bool": {
                 "filter": [
                     {"term": {"l4.job.status": "running"}},
-                    {"term": {"l4.ingest.state": "done"}},
+                    generations.complete_clause(),
                 ]
             }
         },
