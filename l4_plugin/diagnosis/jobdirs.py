@@ -56,8 +56,10 @@ def already_ingested(store: Store, job_dir: Path, job_id: str, node_pattern: str
     read = source_field(doc.source, generations.SOURCE) or complete
     if complete is None or read != files_generation(discover(job_dir, node_pattern)):
         return False
-    query = generations.scope(job_id, doc.source)
-    return store.count(store.names.events, query) > 0
+    if not store.count(store.names.events, generations.scope(job_id, doc.source)):
+        return False
+    generations.sweep(store, job_id, doc.source)
+    return True
 
 
 def prepare(

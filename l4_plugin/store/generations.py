@@ -198,5 +198,19 @@ def complete(
     _delete(store, _older(job_id, generation, old=replaced[0]))
 
 
+def sweep(store: Store, job_id: str, source: Mapping[str, Any]) -> int:
+    """Delete what generations older than the complete one left (an ingest that died after
+    its ``complete`` write, before its clean-up); returns how many documents went."""
+    generation = complete_generation(source)
+    if generation is None or source_field(source, STATE) != "done":
+        return 0
+    old = _older(job_id, generation)
+    if not sum(store.count(index, old) for index in (store.names.events, store.names.lines)):
+        return 0
+    return sum(
+        store.delete_by_query(index, old) for index in (store.names.events, store.names.lines)
+    )
+
+
 def _is(generation: str) -> Query:
     return {"term": {DOC_FIELD: generation}}
