@@ -29,6 +29,7 @@ from l4_plugin.errors import AnalysisError, IngestError
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.rules.engine import JobFacts
 from l4_plugin.service import claims
+from l4_plugin.service.registry import job_state
 from l4_plugin.simulate import simulate
 from l4_plugin.store import IndexNames, OpenSearchStore, Store, generations
 from l4_plugin.store.base import BULK_DOCS_ENV, STALL_ENV
@@ -231,6 +232,9 @@ def test_kill_9_of_a_first_ingest_is_never_diagnosed(
     assert generations.complete_generation(source) is None
     with pytest.raises(AnalysisError, match="has no complete ingest: the ingest that began"):
         gather(store, dirs.job_id)
+    state = job_state(store, dirs.job_id)
+    assert state.generation is None and state.writing is not None
+    assert state.writing["files"] == len(list(dirs.old.glob("*.log")))
     # The service does not pick it even once it is declared failed.
     policy = claims.ClaimPolicy("t", 60.0, 3, "l4-test")
     claims.update_job(store, dirs.job_id, lambda s: {**s, "l4.job.status": "failed"})
@@ -267,3 +271,18 @@ def test_an_older_ingest_superseded_by_a_newer_one_deletes_what_it_wrote(
         generations.complete(store, job_id, mine, lambda s: s)
     assert read_counts(store, job_id) == reference.old
     assert all_docs(store, job_id) == (reference.old.events, reference.old.lines)
+
+
+def test_an_analysis_of_a_replaced_generation_leaves_the_job_due(
+    dirs: Dirs, reference: Reference, fresh: Any
+) -> None:
+    store = fresh()
+    ingest_job(store, dirs.old, status="failed")
+    policy = claims.ClaimPolicy("t", 60.0, 3, "l4-test")
+    held = claims.claim(store, dirs.job_id, policy).claim
+    assert held is not None
+    analysed = gather(store, dirs.job_id).job.generation
+    ingest_job(store, dirs.new, status="failed")  # completes while the analysis runs
+    claims.finish(store, held, policy, generation=analysed)
+    assert claims.find_pending(store, policy, limit=10) == [(dirs.job_id, "new")]
+    assert read_counts(store, dirs.job_id) == reference.new

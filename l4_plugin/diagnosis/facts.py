@@ -50,7 +50,8 @@ class JobDoc:
     system_templates: frozenset[str] = frozenset()
     # Nodes whose ranks printed iteration lines of their own (None: ingested before it was kept)
     progress_nodes: frozenset[str] | None = None
-    # The clause selecting the job's documents of its last complete ingest generation
+    # The job's last complete ingest generation, and the clause selecting its documents
+    generation: str | None = None
     scope: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -164,6 +165,7 @@ def _job_from_source(source: dict[str, Any]) -> JobDoc:
         system_logs=_bool_or_none(source_field(source, "l4.job.system_logs")),
         system_templates=frozenset(source_field(source, "l4.job.system_templates") or ()),
         progress_nodes=_progress_nodes(source_field(source, "l4.job.progress_nodes")),
+        generation=generations.complete_generation(source),
         scope=generations.scope(job_id, source),
     )
 

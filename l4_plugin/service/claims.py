@@ -253,12 +253,22 @@ def renew(store: Store, held: Claim, policy: ClaimPolicy) -> str:
     return result
 
 
-def finish(store: Store, held: Claim, policy: ClaimPolicy) -> None:
-    """Mark the job analysed by this analyzer version and drop the claim."""
+def finish(
+    store: Store, held: Claim, policy: ClaimPolicy, *, generation: str | None = None
+) -> None:
+    """Mark the job analysed by this analyzer version and drop the claim.
+
+    ``generation`` is the ingest generation the analysis read: when another one completed
+    meanwhile (a re-ingest), the job is left due again instead (``new``).
+    """
 
     def change(source: dict[str, Any]) -> dict[str, Any]:
         _clear_claim(source)
         source.pop(ERROR, None)
+        if generation is not None and generations.complete_generation(source) != generation:
+            for key in (STATE, VERSION, ATTEMPTS):
+                source.pop(key, None)
+            return source
         source.update({STATE: "done", VERSION: policy.analyzer_version, UPDATED: now_ms()})
         return source
 

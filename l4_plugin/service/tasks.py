@@ -229,7 +229,7 @@ def diagnose_one(ctx: TaskContext, job_id: str) -> bool:
         return True
     else:
         heartbeat.stop()
-        claims.finish(ctx.store, held, ctx.policy)
+        claims.finish(ctx.store, held, ctx.policy, generation=diagnosis.job.generation)
         ctx.metrics.add("jobs_diagnosed")
         report = diagnosis.report
         log(
