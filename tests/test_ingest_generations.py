@@ -25,7 +25,7 @@ import pytest
 
 from l4_plugin.diagnosis.facts import gather
 from l4_plugin.diagnosis.jobdirs import already_ingested, prepare
-from l4_plugin.errors import AnalysisError, IngestError
+from l4_plugin.errors import AnalysisError, IngestError, StoreError
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.rules.engine import JobFacts
 from l4_plugin.service import claims
@@ -286,3 +286,21 @@ def test_an_analysis_of_a_replaced_generation_leaves_the_job_due(
     claims.finish(store, held, policy, generation=analysed)
     assert claims.find_pending(store, policy, limit=10) == [(dirs.job_id, "new")]
     assert read_counts(store, dirs.job_id) == reference.new
+
+
+def test_setup_adds_the_generation_fields_to_a_jobs_index_of_an_older_l4(store: Store) -> None:
+    index = store.names.jobs
+    client: Any = store.client  # type: ignore[attr-defined]
+    client.indices.delete_index_template(name=index)
+    ingest = {"state": {"type": "keyword"}, "generation": {"type": "keyword"}}
+    narrow = {
+        "dynamic": "strict",
+        "properties": {"l4": {"properties": {"ingest": {"properties": ingest}}}},
+    }
+    client.indices.create(index=index, body={"mappings": narrow})
+    doc = {generations.STATE: "writing", generations.WRITING: {"generation": "00000001.abcdef"}}
+    with pytest.raises(StoreError, match="rejected"):
+        store.bulk_index(index, [("j", doc)])
+    store.install_templates()
+    store.bulk_index(index, [("j", {**doc, generations.SEQUENCE: 1})], refresh=True)
+    assert store.count(index, {"term": {"l4.ingest.writing.generation": "00000001.abcdef"}}) == 1

@@ -4,12 +4,13 @@ The streams are the files of a job directory (``ingest_job``) or the lines a shi
 index (``index_source.ingest_index``); both go through ``ingest_streams``, so they produce the same
 documents. ``--full`` adds every raw line to ``l4-lines`` in a second, streamed pass.
 
-Everything is written with deterministic ids derived from the job and what a document is about,
-tagged with a *generation* (a hash of the job's files: names, sizes, modification times; for an
-index source, line counts and last offsets).
-Re-ingesting unchanged files rewrites the same documents; after a successful write, documents of
-the job from other generations (an earlier, shorter copy of a running job) are deleted. Two
-concurrent ingests of the same files write the same ids with the same generation: no duplicates.
+Every ingest writes a new *generation* of the job (``l4_plugin.store.generations``): documents
+carry it and have deterministic ids derived from the job, the generation and what a document is
+about. The job document switches to the new generation only when every document is written, and
+the older generation's documents are deleted after that, so a crash at any point leaves one
+complete generation to read. What the logs were is recorded as ``l4.ingest.source`` (a hash of the
+job's files: names, sizes, modification times; for an index source, line counts and last
+offsets): a re-ingest of unchanged logs leaves a finished analysis alone, grown logs make it due.
 """
 
 from __future__ import annotations
