@@ -115,9 +115,14 @@ def _older(
     }
 
 
-def _delete(store: Store, query: Query) -> None:
-    for index in (store.names.events, store.names.lines):
+def _delete(store: Store, query: Query) -> int:
+    """Delete the matching documents of ``l4-events`` and ``l4-lines`` (a count first: most
+    calls find nothing, and a delete-by-query refreshes the index twice)."""
+    return sum(
         store.delete_by_query(index, query)
+        for index in (store.names.events, store.names.lines)
+        if store.count(index, query)
+    )
 
 
 def begin(store: Store, job_id: str, *, files: int, new_job: Mapping[str, Any]) -> str:
@@ -204,12 +209,7 @@ def sweep(store: Store, job_id: str, source: Mapping[str, Any]) -> int:
     generation = complete_generation(source)
     if generation is None or source_field(source, STATE) != "done":
         return 0
-    old = _older(job_id, generation)
-    if not sum(store.count(index, old) for index in (store.names.events, store.names.lines)):
-        return 0
-    return sum(
-        store.delete_by_query(index, old) for index in (store.names.events, store.names.lines)
-    )
+    return _delete(store, _older(job_id, generation))
 
 
 def _is(generation: str) -> Query:
