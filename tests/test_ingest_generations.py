@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from l4_plugin.diagnosis.facts import gather
+from l4_plugin.diagnosis.facts import find_jobs, gather
 from l4_plugin.diagnosis.jobdirs import already_ingested, prepare
 from l4_plugin.errors import AnalysisError, IngestError, StoreError
 from l4_plugin.ingest.pipeline import ingest_job
@@ -239,7 +239,12 @@ def test_kill_9_of_a_first_ingest_is_never_diagnosed(
     policy = claims.ClaimPolicy("t", 60.0, 3, "l4-test")
     claims.update_job(store, dirs.job_id, lambda s: {**s, "l4.job.status": "failed"})
     assert claims.find_pending(store, policy, limit=10) == []
+    fingerprint = _job(store, dirs.job_id)["l4.job.fingerprint"]
+    assert find_jobs(store, fingerprint=fingerprint, status="failed") == []  # nor a baseline
     assert prepare(store, dirs.old).ingested is not None
+    assert [j.id for j in find_jobs(store, fingerprint=fingerprint, status="failed")] == [
+        dirs.job_id
+    ]
     assert read_counts(store, dirs.job_id) == reference.old
     assert all_docs(store, dirs.job_id) == (reference.old.events, reference.old.lines)
     assert [j for j, _ in claims.find_pending(store, policy, limit=10)] == [dirs.job_id]

@@ -234,7 +234,7 @@ def find_jobs(store: Store, *, fingerprint: str, status: str) -> list[JobDoc]:
                     {"exists": {"field": "l4.retention.purged"}},
                     {
                         "bool": {
-                            "filter": [{"term": {generations.STATE: "writing"}}],
+                            "filter": [{"exists": {"field": f"{generations.WRITING}.generation"}}],
                             "must_not": [{"exists": {"field": generations.GENERATION}}],
                         }
                     },

@@ -50,7 +50,7 @@ def already_ingested(store: Store, job_dir: Path, job_id: str, node_pattern: str
     directory due again: the new ingest supersedes it (``store.generations``).
     """
     doc = store.get(store.names.jobs, job_doc_id(job_id))
-    if doc is None or source_field(doc.source, generations.STATE) != "done":
+    if doc is None or generations.writing(doc.source) is not None:
         return False
     complete = generations.complete_generation(doc.source)
     read = source_field(doc.source, generations.SOURCE) or complete

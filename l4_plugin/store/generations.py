@@ -57,9 +57,11 @@ def complete_generation(source: Mapping[str, Any]) -> str | None:
 
 
 def writing(source: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The generation being written (``generation``, ``started``, ``files``, ``owner``), if any."""
-    if source_field(source, STATE) != "writing":
-        return None
+    """The generation being written (``generation``, ``started``, ``files``, ``owner``), if any.
+
+    The record itself says so, not ``l4.ingest.state`` (which other writers of the job document,
+    e.g. progress reports, may set): ``complete`` removes it.
+    """
     value = source_field(source, WRITING)
     return dict(value) if isinstance(value, Mapping) else None
 
@@ -73,11 +75,16 @@ def scope(job_id: str, source: Mapping[str, Any] | None) -> Query:
     """
     job = {"term": {"l4.job.id": job_id}}
     generation = complete_generation(source) if source is not None else None
-    if generation is None and source is not None and source_field(source, STATE) == "writing":
+    if generation is None and source is not None and _begun(source):
         generation = _NONE
     if generation is None:
         return job
     return {"bool": {"filter": [job, {"term": {DOC_FIELD: generation}}]}}
+
+
+def _begun(source: Mapping[str, Any]) -> bool:
+    """An ingest began on this job (it may not have completed)."""
+    return writing(source) is not None or source_field(source, STATE) not in (None, "done")
 
 
 def complete_clause() -> Query:
@@ -207,7 +214,7 @@ def sweep(store: Store, job_id: str, source: Mapping[str, Any]) -> int:
     """Delete what generations older than the complete one left (an ingest that died after
     its ``complete`` write, before its clean-up); returns how many documents went."""
     generation = complete_generation(source)
-    if generation is None or source_field(source, STATE) != "done":
+    if generation is None or writing(source) is not None:
         return 0
     return _delete(store, _older(job_id, generation))
 
