@@ -794,6 +794,23 @@ def _print_job(state: Any) -> None:
     )
     if state.error:
         out.print(f"last analysis error: {state.error.splitlines()[0]}")
+    if state.writing is not None:
+        started = state.writing.get("started")
+        since = (
+            time.strftime(" since %Y-%m-%dT%H:%M:%SZ", time.gmtime(started / 1000))
+            if isinstance(started, int | float)
+            else ""
+        )
+        out.print(
+            f"ingest of generation {state.writing.get('generation')}{since} by "
+            f"{state.writing.get('owner')} has not completed (still writing, or interrupted: "
+            f"the next ingest replaces it); analyses read "
+            + (
+                f"generation {state.generation}"
+                if state.generation
+                else "nothing until one completes"
+            )
+        )
 
 
 @job.command("register")

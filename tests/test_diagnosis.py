@@ -337,8 +337,9 @@ def test_the_sample_is_the_most_suspect_nodes_own_line(store: Store, tmp_path: P
     ingest_job(store, tmp_path, job_id="samples")
     data = gather(store, "samples")
     tid = next(t for t, info in data.templates.items() if "Got completion" in info.text)
-    assert "status=5" in sample_lines(store, "samples", [tid])[tid]["message"]
-    picked = sample_lines(store, "samples", [tid], ["n3", "n1", "n2"])[tid]
+    job = data.job
+    assert "status=5" in sample_lines(store, job, [tid])[tid]["message"]
+    picked = sample_lines(store, job, [tid], ["n3", "n1", "n2"])[tid]
     assert source_field(picked, "host.name") == "n3" and "status=12" in picked["message"]
-    picked = sample_lines(store, "samples", [tid], ["n2", "n3"])[tid]
+    picked = sample_lines(store, job, [tid], ["n2", "n3"])[tid]
     assert source_field(picked, "host.name") == "n2"

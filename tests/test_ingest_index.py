@@ -58,16 +58,18 @@ def ship(store: Store, index: str, job_dir: Path, job_id: str, *, multiline: boo
     return len(docs)
 
 
-def _events(store: Store, job_id: str) -> dict[str, dict[str, Any]]:
+def _events(store: Store, job_id: str) -> dict[tuple[str, ...], dict[str, Any]]:
     res = store.search(
         store.names.events, {"size": 10000, "query": {"term": {"l4.job.id": job_id}}}
     )
     out = {}
     for hit in res["hits"]["hits"]:
         src = dict(hit["_source"])
-        src.pop("l4.generation")
+        src.pop("l4.generation")  # each ingest is a generation of its own (and in the _id)
         src["log.file.path"] = src["log.file.path"].rsplit("/", 2)[-2:]  # node/file
-        out[hit["_id"]] = src
+        key = tuple(str(src[k]) for k in ("host.name", "l4.template.id", "l4.stage", "l4.bucket"))
+        assert key not in out
+        out[key] = src
     return out
 
 

@@ -115,14 +115,16 @@ def diagnose_job(
     base_jobs = resolve_baselines(store, data.job, baselines, force=force_baselines, warn=warn)
     pool = timed("read baseline pool", lambda: baseline_pool(store, base_jobs))
     library = load_rules() if rules is None else list(rules)
-    matches = timed("match fault rules", lambda: match_job(store, job_id, library))
+    matches = timed(
+        "match fault rules", lambda: match_job(store, job_id, library, scope=data.job.query)
+    )
     result: Analysis = timed("analyse", lambda: analyze(data, pool, options))
     top_nodes = [n.node for n in result.fusion.nodes[:5]]
     samples = timed(
         "fetch sample lines",
         lambda: sample_lines(
             store,
-            job_id,
+            data.job,
             [e.template_id for e in result.fusion.events],
             top_nodes,
             recent_from=data.job.end_ts - RECENT_SECONDS if data.job.end_ts else None,

@@ -17,13 +17,14 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from l4_plugin.errors import AnalysisError
-from l4_plugin.store import Store
+from l4_plugin.store import Store, generations
 from l4_plugin.store.documents import job_doc_id, source_field
 
 _PAGE = 50_000
@@ -50,6 +51,14 @@ class JobDoc:
     system_templates: frozenset[str] = frozenset()
     # Nodes whose ranks printed iteration lines of their own (None: ingested before it was kept)
     progress_nodes: frozenset[str] | None = None
+    # The job's last complete ingest generation, and the clause selecting its documents
+    generation: str | None = None
+    scope: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def query(self) -> dict[str, Any]:
+        """``scope``, or every document of the job for a JobDoc built by hand."""
+        return self.scope or {"term": {"l4.job.id": self.id}}
 
 
 @dataclass
@@ -142,8 +151,9 @@ def _seconds(value: Any) -> float | None:
 
 def _job_from_source(source: dict[str, Any]) -> JobDoc:
     nodes = source_field(source, "l4.job.nodes") or []
+    job_id = str(source_field(source, "l4.job.id"))
     return JobDoc(
-        id=str(source_field(source, "l4.job.id")),
+        id=job_id,
         status=str(source_field(source, "l4.job.status") or "unknown"),
         fingerprint=str(source_field(source, "l4.job.fingerprint") or ""),
         nodes=tuple(str(n) for n in (nodes if isinstance(nodes, list) else [nodes])),
@@ -156,6 +166,8 @@ def _job_from_source(source: dict[str, Any]) -> JobDoc:
         system_logs=_bool_or_none(source_field(source, "l4.job.system_logs")),
         system_templates=frozenset(source_field(source, "l4.job.system_templates") or ()),
         progress_nodes=_progress_nodes(source_field(source, "l4.job.progress_nodes")),
+        generation=generations.complete_generation(source),
+        scope=generations.scope(job_id, source),
     )
 
 
@@ -191,6 +203,19 @@ def read_job(store: Store, job_id: str) -> JobDoc:
             f"job {job_id!r} is not in the cluster (no document in {store.names.jobs}) — "
             "hint: ingest it first (`l4 ingest DIR`), or use `l4 diagnose DIR`"
         )
+    writing = generations.writing(doc.source)
+    if writing is not None and generations.complete_generation(doc.source) is None:
+        started = writing.get("started")
+        when = (
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started / 1000))
+            if isinstance(started, int | float)
+            else "?"
+        )
+        raise AnalysisError(
+            f"job {job_id!r} has no complete ingest: the ingest that began at {when} "
+            f"(generation {writing.get('generation')}, by {writing.get('owner')}) has not "
+            "completed — hint: wait for it, or ingest again (`l4 ingest DIR`, `l4 diagnose DIR`)"
+        )
     return _job_from_source(doc.source)
 
 
@@ -204,8 +229,17 @@ def find_jobs(store: Store, *, fingerprint: str, status: str) -> list[JobDoc]:
                     {"term": {"l4.job.fingerprint": fingerprint}},
                     {"term": {"l4.job.status": status}},
                 ],
-                # A job whose rollups retention deleted has nothing left to compare with.
-                "must_not": [{"exists": {"field": "l4.retention.purged"}}],
+                # A job whose rollups retention deleted has nothing left to compare with, nor one
+                # whose only ingest never completed.
+                "must_not": [
+                    {"exists": {"field": "l4.retention.purged"}},
+                    {
+                        "bool": {
+                            "filter": [{"exists": {"field": f"{generations.WRITING}.generation"}}],
+                            "must_not": [{"exists": {"field": generations.GENERATION}}],
+                        }
+                    },
+                ],
             }
         },
     }
@@ -213,10 +247,6 @@ def find_jobs(store: Store, *, fingerprint: str, status: str) -> list[JobDoc]:
         return []
     hits = store.search(store.names.jobs, body)["hits"]["hits"]
     return sorted((_job_from_source(h["_source"]) for h in hits), key=lambda j: j.id)
-
-
-def _job_query(job_id: str) -> dict[str, Any]:
-    return {"term": {"l4.job.id": job_id}}
 
 
 def _walk(
@@ -242,7 +272,7 @@ def _value(bucket: dict[str, Any], name: str) -> Any:
 def gather(store: Store, job_id: str) -> JobData:
     """Read every table the analyses need for ``job_id`` (see the module docstring)."""
     job = read_job(store, job_id)
-    query = _job_query(job_id)
+    query = job.query
     if not store.count(store.names.events, query):
         raise AnalysisError(
             f"job {job_id!r} has no event rollups in {store.names.events} — hint: re-ingest it"
@@ -291,7 +321,7 @@ def gather(store: Store, job_id: str) -> JobData:
         if b["key"].get("st") is not None:
             stage = str(b["key"]["st"])
             info.stages[stage] = info.stages.get(stage, 0) + n
-    _exemplars(store, job_id, templates)
+    _exemplars(store, query, templates)
 
     stage_spans: dict[tuple[str, str], tuple[float, float, float, float]] = {}
     for b in _walk(
@@ -361,7 +391,7 @@ def gather(store: Store, job_id: str) -> JobData:
         stage_first = {}
     _fill_missing_times(cells, time_unit)
     nodes = sorted({n for n, _ in cells} | set(job.nodes))
-    announcements, peer_lines = _address_lines(store, job_id, templates, nodes)
+    announcements, peer_lines = _address_lines(store, query, templates, nodes)
     return JobData(
         job=job,
         time_unit=time_unit,
@@ -390,7 +420,7 @@ _PEER_HITS = 5  # lines read per (node, template) that may name a peer
 
 
 def _address_lines(
-    store: Store, job_id: str, templates: dict[str, TemplateInfo], nodes: Sequence[str]
+    store: Store, job: dict[str, Any], templates: dict[str, TemplateInfo], nodes: Sequence[str]
 ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str, str], ...]]:
     """Announcements of own addresses, and warning/error lines that may name another node.
 
@@ -406,21 +436,21 @@ def _address_lines(
         if info.level in _ADDRESS_LEVELS
         and ("<IP>" in info.text or any(h in info.text.lower() for h in hosts))
     )
-    announcements = [(n, m) for n, _, m in _node_lines(store, job_id, announce, 1, lines=False)]
-    said = _node_lines(store, job_id, peer, _PEER_HITS, lines=False)
-    said += _node_lines(store, job_id, peer, _PEER_HITS, lines=True)
+    announcements = [(n, m) for n, _, m in _node_lines(store, job, announce, 1, lines=False)]
+    said = _node_lines(store, job, peer, _PEER_HITS, lines=False)
+    said += _node_lines(store, job, peer, _PEER_HITS, lines=True)
     return tuple(announcements), tuple(dict.fromkeys(said))
 
 
 def _node_lines(
-    store: Store, job_id: str, template_ids: Sequence[str], size: int, *, lines: bool
+    store: Store, job: dict[str, Any], template_ids: Sequence[str], size: int, *, lines: bool
 ) -> list[tuple[str, str, str]]:
     """Up to ``size`` messages per (node, template) of the job, earliest first."""
     if not template_ids:
         return []
     index = store.names.lines if lines else store.names.events
-    query = {"bool": {"filter": [_job_query(job_id), {"terms": {"l4.template.id": template_ids}}]}}
-    if lines and not store.count(index, _job_query(job_id)):
+    query = {"bool": {"filter": [job, {"terms": {"l4.template.id": template_ids}}]}}
+    if lines and not store.count(index, job):
         return []
     sort_field = "@timestamp" if lines else "l4.first_ts"
     out: list[tuple[str, str, str]] = []
@@ -470,12 +500,12 @@ def _fill_missing_times(cells: dict[tuple[str, str], Cell], unit: str) -> None:
             c.last_ts = c.first_ts
 
 
-def _exemplars(store: Store, job_id: str, templates: dict[str, TemplateInfo]) -> None:
+def _exemplars(store: Store, job: dict[str, Any], templates: dict[str, TemplateInfo]) -> None:
     """Template text and one exemplar line per template (one document each, any node)."""
     for b in _walk(
         store,
         [_terms("t", "l4.template.id")],
-        _job_query(job_id),
+        job,
         {
             "x": {
                 "top_hits": {
@@ -517,7 +547,7 @@ def baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
         for tid, (count, n_nodes) in j.template_stats.items():
             per[tid].append((j.id, count, n_nodes))
     if missing:
-        _aggregate_pool(store, missing, work, per)
+        _aggregate_pool(store, missing, {j.id: j.query for j in jobs}, work, per)
     stats: dict[str, tuple[int, float, float, float]] = {}
     for tid, rows in per.items():
         fractions = [min(n_nodes / node_count[j], 1.0) for j, _, n_nodes in rows]
@@ -535,11 +565,12 @@ def baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
 def _aggregate_pool(
     store: Store,
     ids: list[str],
+    scopes: dict[str, dict[str, Any]],
     work: dict[str, int],
     per: dict[str, list[tuple[str, int, int]]],
 ) -> None:
     """The template counts of baseline jobs without recorded stats, from their rollups."""
-    query = {"terms": {"l4.job.id": ids}}
+    query = {"bool": {"should": [scopes[j] for j in ids], "minimum_should_match": 1}}
     for j in ids:
         work[j] = 1
     for b in _walk(
@@ -567,7 +598,7 @@ def _aggregate_pool(
 
 def sample_lines(
     store: Store,
-    job_id: str,
+    job: JobDoc,
     template_ids: Iterable[str],
     prefer_nodes: Sequence[str] = (),
     recent_from: float | None = None,
@@ -583,7 +614,7 @@ def sample_lines(
     exemplar message).
     """
     wanted = list(dict.fromkeys(template_ids))
-    if not wanted or not store.count(store.names.lines, _job_query(job_id)):
+    if not wanted or not store.count(store.names.lines, job.query):
         return {}
     out: dict[str, dict[str, Any]] = {}
     preferred = list(prefer_nodes)
@@ -598,7 +629,7 @@ def sample_lines(
         if not todo:
             break
         filters: list[dict[str, Any]] = [
-            _job_query(job_id),
+            job.query,
             {"terms": {"l4.template.id": todo}},
         ]
         filters += [f for f in (node_filter, time_filter) if f is not None]

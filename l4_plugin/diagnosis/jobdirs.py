@@ -1,9 +1,9 @@
 """``l4 diagnose`` on directories: ingest what the cluster does not hold yet, baselines first.
 
-A job directory counts as ingested when its ``l4-jobs`` document says ingest is done and the
-cluster holds rollups of the directory's current *generation* (the hash ingest computes from the
-files' names, sizes and modification times): an unchanged directory is not read again, a grown
-one (a running job's logs) is.
+A job directory counts as ingested when its ``l4-jobs`` document says its last ingest completed
+(``store.generations``) and read the directory as it is now (the hash ingest computes from the
+files' names, sizes and modification times): an unchanged directory is not read again; a grown
+one (a running job's logs), or one whose last ingest was interrupted, is.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from l4_plugin.diagnosis.facts import find_jobs
+from l4_plugin.diagnosis.facts import find_jobs, read_job
 from l4_plugin.ingest.jobdir import discover, job_meta
 from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_job
 from l4_plugin.ingest.sources import files_generation
-from l4_plugin.store import Store
+from l4_plugin.store import Store, generations
 from l4_plugin.store.documents import job_doc_id, source_field
 
 
@@ -44,20 +44,22 @@ def expand_baselines(paths: list[Path]) -> list[Path]:
 
 
 def already_ingested(store: Store, job_dir: Path, job_id: str, node_pattern: str | None) -> bool:
-    """True when the cluster holds this directory's current generation of the job."""
+    """True when the job's last ingest completed and read the directory as it is now.
+
+    An ingest that began later and did not complete (it died, or is still writing) makes the
+    directory due again: the new ingest supersedes it (``store.generations``).
+    """
     doc = store.get(store.names.jobs, job_doc_id(job_id))
-    if doc is None or source_field(doc.source, "l4.ingest.state") != "done":
+    if doc is None or generations.writing(doc.source) is not None:
         return False
-    generation = files_generation(discover(job_dir, node_pattern))
-    query = {
-        "bool": {
-            "filter": [
-                {"term": {"l4.job.id": job_id}},
-                {"term": {"l4.generation": generation}},
-            ]
-        }
-    }
-    return store.count(store.names.events, query) > 0
+    complete = generations.complete_generation(doc.source)
+    read = source_field(doc.source, generations.SOURCE) or complete
+    if complete is None or read != files_generation(discover(job_dir, node_pattern)):
+        return False
+    if not store.count(store.names.events, generations.scope(job_id, doc.source)):
+        return False
+    generations.sweep(store, job_id, doc.source)
+    return True
 
 
 def prepare(
@@ -131,17 +133,19 @@ def prepare_all(
 def baseline_templates(store: Store, job_ids: list[str], *, fingerprint: str) -> set[str] | None:
     """Template ids the baseline pool printed (given jobs + succeeded jobs of the fingerprint),
     so ingest keeps the failed job's lines of every other template; None without a pool."""
-    ids = set(job_ids) | {
-        j.id for j in find_jobs(store, fingerprint=fingerprint, status="succeeded")
-    }
-    if not ids:
+    jobs = {j.id: j for j in find_jobs(store, fingerprint=fingerprint, status="succeeded")}
+    for job_id in job_ids:
+        if job_id not in jobs:
+            jobs[job_id] = read_job(store, job_id)
+    if not jobs:
         return None
+    scopes = [jobs[j].query for j in sorted(jobs)]
     return {
         str(b["key"]["t"])
         for b in store.composite(
             store.names.events,
             [{"t": {"terms": {"field": "l4.template.id"}}}],
-            query={"terms": {"l4.job.id": sorted(ids)}},
+            query={"bool": {"should": scopes, "minimum_should_match": 1}},
             page_size=5000,
         )
     }

@@ -4,12 +4,13 @@ The streams are the files of a job directory (``ingest_job``) or the lines a shi
 index (``index_source.ingest_index``); both go through ``ingest_streams``, so they produce the same
 documents. ``--full`` adds every raw line to ``l4-lines`` in a second, streamed pass.
 
-Everything is written with deterministic ids derived from the job and what a document is about,
-tagged with a *generation* (a hash of the job's files: names, sizes, modification times; for an
-index source, line counts and last offsets).
-Re-ingesting unchanged files rewrites the same documents; after a successful write, documents of
-the job from other generations (an earlier, shorter copy of a running job) are deleted. Two
-concurrent ingests of the same files write the same ids with the same generation: no duplicates.
+Every ingest writes a new *generation* of the job (``l4_plugin.store.generations``): documents
+carry it and have deterministic ids derived from the job, the generation and what a document is
+about. The job document switches to the new generation only when every document is written, and
+the older generation's documents are deleted after that, so a crash at any point leaves one
+complete generation to read. What the logs were is recorded as ``l4.ingest.source`` (a hash of the
+job's files: names, sizes, modification times; for an index source, line counts and last
+offsets): a re-ingest of unchanged logs leaves a finished analysis alone, grown logs make it due.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ from l4_plugin.ingest.stages import StageRules
 from l4_plugin.ingest.templates import template_from_dict
 from l4_plugin.ingest.timeline import UNPLACED, Timeline
 from l4_plugin.records import Template
-from l4_plugin.store import Store
-from l4_plugin.store.documents import job_doc_id, source_field
+from l4_plugin.store import Store, generations
+from l4_plugin.store.documents import source_field
 
 # Running (sum, lines) of an event document's iteration durations while groups merge into it;
 # replaced by their mean, ``l4.iteration_seconds``, just before the documents are written.
@@ -318,7 +319,7 @@ def _write_full_lines(
             doc["log.offset"] = offset
         if pos in long_lines:
             doc["l4.flags"] = ["truncated"]
-        docs.append((_doc_id(meta.id, node, path, pos), doc))
+        docs.append((_doc_id(meta.id, generation, node, path, pos), doc))
         if len(docs) >= FULL_CHUNK:
             nonlocal written
             written += store.bulk_index(store.names.lines, docs)
@@ -347,6 +348,9 @@ def _write(
     timeline: Timeline,
 ) -> None:
     meta = summary.job
+    # ``generation`` names the logs as read (their files' names, sizes, times); the documents
+    # are written as a new ingest generation (``store.generations``), complete only at the end.
+    source, generation = generation, _begin(store, meta, summary.files)
     refs: set[str] = set()
     totals: dict[str, int] = defaultdict(int)
     iterations: list[int] = []
@@ -429,7 +433,7 @@ def _write(
             )
             for kept in group.kept if keep_all else ():
                 ms = moved if moved is not None else clock.ms(kept.ts_ref)
-                doc_id = _doc_id(meta.id, node, kept.path, kept.line)
+                doc_id = _doc_id(meta.id, generation, node, kept.path, kept.line)
                 line_doc: dict[str, Any] = {
                     "message": kept.message,
                     "host.name": node,
@@ -453,7 +457,7 @@ def _write(
                 if kept.offset is not None:
                     line_doc["log.offset"] = kept.offset
                 kept_docs.append((doc_id, line_doc))
-    event_docs = [(_doc_id(meta.id, *k), d) for k, d in merged.items()]
+    event_docs = [(_doc_id(meta.id, generation, *k), d) for k, d in merged.items()]
     for _, d in event_docs:
         d["l4.ranks"] = sorted(d["l4.ranks"])
         if _SECONDS in d:
@@ -491,14 +495,6 @@ def _write(
     summary.new_templates = len(new)
     for index in (store.names.events, store.names.lines, store.names.templates):
         store.refresh(index)
-    stale = {
-        "bool": {
-            "filter": [{"term": {"l4.job.id": meta.id}}],
-            "must_not": [{"term": {"l4.generation": generation}}],
-        }
-    }
-    store.delete_by_query(store.names.events, stale)
-    store.delete_by_query(store.names.lines, stale)
     times = [d["l4.first_ts"] for _, d in event_docs if d.get("l4.first_ts") is not None]
     ends = [d["l4.last_ts"] for _, d in event_docs if d.get("l4.last_ts") is not None]
     job_doc: dict[str, Any] = {
@@ -518,7 +514,9 @@ def _write(
         "l4.ingest.state": "done",
         "l4.ingest.updated": now,
         "l4.ingest.files": summary.files,
-        "l4.ingest.generation": generation,
+        "l4.ingest.source": source,
+        "l4.ingest.events_docs": summary.events_docs,
+        "l4.ingest.lines_docs": summary.lines_docs,
         "l4.job.registered": now,
         # Per template [occurrences, nodes]: what a later diagnosis needs of this job as a
         # baseline, read with the job document instead of an aggregation over its rollups.
@@ -538,21 +536,42 @@ def _write(
     if times:
         job_doc["@timestamp"] = job_doc["l4.job.start_ts"] = min(times)
         job_doc["l4.job.end_ts"] = max(ends)
-    existing = store.get(store.names.jobs, job_doc_id(meta.id))
-    if existing is not None:
+
+    def build(existing: dict[str, Any]) -> dict[str, Any]:
         # Keep what the analysis service recorded about this job, and a status registered with
         # `l4 job register` when neither job.yaml nor a flag gives one. New logs (another
-        # generation) make a finished analysis due again; an unchanged re-ingest does not.
-        grown = source_field(existing.source, "l4.ingest.generation") not in (None, generation)
-        for k, v in existing.source.items():
+        # source) make a finished analysis due again; an unchanged re-ingest does not.
+        before = source_field(existing, "l4.ingest.source") or source_field(
+            existing, "l4.ingest.generation"
+        )
+        grown = before not in (None, source)
+        new = dict(job_doc)
+        for k, v in existing.items():
             if k.startswith("l4.analysis.") and not (
                 grown and k in ("l4.analysis.state", "l4.analysis.version")
             ):
-                job_doc[k] = v
-        registered = source_field(existing.source, "l4.job.status")
+                new[k] = v
+        registered = source_field(existing, "l4.job.status")
         if meta.status == "unknown" and registered:
-            job_doc["l4.job.status"] = registered
-    store.put(store.names.jobs, job_doc_id(meta.id), job_doc, refresh=True)
+            new["l4.job.status"] = registered
+        return new
+
+    generations.complete(store, meta.id, generation, build)
+
+
+def _begin(store: Store, meta: JobMeta, files: int) -> str:
+    """Record on the job document that a new generation is being written; returns it."""
+    return generations.begin(
+        store,
+        meta.id,
+        files=files,
+        new_job={
+            "l4.job.id": meta.id,
+            "l4.job.status": meta.status,
+            "l4.job.fingerprint": meta.fingerprint,
+            "l4.job.config": meta.config,
+        },
+    )
 
 
 def _event_doc(

@@ -270,11 +270,12 @@ def job_filter(job_id: str) -> Query:
     return {"term": {"l4.job.id": job_id}}
 
 
-def candidate_query(job_id: str, queries: Mapping[str, Query]) -> Query:
-    """Lines of the job that match at least one selection (keeps the composite small)."""
+def candidate_query(scope: Query, queries: Mapping[str, Query]) -> Query:
+    """Lines of the job (``scope``) that match at least one selection (keeps the composite
+    small)."""
     return {
         "bool": {
-            "filter": [job_filter(job_id)],
+            "filter": [scope],
             "should": list(queries.values()),
             "minimum_should_match": 1,
         }
@@ -282,10 +283,10 @@ def candidate_query(job_id: str, queries: Mapping[str, Query]) -> Query:
 
 
 def samples_body(
-    job_id: str, queries: Mapping[str, Query], nodes: Sequence[str], size: int = 3
+    scope: Query, queries: Mapping[str, Query], nodes: Sequence[str], size: int = 3
 ) -> dict[str, Any]:
     """A search body returning the earliest ``size`` lines per selection on the matched nodes."""
-    filters: list[Query] = [job_filter(job_id)]
+    filters: list[Query] = [scope]
     if nodes:
         filters.append({"terms": {"host.name": list(nodes)}})
     # The top-level query keeps the aggregations' parent set to the matching lines: filter

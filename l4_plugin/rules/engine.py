@@ -39,6 +39,7 @@ from l4_plugin.rules.model import FieldMatcher, Rule
 from l4_plugin.rules.render import render
 from l4_plugin.rules.resolver import MessageResolver, TextValue, needs_resolution
 from l4_plugin.rules.schema import SEVERITIES
+from l4_plugin.store import generations
 
 _NODE_SOURCE = [{"node": {"terms": {"field": "host.name"}}}]
 # One page for jobs of up to this many nodes: every page re-runs the query and aggregations.
@@ -159,9 +160,19 @@ def _aggregate(facts: Iterable[SelectionFacts]) -> SelectionFacts:
 class JobFacts:
     """Cluster look-ups for one job, cached across the rules matched against it."""
 
-    def __init__(self, store: RuleStore, job_id: str, *, resolve_messages: bool = True) -> None:
+    def __init__(
+        self,
+        store: RuleStore,
+        job_id: str,
+        *,
+        resolve_messages: bool = True,
+        scope: Query | None = None,
+    ) -> None:
         self.store = store
         self.job_id = job_id
+        self._job: tuple[dict[str, Any] | None] | None = None
+        # The job's documents of its last complete ingest generation (``store.generations``)
+        self.scope = scope if scope is not None else generations.scope(job_id, self._job_source())
         self._templates: dict[FieldMatcher, list[str]] = {}
         self._last_ts: dict[str, float] | None = None
         self._total: int | None = None
@@ -171,9 +182,7 @@ class JobFacts:
         self._registered: tuple[list[str] | None] | None = None
         self._silent: dict[float, dict[str, float]] = {}
         self.messages = (
-            MessageResolver(store, store.names.lines, job_filter(job_id))
-            if resolve_messages
-            else None
+            MessageResolver(store, store.names.lines, self.scope) if resolve_messages else None
         )
 
     def resolve_messages(self, rules: Iterable[Rule]) -> None:
@@ -219,7 +228,7 @@ class JobFacts:
         for bucket in self.store.composite(
             index,
             _NODE_SOURCE,
-            query=job_filter(self.job_id),
+            query=self.scope,
             aggs={"last": {"max": {"field": ts_field}}},
             page_size=_NODE_PAGE,
         ):
@@ -241,19 +250,21 @@ class JobFacts:
             self._registered = (self._read_registered_nodes(),)
         return self._registered[0]
 
+    def _job_source(self) -> dict[str, Any] | None:
+        """The job's ``l4-jobs`` document (None without one), read once."""
+        if self._job is None:
+            body = {"size": 1, "query": job_filter(self.job_id)}
+            try:
+                hits = self.store.search(self.store.names.jobs, body)["hits"]["hits"]
+            except StoreError:
+                hits = []  # no l4-jobs index: snippets written without the real ingest
+            self._job = (dict(hits[0].get("_source", {})) if hits else None,)
+        return self._job[0]
+
     def _read_registered_nodes(self) -> list[str] | None:
-        body = {
-            "size": 1,
-            "query": job_filter(self.job_id),
-            "_source": ["l4.job.nodes", "l4.job.node_count"],
-        }
-        try:
-            hits = self.store.search(self.store.names.jobs, body)["hits"]["hits"]
-        except StoreError:
-            return None  # no l4-jobs index: snippets written without the real ingest
-        if not hits:
+        src = self._job_source()
+        if src is None:
             return None
-        src = hits[0].get("_source", {})
         nodes = src.get("l4.job.nodes", src.get("l4", {}).get("job", {}).get("nodes"))
         return [str(n) for n in nodes] if isinstance(nodes, list) and nodes else None
 
@@ -268,7 +279,7 @@ class JobFacts:
             for bucket in self.store.composite(
                 self.store.names.lines,
                 _NODE_SOURCE,
-                query=job_filter(self.job_id),
+                query=self.scope,
                 page_size=_NODE_PAGE,
             ):
                 nodes.add(str(bucket["key"]["node"]))
@@ -300,7 +311,7 @@ class JobFacts:
                 query={
                     "bool": {
                         "filter": [
-                            job_filter(self.job_id),
+                            self.scope,
                             {"range": {"l4.last_ts": {"gt": int(cutoff)}}},
                         ]
                     }
@@ -317,7 +328,7 @@ class JobFacts:
         for bucket in self.store.composite(
             self.store.names.events,
             _NODE_SOURCE,
-            query={"bool": {"filter": [job_filter(self.job_id), {"terms": {"host.name": quiet}}]}},
+            query={"bool": {"filter": [self.scope, {"terms": {"host.name": quiet}}]}},
             aggs={"last": {"max": {"field": "l4.last_ts"}}},
             page_size=_NODE_PAGE,
         ):
@@ -330,9 +341,7 @@ class JobFacts:
         """The job's last ``l4.last_ts`` in ``l4-events`` (epoch ms), None without rollups."""
         body = {
             "size": 1,
-            "query": {
-                "bool": {"filter": [job_filter(self.job_id), {"exists": {"field": "l4.last_ts"}}]}
-            },
+            "query": {"bool": {"filter": [self.scope, {"exists": {"field": "l4.last_ts"}}]}},
             "sort": [{"l4.last_ts": {"order": "desc"}}],
             "_source": False,
         }
@@ -361,7 +370,7 @@ class JobFacts:
         for bucket in self.store.composite(
             self.store.names.lines,
             _NODE_SOURCE,
-            query=candidate_query(self.job_id, live),
+            query=candidate_query(self.scope, live),
             aggs=facts_aggregations(live),
             page_size=2000,
         ):
@@ -404,7 +413,7 @@ class JobFacts:
             if self.planning is not None:
                 return {}
             response = self.store.search(
-                self.store.names.lines, samples_body(self.job_id, live, scope)
+                self.store.names.lines, samples_body(self.scope, live, scope)
             )
             return {name: _sample_rows(response, name) for name in live}
         keys = {name: _query_key(q) for name, q in live.items()}
@@ -420,7 +429,7 @@ class JobFacts:
         todo = {k: q for k, q in todo.items() if k not in self._samples}
         if not todo:
             return
-        response = self.store.search(self.store.names.lines, samples_body(self.job_id, todo, []))
+        response = self.store.search(self.store.names.lines, samples_body(self.scope, todo, []))
         for key in todo:
             self._samples[key] = _sample_rows(response, key)
 
@@ -586,14 +595,20 @@ def sort_matches(matches: Iterable[RuleMatch]) -> list[RuleMatch]:
 
 
 def match_job(
-    store: RuleStore, job_id: str, rules: Sequence[Rule], *, resolve_messages: bool = True
+    store: RuleStore,
+    job_id: str,
+    rules: Sequence[Rule],
+    *,
+    resolve_messages: bool = True,
+    scope: Query | None = None,
 ) -> list[RuleMatch]:
     """Match every rule against one job; return the matches, root causes first.
 
     ``resolve_messages=False`` sends every ``message`` value as its direct query (regexp,
     wildcard): same results, much slower on large indices; kept to test the resolution against.
+    ``scope`` selects the job's documents (default: its last complete ingest generation).
     """
-    facts = JobFacts(store, job_id, resolve_messages=resolve_messages)
+    facts = JobFacts(store, job_id, resolve_messages=resolve_messages, scope=scope)
     facts.resolve_messages(rules)
     compiled = [compile_rule(facts, rule) for rule in rules]
     if resolve_messages:

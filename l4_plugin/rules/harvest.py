@@ -18,6 +18,7 @@ from typing import Any, Literal, Protocol
 from l4_plugin.errors import L4Error, StoreError
 from l4_plugin.rules.compiler import job_filter
 from l4_plugin.rules.engine import IndexNames
+from l4_plugin.store import generations
 from l4_plugin.store.documents import source_field
 
 MAX_EVENTS = 3
@@ -77,6 +78,12 @@ def require_job(store: HarvestStore, job_id: str) -> None:
         )
 
 
+def _scope(store: HarvestStore, job_id: str) -> dict[str, Any]:
+    """The job's lines of its last complete ingest generation (``store.generations``)."""
+    hits = _hits(store, store.names.jobs, {"size": 1, "query": job_filter(job_id)})
+    return generations.scope(job_id, hits[0].get("_source", {}) if hits else None)
+
+
 def _template(store: HarvestStore, template_id: str) -> dict[str, Any]:
     body = {"size": 1, "query": {"term": {"l4.template.id": template_id}}}
     hits = _hits(store, store.names.templates, body)
@@ -87,7 +94,7 @@ def _first_line(store: HarvestStore, job_id: str, template_id: str) -> dict[str,
     body = {
         "size": 1,
         "query": {
-            "bool": {"filter": [job_filter(job_id), {"term": {"l4.template.id": template_id}}]}
+            "bool": {"filter": [_scope(store, job_id), {"term": {"l4.template.id": template_id}}]}
         },
         "sort": [{"@timestamp": {"order": "asc", "missing": "_last"}}],
         "_source": ["message", "log.level", "l4.stage", "host.name"],
@@ -165,7 +172,8 @@ def _from_annotations(store: HarvestStore, job_id: str) -> dict[str, Any] | None
 
 
 def _from_lines(store: HarvestStore, job_id: str) -> dict[str, Any] | None:
-    query = {"bool": {"filter": [job_filter(job_id), {"terms": {"log.level": list(ERROR_LEVELS)}}]}}
+    levels = {"terms": {"log.level": list(ERROR_LEVELS)}}
+    query = {"bool": {"filter": [_scope(store, job_id), levels]}}
     body = {
         "size": 0,
         "query": query,

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from l4_plugin.store import Store
+from l4_plugin.store import Store, generations
 from l4_plugin.store.documents import source_field
 from l4_plugin.store.jobdoc import update_job
 
@@ -99,7 +99,7 @@ def pending_reason(source: dict[str, Any], policy: ClaimPolicy, now: int) -> str
     ``lease-expired``), or None when it is not (not failed, not ingested, done, or claimed)."""
     if source_field(source, "l4.job.status") != "failed":
         return None
-    if source_field(source, "l4.ingest.state") != "done":
+    if not generations.has_complete(source):
         return None
     state = source_field(source, STATE)
     version = source_field(source, VERSION)
@@ -122,7 +122,8 @@ def discovery_query(policy: ClaimPolicy, now: int) -> dict[str, Any]:
         "bool": {
             "filter": [
                 {"term": {"l4.job.status": "failed"}},
-                {"term": {"l4.ingest.state": "done"}},
+                # A re-ingest in progress (or dead) leaves the last complete generation readable
+                generations.complete_clause(),
             ],
             "should": [
                 {"bool": {"must_not": [{"exists": {"field": STATE}}]}},
@@ -252,12 +253,22 @@ def renew(store: Store, held: Claim, policy: ClaimPolicy) -> str:
     return result
 
 
-def finish(store: Store, held: Claim, policy: ClaimPolicy) -> None:
-    """Mark the job analysed by this analyzer version and drop the claim."""
+def finish(
+    store: Store, held: Claim, policy: ClaimPolicy, *, generation: str | None = None
+) -> None:
+    """Mark the job analysed by this analyzer version and drop the claim.
+
+    ``generation`` is the ingest generation the analysis read: when another one completed
+    meanwhile (a re-ingest), the job is left due again instead (``new``).
+    """
 
     def change(source: dict[str, Any]) -> dict[str, Any]:
         _clear_claim(source)
         source.pop(ERROR, None)
+        if generation is not None and generations.complete_generation(source) != generation:
+            for key in (STATE, VERSION, ATTEMPTS):
+                source.pop(key, None)
+            return source
         source.update({STATE: "done", VERSION: policy.analyzer_version, UPDATED: now_ms()})
         return source
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from l4_plugin.errors import ConfigError
 from l4_plugin.service.claims import now_ms, update_job
-from l4_plugin.store import ConflictError, Store
+from l4_plugin.store import ConflictError, Store, generations
 from l4_plugin.store.documents import job_doc_id, source_field
 
 JOB_STATUSES = ("running", "failed", "succeeded", "unknown")
@@ -32,6 +32,8 @@ class JobState:
     claimed_by: str | None
     error: str | None
     version: str | None
+    generation: str | None = None  # the last complete ingest generation
+    writing: dict[str, Any] | None = None  # the ingest generation begun and not completed
 
     @classmethod
     def from_source(cls, source: dict[str, Any]) -> JobState:
@@ -46,6 +48,8 @@ class JobState:
             claimed_by=source_field(source, "l4.analysis.claimed_by"),
             error=source_field(source, "l4.analysis.error"),
             version=source_field(source, "l4.analysis.version"),
+            generation=generations.complete_generation(source),
+            writing=generations.writing(source),
         )
 
 

@@ -41,7 +41,7 @@ from l4_plugin.service import claims
 from l4_plugin.service.claims import Claim, ClaimPolicy
 from l4_plugin.service.health import Metrics
 from l4_plugin.service.logs import log
-from l4_plugin.store import ConflictError, Store
+from l4_plugin.store import ConflictError, Store, generations
 from l4_plugin.store.documents import annotation_document, annotation_id, job_doc_id, source_field
 
 DAY_MS = 86_400_000
@@ -229,7 +229,7 @@ def diagnose_one(ctx: TaskContext, job_id: str) -> bool:
         return True
     else:
         heartbeat.stop()
-        claims.finish(ctx.store, held, ctx.policy)
+        claims.finish(ctx.store, held, ctx.policy, generation=diagnosis.job.generation)
         ctx.metrics.add("jobs_diagnosed")
         report = diagnosis.report
         log(
@@ -384,7 +384,7 @@ def watch(ctx: TaskContext) -> int:
             "bool": {
                 "filter": [
                     {"term": {"l4.job.status": "running"}},
-                    {"term": {"l4.ingest.state": "done"}},
+                    generations.complete_clause(),
                 ]
             }
         },

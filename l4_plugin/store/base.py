@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import sys
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
@@ -25,6 +27,10 @@ T = TypeVar("T")
 
 # Statuses worth another try: throttled, or the cluster is (re)starting.
 TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
+# Test-only (crash tests): stop before the write request after this many, until killed; and
+# documents per bulk request, so that a small job still takes many requests to write.
+STALL_ENV = "L4_TEST_STALL_AFTER_WRITES"
+BULK_DOCS_ENV = "L4_TEST_BULK_DOCS"
 
 
 class ConflictError(StoreError):
@@ -81,6 +87,9 @@ class Store(ABC):
         self.names = names
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
+        self._writes = 0
+        self._stall_after = _env_int(STALL_ENV)
+        self._bulk_docs = _env_int(BULK_DOCS_ENV)
 
     # -- primitives every adapter implements -------------------------------------------------
     @abstractmethod
@@ -156,6 +165,15 @@ class Store(ABC):
     @abstractmethod
     def close(self) -> None:
         """Release the client's connections."""
+
+    def _before_write(self, what: str) -> None:
+        """Count write requests; with ``L4_TEST_STALL_AFTER_WRITES=N`` hang before the N+1st
+        (the crash tests ``kill -9`` the process there: a real crash at a chosen point)."""
+        if self._stall_after is not None and self._writes >= self._stall_after:
+            print(f"l4-test: stalled after {self._writes} writes, before {what}", file=sys.stderr)
+            sys.stderr.flush()
+            time.sleep(3600)
+        self._writes += 1
 
     # -- retry and error wrapping ------------------------------------------------------------
     def _call(self, what: str, fn: Callable[[], T]) -> T:
@@ -250,6 +268,8 @@ class Store(ABC):
         written = 0
         ops: list[dict[str, Any]] = []
         size = 0
+        if self._bulk_docs is not None:
+            chunk_docs = min(chunk_docs, self._bulk_docs)
         for doc_id, source in docs:
             ops.append({"index": {"_index": index, "_id": doc_id}})
             ops.append(source)
@@ -265,6 +285,7 @@ class Store(ABC):
 
     def _bulk_chunk(self, index: str, ops: list[dict[str, Any]], *, refresh: bool) -> int:
         pending = ops
+        self._before_write(f"bulk write to {index}")
         for attempt in range(self.max_retries + 1):
             res = self._call(f"bulk write to {index}", lambda p=pending: self._bulk(p, refresh))  # type: ignore[misc]
             if not res.get("errors"):
@@ -328,6 +349,7 @@ class Store(ABC):
             params["op_type"] = "create"
         if refresh:
             params["refresh"] = "true"
+        self._before_write(f"write {index}/{doc_id}")
         raw = self._call(f"write {index}/{doc_id}", lambda: self._index(index, doc_id, doc, params))
         return VersionedDoc(doc_id, doc, int(raw["_seq_no"]), int(raw["_primary_term"]))
 
@@ -351,6 +373,7 @@ class Store(ABC):
 
     def delete_by_query(self, index: str, query: dict[str, Any]) -> int:
         """Delete every matching document (refreshing first and after); returns how many."""
+        self._before_write(f"delete-by-query on {index}")
         try:
             res = self._call(
                 f"delete-by-query on {index}",
@@ -499,6 +522,11 @@ def first_line(exc: Exception) -> str:
     info = getattr(exc, "info", None)
     text = str(info if isinstance(info, Exception) else exc).strip() or type(exc).__name__
     return text.splitlines()[0][:300]
+
+
+def _env_int(name: str) -> int | None:
+    value = os.environ.get(name, "").strip()
+    return int(value) if value.isdigit() else None
 
 
 class _NotFound(StoreError):
