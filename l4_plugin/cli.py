@@ -46,6 +46,22 @@ class CliState:
 STATE = CliState()
 
 
+def _job_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Click callback: every job id given on the command line passes ``check_job_id``."""
+    from l4_plugin.jobid import MAX_JOB_ID, job_id_problem
+
+    values = value if isinstance(value, tuple) else (value,)
+    for v in values:
+        problem = None if v is None else job_id_problem(v)
+        if problem is not None:
+            shown = repr(v) if len(v) <= 80 else repr(v[:77]) + "..."
+            raise click.BadParameter(
+                f"{shown} {problem} — a job id is 1 to {MAX_JOB_ID} printable characters, "
+                "no spaces at either end"
+            )
+    return value
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--config", "config", type=click.Path(path_type=Path), help="YAML settings file.")
 @click.option("--es-url", help="Cluster URL (default: L4_ES_URL, else the embedded cluster).")
@@ -138,7 +154,9 @@ def cluster_up(port: int) -> None:
 
 @app.command()
 @click.argument("job_dir", type=click.Path(path_type=Path, file_okay=False), required=False)
-@click.option("--job-id", help="Job id (default: job.yaml id, else the folder name).")
+@click.option(
+    "--job-id", callback=_job_id, help="Job id (default: job.yaml id, else the folder name)."
+)
 @click.option(
     "--status",
     type=click.Choice(["succeeded", "failed", "running", "unknown"]),
@@ -464,7 +482,9 @@ def _run_diagnosis(
     type=click.Path(path_type=Path, file_okay=False, exists=True),
     help="A successful job of the same configuration, or a folder of them (repeatable).",
 )
-@click.option("--job-id", help="Job id (default: job.yaml id, else the folder name).")
+@click.option(
+    "--job-id", callback=_job_id, help="Job id (default: job.yaml id, else the folder name)."
+)
 @click.option("--node-pattern", help="Regex with (?P<node>...) [and (?P<rank>...)] over paths.")
 @click.option("--reingest", is_flag=True, help="Ingest again even if the cluster has the job.")
 @_diagnosis_options
@@ -513,8 +533,14 @@ def diagnose(
 
 
 @app.command()
-@click.argument("job_id")
-@click.option("--baseline", "baseline_ids", multiple=True, help="Baseline job id (repeatable).")
+@click.argument("job_id", callback=_job_id)
+@click.option(
+    "--baseline",
+    "baseline_ids",
+    multiple=True,
+    callback=_job_id,
+    help="Baseline job id (repeatable).",
+)
 @_diagnosis_options
 def analyze(job_id: str, baseline_ids: tuple[str, ...], **kwargs: Any) -> None:
     """Diagnose a job that is already in the cluster (same output as diagnose)."""
@@ -523,7 +549,7 @@ def analyze(job_id: str, baseline_ids: tuple[str, ...], **kwargs: Any) -> None:
 
 
 @app.command()
-@click.argument("job_id")
+@click.argument("job_id", callback=_job_id)
 @click.option("--html", "html_out", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False))
 def report(job_id: str, html_out: Path | None, json_out: Path | None) -> None:
@@ -574,7 +600,7 @@ def rules_test(paths: tuple[Path, ...]) -> None:
 
 
 @rules.command("match")
-@click.argument("job_id")
+@click.argument("job_id", callback=_job_id)
 @click.option(
     "--rules",
     "rule_paths",
@@ -597,7 +623,13 @@ def rules_match(job_id: str, rule_paths: tuple[Path, ...], as_json: bool) -> Non
 
 
 @rules.command("new")
-@click.option("--from-job", "job_id", required=True, help="Job whose diagnosis to draft from.")
+@click.option(
+    "--from-job",
+    "job_id",
+    required=True,
+    callback=_job_id,
+    help="Job whose diagnosis to draft from.",
+)
 @click.option("--id", "rule_id", help="Rule id (kebab-case; default: from the top event).")
 @click.option(
     "--out",
@@ -797,7 +829,7 @@ def _print_job(state: Any) -> None:
 
 
 @job.command("register")
-@click.argument("job_id")
+@click.argument("job_id", callback=_job_id)
 @click.option(
     "--status", required=True, type=click.Choice(["running", "failed", "succeeded", "unknown"])
 )
@@ -814,7 +846,7 @@ def job_register(job_id: str, status: str, fingerprint: str | None) -> None:
 
 
 @job.command("status")
-@click.argument("job_id")
+@click.argument("job_id", callback=_job_id)
 @click.argument(
     "new_status",
     required=False,

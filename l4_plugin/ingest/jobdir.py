@@ -8,6 +8,7 @@ system logs (``dmesg``, ``kern``, ``syslog``, ``messages``) belong to their node
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import re
@@ -16,13 +17,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from l4_plugin.errors import IngestError
-from l4_plugin.yamldoc import read_mapping
+from l4_plugin.jobid import check_job_id
+from l4_plugin.yamldoc import read_document
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _FLAT = re.compile(r"^(?P<node>.+?)[-_.]rank[-_]?(?P<rank>\d+)$", re.IGNORECASE)
 _SYSTEM = re.compile(r"(?:^|[-_.])(dmesg|kern|kernel|syslog|messages)$", re.IGNORECASE)
-_JOB_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
 STATUSES = ("succeeded", "failed", "running", "unknown")
 
 # Configuration keys that describe one run rather than the setup: a 4-node rehearsal and the
@@ -158,12 +159,29 @@ def _rank_of(stem: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+JOB_YAML_KEYS = ("config", "id", "status")
+
+
 def load_job_yaml(job_dir: Path) -> dict[str, Any]:
     """``JOB/job.yaml`` as a mapping ({} when absent); bad YAML names the file and line."""
+    return _job_yaml(job_dir)[0]
+
+
+def _job_yaml(job_dir: Path) -> tuple[dict[str, Any], dict[str, int]]:
     path = job_dir / "job.yaml"
-    if not path.exists():
-        return {}
-    return read_mapping(path, IngestError, "job.yaml")
+    if not path.exists() and not path.is_symlink():
+        return {}, {}
+    if _outside(path, job_dir):
+        raise IngestError(f"job.yaml is a link out of the job directory — {path} — refused")
+    return read_document(path, IngestError, "job.yaml")
+
+
+def _outside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve(strict=True).relative_to(root.resolve())
+    except (OSError, ValueError, RuntimeError):
+        return True
+    return False
 
 
 def fingerprint(config: dict[str, str]) -> str:
@@ -172,14 +190,36 @@ def fingerprint(config: dict[str, str]) -> str:
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+_SCALARS = (str, int, float, bool, datetime.date)
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, str], where: str) -> None:
+    """Configuration fields as ``a.b.c -> text``; a value that is no scalar, list of scalars or
+    mapping is an error naming its field path (never stored as a Python repr)."""
     if isinstance(value, dict):
         for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+            if not isinstance(k, str | int) or isinstance(k, bool):
+                raise IngestError(
+                    f"{where}: {prefix or 'config'}: keys must be strings, got "
+                    f"{type(k).__name__} — hint: quote the key"
+                )
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out, where)
     elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if not isinstance(item, _SCALARS):
+                raise IngestError(
+                    f"{where}: config.{prefix}[{i}]: must be a string or number, got "
+                    f"{type(item).__name__} — hint: a list of settings holds plain values"
+                )
         out[prefix] = ",".join(str(v) for v in value)
-    elif value is not None:
+    elif value is None:
+        return
+    elif isinstance(value, _SCALARS):
         out[prefix] = str(value)
+    else:
+        raise IngestError(
+            f"{where}: config.{prefix}: must be a string or number, got {type(value).__name__}"
+        )
 
 
 def job_meta(
@@ -189,21 +229,51 @@ def job_meta(
     status: str | None = None,
     config: dict[str, str] | None = None,
 ) -> JobMeta:
-    """Merge ``job.yaml`` with command-line values (which win) into a validated ``JobMeta``."""
-    data = load_job_yaml(job_dir)
-    where = job_dir / "job.yaml"
+    """Merge ``job.yaml`` with command-line values (which win) into a validated ``JobMeta``.
+
+    ``job.yaml`` has the keys ``id`` (string or integer), ``status`` (one of ``STATUSES``) and
+    ``config`` (a mapping of settings); anything else, a wrong type, a duplicate key or a file
+    that is not UTF-8 is an ``IngestError`` naming ``job.yaml:line`` and the field.
+    """
+    data, lines = _job_yaml(job_dir)
+    path = job_dir / "job.yaml"
+
+    def at(key: str) -> str:
+        return f"{path}:{lines[key]}" if key in lines else str(path)
+
+    for key in data:
+        if key not in JOB_YAML_KEYS:
+            raise IngestError(
+                f"{at(str(key))}: unknown key {str(key)!r} in job.yaml — allowed: "
+                f"{', '.join(JOB_YAML_KEYS)} — hint: put settings under 'config:'"
+            )
     raw_config = data.get("config", {})
+    if raw_config is None:
+        raw_config = {}
     if not isinstance(raw_config, dict):
-        raise IngestError(f"{where}: 'config' must be a mapping of configuration fields")
+        raise IngestError(
+            f"{at('config')}: config: must be a mapping of configuration fields, got "
+            f"{type(raw_config).__name__}"
+        )
     flat: dict[str, str] = {}
-    _flatten("", raw_config, flat)
+    _flatten("", raw_config, flat, at("config"))
     flat.update(config or {})
-    jid = job_id or str(data.get("id") or job_dir.resolve().name)
-    if not _JOB_ID.match(jid):
-        raise IngestError(f"invalid job id — {jid!r} — 1 to 256 characters, no control characters")
-    st = (status or str(data.get("status") or "unknown")).lower()
+    if job_id is not None:
+        jid = check_job_id(job_id, "--job-id", IngestError)
+    elif data.get("id") is not None:
+        jid = check_job_id(data["id"], f"{at('id')}: id", IngestError)
+    else:
+        jid = check_job_id(job_dir.resolve().name, f"folder name of {job_dir}", IngestError)
+    raw_status = data.get("status")
+    if status is None and raw_status is not None and not isinstance(raw_status, str):
+        raise IngestError(
+            f"{at('status')}: status: must be one of {', '.join(STATUSES)}, got "
+            f"{type(raw_status).__name__}"
+        )
+    st = (status or raw_status or "unknown").lower()
     if st not in STATUSES:
-        raise IngestError(f"invalid job status — {st!r} — one of {', '.join(STATUSES)}")
+        where = "--status" if status else f"{at('status')}: status"
+        raise IngestError(f"invalid job status — {where} — {st!r} — one of {', '.join(STATUSES)}")
     return JobMeta(jid, st, flat, fingerprint(flat))
 
 

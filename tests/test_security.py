@@ -1,0 +1,279 @@
+"""Hostile input (issue 15): what L4 reads, what it bounds, what it redacts (see SECURITY.md).
+
+Each test reproduces one way a small or malicious input used to hurt L4 and checks the one-line
+error or warning that replaces it. Bombs are small inputs that would blow up without the limit.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from l4_plugin import cli
+from l4_plugin.analysis.lexicon import Lexicon
+from l4_plugin.config import load_settings
+from l4_plugin.errors import ConfigError, IngestError, RuleError
+from l4_plugin.ingest.jobdir import job_meta
+from l4_plugin.ingest.masking import parse_rules
+from l4_plugin.ingest.pipeline import ingest_job
+from l4_plugin.jobid import check_job_id
+from l4_plugin.rules import render
+from l4_plugin.rules.loader import load_file
+from l4_plugin.service.registry import register_job
+from l4_plugin.store import Store
+from l4_plugin.store.documents import job_doc_id
+
+LOG = "2024-05-01 10:00:00 INFO iteration 1/10 | loss 2.0\n"
+
+# 10 levels of 10 aliases: a few hundred bytes that expand to 10**10 values.
+BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10)
+)
+
+
+@dataclass(frozen=True)
+class Result:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def l4(
+    store: Store,
+    osmem_url: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> object:
+    """`l4 ARGS` in this process against the session server, with the test's index prefix."""
+    for key in list(os.environ):
+        if key.startswith("L4_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("L4_ES_URL", osmem_url)
+    monkeypatch.setenv("L4_INDEX_PREFIX", store.names.prefix)
+    monkeypatch.setenv("L4_STATE_DIR", str(tmp_path / "state"))
+
+    def run(*args: str) -> Result:
+        capsys.readouterr()
+        monkeypatch.setattr(cli, "STATE", cli.CliState())
+        code = cli.main(list(args))
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return run
+
+
+def _job(root: Path, job_yaml: str | bytes | None = None) -> Path:
+    (root / "node-1").mkdir(parents=True)
+    (root / "node-1" / "rank0.log").write_text(LOG * 3)
+    if isinstance(job_yaml, bytes):
+        (root / "job.yaml").write_bytes(job_yaml)
+    elif job_yaml is not None:
+        (root / "job.yaml").write_text(job_yaml)
+    return root
+
+
+def _rule(tmp_path: Path, **fields: str) -> Path:
+    """A valid rule file with some fields replaced (values are YAML text)."""
+    base = {
+        "id": "port-busy",
+        "title": "Port busy",
+        "status": "draft",
+        "category": "user/misoperation",
+        "severity": "low",
+        "description": "x",
+        "role": "cause",
+        "scope": "job",
+        "detection": "\n  busy:\n    message|contains: Address already in use\n  condition: busy",
+        "diagnosis": "'busy on {{ nodes | join(\", \") }}'",
+    }
+    base.update(fields)
+    path = tmp_path / "user" / "misoperation" / "port-busy.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{k}: {v}\n" for k, v in base.items()))
+    return path
+
+
+# -- 3. bounded YAML ------------------------------------------------------------------------------
+def test_job_yaml_alias_bomb_is_a_located_error_before_anything_is_written(
+    store: Store, tmp_path: Path
+) -> None:
+    job = _job(
+        tmp_path / "job", "id: bomb\nstatus: failed\nconfig:\n  " + BOMB.replace("\n", "\n  ")
+    )
+    with pytest.raises(
+        IngestError, match=r"job\.yaml:\d+: invalid YAML in job\.yaml: more than 100,000"
+    ):
+        ingest_job(store, job)
+    assert store.get(store.names.jobs, job_doc_id("bomb")) is None
+    store.refresh(store.names.events)
+    assert store.count(store.names.events) == 0
+
+
+def test_rule_file_alias_bomb_is_reported_by_rules_check(l4: object, tmp_path: Path) -> None:
+    path = _rule(tmp_path)
+    path.write_text(path.read_text() + "bomb:\n  " + BOMB.replace("\n", "\n  "))
+    res = l4("rules", "check", str(path))  # type: ignore[operator]
+    assert res.returncode == 1
+    assert f"{path}:" in res.stdout + res.stderr
+    assert "more than 100,000 values once aliases are expanded" in res.stdout + res.stderr
+    assert "MemoryError" not in res.stdout + res.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: &a [*a]\n", r"x\.yaml:1: invalid YAML in config file: an alias refers to the node"),
+        ("a: " + "[" * 100 + "]" * 100 + "\n", r"x\.yaml:1: .*nesting deeper than 64 levels"),
+        ("es_url: http://a\nes_url: http://b\n", r"x\.yaml:2: duplicate key 'es_url'"),
+    ],
+)
+def test_config_file_limits(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "x.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_settings(path)
+
+
+def test_yaml_document_size_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from l4_plugin import yamldoc
+
+    monkeypatch.setattr(yamldoc, "MAX_YAML_BYTES", 100)
+    path = tmp_path / "big.yaml"
+    path.write_text("random_state: 1\n" + "#" * 200 + "\n")
+    with pytest.raises(ConfigError, match=r"config file too large — .*big\.yaml — over 100 bytes"):
+        load_settings(path)
+
+
+def test_lexicon_and_masking_bombs_are_located(tmp_path: Path) -> None:
+    lexicon = tmp_path / "lexicon.yaml"
+    lexicon.write_text(BOMB)
+    with pytest.raises(ConfigError, match=r"lexicon\.yaml:\d+: invalid YAML .*more than 100,000"):
+        Lexicon.load(lexicon)
+    with pytest.raises(ConfigError, match=r"masking\.yaml:\d+ — more than 100,000 values"):
+        parse_rules(BOMB + "rules: []\n", "masking.yaml")
+
+
+# -- 3. bounded templates -------------------------------------------------------------------------
+def test_nested_range_loops_stop_at_the_time_budget(
+    l4: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(render, "RENDER_SECONDS", 0.05)
+    loops = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+    path = _rule(tmp_path, diagnosis=f"'{loops}'")
+    res = l4("rules", "check", str(path))  # type: ignore[operator]
+    assert res.returncode == 1
+    assert (
+        f"{path}:13: diagnosis: template exceeds its budget: rendering took longer than 0.05 s"
+        in (res.stdout + res.stderr)
+    )
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("{{ 'x' * 10**9 }}", r"'\*' would build 1,000,000,000 characters"),
+        ("{{ 10 ** 1000000000 }}", r"'\*\*' would build a 4,000,000,000-bit number"),
+        (
+            "{% set n = namespace(s='x'*50000) %}{% for i in range(40) %}{% set n.s = n.s ~ n.s %}"
+            "{% endfor %}",
+            r"'~' would build 200,000 characters",
+        ),
+        (
+            "{% set n = namespace(s='x'*50000) %}{% for i in range(40) %}{% set n.s = n.s + n.s %}"
+            "{% endfor %}",
+            r"'\+' would build",
+        ),
+        ("{{ 'x' | center(1000000000) }}", r"center would build 1,000,000,000"),
+        ("{{ 'x'.ljust(1000000000) }}", r"str\.ljust would build"),
+        ("{{ '{:>1000000000}'.format('x') }}", r"format width 1000000000"),
+        ("{{ '%*s' % (1000000000, 'x') }}", r"format width 1000000000"),
+        ("{{ (['x' * 50000] * 1000) | join }}", r"join would build 50,000,000"),
+        ("{{ nodes | batch(1000000000, 'x') | list }}", r"batch would build"),
+        ("{% for i in range(100000) %}xxxxxxxxxx{% endfor %}", r"rendered text is over 20,000"),
+        ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", r"recurses too deeply"),
+    ],
+)
+def test_template_budgets(template: str, message: str) -> None:
+    with pytest.raises(render.TemplateProblem, match=message):
+        render.check_template(template, ["busy"])
+
+
+def test_render_at_run_time_reports_the_budget_instead_of_raising() -> None:
+    text = render.render("{% for i in range(100000) %}xxxxxxxxxx{% endfor %}", {})
+    assert text == "(template could not be rendered: rendered text is over 20,000 characters)"
+    assert render.render("{{ a ~ b }}: {{ '%d lines' % n }}", {"a": "x", "b": "y", "n": 10**7}) == (
+        "xy: 10000000 lines"
+    )
+
+
+def test_rule_string_product_fails_to_load(tmp_path: Path) -> None:
+    path = _rule(tmp_path, remediation="\"{{ 'x' * 10**9 }}\"")
+    with pytest.raises(RuleError, match=r"port-busy\.yaml:\d+: remediation: .*'\*' would build"):
+        load_file(path)
+
+
+# -- 4. validated metadata ------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("id: [1, 2]\n", r"invalid job id — .*job\.yaml:1: id — <list>: must be a string"),
+        ("id: {a: 1}\n", r"invalid job id — .*job\.yaml:1: id — <dict>: must be a string"),
+        ("id: true\n", r"invalid job id — .*job\.yaml:1: id — <bool>: must be a string"),
+        ("id: ' '\n", r"invalid job id — .*job\.yaml:1: id — ' ': is empty"),
+        ("id: a\nid: b\n", r"job\.yaml:2: duplicate key 'id' in job\.yaml"),
+        ("id: a\nowner: me\n", r"job\.yaml:2: unknown key 'owner' in job\.yaml — allowed: config"),
+        ("status: [failed]\n", r"job\.yaml:1: status: must be one of .*got list"),
+        ("config: [a, b]\n", r"job\.yaml:1: config: must be a mapping .*got list"),
+        (
+            "config:\n  gpus: [{a: 1}]\n",
+            r"job\.yaml:1: config\.gpus\[0\]: must be a string or number",
+        ),
+    ],
+)
+def test_job_yaml_schema(tmp_path: Path, text: str, message: str) -> None:
+    job = _job(tmp_path / "job", text)
+    with pytest.raises(IngestError, match=message):
+        job_meta(job)
+
+
+def test_job_yaml_integer_id_and_non_utf8(tmp_path: Path) -> None:
+    assert job_meta(_job(tmp_path / "a", "id: 4242\n")).id == "4242"
+    job = _job(tmp_path / "b", b"id: a\nconfig:\n  model: caf\xe9\n")
+    with pytest.raises(IngestError, match=r"job\.yaml is not UTF-8 — .*job\.yaml:3 — byte 0xe9"):
+        job_meta(job)
+
+
+@pytest.mark.parametrize("bad", ["", " ", " a", "a\x1b[31m", "a\u202eb", "x" * 257])
+def test_one_job_id_rule(bad: str) -> None:
+    with pytest.raises(ConfigError, match=r"invalid job id — here — "):
+        check_job_id(bad, "here")
+    assert check_job_id('Job/42 "A*B"?', "here") == 'Job/42 "A*B"?'
+
+
+@pytest.mark.parametrize("bad", ["", " "])
+def test_cli_rejects_blank_job_ids(l4: object, tmp_path: Path, bad: str) -> None:
+    job = _job(tmp_path / "job")
+    for args in (
+        ("ingest", str(job), "--job-id", bad),
+        ("diagnose", str(job), "--job-id", bad),
+        ("analyze", bad),
+        ("analyze", "ok", "--baseline", bad),
+        ("report", bad),
+        ("job", "register", bad, "--status", "running"),
+        ("job", "status", bad),
+        ("rules", "match", bad),
+        ("rules", "new", "--from-job", bad),
+    ):
+        res = l4(*args)  # type: ignore[operator]
+        assert res.returncode == 2, args
+        assert "Invalid value for" in res.stderr and "is empty" in res.stderr, (args, res.stderr)
+
+
+def test_registry_validates_job_ids(store: Store) -> None:
+    with pytest.raises(ConfigError, match=r"invalid job id — l4 job register — 'a\\nb'"):
+        register_job(store, "a\nb", "running")
