@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from l4_plugin import __version__
 from l4_plugin.config import Settings, load_settings
+from l4_plugin.display import JSON_ESCAPES, SafeConsole, safe_print
 from l4_plugin.errors import L4Error
 from l4_plugin.store import EmbeddedCluster, open_cluster
 from l4_plugin.store.embedded import clear_state, write_state
 
-out = Console(highlight=False, soft_wrap=True)
+out = SafeConsole(highlight=False, soft_wrap=True)
 
 
 @dataclass
@@ -44,6 +44,29 @@ class CliState:
 
 
 STATE = CliState()
+
+
+def _size_options(f: Any) -> Any:
+    """``--max-file-size`` / ``--max-job-size``: raise the read limits of a job directory."""
+    f = click.option(
+        "--max-job-size",
+        metavar="SIZE",
+        help="Most bytes of logs one job may hold (default 1T; L4_MAX_JOB_SIZE).",
+    )(f)
+    return click.option(
+        "--max-file-size",
+        metavar="SIZE",
+        help="Most bytes read of one log file, e.g. 500M, 16G (default 16G; L4_MAX_FILE_SIZE).",
+    )(f)
+
+
+def _read_limits(max_file_size: str | None, max_job_size: str | None) -> Any:
+    """The read limits from flags (set before the settings are first read), env and file."""
+    from l4_plugin.ingest.jobdir import ReadLimits
+
+    STATE.overrides.update({"max_file_size": max_file_size, "max_job_size": max_job_size})
+    settings = STATE.settings
+    return ReadLimits(settings.max_file_size, settings.max_job_size)
 
 
 def _job_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -186,6 +209,7 @@ def cluster_up(port: int) -> None:
 @click.option("--timestamp-field", default="@timestamp", show_default=True)
 @click.option("--path-field", default="log.file.path", show_default=True)
 @click.option("--offset-field", default="log.offset", show_default=True)
+@_size_options
 def ingest(
     job_dir: Path | None,
     job_id: str | None,
@@ -201,6 +225,8 @@ def ingest(
     timestamp_field: str,
     path_field: str,
     offset_field: str,
+    max_file_size: str | None,
+    max_job_size: str | None,
 ) -> None:
     """Parse a job's logs (JOB_DIR, or --from-index) into rollups, kept lines and templates."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -212,6 +238,7 @@ def ingest(
     if (job_dir is None) == (from_index is None):
         raise click.UsageError("give either JOB_DIR or --from-index PATTERN")
     overrides = parse_config_overrides(list(config_pairs))
+    limits = _read_limits(max_file_size, max_job_size)
     with open_cluster(STATE.settings) as store:
         store.install_templates()
         with Progress(
@@ -220,7 +247,7 @@ def ingest(
             TextColumn("{task.completed}/{task.total} files"),
             TextColumn("{task.fields[rate]}"),
             TimeElapsedColumn(),
-            console=Console(stderr=True),
+            console=SafeConsole(stderr=True),
             transient=True,
         ) as bar:
             task = bar.add_task("ingest", total=None, rate="")
@@ -268,6 +295,7 @@ def ingest(
                         node_pattern=node_pattern,
                         full=full,
                         progress=progress,
+                        limits=limits,
                     )
                 ]
         for summary in summaries:
@@ -281,9 +309,11 @@ def ingest(
                 f"{'raw' if full else 'kept'} lines, {summary.new_templates} new templates"
             )
             for problem in summary.problems[:20]:
-                print(f"warning: {problem}", file=sys.stderr)
+                safe_print(f"warning: {problem}", file=sys.stderr)
             if len(summary.problems) > 20:
-                print(f"warning: … and {len(summary.problems) - 20} more problems", file=sys.stderr)
+                safe_print(
+                    f"warning: … and {len(summary.problems) - 20} more problems", file=sys.stderr
+                )
 
 
 @app.command()
@@ -444,7 +474,7 @@ def _run_diagnosis(
     from l4_plugin.report.terminal import render_terminal
 
     settings = STATE.settings
-    err = Console(stderr=True, highlight=False)
+    err = SafeConsole(stderr=True, highlight=False)
     with err.status("analysing") as spinner:
         diagnosis = diagnose_job(
             store,
@@ -461,7 +491,7 @@ def _run_diagnosis(
             write=not dry_run,
             discover=discover_linker(settings),
             step=lambda name: spinner.update(f"{job_id}: {name}"),
-            warn=lambda msg: print(f"warning: {msg}", file=sys.stderr),
+            warn=lambda msg: safe_print(f"warning: {msg}", file=sys.stderr),
         )
     if str(json_out) != "-":
         render_terminal(diagnosis.report, out)
@@ -487,6 +517,7 @@ def _run_diagnosis(
 )
 @click.option("--node-pattern", help="Regex with (?P<node>...) [and (?P<rank>...)] over paths.")
 @click.option("--reingest", is_flag=True, help="Ingest again even if the cluster has the job.")
+@_size_options
 @_diagnosis_options
 def diagnose(
     job_dir: Path,
@@ -494,14 +525,17 @@ def diagnose(
     job_id: str | None,
     node_pattern: str | None,
     reingest: bool,
+    max_file_size: str | None,
+    max_job_size: str | None,
     **kwargs: Any,
 ) -> None:
     """Diagnose a failed job's log directory: ingest (baselines first), match rules, analyse."""
     from l4_plugin.diagnosis.jobdirs import prepare_all
 
+    limits = _read_limits(max_file_size, max_job_size)
     with open_cluster(STATE.settings) as store:
         store.install_templates()
-        err = Console(stderr=True, highlight=False)
+        err = SafeConsole(stderr=True, highlight=False)
         status_line = err.status("ingesting")
 
         def progress(name: str) -> Any:
@@ -519,6 +553,7 @@ def diagnose(
                 node_pattern=node_pattern,
                 progress=progress,
                 reingest=reingest,
+                limits=limits,
             )
         for p in [*base, job]:
             state = (
@@ -528,7 +563,7 @@ def diagnose(
             )
             err.print(f"{p.job_id}: {state}")
             for problem in (p.ingested.problems if p.ingested else [])[:5]:
-                print(f"warning: {problem}", file=sys.stderr)
+                safe_print(f"warning: {problem}", file=sys.stderr)
         _run_diagnosis(store, job.job_id, [b.job_id for b in base], **kwargs)
 
 
@@ -578,7 +613,7 @@ def rules_check(paths: tuple[Path, ...]) -> None:
 
     problems = check_paths(list(paths) or None)
     for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
+        safe_print(f"error: {problem}", file=sys.stderr)
     if problems:
         raise click.exceptions.Exit(1)
     out.print(f"{len(load_rules(list(paths) or None))} rules OK")
@@ -617,7 +652,7 @@ def rules_match(job_id: str, rule_paths: tuple[Path, ...], as_json: bool) -> Non
     with open_cluster(STATE.settings) as store:
         found = matches_for(store, job_id, library)
     if as_json:
-        print(matches_json(found))
+        print(matches_json(found).translate(JSON_ESCAPES))
     else:
         out.print(match_text(job_id, found, len(library)), markup=False)
 
@@ -644,7 +679,7 @@ def rules_new(job_id: str, rule_id: str | None, out_path: Path | None) -> None:
     with open_cluster(STATE.settings) as store:
         draft = draft_from_job(store, job_id, rule_id)
     if draft.source == "lines":
-        print(
+        safe_print(
             f"note: job {job_id} has no event annotations yet (run `l4 diagnose` first); "
             "drafted from its ERROR-level kept lines, rarest first",
             file=sys.stderr,
@@ -878,7 +913,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.exceptions.Abort:
-        print("error: interrupted", file=sys.stderr)
+        safe_print("error: interrupted", file=sys.stderr)
         return 130
     except click.ClickException as exc:
         exc.show()
@@ -886,10 +921,10 @@ def main(argv: list[str] | None = None) -> int:
     except L4Error as exc:
         if STATE.debug:
             traceback.print_exc()
-        print(f"error: {exc}", file=sys.stderr)
+        safe_print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        safe_print("error: interrupted", file=sys.stderr)
         return 130
     # Without standalone mode, click returns the code of a ``click.exceptions.Exit`` it caught.
     return code if isinstance(code, int) else 0

@@ -16,6 +16,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from l4_plugin.errors import ConfigError
+from l4_plugin.ingest.jobdir import MAX_FILE_SIZE, MAX_JOB_SIZE
 from l4_plugin.yamldoc import read_mapping
 
 # Characters Elasticsearch and OpenSearch refuse in index names (plus upper case).
@@ -43,6 +44,12 @@ class Settings(BaseSettings):
         description="Where `l4 cluster up` records the URL of the running embedded cluster",
     )
     random_state: int = 0
+    max_file_size: int = Field(
+        MAX_FILE_SIZE, gt=0, description="Bytes ingest reads of one log file (e.g. 16G)"
+    )
+    max_job_size: int = Field(
+        MAX_JOB_SIZE, gt=0, description="Bytes of log files one job may hold on disk (e.g. 1T)"
+    )
     dashboards_url: str = Field(
         "", description="Kibana / OpenSearch Dashboards URL for Discover links in annotations"
     )
@@ -60,6 +67,11 @@ class Settings(BaseSettings):
         if value[0] in "-_+.":
             raise ValueError("must not start with -, _, + or .")
         return value
+
+    @field_validator("max_file_size", "max_job_size", mode="before")
+    @classmethod
+    def _parse_size(cls, value: object) -> object:
+        return parse_size(value) if isinstance(value, str) else value
 
     @field_validator("es_url")
     @classmethod
@@ -87,6 +99,18 @@ class Settings(BaseSettings):
     def redacted_url(self) -> str:
         """The cluster URL without any user:password part, safe to print."""
         return redact_url(self.es_url) if self.es_url else "embedded"
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``512``, ``64K``, ``500M``, ``16G``, ``1T`` (powers of 1024) as bytes; ValueError else."""
+    m = _SIZE.match(text)
+    if m is None:
+        raise ValueError(f"{text!r} is not a size — e.g. 500M, 16G, 1T or a number of bytes")
+    factor = 1024 ** "_kmgt".index(m.group(2).lower() or "_")
+    return int(float(m.group(1)) * factor)
 
 
 def redact_url(url: str) -> str:

@@ -24,7 +24,7 @@ from l4_plugin.rules import render
 from l4_plugin.rules.loader import load_file
 from l4_plugin.service.registry import register_job
 from l4_plugin.store import Store
-from l4_plugin.store.documents import job_doc_id
+from l4_plugin.store.documents import job_doc_id, source_field
 
 LOG = "2024-05-01 10:00:00 INFO iteration 1/10 | loss 2.0\n"
 
@@ -277,3 +277,185 @@ def test_cli_rejects_blank_job_ids(l4: object, tmp_path: Path, bad: str) -> None
 def test_registry_validates_job_ids(store: Store) -> None:
     with pytest.raises(ConfigError, match=r"invalid job id — l4 job register — 'a\\nb'"):
         register_job(store, "a\nb", "running")
+
+
+# -- 2. confinement and size limits ---------------------------------------------------------------
+def _hostile_job(root: Path) -> Path:
+    """A job whose links point out of it, at /dev/zero, at a FIFO, and once inside it."""
+    (root / "outside").mkdir(parents=True)
+    (root / "outside" / "shadow").write_text("root:SECRETHASH:19000:0:99999:7:::\n")
+    job = _job(root / "job")
+    node = job / "node-1"
+    (node / "rank1.log").symlink_to(root / "outside" / "shadow")
+    (node / "rank2.log").symlink_to("/dev/zero")
+    os.mkfifo(node / "rank3.log")
+    (job / "shared").mkdir()
+    (job / "shared" / "rank4.data").write_text("2024-05-01 10:00:01 ERROR INSIDE_LINK reached\n")
+    (node / "rank4.log").symlink_to("../shared/rank4.data")
+    return job
+
+
+def _lines_matching(store: Store, text: str) -> int:
+    store.refresh(store.names.lines)
+    return store.count(store.names.lines, {"match_phrase": {"message": text}})
+
+
+def test_only_regular_files_inside_the_job_are_read(store: Store, tmp_path: Path) -> None:
+    job = _hostile_job(tmp_path)
+    summary = ingest_job(store, job, job_id="hostile", full=True)
+    assert summary.skipped_files == 3
+    skipped = "\n".join(summary.problems)
+    assert f"skipped node-1/rank1.log: a link to {tmp_path}/outside/shadow, outside the job" in (
+        skipped
+    )
+    assert "skipped node-1/rank2.log: a link to /dev/zero, outside the job directory" in skipped
+    assert "skipped node-1/rank3.log: a FIFO, not a regular file" in skipped
+    assert _lines_matching(store, "SECRETHASH") == 0
+    assert _lines_matching(store, "INSIDE_LINK") == 1
+    doc = store.get(store.names.jobs, job_doc_id("hostile"))
+    assert doc is not None and source_field(doc.source, "l4.job.skipped_files") == 3
+
+
+def test_cli_warns_once_per_skipped_file(l4: object, tmp_path: Path) -> None:
+    job = _hostile_job(tmp_path)
+    res = l4("ingest", str(job), "--job-id", "hostile")  # type: ignore[operator]
+    assert res.returncode == 0, res.stderr
+    warnings = [line for line in res.stderr.splitlines() if line.startswith("warning: skipped")]
+    assert len(warnings) == 3
+    assert "warning: skipped node-1/rank3.log: a FIFO, not a regular file" in warnings
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("outside", r"job\.yaml is a link out of the job directory — .*job\.yaml — refused"),
+        ("/dev/zero", r"job\.yaml is a link out of the job directory"),
+    ],
+)
+def test_job_yaml_links_are_confined(tmp_path: Path, target: str, message: str) -> None:
+    (tmp_path / "outside.yaml").write_text("id: stolen\n")
+    job = _job(tmp_path / "job")
+    (job / "job.yaml").symlink_to(tmp_path / "outside.yaml" if target == "outside" else target)
+    with pytest.raises(IngestError, match=message):
+        job_meta(job)
+
+
+def test_job_yaml_fifo_is_refused(tmp_path: Path) -> None:
+    job = _job(tmp_path / "job")
+    os.mkfifo(job / "job.yaml")
+    with pytest.raises(IngestError, match=r"cannot read job\.yaml — .*job\.yaml — not a regular"):
+        job_meta(job)
+
+
+def test_size_limits_and_the_flags_that_raise_them(l4: object, tmp_path: Path) -> None:
+    job = _job(tmp_path / "job")
+    (job / "node-1" / "rank1.log").write_text(LOG * 100)  # 5 KB
+    res = l4("ingest", str(job), "--job-id", "sized", "--max-file-size", "1K")  # type: ignore[operator]
+    assert res.returncode == 0, res.stderr
+    assert (
+        "warning: skipped node-1/rank1.log: 5.0 KiB, over the per-file limit of 1.0 KiB — hint: "
+        "raise --max-file-size"
+    ) in res.stderr
+    res = l4("ingest", str(job), "--job-id", "sized", "--max-job-size", "2K")  # type: ignore[operator]
+    assert res.returncode == 1
+    assert "\nerror: job too large — " in "\n" + res.stderr
+    assert "over the per-job limit of 2.0 KiB — hint: raise --max-job-size" in res.stderr
+    res = l4("ingest", str(job), "--job-id", "sized", "--max-job-size", "1M")  # type: ignore[operator]
+    assert res.returncode == 0 and "skipped" not in res.stderr
+    res = l4("ingest", str(job), "--max-file-size", "lots")  # type: ignore[operator]
+    assert res.returncode == 1
+    assert "error: invalid setting max_file_size (command line): 'lots'" in res.stderr
+
+
+def test_size_limit_from_the_environment(
+    l4: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = _job(tmp_path / "job")
+    monkeypatch.setenv("L4_MAX_JOB_SIZE", "10")
+    res = l4("ingest", str(job), "--job-id", "env")  # type: ignore[operator]
+    assert res.returncode == 1 and "over the per-job limit of 10 B" in res.stderr
+
+
+def test_gzip_is_bounded_by_its_decompressed_size(store: Store, tmp_path: Path) -> None:
+    import gzip
+
+    from l4_plugin.ingest.jobdir import ReadLimits
+
+    job = _job(tmp_path / "job")
+    with gzip.open(job / "node-1" / "rank1.log.gz", "wt") as fh:
+        fh.write(LOG * 20_000)  # 1 MB of text, a few KB on disk
+    summary = ingest_job(store, job, job_id="gz", limits=ReadLimits(max_file_size=64 * 1024))
+    assert any(
+        "log file over the per-file limit — node-1/rank1.log.gz — more than 64.0 KiB" in p
+        for p in summary.problems
+    )
+    assert 0 < summary.lines < 20_000
+
+
+def test_baseline_directories_are_confined_too(l4: object, tmp_path: Path) -> None:
+    job = _job(tmp_path / "job", "id: failed-1\nstatus: failed\n")
+    base = _job(tmp_path / "base", "id: base-1\nstatus: succeeded\n")
+    (tmp_path / "secret").write_text("SECRETHASH\n")
+    (base / "node-1" / "rank9.log").symlink_to(tmp_path / "secret")
+    res = l4("diagnose", str(job), "--baseline", str(base))  # type: ignore[operator]
+    assert res.returncode == 0, res.stderr
+    assert f"warning: skipped node-1/rank9.log: a link to {tmp_path}/secret, outside" in res.stderr
+
+
+# -- 6. binary files and terminal output ----------------------------------------------------------
+def test_binary_files_are_skipped_and_counted(store: Store, tmp_path: Path) -> None:
+    import random
+
+    job = _job(tmp_path / "job")
+    (job / "node-1" / "rank1.log").write_bytes(random.Random(0).randbytes(50_000))
+    # Not binary: Latin-1 text, and a crash's hole of NULs in a text log.
+    (job / "node-1" / "rank2.log").write_bytes(b"2024-05-01 10:00:02 INFO caf\xe9 ok\n" * 50)
+    (job / "node-1" / "rank3.log").write_bytes(
+        LOG.encode() + b"\x00" * 4096 + b"2024-05-01 10:00:03 INFO after hole\n"
+    )
+    summary = ingest_job(store, job, job_id="binary")
+    assert summary.skipped_files == 1
+    assert any(p.startswith("skipped node-1/rank1.log: binary content (") for p in summary.problems)
+    assert summary.new_templates < 10  # the random bytes made ~766 templates before
+    doc = store.get(store.names.jobs, job_doc_id("binary"))
+    assert doc is not None and source_field(doc.source, "l4.job.skipped_files") == 1
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("a\x1b[31mred\x1b[0m", "ared"),
+        ("t\x1b]0;pwned\x07itle", "title"),
+        ("x\x1b]8;;http://evil\x1b\\link\x1b]8;;\x1b\\", "xlink"),
+        ("c1\x9b2Jz\x85", "c1z"),
+        ("bell\x07 bs\x08 del\x7f", "bell bs del"),
+        ("rtl \u202eevil\u202c", "rtl evil"),
+        ("tab\tand\nnewline stay", "tab\tand\nnewline stay"),
+    ],
+)
+def test_safe_text(raw: str, shown: str) -> None:
+    from l4_plugin.display import safe_text
+
+    assert safe_text(raw) == shown
+
+
+def test_log_escapes_never_reach_the_terminal(l4: object, store: Store, tmp_path: Path) -> None:
+    job = _job(tmp_path / "job", "id: esc-1\nstatus: failed\n")
+    evil = "2024-05-01 10:00:05 ERROR boom \x1b]0;pwned\x07\x1b[2J\x1b[31mCUDA error\x9b0m\n"
+    (job / "node-1" / "rank0.log").write_text(LOG * 3 + evil)
+    res = l4("diagnose", str(job), "--json", str(tmp_path / "r.json"))  # type: ignore[operator]
+    assert res.returncode == 0, res.stderr
+    assert "boom" in res.stdout
+    for ch in ("\x1b", "\x07", "\x9b"):
+        assert ch not in res.stdout and ch not in res.stderr
+    # The stored line keeps what was logged.
+    store.refresh(store.names.lines)
+    hits = store.search(store.names.lines, {"query": {"match_phrase": {"message": "boom"}}})
+    assert "\x1b[2J" in hits["hits"]["hits"][0]["_source"]["message"]
+
+
+def test_errors_are_cleaned_too(l4: object, tmp_path: Path) -> None:
+    res = l4("ingest", str(tmp_path / "no\x1b[2Jsuch"), "--job-id", "ok")  # type: ignore[operator]
+    assert res.returncode == 1
+    assert f"error: job directory not found — {tmp_path}/nosuch\n" in res.stderr
+    assert "\x1b" not in res.stderr

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from l4_plugin.diagnosis.facts import find_jobs
-from l4_plugin.ingest.jobdir import discover, job_meta
+from l4_plugin.ingest.jobdir import ReadLimits, discover, job_meta
 from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_job
 from l4_plugin.ingest.sources import files_generation
 from l4_plugin.store import Store
@@ -43,12 +43,18 @@ def expand_baselines(paths: list[Path]) -> list[Path]:
     return out
 
 
-def already_ingested(store: Store, job_dir: Path, job_id: str, node_pattern: str | None) -> bool:
+def already_ingested(
+    store: Store,
+    job_dir: Path,
+    job_id: str,
+    node_pattern: str | None,
+    limits: ReadLimits | None = None,
+) -> bool:
     """True when the cluster holds this directory's current generation of the job."""
     doc = store.get(store.names.jobs, job_doc_id(job_id))
     if doc is None or source_field(doc.source, "l4.ingest.state") != "done":
         return False
-    generation = files_generation(discover(job_dir, node_pattern))
+    generation = files_generation(discover(job_dir, node_pattern, limits))
     query = {
         "bool": {
             "filter": [
@@ -70,10 +76,11 @@ def prepare(
     progress: Progress | None = None,
     reingest: bool = False,
     known_templates: set[str] | None = None,
+    limits: ReadLimits | None = None,
 ) -> Prepared:
     """Ingest ``job_dir`` unless the cluster already holds it unchanged."""
     meta = job_meta(job_dir, job_id=job_id, status=status)
-    if not reingest and already_ingested(store, job_dir, meta.id, node_pattern):
+    if not reingest and already_ingested(store, job_dir, meta.id, node_pattern, limits):
         return Prepared(meta.id, job_dir, None)
     summary = ingest_job(
         store,
@@ -83,6 +90,7 @@ def prepare(
         node_pattern=node_pattern,
         baseline_templates=known_templates,
         progress=progress,
+        limits=limits,
     )
     return Prepared(meta.id, job_dir, summary)
 
@@ -96,6 +104,7 @@ def prepare_all(
     node_pattern: str | None = None,
     progress: Callable[[str], Progress | None] | None = None,
     reingest: bool = False,
+    limits: ReadLimits | None = None,
 ) -> tuple[Prepared, list[Prepared]]:
     """Baselines first (so the failed job's rare-template choice can use them), then the job.
 
@@ -108,6 +117,7 @@ def prepare_all(
             node_pattern=node_pattern,
             progress=progress(b.name) if progress else None,
             reingest=reingest,
+            limits=limits,
         )
         for b in expand_baselines(baselines)
     ]
@@ -124,6 +134,7 @@ def prepare_all(
         progress=progress(job_dir.name) if progress else None,
         reingest=reingest,
         known_templates=known,
+        limits=limits,
     )
     return job, done_baselines
 

@@ -9,9 +9,13 @@ system logs (``dmesg``, ``kern``, ``syslog``, ``messages``) belong to their node
 from __future__ import annotations
 
 import datetime
+import gzip
 import hashlib
 import json
+import os
 import re
+import stat
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -99,10 +103,134 @@ def is_system_log(path: str) -> bool:
     return bool(_SYSTEM.search(stem if stem is not None else name))
 
 
-def discover(job_dir: Path, node_pattern: str | None = None) -> list[LogFile]:
+#: Default per-file limit: bytes read from one log file (decompressed for ``.gz``).
+MAX_FILE_SIZE = 16 * 1024**3
+#: Default per-job limit: bytes of all the job's log files on disk.
+MAX_JOB_SIZE = 1024**4
+#: Bytes sampled from the start of each file to tell text from binary.
+SAMPLE_BYTES = 8192
+#: Share of sampled bytes that are NUL, other control bytes or not UTF-8 above which a file is
+#: binary. Text logs have ~0; Latin-1 text a few percent; random or compressed data ~50%.
+BINARY_SHARE = 0.10
+# Control bytes a text log does not hold (tab, newline, CR, FF, VT, backspace and ESC it may).
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in b"\t\n\r\f\v\b\x1b") + b"\x7f"
+# A run of NULs is a crash's hole in a file (delayed allocation), not binary content.
+_NUL_RUN = re.compile(rb"\x00{16,}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLimits:
+    """How much of a job directory ingest may read (``--max-file-size``, ``--max-job-size``)."""
+
+    max_file_size: int = MAX_FILE_SIZE
+    max_job_size: int = MAX_JOB_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class JobFiles:
+    """What ``scan`` found: the log files to read and a one-line warning per file skipped."""
+
+    files: list[LogFile]
+    skipped: list[str]
+
+
+def human_size(n: int) -> str:
+    """``n`` bytes as ``12.0 GiB`` / ``512 B``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+def binary_share(path: Path) -> float:
+    """The share of the first ``SAMPLE_BYTES`` (decompressed) that is not text: NUL and other
+    control bytes, and bytes that are not UTF-8; runs of NUL (holes) do not count."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+            fh.seek(0)
+            if head == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=fh) as gz:
+                    sample = gz.read(SAMPLE_BYTES)
+            else:
+                sample = fh.read(SAMPLE_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return 0.0  # unreadable or corrupt: the reader reports it with its lines
+    sample = _NUL_RUN.sub(b"", sample)
+    if not sample:
+        return 0.0
+    controls = len(sample) - len(sample.translate(None, _CONTROL_BYTES))
+    undecodable = sample.decode("utf-8", errors="replace").count("\ufffd")
+    return (controls + undecodable) / len(sample)
+
+
+def _check_file(path: Path, root: Path, limits: ReadLimits) -> tuple[Path, int] | str:
+    """The path to read and its size, or why the file is skipped.
+
+    Only regular files inside the job directory are read: a link may point to another file of
+    the job, never out of it (``/etc/shadow``) nor to a device, FIFO or socket (``/dev/zero``
+    never ends).
+    """
+    try:
+        st = os.lstat(path)
+        target = path
+        if stat.S_ISLNK(st.st_mode):
+            target = path.resolve(strict=True)
+            if not target.is_relative_to(root):
+                return f"a link to {target}, outside the job directory"
+            st = os.stat(target)
+    except (OSError, RuntimeError) as exc:
+        return f"cannot open log file: {getattr(exc, 'strerror', None) or exc}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{_kind(st.st_mode)}, not a regular file"
+    if st.st_size > limits.max_file_size:
+        return (
+            f"{human_size(st.st_size)}, over the per-file limit of "
+            f"{human_size(limits.max_file_size)} — hint: raise --max-file-size"
+        )
+    share = binary_share(target)
+    if share >= BINARY_SHARE:
+        return (
+            f"binary content ({share:.0%} of the first {human_size(SAMPLE_BYTES)} is NUL, "
+            "control bytes or not UTF-8)"
+        )
+    return target, st.st_size
+
+
+def discover(
+    job_dir: Path, node_pattern: str | None = None, limits: ReadLimits | None = None
+) -> list[LogFile]:
     """Every log file of the job, sorted by node, rank and path; raises when there is none."""
+    return scan(job_dir, node_pattern, limits).files
+
+
+def scan(
+    job_dir: Path, node_pattern: str | None = None, limits: ReadLimits | None = None
+) -> JobFiles:
+    """The job's log files (see ``discover``) and the files skipped, one warning line each.
+
+    A file is skipped when it is not a regular file inside the job directory, is over
+    ``limits.max_file_size`` or looks binary; a job whose files together exceed
+    ``limits.max_job_size`` is an ``IngestError``.
+    """
+    limits = limits or ReadLimits()
     if not job_dir.is_dir():
         raise IngestError(f"job directory not found — {job_dir}")
+    root = job_dir.resolve()
     pattern = None
     if node_pattern:
         try:
@@ -114,11 +242,11 @@ def discover(job_dir: Path, node_pattern: str | None = None) -> list[LogFile]:
                 f"invalid --node-pattern — {node_pattern!r} — needs a named group (?P<node>...)"
             )
     files: list[LogFile] = []
+    skipped: list[str] = []
+    total = 0
     for path in sorted(job_dir.rglob("*")):
-        if not path.is_file() and not path.is_symlink():
-            continue
         stem = _strip_suffixes(path.name)
-        if stem is None:
+        if stem is None or (path.is_dir() and not path.is_symlink()):
             continue
         relative = path.relative_to(job_dir).as_posix()
         system = bool(_SYSTEM.search(stem))
@@ -142,16 +270,28 @@ def discover(job_dir: Path, node_pattern: str | None = None) -> list[LogFile]:
                 node, rank = stem, None
         if system:
             rank = None
-        files.append(LogFile(path, relative, node, rank, "system" if system else "rank"))
+        checked = _check_file(path, root, limits)
+        if isinstance(checked, str):
+            skipped.append(f"skipped {relative}: {checked}")
+            continue
+        target, size = checked
+        total += size
+        files.append(LogFile(target, relative, node, rank, "system" if system else "rank"))
+    if total > limits.max_job_size:
+        raise IngestError(
+            f"job too large — {job_dir} — {human_size(total)} of logs, over the per-job limit of "
+            f"{human_size(limits.max_job_size)} — hint: raise --max-job-size"
+        )
     if not files:
         raise IngestError(
             f"no log files in {job_dir} — expected JOB/<node>/*.log[.gz] or "
             "JOB/<node>-rank<k>.log[.gz] (or give --node-pattern)"
+            + (f"; {len(skipped)} skipped, first: {skipped[0]}" if skipped else "")
         )
     files.sort(
         key=lambda f: (f.node, f.kind != "rank", f.rank if f.rank is not None else -1, f.relative)
     )
-    return files
+    return JobFiles(files, skipped)
 
 
 def _rank_of(stem: str) -> int | None:
