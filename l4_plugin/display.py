@@ -1,4 +1,4 @@
-"""What L4 prints to a terminal holds no control characters from the logs it read.
+"""What L4 prints to a terminal holds no control characters and no URL credentials.
 
 Log lines, templates, file names and error messages can carry terminal escape sequences (colour,
 cursor movement, window titles, hyperlinks) and other C0/C1 control characters; printed raw they
@@ -39,8 +39,15 @@ _DROP: dict[int, None] = dict.fromkeys(_UNSAFE)
 JSON_ESCAPES: dict[int, str] = {c: f"\\u{c:04x}" for c in _UNSAFE if c >= 0x7F}
 
 
+# ``scheme://user:password@`` anywhere in a text (a log line, an exception from a client).
+_URL_CREDENTIALS = re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://)[^\s/?#@]+@")
+
+
 def safe_text(text: str) -> str:
-    """``text`` without escape sequences and control characters other than newline and tab."""
+    """``text`` without escape sequences and control characters other than newline and tab,
+    and with the credentials of any URL in it replaced by ``***``."""
+    if "@" in text:
+        text = _URL_CREDENTIALS.sub(r"\1***@", text)
     if text.isprintable():
         return text
     return _ESCAPES.sub("", text).translate(_DROP)

@@ -459,3 +459,71 @@ def test_errors_are_cleaned_too(l4: object, tmp_path: Path) -> None:
     assert res.returncode == 1
     assert f"error: job directory not found — {tmp_path}/nosuch\n" in res.stderr
     assert "\x1b" not in res.stderr
+
+
+# -- 5. redaction ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("url", "redacted", "problem"),
+    [
+        ("http://user:pw@[::1", "http://***@[::1", "it does not parse (Invalid IPv6 URL)"),
+        ("ftp://user:pw@host", "ftp://***@host", "ftp:// is not supported"),
+        ("http://user:pw@host:abc", "http://***@host:abc", "the port is not a number"),
+        ("https://user:pw@host:99999", "https://***@host:99999", "the port is not a number"),
+        ("user:pw@host:9200", "***@host:9200", "it does not start with http:// or https://"),
+        ("https://u:p@a@host:9200/x", "https://***@host:9200/x", None),
+    ],
+)
+def test_urls_are_redacted_even_when_they_do_not_parse(
+    url: str, redacted: str, problem: str | None
+) -> None:
+    from l4_plugin.config import redact_url
+
+    assert redact_url(url) == redacted
+    if problem is None:
+        return
+    with pytest.raises(ConfigError, match=r"invalid setting es_url \(command line\)") as info:
+        load_settings(None, es_url=url)
+    assert repr(redacted) in str(info.value) and problem in str(info.value)
+    assert "pw" not in str(info.value)
+
+
+def test_cli_bad_url_is_one_line_without_the_password(l4: object) -> None:
+    for url, problem in (
+        ("http://elastic:hunter2@[::1", "does not parse"),
+        ("http://elastic:hunter2@host:port", "the port is not a number"),
+    ):
+        res = l4("--es-url", url, "status")  # type: ignore[operator]
+        assert res.returncode == 1
+        assert res.stderr.count("\n") == 1 and res.stderr.startswith(
+            "error: invalid setting es_url"
+        )
+        assert problem in res.stderr and "hunter2" not in res.stderr + res.stdout
+        assert "Traceback" not in res.stderr
+
+
+def test_credentials_in_any_printed_text_are_redacted() -> None:
+    from l4_plugin.display import safe_text
+
+    text = "connect to https://elastic:hunter2@es:9200/x failed; ssh://git@host ok"
+    assert safe_text(text) == "connect to https://***@es:9200/x failed; ssh://***@host ok"
+
+
+def test_store_display_url_never_holds_credentials(osmem_url: str) -> None:
+    from l4_plugin.store.names import IndexNames
+    from l4_plugin.store.opensearch import OpenSearchStore
+
+    url = osmem_url.replace("http://", "http://elastic:hunter2@")
+    s = OpenSearchStore(url, IndexNames("tsec-l4-"))
+    try:
+        assert "hunter2" not in s.display_url and s.display_url.startswith("http://***@")
+    finally:
+        s.close()
+
+
+def test_dashboards_url_errors(tmp_path: Path) -> None:
+    from l4_plugin.dashboards import install
+
+    with pytest.raises(ConfigError, match=r"invalid --url — 'http://\*\*\*@\[::1' — it does not"):
+        install("http://user:pw@[::1")
+    with pytest.raises(ConfigError, match=r"invalid --url — 'http://\*\*\*@kb:x' — the port"):
+        install("http://user:pw@kb:x")
