@@ -527,3 +527,21 @@ def test_dashboards_url_errors(tmp_path: Path) -> None:
         install("http://user:pw@[::1")
     with pytest.raises(ConfigError, match=r"invalid --url — 'http://\*\*\*@kb:x' — the port"):
         install("http://user:pw@kb:x")
+
+
+def test_service_skips_jobs_with_invalid_ids(
+    store: Store, settings: object, caplog: pytest.LogCaptureFixture
+) -> None:
+    import logging
+
+    from l4_plugin.service import tasks
+    from tests.test_service_claims import context, put_job
+
+    put_job(store, "bad\x1b[2Jid")
+    put_job(store, "good")
+    ctx = context(store, settings)  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="test.l4.service"):
+        assert tasks.discover(ctx) == 1
+    item = ctx.next_job()
+    assert item is not None and item[0] == "good" and ctx.next_job() is None
+    assert "skipped: the job id contains the control or format character U+001B" in caplog.text
