@@ -545,3 +545,20 @@ def test_service_skips_jobs_with_invalid_ids(
     item = ctx.next_job()
     assert item is not None and item[0] == "good" and ctx.next_job() is None
     assert "skipped: the job id contains the control or format character U+001B" in caplog.text
+
+
+def test_setup_adds_skipped_files_to_a_jobs_index_of_an_older_l4(store: Store) -> None:
+    from typing import Any
+
+    index = store.names.jobs
+    client: Any = store.client  # type: ignore[attr-defined]
+    client.indices.delete(index=index, ignore_unavailable=True)
+    client.indices.delete_index_template(name=index)
+    narrow = {
+        "dynamic": "strict",
+        "properties": {"l4": {"properties": {"job": {"properties": {"id": {"type": "keyword"}}}}}},
+    }
+    client.indices.create(index=index, body={"mappings": narrow})
+    store.install_templates()
+    store.bulk_index(index, [("j", {"l4.job.id": "j", "l4.job.skipped_files": 2})], refresh=True)
+    assert store.count(index, {"term": {"l4.job.skipped_files": 2}}) == 1
