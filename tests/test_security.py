@@ -562,3 +562,13 @@ def test_setup_adds_skipped_files_to_a_jobs_index_of_an_older_l4(store: Store) -
     store.install_templates()
     store.bulk_index(index, [("j", {"l4.job.id": "j", "l4.job.skipped_files": 2})], refresh=True)
     assert store.count(index, {"term": {"l4.job.skipped_files": 2}}) == 1
+
+
+def test_diagnose_checks_every_job_yaml_before_ingesting_baselines(
+    l4: object, store: Store, tmp_path: Path
+) -> None:
+    job = _job(tmp_path / "job", "id: failed-2\nconfig:\n  " + BOMB.replace("\n", "\n  "))
+    base = _job(tmp_path / "base", "id: base-2\nstatus: succeeded\n")
+    res = l4("diagnose", str(job), "--baseline", str(base))  # type: ignore[operator]
+    assert res.returncode == 1 and "more than 100,000 values" in res.stderr
+    assert store.get(store.names.jobs, job_doc_id("base-2")) is None

@@ -109,7 +109,12 @@ def prepare_all(
     """Baselines first (so the failed job's rare-template choice can use them), then the job.
 
     The failed job's status defaults to ``failed`` when neither ``job.yaml`` nor a flag says.
+    Every ``job.yaml`` is validated before anything is written.
     """
+    meta = job_meta(job_dir, job_id=job_id)
+    base_dirs = expand_baselines(baselines)
+    for b in base_dirs:
+        job_meta(b)
     done_baselines = [
         prepare(
             store,
@@ -119,9 +124,8 @@ def prepare_all(
             reingest=reingest,
             limits=limits,
         )
-        for b in expand_baselines(baselines)
+        for b in base_dirs
     ]
-    meta = job_meta(job_dir, job_id=job_id)
     known = baseline_templates(
         store, [b.job_id for b in done_baselines], fingerprint=meta.fingerprint
     )

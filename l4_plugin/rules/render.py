@@ -64,7 +64,6 @@ MAX_INT_BITS = 4_096
 _SEQUENCES = (str, bytes, list, tuple)
 # A dynamic width: ``%*d`` / ``%.*f`` or a nested field in a ``str.format`` spec (``{:{w}}``).
 _DYNAMIC_WIDTH = re.compile(r"%[#0 +\-]*\*|%[#0 +\-]*\d*\.\*|\{[^{}]*:[^{}]*\{")
-_WIDTH_NUMBER = re.compile(r"\d+")
 
 
 class BudgetExceeded(SecurityError):
