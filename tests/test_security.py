@@ -192,6 +192,8 @@ def test_nested_range_loops_stop_at_the_time_budget(
         ("{{ 'x'.ljust(1000000000) }}", r"str\.ljust would build"),
         ("{{ '{:>1000000000}'.format('x') }}", r"format width 1000000000"),
         ("{{ '%*s' % (1000000000, 'x') }}", r"format width 1000000000"),
+        ("{{ '%.1000000000f' % 1.0 }}", r"format width 1000000000"),
+        ("{{ '{:5.1000000000f}'.format(1.0) }}", r"format width 1000000000"),
         ("{{ (['x' * 50000] * 1000) | join }}", r"join would build 50,000,000"),
         ("{{ nodes | batch(1000000000, 'x') | list }}", r"batch would build"),
         ("{% for i in range(100000) %}xxxxxxxxxx{% endfor %}", r"rendered text is over 20,000"),

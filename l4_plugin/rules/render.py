@@ -63,6 +63,7 @@ MAX_INT_BITS = 4_096
 
 _SEQUENCES = (str, bytes, list, tuple)
 # A dynamic width: ``%*d`` / ``%.*f`` or a nested field in a ``str.format`` spec (``{:{w}}``).
+_FORMAT_SPEC = re.compile(r"%[#0 +\-]*[\d.*]*|\{[^{}]*:[^{}]*\}")
 _DYNAMIC_WIDTH = re.compile(r"%[#0 +\-]*\*|%[#0 +\-]*\d*\.\*|\{[^{}]*:[^{}]*\{")
 
 
@@ -91,11 +92,13 @@ def _is_int(value: object) -> bool:
 
 
 def _check_format(fmt: str, args: Iterable[object]) -> None:
-    """Refuse widths over ``MAX_VALUE``, literal (``%9999999s``) or given as an argument."""
-    for m in re.finditer(r"%[#0 +\-]*(\d+)|\{[^{}]*:[^{}]*?(\d+)", fmt):
-        width = m.group(1) or m.group(2)
-        if width and int(width) > MAX_VALUE:
-            raise BudgetExceeded(f"format width {width} is over the limit of {MAX_VALUE:,}")
+    """Refuse widths and precisions over ``MAX_VALUE``, literal (``%9999999s``, ``{:.9999999f}``)
+    or given as an argument (``%*s``, ``{:{w}}``)."""
+    for spec in _FORMAT_SPEC.findall(fmt):
+        for number in re.findall(r"\d+", spec):
+            if len(number) > len(str(MAX_VALUE)) or int(number) > MAX_VALUE:
+                shown = number if len(number) <= 20 else number[:17] + "..."
+                raise BudgetExceeded(f"format width {shown} is over the limit of {MAX_VALUE:,}")
     if _DYNAMIC_WIDTH.search(fmt):
         for arg in args:
             if _is_int(arg) and abs(arg) > MAX_VALUE:  # type: ignore[arg-type]
