@@ -574,3 +574,14 @@ def test_diagnose_checks_every_job_yaml_before_ingesting_baselines(
     res = l4("diagnose", str(job), "--baseline", str(base))  # type: ignore[operator]
     assert res.returncode == 1 and "more than 100,000 values" in res.stderr
     assert store.get(store.names.jobs, job_doc_id("base-2")) is None
+
+
+def test_the_reader_checks_the_file_again_when_it_opens_it(tmp_path: Path) -> None:
+    from l4_plugin.ingest.jobdir import LogFile
+    from l4_plugin.ingest.sources import bounded_blocks
+
+    fifo = tmp_path / "rank0.log"
+    os.mkfifo(fifo)  # a regular file at discovery, swapped for a FIFO before it is read
+    file = LogFile(fifo, "node-1/rank0.log", "node-1", 0, "rank")
+    with pytest.raises(IngestError, match=r"no longer a regular file — node-1/rank0\.log"):
+        next(bounded_blocks(file))
