@@ -15,16 +15,16 @@ from pathlib import Path
 from typing import Any
 
 import click
-from rich.console import Console
 from rich.table import Table
 
 from l4_plugin import __version__
 from l4_plugin.config import Settings, load_settings
+from l4_plugin.display import JSON_ESCAPES, SafeConsole, safe_print
 from l4_plugin.errors import L4Error
 from l4_plugin.store import EmbeddedCluster, open_cluster
 from l4_plugin.store.embedded import clear_state, write_state
 
-out = Console(highlight=False, soft_wrap=True)
+out = SafeConsole(highlight=False, soft_wrap=True)
 
 
 @dataclass
@@ -44,6 +44,45 @@ class CliState:
 
 
 STATE = CliState()
+
+
+def _size_options(f: Any) -> Any:
+    """``--max-file-size`` / ``--max-job-size``: raise the read limits of a job directory."""
+    f = click.option(
+        "--max-job-size",
+        metavar="SIZE",
+        help="Most bytes of logs one job may hold (default 1T; L4_MAX_JOB_SIZE).",
+    )(f)
+    return click.option(
+        "--max-file-size",
+        metavar="SIZE",
+        help="Most bytes read of one log file, e.g. 500M, 16G (default 16G; L4_MAX_FILE_SIZE).",
+    )(f)
+
+
+def _read_limits(max_file_size: str | None, max_job_size: str | None) -> Any:
+    """The read limits from flags (set before the settings are first read), env and file."""
+    from l4_plugin.ingest.jobdir import ReadLimits
+
+    STATE.overrides.update({"max_file_size": max_file_size, "max_job_size": max_job_size})
+    settings = STATE.settings
+    return ReadLimits(settings.max_file_size, settings.max_job_size)
+
+
+def _job_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Click callback: every job id given on the command line passes ``check_job_id``."""
+    from l4_plugin.jobid import MAX_JOB_ID, job_id_problem
+
+    values = value if isinstance(value, tuple) else (value,)
+    for v in values:
+        problem = None if v is None else job_id_problem(v)
+        if problem is not None:
+            shown = repr(v) if len(v) <= 80 else repr(v[:77]) + "..."
+            raise click.BadParameter(
+                f"{shown} {problem} — a job id is 1 to {MAX_JOB_ID} printable characters, "
+                "no spaces at either end"
+            )
+    return value
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -138,7 +177,9 @@ def cluster_up(port: int) -> None:
 
 @app.command()
 @click.argument("job_dir", type=click.Path(path_type=Path, file_okay=False), required=False)
-@click.option("--job-id", help="Job id (default: job.yaml id, else the folder name).")
+@click.option(
+    "--job-id", callback=_job_id, help="Job id (default: job.yaml id, else the folder name)."
+)
 @click.option(
     "--status",
     type=click.Choice(["succeeded", "failed", "running", "unknown"]),
@@ -168,6 +209,7 @@ def cluster_up(port: int) -> None:
 @click.option("--timestamp-field", default="@timestamp", show_default=True)
 @click.option("--path-field", default="log.file.path", show_default=True)
 @click.option("--offset-field", default="log.offset", show_default=True)
+@_size_options
 def ingest(
     job_dir: Path | None,
     job_id: str | None,
@@ -183,6 +225,8 @@ def ingest(
     timestamp_field: str,
     path_field: str,
     offset_field: str,
+    max_file_size: str | None,
+    max_job_size: str | None,
 ) -> None:
     """Parse a job's logs (JOB_DIR, or --from-index) into rollups, kept lines and templates."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -194,6 +238,7 @@ def ingest(
     if (job_dir is None) == (from_index is None):
         raise click.UsageError("give either JOB_DIR or --from-index PATTERN")
     overrides = parse_config_overrides(list(config_pairs))
+    limits = _read_limits(max_file_size, max_job_size)
     with open_cluster(STATE.settings) as store:
         store.install_templates()
         with Progress(
@@ -202,7 +247,7 @@ def ingest(
             TextColumn("{task.completed}/{task.total} files"),
             TextColumn("{task.fields[rate]}"),
             TimeElapsedColumn(),
-            console=Console(stderr=True),
+            console=SafeConsole(stderr=True),
             transient=True,
         ) as bar:
             task = bar.add_task("ingest", total=None, rate="")
@@ -250,6 +295,7 @@ def ingest(
                         node_pattern=node_pattern,
                         full=full,
                         progress=progress,
+                        limits=limits,
                     )
                 ]
         for summary in summaries:
@@ -263,9 +309,11 @@ def ingest(
                 f"{'raw' if full else 'kept'} lines, {summary.new_templates} new templates"
             )
             for problem in summary.problems[:20]:
-                print(f"warning: {problem}", file=sys.stderr)
+                safe_print(f"warning: {problem}", file=sys.stderr)
             if len(summary.problems) > 20:
-                print(f"warning: … and {len(summary.problems) - 20} more problems", file=sys.stderr)
+                safe_print(
+                    f"warning: … and {len(summary.problems) - 20} more problems", file=sys.stderr
+                )
 
 
 @app.command()
@@ -426,7 +474,7 @@ def _run_diagnosis(
     from l4_plugin.report.terminal import render_terminal
 
     settings = STATE.settings
-    err = Console(stderr=True, highlight=False)
+    err = SafeConsole(stderr=True, highlight=False)
     with err.status("analysing") as spinner:
         diagnosis = diagnose_job(
             store,
@@ -443,7 +491,7 @@ def _run_diagnosis(
             write=not dry_run,
             discover=discover_linker(settings),
             step=lambda name: spinner.update(f"{job_id}: {name}"),
-            warn=lambda msg: print(f"warning: {msg}", file=sys.stderr),
+            warn=lambda msg: safe_print(f"warning: {msg}", file=sys.stderr),
         )
     if str(json_out) != "-":
         render_terminal(diagnosis.report, out)
@@ -464,9 +512,12 @@ def _run_diagnosis(
     type=click.Path(path_type=Path, file_okay=False, exists=True),
     help="A successful job of the same configuration, or a folder of them (repeatable).",
 )
-@click.option("--job-id", help="Job id (default: job.yaml id, else the folder name).")
+@click.option(
+    "--job-id", callback=_job_id, help="Job id (default: job.yaml id, else the folder name)."
+)
 @click.option("--node-pattern", help="Regex with (?P<node>...) [and (?P<rank>...)] over paths.")
 @click.option("--reingest", is_flag=True, help="Ingest again even if the cluster has the job.")
+@_size_options
 @_diagnosis_options
 def diagnose(
     job_dir: Path,
@@ -474,14 +525,17 @@ def diagnose(
     job_id: str | None,
     node_pattern: str | None,
     reingest: bool,
+    max_file_size: str | None,
+    max_job_size: str | None,
     **kwargs: Any,
 ) -> None:
     """Diagnose a failed job's log directory: ingest (baselines first), match rules, analyse."""
     from l4_plugin.diagnosis.jobdirs import prepare_all
 
+    limits = _read_limits(max_file_size, max_job_size)
     with open_cluster(STATE.settings) as store:
         store.install_templates()
-        err = Console(stderr=True, highlight=False)
+        err = SafeConsole(stderr=True, highlight=False)
         status_line = err.status("ingesting")
 
         def progress(name: str) -> Any:
@@ -499,6 +553,7 @@ def diagnose(
                 node_pattern=node_pattern,
                 progress=progress,
                 reingest=reingest,
+                limits=limits,
             )
         for p in [*base, job]:
             state = (
@@ -508,13 +563,19 @@ def diagnose(
             )
             err.print(f"{p.job_id}: {state}")
             for problem in (p.ingested.problems if p.ingested else [])[:5]:
-                print(f"warning: {problem}", file=sys.stderr)
+                safe_print(f"warning: {problem}", file=sys.stderr)
         _run_diagnosis(store, job.job_id, [b.job_id for b in base], **kwargs)
 
 
 @app.command()
-@click.argument("job_id")
-@click.option("--baseline", "baseline_ids", multiple=True, help="Baseline job id (repeatable).")
+@click.argument("job_id", callback=_job_id)
+@click.option(
+    "--baseline",
+    "baseline_ids",
+    multiple=True,
+    callback=_job_id,
+    help="Baseline job id (repeatable).",
+)
 @_diagnosis_options
 def analyze(job_id: str, baseline_ids: tuple[str, ...], **kwargs: Any) -> None:
     """Diagnose a job that is already in the cluster (same output as diagnose)."""
@@ -523,7 +584,7 @@ def analyze(job_id: str, baseline_ids: tuple[str, ...], **kwargs: Any) -> None:
 
 
 @app.command()
-@click.argument("job_id")
+@click.argument("job_id", callback=_job_id)
 @click.option("--html", "html_out", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False))
 def report(job_id: str, html_out: Path | None, json_out: Path | None) -> None:
@@ -552,7 +613,7 @@ def rules_check(paths: tuple[Path, ...]) -> None:
 
     problems = check_paths(list(paths) or None)
     for problem in problems:
-        print(f"error: {problem}", file=sys.stderr)
+        safe_print(f"error: {problem}", file=sys.stderr)
     if problems:
         raise click.exceptions.Exit(1)
     out.print(f"{len(load_rules(list(paths) or None))} rules OK")
@@ -574,7 +635,7 @@ def rules_test(paths: tuple[Path, ...]) -> None:
 
 
 @rules.command("match")
-@click.argument("job_id")
+@click.argument("job_id", callback=_job_id)
 @click.option(
     "--rules",
     "rule_paths",
@@ -591,13 +652,19 @@ def rules_match(job_id: str, rule_paths: tuple[Path, ...], as_json: bool) -> Non
     with open_cluster(STATE.settings) as store:
         found = matches_for(store, job_id, library)
     if as_json:
-        print(matches_json(found))
+        print(matches_json(found).translate(JSON_ESCAPES))
     else:
         out.print(match_text(job_id, found, len(library)), markup=False)
 
 
 @rules.command("new")
-@click.option("--from-job", "job_id", required=True, help="Job whose diagnosis to draft from.")
+@click.option(
+    "--from-job",
+    "job_id",
+    required=True,
+    callback=_job_id,
+    help="Job whose diagnosis to draft from.",
+)
 @click.option("--id", "rule_id", help="Rule id (kebab-case; default: from the top event).")
 @click.option(
     "--out",
@@ -612,7 +679,7 @@ def rules_new(job_id: str, rule_id: str | None, out_path: Path | None) -> None:
     with open_cluster(STATE.settings) as store:
         draft = draft_from_job(store, job_id, rule_id)
     if draft.source == "lines":
-        print(
+        safe_print(
             f"note: job {job_id} has no event annotations yet (run `l4 diagnose` first); "
             "drafted from its ERROR-level kept lines, rarest first",
             file=sys.stderr,
@@ -814,7 +881,7 @@ def _print_job(state: Any) -> None:
 
 
 @job.command("register")
-@click.argument("job_id")
+@click.argument("job_id", callback=_job_id)
 @click.option(
     "--status", required=True, type=click.Choice(["running", "failed", "succeeded", "unknown"])
 )
@@ -831,7 +898,7 @@ def job_register(job_id: str, status: str, fingerprint: str | None) -> None:
 
 
 @job.command("status")
-@click.argument("job_id")
+@click.argument("job_id", callback=_job_id)
 @click.argument(
     "new_status",
     required=False,
@@ -863,7 +930,7 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.exceptions.Abort:
-        print("error: interrupted", file=sys.stderr)
+        safe_print("error: interrupted", file=sys.stderr)
         return 130
     except click.ClickException as exc:
         exc.show()
@@ -871,10 +938,10 @@ def main(argv: list[str] | None = None) -> int:
     except L4Error as exc:
         if STATE.debug:
             traceback.print_exc()
-        print(f"error: {exc}", file=sys.stderr)
+        safe_print(f"error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("error: interrupted", file=sys.stderr)
+        safe_print("error: interrupted", file=sys.stderr)
         return 130
     # Without standalone mode, click returns the code of a ``click.exceptions.Exit`` it caught.
     return code if isinstance(code, int) else 0

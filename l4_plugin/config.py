@@ -10,12 +10,13 @@ import os
 import re
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from l4_plugin.errors import ConfigError
+from l4_plugin.ingest.jobdir import MAX_FILE_SIZE, MAX_JOB_SIZE
 from l4_plugin.yamldoc import read_mapping
 
 # Characters Elasticsearch and OpenSearch refuse in index names (plus upper case).
@@ -43,6 +44,12 @@ class Settings(BaseSettings):
         description="Where `l4 cluster up` records the URL of the running embedded cluster",
     )
     random_state: int = 0
+    max_file_size: int = Field(
+        MAX_FILE_SIZE, gt=0, description="Bytes ingest reads of one log file (e.g. 16G)"
+    )
+    max_job_size: int = Field(
+        MAX_JOB_SIZE, gt=0, description="Bytes of log files one job may hold on disk (e.g. 1T)"
+    )
     dashboards_url: str = Field(
         "", description="Kibana / OpenSearch Dashboards URL for Discover links in annotations"
     )
@@ -61,14 +68,19 @@ class Settings(BaseSettings):
             raise ValueError("must not start with -, _, + or .")
         return value
 
+    @field_validator("max_file_size", "max_job_size", mode="before")
+    @classmethod
+    def _parse_size(cls, value: object) -> object:
+        return parse_size(value) if isinstance(value, str) else value
+
     @field_validator("es_url")
     @classmethod
     def _check_url(cls, value: str | None) -> str | None:
         if value is None or value == "":
             return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http:// or https:// URL with a host")
+        problem = url_problem(value)
+        if problem is not None:
+            raise ValueError(f"must be an http:// or https:// URL with a host: {problem}")
         return value.rstrip("/")
 
     @classmethod
@@ -89,15 +101,75 @@ class Settings(BaseSettings):
         return redact_url(self.es_url) if self.es_url else "embedded"
 
 
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """``512``, ``64K``, ``500M``, ``16G``, ``1T`` (powers of 1024) as bytes; ValueError else."""
+    m = _SIZE.match(text)
+    if m is None:
+        raise ValueError(f"{text!r} is not a size — e.g. 500M, 16G, 1T or a number of bytes")
+    factor = 1024 ** "_kmgt".index(m.group(2).lower() or "_")
+    return int(float(m.group(1)) * factor)
+
+
 def redact_url(url: str) -> str:
-    """Drop credentials embedded in a URL (``https://user:pw@host`` → ``https://***@host``)."""
+    """The URL with any ``user:password@`` replaced by ``***@`` (``https://***@host``).
+
+    Works on the text, so a URL that does not parse (``http://user:pw@[::1``) or has another
+    scheme (``ftp://user:pw@host``) is redacted too: everything between ``//`` and the last
+    ``@`` is taken for credentials.
+    """
+    head, sep, rest = url.partition("//")
+    if not sep:
+        at = url.rfind("@")
+        return url if at < 0 else f"***@{url[at + 1 :]}"
+    at = rest.rfind("@")
+    return url if at < 0 else f"{head}//***@{rest[at + 1 :]}"
+
+
+def url_problem(url: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
+    """Why ``url`` is not a usable ``scheme://host[:port]`` URL (None when it is); the reason
+    never repeats the URL."""
+    if "//" not in url:
+        return f"it does not start with {' or '.join(f'{s}://' for s in schemes)}"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        reason = str(exc).split(":")[0]  # "Port could not be cast to integer value as 'x'"
+        if "port" in reason.lower():
+            return "the port is not a number from 0 to 65535"
+        return f"it does not parse ({reason})"
+    if parts.scheme.lower() not in schemes:
+        shown = f"{parts.scheme}://" if parts.scheme else "no scheme"
+        return f"{shown} is not supported — use {' or '.join(f'{s}://' for s in schemes)}"
+    if not parts.hostname:
+        return "it has no host"
+    del port
+    return None
+
+
+def split_credentials(url: str, what: str) -> tuple[str, str | None, str | None]:
+    """``url`` without its ``user:password@`` part, and that user and password (or None).
+
+    A URL that is not ``http(s)://host[:port]`` is a ``ConfigError`` naming ``what`` and the
+    redacted URL.
+    """
+    problem = url_problem(url)
+    if problem is not None:
+        raise ConfigError(
+            f"invalid {what} — {redact_url(url)!r} — {problem} — hint: e.g. https://kibana.example:5601"
+        )
     parts = urlsplit(url)
-    if parts.username or parts.password:
-        host = parts.hostname or ""
-        if parts.port:
-            host = f"{host}:{parts.port}"
-        return urlunsplit((parts.scheme, f"***@{host}", parts.path, parts.query, parts.fragment))
-    return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = f"{host}:{parts.port}" if parts.port is not None else host
+    bare = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+    user = unquote(parts.username) if parts.username is not None else None
+    password = unquote(parts.password) if parts.password is not None else None
+    return bare, user, password
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -117,7 +189,12 @@ def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings
         field = ".".join(str(p) for p in err["loc"]) or "settings"
         source = _source_of(field, flags, file_values, config_file)
         bad = err.get("input")
-        shown = "***" if "password" in field or "api_key" in field else repr(bad)
+        if "password" in field or "api_key" in field:
+            shown = "***"
+        elif field.endswith("url") and isinstance(bad, str):
+            shown = repr(redact_url(bad))
+        else:
+            shown = repr(bad)
         raise ConfigError(f"invalid setting {field} ({source}): {shown} — {err['msg']}") from None
 
 

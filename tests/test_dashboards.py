@@ -320,3 +320,25 @@ def test_detect_flavour_without_headers() -> None:
     assert detect_flavour(200, {}, {"version": {"number": "8.14.0"}}) == "kibana"
     with pytest.raises(DashboardsError, match="pass --flavour"):
         detect_flavour(404, {}, "Not Found")
+
+
+def test_install_with_credentials_in_the_url(
+    fake_server: tuple[str, type[_FakeDashboards]],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import base64
+
+    from l4_plugin import cli
+
+    url, handler = fake_server
+    monkeypatch.setattr(cli, "STATE", cli.CliState())
+    monkeypatch.delenv("L4_ES_URL", raising=False)
+    with_user = url.replace("http://", "http://kib%40ana:s3cr%2Ft@")
+    code = cli.main(["dashboards", "install", "--url", with_user])
+    out = capsys.readouterr()
+    assert code == 1  # the fake import API fails one object on purpose
+    token = base64.b64encode(b"kib@ana:s3cr/t").decode()
+    assert handler.received[0]["auth"] == f"Basic {token}"
+    assert f"at {url}" in out.out
+    assert "s3cr" not in out.out + out.err

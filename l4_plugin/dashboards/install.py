@@ -18,6 +18,7 @@ from urllib.error import HTTPError, URLError
 from urllib.parse import quote
 from urllib.request import Request, urlopen
 
+from l4_plugin.config import split_credentials
 from l4_plugin.dashboards.objects import FLAVOURS, Flavour, saved_objects
 from l4_plugin.errors import ConfigError, L4Error
 
@@ -182,7 +183,12 @@ def install(
     ``flavour`` None asks ``GET /api/status``. ``space`` targets a Kibana space (``/s/<space>``);
     OSD has no spaces (its multi-tenancy uses the ``securitytenant`` header instead), so a space
     with OSD is an error. Per-object failures come back in the result, not as exceptions.
+    ``user:password@`` in ``url`` is used for basic auth and never shown.
     """
+    url, url_user, url_password = split_credentials(url, "--url")
+    if url_user is not None:
+        # Credentials in the URL are meant for this Kibana / OSD: they win over the cluster's.
+        api_key, username, password = None, url_user, url_password
     headers = {"Accept": "application/json"}
     if api_key:
         headers["Authorization"] = f"ApiKey {api_key}"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from l4_plugin.diagnosis.facts import find_jobs, read_job
-from l4_plugin.ingest.jobdir import discover, job_meta
+from l4_plugin.ingest.jobdir import ReadLimits, discover, job_meta
 from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_job
 from l4_plugin.ingest.sources import files_generation
 from l4_plugin.store import Store, generations
@@ -43,7 +43,13 @@ def expand_baselines(paths: list[Path]) -> list[Path]:
     return out
 
 
-def already_ingested(store: Store, job_dir: Path, job_id: str, node_pattern: str | None) -> bool:
+def already_ingested(
+    store: Store,
+    job_dir: Path,
+    job_id: str,
+    node_pattern: str | None,
+    limits: ReadLimits | None = None,
+) -> bool:
     """True when the job's last ingest completed and read the directory as it is now.
 
     An ingest that began later and did not complete (it died, or is still writing) makes the
@@ -54,7 +60,7 @@ def already_ingested(store: Store, job_dir: Path, job_id: str, node_pattern: str
         return False
     complete = generations.complete_generation(doc.source)
     read = source_field(doc.source, generations.SOURCE) or complete
-    if complete is None or read != files_generation(discover(job_dir, node_pattern)):
+    if complete is None or read != files_generation(discover(job_dir, node_pattern, limits)):
         return False
     if not store.count(store.names.events, generations.scope(job_id, doc.source)):
         return False
@@ -72,10 +78,11 @@ def prepare(
     progress: Progress | None = None,
     reingest: bool = False,
     known_templates: set[str] | None = None,
+    limits: ReadLimits | None = None,
 ) -> Prepared:
     """Ingest ``job_dir`` unless the cluster already holds it unchanged."""
     meta = job_meta(job_dir, job_id=job_id, status=status)
-    if not reingest and already_ingested(store, job_dir, meta.id, node_pattern):
+    if not reingest and already_ingested(store, job_dir, meta.id, node_pattern, limits):
         return Prepared(meta.id, job_dir, None)
     summary = ingest_job(
         store,
@@ -85,6 +92,7 @@ def prepare(
         node_pattern=node_pattern,
         baseline_templates=known_templates,
         progress=progress,
+        limits=limits,
     )
     return Prepared(meta.id, job_dir, summary)
 
@@ -98,11 +106,17 @@ def prepare_all(
     node_pattern: str | None = None,
     progress: Callable[[str], Progress | None] | None = None,
     reingest: bool = False,
+    limits: ReadLimits | None = None,
 ) -> tuple[Prepared, list[Prepared]]:
     """Baselines first (so the failed job's rare-template choice can use them), then the job.
 
     The failed job's status defaults to ``failed`` when neither ``job.yaml`` nor a flag says.
+    Every ``job.yaml`` is validated before anything is written.
     """
+    meta = job_meta(job_dir, job_id=job_id)
+    base_dirs = expand_baselines(baselines)
+    for b in base_dirs:
+        job_meta(b)
     done_baselines = [
         prepare(
             store,
@@ -110,10 +124,10 @@ def prepare_all(
             node_pattern=node_pattern,
             progress=progress(b.name) if progress else None,
             reingest=reingest,
+            limits=limits,
         )
-        for b in expand_baselines(baselines)
+        for b in base_dirs
     ]
-    meta = job_meta(job_dir, job_id=job_id)
     known = baseline_templates(
         store, [b.job_id for b in done_baselines], fingerprint=meta.fingerprint
     )
@@ -126,6 +140,7 @@ def prepare_all(
         progress=progress(job_dir.name) if progress else None,
         reingest=reingest,
         known_templates=known,
+        limits=limits,
     )
     return job, done_baselines
 

@@ -17,6 +17,7 @@ from l4_plugin.dashboards.links import (
     window_around,
 )
 from l4_plugin.diagnosis.document import Diagnosis
+from l4_plugin.display import JSON_ESCAPES
 from l4_plugin.errors import L4Error
 from l4_plugin.report import ReportExtras, write_html
 
@@ -57,7 +58,7 @@ def write_report_files(
         if json_out is not None:
             text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
             if str(json_out) == "-":
-                sys.stdout.write(text)
+                sys.stdout.write(text.translate(JSON_ESCAPES))
             else:
                 json_out.write_text(text, "utf-8")
         if html_out is not None:

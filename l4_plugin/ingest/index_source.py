@@ -28,13 +28,13 @@ from l4_plugin.ingest.jobdir import STATUSES, JobMeta, fingerprint
 from l4_plugin.ingest.parser import Block
 from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_streams
 from l4_plugin.ingest.sources import LogStream
+from l4_plugin.jobid import check_job_id
 from l4_plugin.store import Store
 from l4_plugin.store.documents import source_field
 
 PAGE_SIZE = 5000
 PIT_KEEP_ALIVE = "5m"  # renewed by every page; covers the write phase between the two --full passes
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
-_JOB_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,14 +229,13 @@ def ingest_index(
     if st not in STATUSES:
         raise IngestError(f"invalid job status — {st!r} — one of {', '.join(STATUSES)}")
     resolved = resolve_fields(store, pattern, fields)
-    ids = [job_id] if job_id else job_ids(store, pattern, resolved)
+    ids = [job_id] if job_id is not None else job_ids(store, pattern, resolved)
     if not ids:
         raise IngestError(f"no jobs in {pattern!r}: no document has a {fields.job!r} field")
     flat = dict(config or {})
     summaries: list[IngestSummary] = []
     for jid in ids:
-        if not _JOB_ID.match(jid):
-            raise IngestError(f"invalid job id — {jid!r} — 1 to 256 characters")
+        jid = check_job_id(jid, "--job-id" if job_id else f"{pattern} {fields.job}", IngestError)
         # One point in time per job: both passes of --full read the same snapshot.
         pit_id = store.open_pit(pattern, PIT_KEEP_ALIVE)
         try:

@@ -8,21 +8,26 @@ system logs (``dmesg``, ``kern``, ``syslog``, ``messages``) belong to their node
 
 from __future__ import annotations
 
+import datetime
+import gzip
 import hashlib
 import json
+import os
 import re
+import stat
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from l4_plugin.errors import IngestError
-from l4_plugin.yamldoc import read_mapping
+from l4_plugin.jobid import check_job_id
+from l4_plugin.yamldoc import read_document
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _FLAT = re.compile(r"^(?P<node>.+?)[-_.]rank[-_]?(?P<rank>\d+)$", re.IGNORECASE)
 _SYSTEM = re.compile(r"(?:^|[-_.])(dmesg|kern|kernel|syslog|messages)$", re.IGNORECASE)
-_JOB_ID = re.compile(r"^[^\x00-\x1f\x7f]{1,256}$")
 STATUSES = ("succeeded", "failed", "running", "unknown")
 
 # Configuration keys that describe one run rather than the setup: a 4-node rehearsal and the
@@ -98,10 +103,134 @@ def is_system_log(path: str) -> bool:
     return bool(_SYSTEM.search(stem if stem is not None else name))
 
 
-def discover(job_dir: Path, node_pattern: str | None = None) -> list[LogFile]:
+#: Default per-file limit: bytes read from one log file (decompressed for ``.gz``).
+MAX_FILE_SIZE = 16 * 1024**3
+#: Default per-job limit: bytes of all the job's log files on disk.
+MAX_JOB_SIZE = 1024**4
+#: Bytes sampled from the start of each file to tell text from binary.
+SAMPLE_BYTES = 8192
+#: Share of sampled bytes that are NUL, other control bytes or not UTF-8 above which a file is
+#: binary. Text logs have ~0; Latin-1 text a few percent; random or compressed data ~50%.
+BINARY_SHARE = 0.10
+# Control bytes a text log does not hold (tab, newline, CR, FF, VT, backspace and ESC it may).
+_CONTROL_BYTES = bytes(b for b in range(32) if b not in b"\t\n\r\f\v\b\x1b") + b"\x7f"
+# A run of NULs is a crash's hole in a file (delayed allocation), not binary content.
+_NUL_RUN = re.compile(rb"\x00{16,}")
+
+
+@dataclass(frozen=True, slots=True)
+class ReadLimits:
+    """How much of a job directory ingest may read (``--max-file-size``, ``--max-job-size``)."""
+
+    max_file_size: int = MAX_FILE_SIZE
+    max_job_size: int = MAX_JOB_SIZE
+
+
+@dataclass(frozen=True, slots=True)
+class JobFiles:
+    """What ``scan`` found: the log files to read and a one-line warning per file skipped."""
+
+    files: list[LogFile]
+    skipped: list[str]
+
+
+def human_size(n: int) -> str:
+    """``n`` bytes as ``12.0 GiB`` / ``512 B``."""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    return "not a regular file"
+
+
+def binary_share(path: Path) -> float:
+    """The share of the first ``SAMPLE_BYTES`` (decompressed) that is not text: NUL and other
+    control bytes, and bytes that are not UTF-8; runs of NUL (holes) do not count."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(2)
+            fh.seek(0)
+            if head == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=fh) as gz:
+                    sample = gz.read(SAMPLE_BYTES)
+            else:
+                sample = fh.read(SAMPLE_BYTES)
+    except (OSError, EOFError, zlib.error):
+        return 0.0  # unreadable or corrupt: the reader reports it with its lines
+    sample = _NUL_RUN.sub(b"", sample)
+    if not sample:
+        return 0.0
+    controls = len(sample) - len(sample.translate(None, _CONTROL_BYTES))
+    undecodable = sample.decode("utf-8", errors="replace").count("\ufffd")
+    return (controls + undecodable) / len(sample)
+
+
+def _check_file(path: Path, root: Path, limits: ReadLimits) -> tuple[Path, int] | str:
+    """The path to read and its size, or why the file is skipped.
+
+    Only regular files inside the job directory are read: a link may point to another file of
+    the job, never out of it (``/etc/shadow``) nor to a device, FIFO or socket (``/dev/zero``
+    never ends).
+    """
+    try:
+        st = os.lstat(path)
+        target = path
+        if stat.S_ISLNK(st.st_mode):
+            target = path.resolve(strict=True)
+            if not target.is_relative_to(root):
+                return f"a link to {target}, outside the job directory"
+            st = os.stat(target)
+    except (OSError, RuntimeError) as exc:
+        return f"cannot open log file: {getattr(exc, 'strerror', None) or exc}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"{_kind(st.st_mode)}, not a regular file"
+    if st.st_size > limits.max_file_size:
+        return (
+            f"{human_size(st.st_size)}, over the per-file limit of "
+            f"{human_size(limits.max_file_size)} — hint: raise --max-file-size"
+        )
+    share = binary_share(target)
+    if share >= BINARY_SHARE:
+        return (
+            f"binary content ({share:.0%} of the first {human_size(SAMPLE_BYTES)} is NUL, "
+            "control bytes or not UTF-8)"
+        )
+    return target, st.st_size
+
+
+def discover(
+    job_dir: Path, node_pattern: str | None = None, limits: ReadLimits | None = None
+) -> list[LogFile]:
     """Every log file of the job, sorted by node, rank and path; raises when there is none."""
+    return scan(job_dir, node_pattern, limits).files
+
+
+def scan(
+    job_dir: Path, node_pattern: str | None = None, limits: ReadLimits | None = None
+) -> JobFiles:
+    """The job's log files (see ``discover``) and the files skipped, one warning line each.
+
+    A file is skipped when it is not a regular file inside the job directory, is over
+    ``limits.max_file_size`` or looks binary; a job whose files together exceed
+    ``limits.max_job_size`` is an ``IngestError``.
+    """
+    limits = limits or ReadLimits()
     if not job_dir.is_dir():
         raise IngestError(f"job directory not found — {job_dir}")
+    root = job_dir.resolve()
     pattern = None
     if node_pattern:
         try:
@@ -113,11 +242,11 @@ def discover(job_dir: Path, node_pattern: str | None = None) -> list[LogFile]:
                 f"invalid --node-pattern — {node_pattern!r} — needs a named group (?P<node>...)"
             )
     files: list[LogFile] = []
+    skipped: list[str] = []
+    total = 0
     for path in sorted(job_dir.rglob("*")):
-        if not path.is_file() and not path.is_symlink():
-            continue
         stem = _strip_suffixes(path.name)
-        if stem is None:
+        if stem is None or (path.is_dir() and not path.is_symlink()):
             continue
         relative = path.relative_to(job_dir).as_posix()
         system = bool(_SYSTEM.search(stem))
@@ -141,16 +270,28 @@ def discover(job_dir: Path, node_pattern: str | None = None) -> list[LogFile]:
                 node, rank = stem, None
         if system:
             rank = None
-        files.append(LogFile(path, relative, node, rank, "system" if system else "rank"))
+        checked = _check_file(path, root, limits)
+        if isinstance(checked, str):
+            skipped.append(f"skipped {relative}: {checked}")
+            continue
+        target, size = checked
+        total += size
+        files.append(LogFile(target, relative, node, rank, "system" if system else "rank"))
+    if total > limits.max_job_size:
+        raise IngestError(
+            f"job too large — {job_dir} — {human_size(total)} of logs, over the per-job limit of "
+            f"{human_size(limits.max_job_size)} — hint: raise --max-job-size"
+        )
     if not files:
         raise IngestError(
             f"no log files in {job_dir} — expected JOB/<node>/*.log[.gz] or "
             "JOB/<node>-rank<k>.log[.gz] (or give --node-pattern)"
+            + (f"; {len(skipped)} skipped, first: {skipped[0]}" if skipped else "")
         )
     files.sort(
         key=lambda f: (f.node, f.kind != "rank", f.rank if f.rank is not None else -1, f.relative)
     )
-    return files
+    return JobFiles(files, skipped)
 
 
 def _rank_of(stem: str) -> int | None:
@@ -158,12 +299,29 @@ def _rank_of(stem: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
+JOB_YAML_KEYS = ("config", "id", "status")
+
+
 def load_job_yaml(job_dir: Path) -> dict[str, Any]:
     """``JOB/job.yaml`` as a mapping ({} when absent); bad YAML names the file and line."""
+    return _job_yaml(job_dir)[0]
+
+
+def _job_yaml(job_dir: Path) -> tuple[dict[str, Any], dict[str, int]]:
     path = job_dir / "job.yaml"
-    if not path.exists():
-        return {}
-    return read_mapping(path, IngestError, "job.yaml")
+    if not path.exists() and not path.is_symlink():
+        return {}, {}
+    if _outside(path, job_dir):
+        raise IngestError(f"job.yaml is a link out of the job directory — {path} — refused")
+    return read_document(path, IngestError, "job.yaml")
+
+
+def _outside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve(strict=True).relative_to(root.resolve())
+    except (OSError, ValueError, RuntimeError):
+        return True
+    return False
 
 
 def fingerprint(config: dict[str, str]) -> str:
@@ -172,14 +330,36 @@ def fingerprint(config: dict[str, str]) -> str:
     return hashlib.sha1(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _flatten(prefix: str, value: Any, out: dict[str, str]) -> None:
+_SCALARS = (str, int, float, bool, datetime.date)
+
+
+def _flatten(prefix: str, value: Any, out: dict[str, str], where: str) -> None:
+    """Configuration fields as ``a.b.c -> text``; a value that is no scalar, list of scalars or
+    mapping is an error naming its field path (never stored as a Python repr)."""
     if isinstance(value, dict):
         for k, v in value.items():
-            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out)
+            if not isinstance(k, str | int) or isinstance(k, bool):
+                raise IngestError(
+                    f"{where}: {prefix or 'config'}: keys must be strings, got "
+                    f"{type(k).__name__} — hint: quote the key"
+                )
+            _flatten(f"{prefix}.{k}" if prefix else str(k), v, out, where)
     elif isinstance(value, list):
+        for i, item in enumerate(value):
+            if not isinstance(item, _SCALARS):
+                raise IngestError(
+                    f"{where}: config.{prefix}[{i}]: must be a string or number, got "
+                    f"{type(item).__name__} — hint: a list of settings holds plain values"
+                )
         out[prefix] = ",".join(str(v) for v in value)
-    elif value is not None:
+    elif value is None:
+        return
+    elif isinstance(value, _SCALARS):
         out[prefix] = str(value)
+    else:
+        raise IngestError(
+            f"{where}: config.{prefix}: must be a string or number, got {type(value).__name__}"
+        )
 
 
 def job_meta(
@@ -189,21 +369,51 @@ def job_meta(
     status: str | None = None,
     config: dict[str, str] | None = None,
 ) -> JobMeta:
-    """Merge ``job.yaml`` with command-line values (which win) into a validated ``JobMeta``."""
-    data = load_job_yaml(job_dir)
-    where = job_dir / "job.yaml"
+    """Merge ``job.yaml`` with command-line values (which win) into a validated ``JobMeta``.
+
+    ``job.yaml`` has the keys ``id`` (string or integer), ``status`` (one of ``STATUSES``) and
+    ``config`` (a mapping of settings); anything else, a wrong type, a duplicate key or a file
+    that is not UTF-8 is an ``IngestError`` naming ``job.yaml:line`` and the field.
+    """
+    data, lines = _job_yaml(job_dir)
+    path = job_dir / "job.yaml"
+
+    def at(key: str) -> str:
+        return f"{path}:{lines[key]}" if key in lines else str(path)
+
+    for key in data:
+        if key not in JOB_YAML_KEYS:
+            raise IngestError(
+                f"{at(str(key))}: unknown key {str(key)!r} in job.yaml — allowed: "
+                f"{', '.join(JOB_YAML_KEYS)} — hint: put settings under 'config:'"
+            )
     raw_config = data.get("config", {})
+    if raw_config is None:
+        raw_config = {}
     if not isinstance(raw_config, dict):
-        raise IngestError(f"{where}: 'config' must be a mapping of configuration fields")
+        raise IngestError(
+            f"{at('config')}: config: must be a mapping of configuration fields, got "
+            f"{type(raw_config).__name__}"
+        )
     flat: dict[str, str] = {}
-    _flatten("", raw_config, flat)
+    _flatten("", raw_config, flat, at("config"))
     flat.update(config or {})
-    jid = job_id or str(data.get("id") or job_dir.resolve().name)
-    if not _JOB_ID.match(jid):
-        raise IngestError(f"invalid job id — {jid!r} — 1 to 256 characters, no control characters")
-    st = (status or str(data.get("status") or "unknown")).lower()
+    if job_id is not None:
+        jid = check_job_id(job_id, "--job-id", IngestError)
+    elif data.get("id") is not None:
+        jid = check_job_id(data["id"], f"{at('id')}: id", IngestError)
+    else:
+        jid = check_job_id(job_dir.resolve().name, f"folder name of {job_dir}", IngestError)
+    raw_status = data.get("status")
+    if status is None and raw_status is not None and not isinstance(raw_status, str):
+        raise IngestError(
+            f"{at('status')}: status: must be one of {', '.join(STATUSES)}, got "
+            f"{type(raw_status).__name__}"
+        )
+    st = (status or raw_status or "unknown").lower()
     if st not in STATUSES:
-        raise IngestError(f"invalid job status — {st!r} — one of {', '.join(STATUSES)}")
+        where = "--status" if status else f"{at('status')}: status"
+        raise IngestError(f"invalid job status — {where} — {st!r} — one of {', '.join(STATUSES)}")
     return JobMeta(jid, st, flat, fingerprint(flat))
 
 

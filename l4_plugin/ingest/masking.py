@@ -22,6 +22,7 @@ import yaml
 
 from l4_plugin.errors import ConfigError
 from l4_plugin.resources import data_path
+from l4_plugin.yamldoc import compose, read_text
 
 _GROUP_REF = re.compile(r"\\(\d+)|\\g<(\w+)>")
 _DIGITS = str.maketrans("123456789", "000000000")
@@ -55,10 +56,7 @@ class Masker:
         Every problem is a ``ConfigError`` that names ``file:line``, the rule and the bad value.
         """
         path = path if path is not None else data_path("ingest", "masking.yaml")
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"cannot read masking rules — {path} — {exc}") from exc
+        text = read_text(path, ConfigError, "masking rules")
         rules, normalise_digits = parse_rules(text, str(path))
         return cls(rules, normalise_digits)
 
@@ -78,7 +76,7 @@ class Masker:
 def parse_rules(text: str, source: str = "<string>") -> tuple[list[MaskRule], bool]:
     """Parse the YAML text of a masking file into (rules, normalise_digits), validating all."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = compose(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source

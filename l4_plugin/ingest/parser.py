@@ -169,6 +169,11 @@ class Block:
         self._start = start
         self._table: Sequence[int | None] | None = offsets
 
+    @property
+    def end(self) -> int | None:
+        """Byte offset just past this block's bytes in its file (None for an index block)."""
+        return None if self._data is None else self._start + len(self._data)
+
     def offset(self, i: int) -> int | None:
         """Byte offset of ``lines[i]`` in its file (None when unknown)."""
         table = self._table

@@ -26,7 +26,7 @@ from typing import Any
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.header import parse_header
-from l4_plugin.ingest.jobdir import JobMeta, discover, is_system_log, job_meta
+from l4_plugin.ingest.jobdir import JobMeta, ReadLimits, is_system_log, job_meta, scan
 from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser
 from l4_plugin.ingest.rollup import (
     KEEP_EMITTERS,
@@ -67,6 +67,7 @@ class IngestSummary:
     new_templates: int = 0
     seconds: float = 0.0
     problems: list[str] = field(default_factory=list)
+    skipped_files: int = 0  # log files not read: outside the job, not regular, too big, binary
 
 
 def _doc_id(*parts: object) -> str:
@@ -188,22 +189,25 @@ def ingest_job(
     baseline_templates: set[str] | None = None,
     full: bool = False,
     progress: Progress | None = None,
+    limits: ReadLimits | None = None,
 ) -> IngestSummary:
     """Parse every log file of ``job_dir`` and write the job's documents (DESIGN §4).
 
-    ``full`` also indexes every raw line into ``l4-lines`` (a second, streamed pass).
+    ``full`` also indexes every raw line into ``l4-lines`` (a second, streamed pass). Files
+    ``jobdir.scan`` skips (``limits``) are warnings in the summary and counted on the job.
     """
     meta = job_meta(job_dir, job_id=job_id, status=status, config=config)
-    files = discover(job_dir, node_pattern)
+    found = scan(job_dir, node_pattern, limits)
     return ingest_streams(
         store,
         meta,
-        file_streams(files),
-        files_generation(files),
+        file_streams(found.files, (limits or ReadLimits()).max_file_size),
+        files_generation(found.files),
         where=str(job_dir),
         baseline_templates=baseline_templates,
         full=full,
         progress=progress,
+        skipped=found.skipped,
     )
 
 
@@ -217,6 +221,7 @@ def ingest_streams(
     baseline_templates: set[str] | None = None,
     full: bool = False,
     progress: Progress | None = None,
+    skipped: list[str] | None = None,
 ) -> IngestSummary:
     """The one ingest path of files and index sources: parse, tag, roll up, write.
 
@@ -225,6 +230,8 @@ def ingest_streams(
     """
     started = time.monotonic()
     summary = IngestSummary(meta, files=len(streams))
+    summary.problems.extend(skipped or [])
+    summary.skipped_files = len(skipped or [])
     parser = LineParser(known=load_known_templates(store))
     rules = StageRules.load()
     timeline = Timeline()
@@ -530,6 +537,7 @@ def _write(
         # baseline without kernel logs says nothing about a kernel line's absence.
         "l4.job.system_logs": system_logs,
         "l4.job.system_templates": sorted(set(totals) - from_rank_logs),
+        "l4.job.skipped_files": summary.skipped_files,
     }
     if summary.problems:
         job_doc["l4.ingest.problems"] = "\n".join(summary.problems[:100])

@@ -9,10 +9,13 @@ and produce the same documents.
 from __future__ import annotations
 
 import hashlib
+import os
+import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from l4_plugin.ingest.jobdir import LogFile
+from l4_plugin.errors import IngestError
+from l4_plugin.ingest.jobdir import MAX_FILE_SIZE, LogFile, human_size
 from l4_plugin.ingest.parser import Block, read_blocks
 
 
@@ -31,12 +34,33 @@ class LogStream:
     open: Callable[[], Iterator[Block]]
 
 
-def file_streams(files: list[LogFile]) -> list[LogStream]:
-    """Streams over files found by ``jobdir.discover`` (paths relative to the job directory)."""
+def file_streams(files: list[LogFile], max_bytes: int | None = None) -> list[LogStream]:
+    """Streams over files found by ``jobdir.discover`` (paths relative to the job directory);
+    each reads at most ``max_bytes`` (decompressed) bytes of its file."""
     return [
-        LogStream(f.node, f.rank, f.relative, lambda p=f.path: read_blocks(p))  # type: ignore[misc]
+        LogStream(f.node, f.rank, f.relative, lambda f=f: bounded_blocks(f, max_bytes))  # type: ignore[misc]
         for f in files
     ]
+
+
+def bounded_blocks(file: LogFile, max_bytes: int | None = None) -> Iterator[Block]:
+    """``read_blocks`` of a file that is still a regular file when it is opened (not swapped for
+    a FIFO or device since ``discover``), stopping with ``IngestError`` after ``max_bytes``."""
+    try:
+        mode = os.stat(file.path).st_mode
+    except OSError as exc:
+        raise IngestError(f"cannot open log file — {file.relative} — {exc.strerror}") from None
+    if not stat.S_ISREG(mode):
+        raise IngestError(f"log file is no longer a regular file — {file.relative} — skipped")
+    limit = max_bytes if max_bytes is not None else MAX_FILE_SIZE
+    for block in read_blocks(file.path):
+        if block.end is not None and block.end > limit:
+            raise IngestError(
+                f"log file over the per-file limit — {file.relative} — more than "
+                f"{human_size(limit)} decompressed; the lines before were parsed — hint: raise "
+                "--max-file-size"
+            )
+        yield block
 
 
 def files_generation(files: list[LogFile]) -> str:

@@ -18,6 +18,7 @@ from l4_plugin.errors import ConfigError, RuleError
 from l4_plugin.resources import data_path
 from l4_plugin.rules.model import Rule
 from l4_plugin.rules.schema import build_rule, raise_first
+from l4_plugin.yamldoc import BoundedLoader, read_text
 
 KeyPath = tuple[str | int, ...]
 
@@ -47,7 +48,7 @@ def _walk(node: yaml.Node, path: KeyPath, lines: dict[KeyPath, int], errors: lis
 def parse_yaml(text: str, name: str) -> tuple[Any, dict[KeyPath, int]]:
     """Parse one YAML document (safe loader) and map every key path to its 1-based line."""
     try:
-        loader = yaml.SafeLoader(text)
+        loader = BoundedLoader(text)
         try:
             node = loader.get_single_node()
             if node is None:
@@ -67,18 +68,19 @@ def parse_yaml(text: str, name: str) -> tuple[Any, dict[KeyPath, int]]:
         raise RuleError(f"invalid YAML: {exc.problem or exc.context}", where) from exc
     except yaml.YAMLError as exc:
         raise RuleError(f"invalid YAML: {exc}", name) from exc
+    except RecursionError:
+        raise RuleError("invalid YAML: nested too deeply", name) from None
     return data, lines
 
 
 def load_file(path: Path, collect_errors: bool = False) -> tuple[Rule | None, list[RuleError]]:
     """Load one rule file; with ``collect_errors`` return every problem instead of raising."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        err = RuleError(f"cannot read rule file: {exc}", str(path))
+        text = read_text(path, RuleError, "rule file")
+    except RuleError as err:
         if collect_errors:
             return None, [err]
-        raise err from exc
+        raise
     try:
         data, lines = parse_yaml(text, str(path))
     except RuleError as err:

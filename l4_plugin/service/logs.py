@@ -13,6 +13,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from l4_plugin.display import safe_text
+
 LOGGER_NAME = "l4.service"
 
 
@@ -57,7 +59,7 @@ class TextFormatter(logging.Formatter):
         if job:
             parts.append(f"job={job}")
         parts.append(record.getMessage())
-        line = " ".join(parts)
+        line = safe_text(" ".join(parts))
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
         return line

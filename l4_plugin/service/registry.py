@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from l4_plugin.errors import ConfigError
+from l4_plugin.jobid import check_job_id
 from l4_plugin.service.claims import now_ms, update_job
 from l4_plugin.store import ConflictError, Store, generations
 from l4_plugin.store.documents import job_doc_id, source_field
@@ -66,8 +67,7 @@ def register_job(
     """Create the job's ``l4-jobs`` document, or update the status (and fingerprint) of an
     existing one; returns its state and whether it was created."""
     _check_status(status)
-    if not job_id.strip():
-        raise ConfigError("invalid job id '' — give the platform's job id")
+    job_id = check_job_id(job_id, "l4 job register")
     now = now_ms()
     doc: dict[str, Any] = {
         "@timestamp": now,
@@ -92,6 +92,7 @@ def set_status(
     """Change the status of a registered job (e.g. running → failed, which makes the service
     diagnose it); ``ConfigError`` naming the job when it is not registered."""
     _check_status(status)
+    check_job_id(job_id, "job id")
 
     def change(source: dict[str, Any]) -> dict[str, Any]:
         source["l4.job.status"] = status
@@ -107,6 +108,7 @@ def set_status(
 
 def job_state(store: Store, job_id: str) -> JobState:
     """The registered state of one job; ``ConfigError`` naming the job when it is absent."""
+    check_job_id(job_id, "job id")
     doc = store.get(store.names.jobs, job_doc_id(job_id))
     if doc is None:
         raise _unknown(store, job_id)

@@ -36,6 +36,7 @@ from l4_plugin.config import Settings
 from l4_plugin.diagnosis import AnalysisOptions, diagnose_job
 from l4_plugin.diagnosis.output import discover_linker
 from l4_plugin.errors import L4Error, StoreError
+from l4_plugin.jobid import job_id_problem
 from l4_plugin.rules import Rule, match_job
 from l4_plugin.service import claims
 from l4_plugin.service.claims import Claim, ClaimPolicy
@@ -122,7 +123,21 @@ class TaskContext:
 # -- discover / diagnose ---------------------------------------------------------------------
 def discover(ctx: TaskContext) -> int:
     """Queue the jobs whose analysis is due; returns how many were new to the queue."""
-    found = claims.find_pending(ctx.store, ctx.policy, limit=ctx.options.batch)
+    found: list[tuple[str, str]] = []
+    for job_id, reason in claims.find_pending(ctx.store, ctx.policy, limit=ctx.options.batch):
+        problem = job_id_problem(job_id)
+        if problem is None:
+            found.append((job_id, reason))
+            continue
+        # Written into l4-jobs by something other than L4: never analysed, said once per run.
+        log(
+            ctx.logger,
+            logging.WARNING,
+            "job.invalid_id",
+            f"skipped: the job id {problem}",
+            task="discover",
+            job_id=repr(job_id)[:80],
+        )
     added = [(job_id, reason) for job_id, reason in found if ctx.enqueue(job_id, reason)]
     for job_id, reason in added:
         log(

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
+from l4_plugin.config import redact_url
 from l4_plugin.errors import StoreError
 from l4_plugin.store.names import IndexNames
 from l4_plugin.store.templates import template_bodies
@@ -83,7 +84,7 @@ class Store(ABC):
         display_url: str | None = None,
     ) -> None:
         self.url = url
-        self.display_url = display_url or url
+        self.display_url = display_url or redact_url(url)
         self.names = names
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
