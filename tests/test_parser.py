@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from l4_plugin.errors import IngestError
-from l4_plugin.ingest.parser import LineParser, parse_file
+from l4_plugin.ingest.parser import LineParser, parse_file, read_blocks
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -87,3 +87,12 @@ def test_line_kind_fields() -> None:
     parser.finish()
     assert a.template is not None and a.template.text == "[Rank <RANK>] Watchdog caught"
     assert {a} == {b}  # identity hash: usable as a rollup key
+
+
+def test_a_redrawn_progress_bar_is_its_last_frame(tmp_path: Path) -> None:
+    # tqdm redraws its bar with a carriage return; CRLF still ends a line; line numbers stay.
+    frames = [f"Epoch 1: {p}%|##| {p}/100 [00:0{p // 50}<00:01, 9.1it/s]" for p in (0, 50, 100)]
+    path = tmp_path / "tqdm.log"
+    path.write_bytes(("start\r\n" + "\r".join(frames) + "\r\nRuntimeError: CUDA error\n").encode())
+    lines = [line for block in read_blocks(path) for line in block.lines]
+    assert lines == ["start", frames[-1], "RuntimeError: CUDA error"]

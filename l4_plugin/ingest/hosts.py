@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from l4_plugin.ingest.header import outer_labels, rank_prefix
+from l4_plugin.ingest.parser import Block
 
 # A host name as launchers print it: with a digit, a dot or a hyphen (never a level word such as
 # "INFO:" or a sentence's first word), or an IPv4 address.
@@ -108,3 +109,37 @@ def plan(lines: Iterable[str], sample: int = _SAMPLE) -> HostRouter | None:
     if len(by_rank) >= 2 and ranked >= _LABELLED_SHARE * seen:
         return HostRouter(by_rank, rank_host, by_rank=True)
     return None
+
+
+def host_blocks(blocks: Iterable[Block], router: HostRouter, host: str) -> Iterator[Block]:
+    """The blocks of an interleaved stream less every line of another host, each kept line less
+    its host label; the byte offsets stay those of the file (line numbers become the host's)."""
+    for block in blocks:
+        lines: list[str] = []
+        offsets: list[int | None] = []
+        for i, line in enumerate(block.lines):
+            owner, text = router.route(line)
+            if owner == host:
+                lines.append(text)
+                offsets.append(block.offset(i))
+        if lines:
+            yield Block(lines, offsets=offsets)
+
+
+def for_host(blocks: Iterable[Block], host: str) -> Iterator[Block]:
+    """:func:`host_blocks` with the router planned on the stream's own first lines."""
+    head: list[Block] = []
+    seen = 0
+    it = iter(blocks)
+    for block in it:
+        head.append(block)
+        seen += len(block.lines)
+        if seen >= _SAMPLE:
+            break
+    router = plan(line for b in head for line in b.lines) or HostRouter((host,))
+    yield from host_blocks(_chain(head, it), router, host)
+
+
+def _chain(head: list[Block], rest: Iterator[Block]) -> Iterator[Block]:
+    yield from head
+    yield from rest

@@ -16,11 +16,14 @@ import os
 import re
 import stat
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from l4_plugin.errors import IngestError
+from l4_plugin.ingest.hosts import plan
+from l4_plugin.ingest.parser import read_blocks
 from l4_plugin.jobid import check_job_id
 from l4_plugin.yamldoc import read_document
 
@@ -68,13 +71,18 @@ RUN_SPECIFIC_KEYS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class LogFile:
-    """One log file of a job: its node, rank (None for system logs) and kind."""
+    """One log file of a job: its node, rank (None for system logs) and kind.
+
+    ``host`` is set when the file interleaves the lines of several nodes (one launcher's stdout:
+    :mod:`l4_plugin.ingest.hosts`): this stream is that host's lines only, and ``node`` is it.
+    """
 
     path: Path
     relative: str
     node: str
     rank: int | None
     kind: Literal["rank", "system"]
+    host: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,7 +284,8 @@ def scan(
             continue
         target, size = checked
         total += size
-        files.append(LogFile(target, relative, node, rank, "system" if system else "rank"))
+        file = LogFile(target, relative, node, rank, "system" if system else "rank")
+        files.extend(split_by_host(file) if not system else [file])
     if total > limits.max_job_size:
         raise IngestError(
             f"job too large — {job_dir} — {human_size(total)} of logs, over the per-job limit of "
@@ -292,6 +301,24 @@ def scan(
         key=lambda f: (f.node, f.kind != "rank", f.rank if f.rank is not None else -1, f.relative)
     )
     return JobFiles(files, skipped)
+
+
+def split_by_host(file: LogFile) -> list[LogFile]:
+    """One stream per host when the file interleaves several nodes' lines (a pdsh, mpirun,
+    kubectl or Ray output: :func:`l4_plugin.ingest.hosts.plan` on its first lines), named by
+    the host; else the file as it is. An unreadable file is left to the reader to report."""
+    try:
+        router = plan(_first_lines(file.path))
+    except (OSError, IngestError):
+        return [file]
+    if router is None:
+        return [file]
+    return [LogFile(file.path, file.relative, host, None, file.kind, host) for host in router.hosts]
+
+
+def _first_lines(path: Path) -> Iterator[str]:
+    for block in read_blocks(path):
+        yield from block.lines
 
 
 def _rank_of(stem: str) -> int | None:

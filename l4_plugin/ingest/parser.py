@@ -191,8 +191,9 @@ class Block:
 def read_blocks(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[Block]:
     """Yield the lines of a plain or ``.gz`` file in blocks, cleaned for parsing.
 
-    Bytes are decoded as UTF-8 with replacement characters, ``\\r`` and NUL are removed, lines are
-    split on ``\\n`` only (so line numbers match ``wc -l``/editors). A truncated or corrupt ``.gz``
+    Bytes are decoded as UTF-8 with replacement characters, NUL is removed, lines are split on
+    ``\\n`` only (so line numbers match ``wc -l``/editors); a line redrawn with ``\\r`` (a tqdm
+    bar) is its last frame, what a terminal shows. A truncated or corrupt ``.gz``
     yields every line that could be read and then raises ``IngestError`` naming the file.
     """
     try:
@@ -239,11 +240,18 @@ def read_lines(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[list[str]
 
 def _decode(data: bytes) -> list[str]:
     text = data.decode("utf-8", errors="replace")
-    if "\r" in text:
-        text = text.replace("\r", "")
     if "\x00" in text:
         text = text.replace("\x00", "")
-    return text.split("\n")
+    if "\r" not in text:
+        return text.split("\n")
+    # CRLF ends a line; a lone CR (tqdm redrawing its bar) returns the cursor: the line is what a
+    # terminal shows, its last non-empty frame.
+    return [_last_frame(line) if "\r" in line else line for line in text.split("\n")]
+
+
+def _last_frame(line: str) -> str:
+    frames = [f for f in line.split("\r") if f]
+    return frames[-1] if frames else ""
 
 
 def _is_gzip(path: Path) -> bool:

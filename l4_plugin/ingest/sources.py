@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from l4_plugin.errors import IngestError
+from l4_plugin.ingest.hosts import for_host
 from l4_plugin.ingest.jobdir import MAX_FILE_SIZE, LogFile, human_size
 from l4_plugin.ingest.parser import Block, read_blocks
 
@@ -53,7 +54,8 @@ def bounded_blocks(file: LogFile, max_bytes: int | None = None) -> Iterator[Bloc
     if not stat.S_ISREG(mode):
         raise IngestError(f"log file is no longer a regular file — {file.relative} — skipped")
     limit = max_bytes if max_bytes is not None else MAX_FILE_SIZE
-    for block in read_blocks(file.path):
+    blocks = read_blocks(file.path)
+    for block in for_host(blocks, file.host) if file.host is not None else blocks:
         if block.end is not None and block.end > limit:
             raise IngestError(
                 f"log file over the per-file limit — {file.relative} — more than "
