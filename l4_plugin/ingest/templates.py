@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 
 from drain3.drain import Drain
 
@@ -37,17 +38,22 @@ _DIGIT = re.compile(r"\d")
 _Key = tuple[int, str]
 
 
+@lru_cache(maxsize=1 << 16)
 def is_variable(token: str) -> bool:
-    """Whether a (masked) token is a variable for Drain: a wildcard or a mask placeholder in it."""
+    """Whether a masked token is a variable for Drain: ``<*>``, a mask placeholder or a digit in it.
+
+    Digits are what drain3's prefix tree already treats as variable (``has_numbers``); the masks
+    leave them only inside words (``fp00``, ``core.0000``), whose values vary from line to line.
+    """
     if token == PARAM or ("<" in token and _MASK_TOKEN.search(token) is not None):
         return True
     return _DIGIT.search(token) is not None
 
 
 class _MaskedDrain(Drain):
-    """drain3's Drain for masked input: tokens holding a mask placeholder are variables.
+    """drain3's Drain for masked input: tokens holding a mask placeholder or a digit are variables.
 
-    Routing: such a token (like one with a digit, drain3's rule) goes to the wildcard branch.
+    Routing: such a token goes to the wildcard branch (drain3 does so for digits only).
     Similarity: the share of positions that hold a constant in the template or in the line where
     both hold the same one; a position that is variable in both is neither a match nor a mismatch,
     so two lines of mostly masked values are not "similar" because both hold ``<NUM>`` somewhere,
@@ -56,7 +62,7 @@ class _MaskedDrain(Drain):
 
     @staticmethod
     def has_numbers(s: str) -> bool:
-        return is_variable(s) or any(c.isdigit() for c in s)
+        return is_variable(s)
 
     def get_seq_distance(
         self, seq1: Sequence[str], seq2: Sequence[str], include_params: bool
