@@ -7,8 +7,8 @@ DATA_DIR (default /work/shared/data/loghub) holds ``<System>/<System>_2k.log``, 
 ground truth ``<System>_2k.log_structured_corrected.csv`` and ``drain_settings.json``. The LogHub
 header of each line is stripped with the dataset's ``log_format`` (as the LogPAI benchmark does),
 then the Content goes through L4's shipped masking rules and ``TemplateMiner`` — the same code the
-product runs — once with L4's defaults (sim_th 0.4, depth 5) and once with the benchmark's
-per-dataset st/depth. GA and PA are computed as in LogPAI's evaluator.
+product runs — once with L4's defaults (``TemplateMiner``'s) and once with the benchmark's
+per-dataset st/depth. GA and PA are computed as in LogPAI's evaluator, FGA as in Loghub-2.0's.
 
 ``--cv``: two-fold cross-validation of ONE global setting (Drain ``sim_th``, ``depth``,
 ``max_children``; the masks are the shipped ones). The eight systems are split into two fixed
