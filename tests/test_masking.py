@@ -114,3 +114,113 @@ def test_a_number_glued_to_a_word_is_one_event_whatever_its_length() -> None:
         ]
     )
     assert kinds[0].body == kinds[1].body == "[Torch] Checkpoint global_step0 is ready now!"
+
+
+# No mask may split one event into several templates: the values one event prints (a size in any
+# unit, a duration in any unit, an int or a float, a path of any depth...) must give one masked
+# text, or at least one template.
+@pytest.mark.parametrize(
+    "variants",
+    [
+        pytest.param(
+            [
+                "freed 123 KB of cache",
+                "freed 1.2 MB of cache",
+                "freed 512MB of cache",
+                "freed 12.3 GiB of cache",
+                "freed 1 byte of cache",
+                "freed 1,024 bytes of cache",
+                "freed 0 B of cache",
+            ],
+            id="size",
+        ),
+        pytest.param(
+            [
+                "step took 5 ms",
+                "step took 1.5 s",
+                "step took 12.5s",
+                "step took 250 milliseconds",
+                "step took 3 min",
+                "step took 2 hours",
+                "step took 1 day",
+                "step took 1m30s",
+            ],
+            id="duration",
+        ),
+        pytest.param(
+            [
+                "loss 3 at step 7",
+                "loss 2.345 at step 7",
+                "loss -0.5 at step 7",
+                "loss +7 at step 7",
+                "loss 1.5E-04 at step 7",
+                "loss 1,234,567 at step 7",
+            ],
+            id="number",
+        ),
+        pytest.param(
+            ["lifetime 00:02 ok", "lifetime 02:18:30 ok", "lifetime 12:00:01.5 ok"],
+            id="clock",
+        ),
+        pytest.param(
+            [
+                "open /data failed",
+                "open /data/ckpt/iter_0001000/model.pt failed",
+                "open ./ckpt/model.pt failed",
+                "open ~/ckpt/ failed",
+                "open C:\\Windows\\winsxs\\cbscore.dll failed",
+            ],
+            id="path",
+        ),
+        pytest.param(["ptr 0x1 bad", "ptr 0x7F3A2B9C00 bad"], id="hex"),
+        pytest.param(["peer 10.0.0.1 down", "peer 10.0.0.1,10.0.0.2 down"], id="ip-list"),
+    ],
+)
+def test_value_variants_of_one_event_mask_alike(masker: Masker, variants: list[str]) -> None:
+    assert len({masker.mask(v) for v in variants}) == 1, [masker.mask(v) for v in variants]
+
+
+@pytest.mark.parametrize(
+    "variants",
+    [
+        pytest.param(["peer 10.0.0.1 down", "peer 10.0.0.1:29500 down"], id="ipv4-vs-ipv4:port"),
+        pytest.param(
+            ["10.0.0.1 connected to store", "10.0.0.1:29500 connected to store"],
+            id="address-at-the-head",
+        ),
+        pytest.param(
+            ["released id 3f2a9bc1d4e5 now", "released id 12345678 now"], id="hex-vs-decimal-id"
+        ),
+        pytest.param(
+            ["lifetime <1 sec then closed", "lifetime 00:02 then closed"], id="duration-vs-clock"
+        ),
+        pytest.param(
+            ["got 12x speed-up on node", "got 3x speed-up on node"], id="digits-in-a-word"
+        ),
+        pytest.param(["freed 4G of host cache", "freed 12.3 GiB of host cache"], id="4G-vs-GiB"),
+    ],
+)
+def test_value_variants_of_one_event_share_a_template(variants: list[str]) -> None:
+    # The masks give these different placeholders (<IP> / <ADDR>, <HEX> / <NUM>...) or leave
+    # digits in a word; Drain treats every placeholder and every token with a digit as a variable.
+    from l4_plugin.ingest.parser import LineParser
+
+    parser = LineParser()
+    kinds = parser.feed(variants)
+    parser.finish()
+    assert len({k.template for k in kinds}) == 1, [k.body for k in kinds]
+
+
+def test_masked_values_are_not_evidence_of_one_event() -> None:
+    # Two short lines that share only their masked values are two events (LogHub OpenStack).
+    from l4_plugin.ingest.parser import LineParser
+
+    parser = LineParser()
+    kinds = parser.feed(
+        [
+            "[instance: 0e8a3cbd-6a47-4b62-9c6e-0aa8a0b67a2c] Claim successful",
+            "[instance: 0e8a3cbd-6a47-4b62-9c6e-0aa8a0b67a2c] Creating image",
+        ]
+    )
+    parser.finish()
+    assert kinds[0].template != kinds[1].template

@@ -10,12 +10,20 @@ unchanged; everything else goes to a fresh Drain tree, and its id is resolved fr
 Known templates are deliberately not seeded into Drain: a new variant of a known line (``loss is
 nan`` next to a known ``loss is <NUM>``) then becomes its own, new template instead of widening the
 known one, which is what cross-job filtering wants to see.
+
+The input is masked (``<NUM>``, ``<IP>``, ``<PATH>``… see ``ingest/masking.yaml``), so Drain is told
+that a token holding a mask placeholder is a variable, as LogPAI's Drain treats its ``<*>``: it is
+routed to the prefix tree's wildcard branch (``<IP>`` and ``<ADDR>`` at the head of one event do
+not open two branches) and it is never evidence that two lines are the same event (two short lines
+that share only ``[instance: <UUID>]`` are not similar).
 """
 
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Mapping, Sequence
+from functools import lru_cache
 
 from drain3.drain import Drain
 
@@ -23,8 +31,54 @@ from l4_plugin.errors import ConfigError
 from l4_plugin.records import Template
 
 PARAM = "<*>"
+# A masking placeholder inside a token: "<IP>", "rhost=<IP>", "(uid=<NUM>)", "<SIZE>/s".
+_MASK_TOKEN = re.compile(r"<[A-Z]+>")
+_DIGIT = re.compile(r"\d")
 
 _Key = tuple[int, str]
+
+
+@lru_cache(maxsize=1 << 16)
+def is_variable(token: str) -> bool:
+    """Whether a masked token is a variable for Drain: ``<*>``, a mask placeholder or a digit in it.
+
+    Digits are what drain3's prefix tree already treats as variable (``has_numbers``); the masks
+    leave them only inside words (``fp00``, ``core.0000``), whose values vary from line to line.
+    """
+    if token == PARAM or ("<" in token and _MASK_TOKEN.search(token) is not None):
+        return True
+    return _DIGIT.search(token) is not None
+
+
+class _MaskedDrain(Drain):
+    """drain3's Drain for masked input: tokens holding a mask placeholder or a digit are variables.
+
+    Routing: such a token goes to the wildcard branch (drain3 does so for digits only).
+    Similarity: the share of positions that hold a constant in the template or in the line where
+    both hold the same one; a position that is variable in both is neither a match nor a mismatch,
+    so two lines of mostly masked values are not "similar" because both hold ``<NUM>`` somewhere,
+    and a template of variables only does not swallow a line of words.
+    """
+
+    @staticmethod
+    def has_numbers(s: str) -> bool:
+        return is_variable(s)
+
+    def get_seq_distance(
+        self, seq1: Sequence[str], seq2: Sequence[str], include_params: bool
+    ) -> tuple[float, int]:
+        compared = same = params = 0
+        for token1, token2 in zip(seq1, seq2, strict=True):
+            if is_variable(token1):
+                params += 1
+                if is_variable(token2):
+                    continue
+            compared += 1
+            if token1 == token2:
+                same += 1
+        if include_params:
+            return (same + params) / len(seq1) if seq1 else 1.0, params
+        return same / compared if compared else 1.0, params
 
 
 def template_id(text: str) -> str:
@@ -57,20 +111,20 @@ class TemplateMiner:
     ``finish()``, ``template_for(handle)`` is the final template; calling ``template_for`` with
     pending changes finishes implicitly. Hyper-parameters are drain3's (``sim_th``, ``depth``,
     ``max_children``, ``extra_delimiters``); drain3's own masking is not used, the input is masked.
-    ``depth=5`` (drain3's default is 4) routes on the first *two* tokens, so lines that differ in
-    their second token (``"GET`` / ``"POST``, ``[after megatron …`` / ``[after dataloaders …``)
-    never merge: LogHub GA 0.850 → 0.913 (benchmarks/RESULTS.md), same speed.
+    The defaults (``sim_th=0.7``, ``depth=6``: routing on the first three tokens,
+    ``max_children=50``) are the one setting chosen by cross-validation on eight LogHub-2k systems
+    (``benchmarks/loghub_accuracy.py --cv``, benchmarks/RESULTS.md); they apply to every log.
     """
 
     def __init__(
         self,
         known: Iterable[Template] = (),
-        sim_th: float = 0.4,
-        depth: int = 5,
-        max_children: int = 100,
+        sim_th: float = 0.7,
+        depth: int = 6,
+        max_children: int = 50,
         extra_delimiters: Sequence[str] = (),
     ) -> None:
-        self._drain = Drain(
+        self._drain = _MaskedDrain(
             depth=depth,
             sim_th=sim_th,
             max_children=max_children,
