@@ -136,6 +136,14 @@ def cluster_up(port: int) -> None:
             clear_state(settings.state_dir, embedded.url)
 
 
+def _workers_option(f: Any) -> Any:
+    return click.option(
+        "--workers",
+        type=click.IntRange(1, 1024),
+        help="Worker processes scanning the files (default: L4_INGEST_WORKERS, else the cores).",
+    )(f)
+
+
 @app.command()
 @click.argument("job_dir", type=click.Path(path_type=Path, file_okay=False), required=False)
 @click.option("--job-id", help="Job id (default: job.yaml id, else the folder name).")
@@ -168,6 +176,7 @@ def cluster_up(port: int) -> None:
 @click.option("--timestamp-field", default="@timestamp", show_default=True)
 @click.option("--path-field", default="log.file.path", show_default=True)
 @click.option("--offset-field", default="log.offset", show_default=True)
+@_workers_option
 def ingest(
     job_dir: Path | None,
     job_id: str | None,
@@ -183,40 +192,25 @@ def ingest(
     timestamp_field: str,
     path_field: str,
     offset_field: str,
+    workers: int | None,
 ) -> None:
     """Parse a job's logs (JOB_DIR, or --from-index) into rollups, kept lines and templates."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from l4_plugin.ingest.index_source import RawFields, ingest_index
     from l4_plugin.ingest.jobdir import parse_config_overrides
     from l4_plugin.ingest.pipeline import ingest_job
+    from l4_plugin.ingest.workers import ScanProgress
 
     if (job_dir is None) == (from_index is None):
         raise click.UsageError("give either JOB_DIR or --from-index PATTERN")
     overrides = parse_config_overrides(list(config_pairs))
+    n_workers = workers or STATE.settings.ingest_workers
     with open_cluster(STATE.settings) as store:
         store.install_templates()
-        with Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} files"),
-            TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(),
-            console=Console(stderr=True),
-            transient=True,
-        ) as bar:
-            task = bar.add_task("ingest", total=None, rate="")
-            started = time.monotonic()
+        # One line, rewritten in place; only on a terminal (rich draws nothing otherwise).
+        with Console(stderr=True, highlight=False).status("ingest") as line:
 
-            def progress(name: str, done: int, total: int, lines: int) -> None:
-                rate = lines / max(time.monotonic() - started, 1e-6)
-                bar.update(
-                    task,
-                    total=total,
-                    completed=done,
-                    description=name[-40:],
-                    rate=f"{lines:,} lines, {rate:,.0f} lines/s",
-                )
+            def progress(p: ScanProgress) -> None:
+                line.update(f"ingest {p.describe()}")
 
             if from_index is not None:
                 fields = RawFields(
@@ -250,6 +244,7 @@ def ingest(
                         node_pattern=node_pattern,
                         full=full,
                         progress=progress,
+                        workers=n_workers,
                     )
                 ]
         for summary in summaries:
@@ -467,6 +462,7 @@ def _run_diagnosis(
 @click.option("--job-id", help="Job id (default: job.yaml id, else the folder name).")
 @click.option("--node-pattern", help="Regex with (?P<node>...) [and (?P<rank>...)] over paths.")
 @click.option("--reingest", is_flag=True, help="Ingest again even if the cluster has the job.")
+@_workers_option
 @_diagnosis_options
 def diagnose(
     job_dir: Path,
@@ -474,10 +470,12 @@ def diagnose(
     job_id: str | None,
     node_pattern: str | None,
     reingest: bool,
+    workers: int | None,
     **kwargs: Any,
 ) -> None:
     """Diagnose a failed job's log directory: ingest (baselines first), match rules, analyse."""
     from l4_plugin.diagnosis.jobdirs import prepare_all
+    from l4_plugin.ingest.workers import ScanProgress
 
     with open_cluster(STATE.settings) as store:
         store.install_templates()
@@ -485,8 +483,8 @@ def diagnose(
         status_line = err.status("ingesting")
 
         def progress(name: str) -> Any:
-            def tick(file: str, done: int, total: int, lines: int) -> None:
-                status_line.update(f"ingest {name}: {done}/{total} files, {lines:,} lines")
+            def tick(p: ScanProgress) -> None:
+                status_line.update(f"ingest {name}: {p.describe()}")
 
             return tick
 
@@ -499,6 +497,7 @@ def diagnose(
                 node_pattern=node_pattern,
                 progress=progress,
                 reingest=reingest,
+                workers=workers or STATE.settings.ingest_workers,
             )
         for p in [*base, job]:
             state = (

@@ -43,6 +43,9 @@ class Settings(BaseSettings):
         description="Where `l4 cluster up` records the URL of the running embedded cluster",
     )
     random_state: int = 0
+    ingest_workers: int | None = Field(
+        None, ge=1, le=1024, description="Worker processes scanning a job's files (unset: cores)"
+    )
     dashboards_url: str = Field(
         "", description="Kibana / OpenSearch Dashboards URL for Discover links in annotations"
     )

@@ -70,6 +70,7 @@ def prepare(
     progress: Progress | None = None,
     reingest: bool = False,
     known_templates: set[str] | None = None,
+    workers: int | None = None,
 ) -> Prepared:
     """Ingest ``job_dir`` unless the cluster already holds it unchanged."""
     meta = job_meta(job_dir, job_id=job_id, status=status)
@@ -83,6 +84,7 @@ def prepare(
         node_pattern=node_pattern,
         baseline_templates=known_templates,
         progress=progress,
+        workers=workers,
     )
     return Prepared(meta.id, job_dir, summary)
 
@@ -96,6 +98,7 @@ def prepare_all(
     node_pattern: str | None = None,
     progress: Callable[[str], Progress | None] | None = None,
     reingest: bool = False,
+    workers: int | None = None,
 ) -> tuple[Prepared, list[Prepared]]:
     """Baselines first (so the failed job's rare-template choice can use them), then the job.
 
@@ -108,6 +111,7 @@ def prepare_all(
             node_pattern=node_pattern,
             progress=progress(b.name) if progress else None,
             reingest=reingest,
+            workers=workers,
         )
         for b in expand_baselines(baselines)
     ]
@@ -124,6 +128,7 @@ def prepare_all(
         progress=progress(job_dir.name) if progress else None,
         reingest=reingest,
         known_templates=known,
+        workers=workers,
     )
     return job, done_baselines
 

@@ -18,7 +18,7 @@ import hashlib
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,11 +26,10 @@ from typing import Any
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.header import parse_header
 from l4_plugin.ingest.jobdir import JobMeta, discover, is_system_log, job_meta
-from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser
+from l4_plugin.ingest.parser import LineKind, LineParser
 from l4_plugin.ingest.rollup import (
     KEEP_EMITTERS,
     KEEP_LEVELS,
-    Chunk,
     Group,
     NodeRollup,
     time_ref,
@@ -39,6 +38,8 @@ from l4_plugin.ingest.sources import LogStream, file_streams, files_generation
 from l4_plugin.ingest.stages import StageRules
 from l4_plugin.ingest.templates import template_from_dict
 from l4_plugin.ingest.timeline import UNPLACED, Timeline
+from l4_plugin.ingest.workers import ScanProgress, scan_streams
+from l4_plugin.ingest.workers import chunks as _chunks
 from l4_plugin.records import Template
 from l4_plugin.store import Store
 from l4_plugin.store.documents import job_doc_id, source_field
@@ -48,9 +49,8 @@ from l4_plugin.store.documents import job_doc_id, source_field
 _SECONDS = "_seconds"
 TAIL_ITERATIONS = 32  # the last iterations of a job keep one bucket each
 MAX_COARSE_BUCKETS = 64  # earlier iterations share buckets: keeps the index compact
-FEED_LINES = 65_536
 FULL_CHUNK = 2_000  # --full: raw-line documents per bulk request
-Progress = Callable[[str, int, int, int], None]  # (file, files done, files, lines so far)
+Progress = Callable[[ScanProgress], None]
 
 
 @dataclass
@@ -65,6 +65,7 @@ class IngestSummary:
     lines_docs: int = 0
     new_templates: int = 0
     seconds: float = 0.0
+    workers: int = 1
     problems: list[str] = field(default_factory=list)
 
 
@@ -97,33 +98,6 @@ def load_known_templates(store: Store) -> list[Template]:
         if len(hits) < 5000:
             return known
         after = hits[-1]["sort"]
-
-
-def _chunks(
-    stream: LogStream, parser: LineParser, problems: list[str] | None, long_lines: set[int]
-) -> Iterator[Chunk]:
-    """Feed a stream's blocks to the parser; damage is reported to ``problems`` (None: ignored)."""
-    pos = 0
-    try:
-        for block in stream.open():
-            chunk = block.lines
-            for start in range(0, len(chunk), FEED_LINES):
-                lines = chunk[start : start + FEED_LINES]
-                if lines and max(map(len, lines)) > MAX_LINE_CHARS:
-                    for i, line in enumerate(lines):
-                        if len(line) > MAX_LINE_CHARS:
-                            long_lines.add(pos + i + 1)
-                            if problems is not None:
-                                problems.append(
-                                    f"{stream.path}:{pos + i + 1}: line of {len(line)} characters "
-                                    f"truncated to {MAX_LINE_CHARS}"
-                                )
-                            lines[i] = line[:MAX_LINE_CHARS]
-                pos += len(lines)
-                yield lines, parser.feed(lines), block, start
-    except IngestError as exc:
-        if problems is not None:
-            problems.append(str(exc))
 
 
 _UNSEEN = object()
@@ -187,10 +161,13 @@ def ingest_job(
     baseline_templates: set[str] | None = None,
     full: bool = False,
     progress: Progress | None = None,
+    workers: int | None = None,
 ) -> IngestSummary:
     """Parse every log file of ``job_dir`` and write the job's documents (DESIGN §4).
 
     ``full`` also indexes every raw line into ``l4-lines`` (a second, streamed pass).
+    ``workers`` processes scan the files (None: the machine's cores, fewer for a small job);
+    the documents are the same for any number.
     """
     meta = job_meta(job_dir, job_id=job_id, status=status, config=config)
     files = discover(job_dir, node_pattern)
@@ -203,6 +180,7 @@ def ingest_job(
         baseline_templates=baseline_templates,
         full=full,
         progress=progress,
+        workers=workers,
     )
 
 
@@ -216,6 +194,7 @@ def ingest_streams(
     baseline_templates: set[str] | None = None,
     full: bool = False,
     progress: Progress | None = None,
+    workers: int | None = None,
 ) -> IngestSummary:
     """The one ingest path of files and index sources: parse, tag, roll up, write.
 
@@ -225,25 +204,10 @@ def ingest_streams(
     started = time.monotonic()
     summary = IngestSummary(meta, files=len(streams))
     parser = LineParser(known=load_known_templates(store))
-    rules = StageRules.load()
-    timeline = Timeline()
-    rollups: dict[str, NodeRollup] = {}
-    for done, stream in enumerate(streams, 1):
-        rollup = rollups.get(stream.node)
-        if rollup is None:
-            rollup = rollups[stream.node] = NodeRollup(stream.node, rules, timeline)
-        long_lines: set[int] = set()
-        try:
-            rollup.scan(
-                stream.path,
-                stream.rank,
-                _chunks(stream, parser, summary.problems, long_lines),
-                long_lines,
-            )
-        except OSError as exc:
-            summary.problems.append(f"cannot read {stream.path}: {exc.strerror}")
-        if progress:
-            progress(stream.path, done, len(streams), sum(r.lines for r in rollups.values()))
+    scanned = scan_streams(streams, parser, workers=workers, progress=progress)
+    rollups, timeline = scanned.rollups, scanned.timeline
+    summary.problems.extend(scanned.problems)
+    summary.workers = scanned.workers
     parser.finish()
     summary.nodes = len(rollups)
     summary.lines = sum(r.lines for r in rollups.values())

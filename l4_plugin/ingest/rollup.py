@@ -17,9 +17,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from l4_plugin.ingest.header import parse_header, rank_prefix
-from l4_plugin.ingest.parser import Block, LineKind
+from l4_plugin.ingest.parser import Block, KindSpec, LineKind
 from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
-from l4_plugin.ingest.timeline import UNPLACED, Timeline
+from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
 
 KEEP_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
 KEEP_EMITTERS = frozenset({"kernel", "slurm", "syslog"})
@@ -80,6 +80,30 @@ class Run:
 
 
 GroupKey = tuple[LineKind, str, int | None]
+
+
+@dataclass(slots=True)
+class FilePartial:
+    """One file's rollup, with line kinds named by their masked line (``LineKind.key``).
+
+    ``kinds`` lists the file's distinct kinds in first-seen order (the order Drain must see them
+    in); ``marks`` the file's timeline transitions in recording order. A worker process makes
+    one per file; ``NodeRollup.absorb`` merges them in job order.
+    """
+
+    path: str
+    kinds: list[str]
+    groups: dict[tuple[str, str, int | None], Group]
+    runs: list[Run]
+    marks: list[tuple[MarkKey, str]]
+    lines: int
+    last_iteration: int | None
+    problems: list[str] = field(default_factory=list)
+    specs: list[KindSpec] = field(default_factory=list)
+    worker: int = 0
+    size: int = 0
+
+
 #: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset.
 Chunk = tuple[list[str], list[LineKind], Block | None, int]
 #: Called for every raw line by ``scan(..., sink=...)`` (``--full``): position, raw line, kind,
@@ -87,10 +111,26 @@ Chunk = tuple[list[str], list[LineKind], Block | None, int]
 LineSink = Callable[[int, str, LineKind, str, int | None, str | None, int | None, int | None], None]
 
 
+class KindCache:
+    """What the stage rules say about each line kind (role, continuation, opener), computed once
+    per distinct kind and shared by every rollup that uses the same ``LineParser``'s kinds."""
+
+    def __init__(self) -> None:
+        self.roles: dict[LineKind, Role] = {}
+        self.continues: dict[LineKind, bool] = {}
+        self.opens: dict[LineKind, bool] = {}
+
+
 class NodeRollup:
     """Accumulates every file of one node."""
 
-    def __init__(self, node: str, rules: StageRules, timeline: Timeline | None = None) -> None:
+    def __init__(
+        self,
+        node: str,
+        rules: StageRules,
+        timeline: Timeline | None = None,
+        cache: KindCache | None = None,
+    ) -> None:
         self.node = node
         self.rules = rules
         self.timeline = timeline if timeline is not None else Timeline()
@@ -99,11 +139,63 @@ class NodeRollup:
         self.runs: list[Run] = []
         self.groups: dict[GroupKey, Group] = {}
         self.lines = 0
-        self.roles: dict[LineKind, Role] = {}
-        self.continues: dict[LineKind, bool] = {}
-        self.opens: dict[LineKind, bool] = {}
+        cache = cache if cache is not None else KindCache()
+        self.roles = cache.roles
+        self.continues = cache.continues
+        self.opens = cache.opens
         self.last_iteration: int | None = None
-        self.stages_seen: list[str] = []
+
+    def absorb(
+        self, part: FilePartial, kind_of: Callable[[str], LineKind], timeline: Timeline
+    ) -> None:
+        """Merge one file's partial rollup (``FilePartial``), files in job order.
+
+        The result is what scanning the file into this rollup would have given: counts and
+        ranks add up, the first file keeps the group's first position, time and exemplar, the
+        last one sets its last, kept lines fill up to the group's cap in file order, run ids
+        continue this node's numbering and the file's transitions go to the job's timeline.
+        """
+        offset = len(self.runs)
+        self.runs.extend(part.runs)
+        groups = self.groups
+        for (key, stage, it), group in part.groups.items():
+            kind = kind_of(key)
+            if offset and it is not None and it < 0:
+                it -= offset
+            gk = (kind, stage, it)
+            have = groups.get(gk)
+            if have is None:
+                groups[gk] = group
+                continue
+            have.count += group.count
+            have.last_pos = group.last_pos
+            have.last_ts_ref = group.last_ts_ref
+            have.ranks |= group.ranks
+            have.seconds_sum += group.seconds_sum
+            have.seconds_n += group.seconds_n
+            room = _kept_cap(kind) - len(have.kept)
+            if room > 0 and group.kept:
+                have.kept.extend(group.kept[:room])
+        for mark, ref in part.marks:
+            timeline.mark(mark, ref)
+        self.lines += part.lines
+        if part.last_iteration is not None:
+            self.last_iteration = max(
+                part.last_iteration, self.last_iteration or part.last_iteration
+            )
+
+    def partial(self, path: str, kinds: Iterable[LineKind]) -> FilePartial:
+        """This rollup (one file scanned into a fresh ``NodeRollup``) as a ``FilePartial``:
+        kinds by their masked line, so it can travel between processes."""
+        return FilePartial(
+            path=path,
+            kinds=[k.key for k in kinds],
+            groups={(k.key, s, it): g for (k, s, it), g in self.groups.items()},
+            runs=self.runs,
+            marks=list(self.timeline.marks.items()),
+            lines=self.lines,
+            last_iteration=self.last_iteration,
+        )
 
     def scan(
         self,
@@ -390,6 +482,13 @@ def _enter(
     k = entered.get((stage, iteration), 0)
     entered[(stage, iteration)] = k + 1
     timeline.mark((stage, iteration, k), ts_ref)
+
+
+def _kept_cap(kind: LineKind) -> int:
+    """How many lines a group of this kind keeps (the condition of ``scan``, as a number)."""
+    if kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS:
+        return MAX_KEPT_PER_GROUP
+    return RARE_SAMPLE
 
 
 def _at(block: Block | None, i: int) -> int | None:

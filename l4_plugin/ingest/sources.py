@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from l4_plugin.ingest.jobdir import LogFile
 from l4_plugin.ingest.parser import Block, read_blocks
@@ -22,19 +23,21 @@ class LogStream:
 
     ``open()`` yields the file's lines in order, block by block; it may be called more than once
     (``--full`` reads twice) and raises ``IngestError`` after the readable lines of a damaged
-    source, ``OSError`` when it cannot be read at all.
+    source, ``OSError`` when it cannot be read at all. ``file`` is the file on disk when the
+    stream reads one (a worker process can then open it itself), None for an index source.
     """
 
     node: str
     rank: int | None
     path: str
     open: Callable[[], Iterator[Block]]
+    file: Path | None = None
 
 
 def file_streams(files: list[LogFile]) -> list[LogStream]:
     """Streams over files found by ``jobdir.discover`` (paths relative to the job directory)."""
     return [
-        LogStream(f.node, f.rank, f.relative, lambda p=f.path: read_blocks(p))  # type: ignore[misc]
+        LogStream(f.node, f.rank, f.relative, lambda p=f.path: read_blocks(p), f.path)  # type: ignore[misc]
         for f in files
     ]
 
