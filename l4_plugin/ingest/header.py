@@ -80,6 +80,7 @@ _PREFIX_PART = re.compile(r"\[(rank|default)(\d+)\]|\[\d+,(\d+)\]<std")
 # srun -l: "3: message" (the task id, a global rank); never "14:05:45" (a time).
 _SRUN_PREFIX = re.compile(r"(\d{1,6}): (?![\d:])")
 _BODY_RANK = re.compile(r"\[Rank (\d+)\]")
+_PREFIX_RANKS: dict[str, int | None] = {}  # rank of each launcher prefix text seen
 
 # "[2024-05-03 10:11:12,345] [INFO] [logging.py:96:log_dist] " (DeepSpeed) and
 # " [2024-05-03 10:11:12] " (Megatron) — the bracketed-time family.
@@ -192,16 +193,25 @@ def rank_prefix(line: str) -> tuple[int | None, int]:
     Open MPI's ``[1,N]<stdout>:`` and ``srun -l``'s ``N: `` name the global rank.
     ``(None, 0)`` when the line has no such prefix.
     """
+    if line.startswith("[rank"):
+        # The common case, "[rankN]:" alone, without the regexes (every such line pays this).
+        end = line.find("]:", 5)
+        if 5 < end < 12 and line[5:end].isdecimal() and line[end + 2 : end + 3] != "[":
+            return int(line[5:end]), end + 2
     m = _RANK_PREFIX.match(line)
     if m is None:
         srun = _SRUN_PREFIX.match(line)
         return (int(srun.group(1)), srun.end()) if srun else (None, 0)
-    rank: int | None = None
-    for kind, number, mpi in _PREFIX_PART.findall(m.group(1)):
-        if mpi:
-            rank = int(mpi)
-        elif kind == "rank" or rank is None:
-            rank = int(number)
+    text = m.group(1)
+    rank = _PREFIX_RANKS.get(text)
+    if rank is None:
+        for kind, number, mpi in _PREFIX_PART.findall(text):
+            if mpi:
+                rank = int(mpi)
+            elif kind == "rank" or rank is None:
+                rank = int(number)
+        if len(_PREFIX_RANKS) < 65_536:  # a job has a few prefixes per rank
+            _PREFIX_RANKS[text] = rank
     return rank, m.end()
 
 
@@ -237,6 +247,23 @@ def parse_header(line: str, default_year: int | None = None) -> Header:
             y, mo, d, h, mi, s = (int(g) for g in sm.groups())
             ts = _epoch(y, mo, d, h, mi, s, 0.0, None)
     return Header(ts, level, rank, host, body, emitter)
+
+
+def parse_time(line: str, default_year: int | None = None) -> float | None:
+    """``parse_header(line, default_year).timestamp``, without the rest: no level inference
+    (two regex searches over the body) and no rank. What the ingest asks of most lines."""
+    year = default_year if default_year is not None else time.gmtime().tm_year
+    pos = rank_prefix(line)[1]
+    n = len(line)
+    while pos < n and line[pos] in " \t\r":
+        pos += 1
+    ts, _, _, body, emitter, _ = _dispatch(line, pos, year)
+    if ts is None and emitter == "slurm":
+        sm = _SLURM_AT.search(line, body)
+        if sm is not None:
+            y, mo, d, h, mi, s = (int(g) for g in sm.groups())
+            ts = _epoch(y, mo, d, h, mi, s, 0.0, None)
+    return ts
 
 
 _Parsed = tuple[float | None, str | None, str | None, int, str, int | None]

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from l4_plugin.errors import IngestError
-from l4_plugin.ingest.header import parse_header
+from l4_plugin.ingest.header import parse_time
 from l4_plugin.ingest.jobdir import JobMeta, discover, is_system_log, job_meta
 from l4_plugin.ingest.parser import LineKind, LineParser
 from l4_plugin.ingest.rollup import (
@@ -109,7 +109,7 @@ class _Clock:
     def __init__(self, refs: set[str]) -> None:
         self.year = time.gmtime().tm_year
         for ref in refs:
-            a, b = parse_header(ref, 2000).timestamp, parse_header(ref, 2001).timestamp
+            a, b = parse_time(ref, 2000), parse_time(ref, 2001)
             if a is not None and a == b:  # the format carries its own year
                 self.year = time.gmtime(a).tm_year
                 break
@@ -121,7 +121,7 @@ class _Clock:
             return None
         ts = self.cache.get(ref, _UNSEEN)
         if ts is _UNSEEN:
-            ts = parse_header(ref, self.year).timestamp
+            ts = parse_time(ref, self.year)
             if cache:
                 self.cache[ref] = ts
         return int(ts * 1000) if isinstance(ts, float) else None

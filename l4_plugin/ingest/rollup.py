@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from l4_plugin.ingest.header import parse_header, rank_prefix
+from l4_plugin.ingest.header import parse_time, rank_prefix
 from l4_plugin.ingest.parser import Block, KindSpec, LineKind
 from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
 from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
@@ -111,14 +111,34 @@ Chunk = tuple[list[str], list[LineKind], Block | None, int]
 LineSink = Callable[[int, str, LineKind, str, int | None, str | None, int | None, int | None], None]
 
 
+#: What the scan needs to know of a line kind, computed once per distinct kind: its role, whether
+#: it continues an open error record, opens one though it has no error level, starts a Python
+#: traceback, is kept like an error (``KEEP_LEVELS`` / ``KEEP_EMITTERS``), has an error level.
+Traits = tuple[Role, bool, bool, bool, bool, bool]
+
+
 class KindCache:
-    """What the stage rules say about each line kind (role, continuation, opener), computed once
-    per distinct kind and shared by every rollup that uses the same ``LineParser``'s kinds."""
+    """The ``Traits`` of each line kind, shared by every rollup that uses the same
+    ``LineParser``'s kinds (a worker's files, a whole job): training logs repeat a few thousand
+    kinds, so the stage rules' regexes run once per kind, never per line."""
 
     def __init__(self) -> None:
-        self.roles: dict[LineKind, Role] = {}
-        self.continues: dict[LineKind, bool] = {}
-        self.opens: dict[LineKind, bool] = {}
+        self.traits: dict[LineKind, Traits] = {}
+
+    def compute(self, kind: LineKind, rules: StageRules) -> Traits:
+        """The traits of ``kind`` (cached)."""
+        traits = self.traits.get(kind)
+        if traits is None:
+            body = kind.body
+            traits = self.traits[kind] = (
+                rules.role(body),
+                rules.continues(body),
+                rules.opens(body),
+                body.startswith("Traceback (most recent call last)"),
+                kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS,
+                kind.level in _OPEN_LEVELS,
+            )
+        return traits
 
 
 class NodeRollup:
@@ -139,10 +159,7 @@ class NodeRollup:
         self.runs: list[Run] = []
         self.groups: dict[GroupKey, Group] = {}
         self.lines = 0
-        cache = cache if cache is not None else KindCache()
-        self.roles = cache.roles
-        self.continues = cache.continues
-        self.opens = cache.opens
+        self.cache = cache if cache is not None else KindCache()
         self.last_iteration: int | None = None
 
     def absorb(
@@ -226,7 +243,10 @@ class NodeRollup:
         # exception…") may still follow: (group key, group, its kept line, message, first
         # position, byte offset, the Traceback line's kind).
         chain: tuple[GroupKey, Group, KeptLine | None, str, int, int | None, LineKind] | None = None
-        roles = self.roles
+        traits_of = self.cache.traits.get
+        compute = self.cache.compute
+        rules = self.rules
+        runs = self.runs
         stage = "init"
         iteration: int | None = None
         training = False
@@ -236,8 +256,6 @@ class NodeRollup:
         tb_start = 0
         tb_offset: int | None = None
         tb_kind: LineKind | None = None
-        conts = self.continues
-        opens = self.opens
         # The error record that continuation lines are joined to (None: nothing is open).
         open_group: Group | None = None
         open_kept: KeptLine | None = None
@@ -248,11 +266,15 @@ class NodeRollup:
             first = pos + 1 - base
             for raw, kind in zip(lines, kinds, strict=True):
                 pos += 1
+                traits = traits_of(kind)
+                if traits is None:
+                    traits = compute(kind, rules)
+                role, cont, opener, is_tb, keep, open_level = traits
                 if kind.has_timestamp:
                     ts_ref = raw
                     stamp_pos = pos
                     if open_run is not None:
-                        self.runs[open_run].after, self.runs[open_run].after_pos = raw, pos
+                        runs[open_run].after, runs[open_run].after_pos = raw, pos
                         open_run = None
                 line_rank = rank
                 prefix_end = 0
@@ -291,33 +313,26 @@ class NodeRollup:
                     ) and len(tb) < MAX_TRACEBACK_LINES:
                         tb.append(raw)
                         absorbed = True
-                elif kind.body.startswith("Traceback (most recent call last)"):
+                elif is_tb:
                     tb, tb_start, tb_kind = [raw], pos, kind
                     tb_offset = _at(block, pos - first)
                     if sink is not None:
                         tag, at_it = _tag(stage, iteration, slot)
                         sink(pos, raw, kind, tag, at_it, ts_ref, line_rank, tb_offset)
                     continue
-                elif open_group is not None:
-                    cont = conts.get(kind)
-                    if cont is None:
-                        cont = conts[kind] = self.rules.continues(kind.body)
-                    if cont and open_lines < MAX_TRACEBACK_LINES:
-                        open_lines += 1
-                        if open_kept is not None:
-                            open_kept.message += "\n" + raw
-                        if open_first:
-                            open_group.message += "\n" + raw
-                        absorbed = True
+                elif open_group is not None and cont and open_lines < MAX_TRACEBACK_LINES:
+                    open_lines += 1
+                    if open_kept is not None:
+                        open_kept.message += "\n" + raw
+                    if open_first:
+                        open_group.message += "\n" + raw
+                    absorbed = True
                 if absorbed:
                     if sink is not None:
                         at = _at(block, pos - first)
                         tag, at_it = _tag(stage, iteration, slot)
                         sink(pos, raw, kind, tag, at_it, ts_ref, line_rank, at)
                     continue
-                role = roles.get(kind)
-                if role is None:
-                    role = roles[kind] = self.rules.role(kind.body)
                 then: str | None = None
                 seconds: float | None = None
                 if role is not NO_ROLE:
@@ -330,7 +345,7 @@ class NodeRollup:
                         if role.iteration.seconds:
                             seconds = role.iteration.seconds_of(raw)
                     elif role.stage is not None:
-                        stage = self.rules.next_stage(stage, role.stage, training)
+                        stage = rules.next_stage(stage, role.stage, training)
                         training = training or stage == "training"
                         if training and stage == role.stage:
                             then = role.then
@@ -341,24 +356,18 @@ class NodeRollup:
                     unplaced
                     and ts_ref is not slot_ref
                     and ts_ref is not None
-                    and (
-                        pos - slot_pos >= SLOT_EVERY
-                        or kind.level in KEEP_LEVELS
-                        or kind.emitter in KEEP_EMITTERS
-                    )
+                    and (keep or pos - slot_pos >= SLOT_EVERY)
                 ):
                     slot_ref, slot_pos = ts_ref, pos
-                    ts = parse_header(ts_ref, _SLOT_YEAR).timestamp
+                    ts = parse_time(ts_ref, _SLOT_YEAR)
                     if ts is not None:
                         slot = int(ts)
                 if unplaced:
                     key_stage, key_it = _UNPLACED[stage], slot
-                    if not kind.has_timestamp and (
-                        kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS
-                    ):
+                    if keep and not kind.has_timestamp:
                         if open_run is None:
-                            open_run = len(self.runs)
-                            self.runs.append(Run(ts_ref, stamp_pos))
+                            open_run = len(runs)
+                            runs.append(Run(ts_ref, stamp_pos))
                         key_it = -1 - open_run
                 else:
                     key_stage, key_it = stage, iteration
@@ -402,10 +411,8 @@ class NodeRollup:
                     group.seconds_sum += seconds
                     group.seconds_n += 1
                 kept = group.kept
-                if len(kept) < RARE_SAMPLE or (
-                    len(kept) < MAX_KEPT_PER_GROUP
-                    and (kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS)
-                ):
+                n_kept = len(kept)
+                if n_kept < RARE_SAMPLE or (keep and n_kept < MAX_KEPT_PER_GROUP):
                     flags = ("truncated",) if long_lines and pos in long_lines else ()
                     offset = tb_offset if joined else _at(block, pos - first)
                     kept.append(
@@ -416,10 +423,7 @@ class NodeRollup:
                     this_kept = None
                 if joined and tb_kind is not None:
                     chain = (key, group, this_kept, message, first_pos, tb_offset, tb_kind)
-                opener = opens.get(kind)
-                if opener is None:
-                    opener = opens[kind] = self.rules.opens(kind.body)
-                if joined or opener or kind.level in _OPEN_LEVELS:
+                if joined or opener or open_level:
                     open_group, open_kept = group, this_kept
                     open_first, open_lines = group.count == 1, 0
                 else:
@@ -481,7 +485,8 @@ def _enter(
     this (stage, iteration) — a re-entry after a checkpoint save is a transition of its own."""
     k = entered.get((stage, iteration), 0)
     entered[(stage, iteration)] = k + 1
-    timeline.mark((stage, iteration, k), ts_ref)
+    if ts_ref is not None and (stage, iteration, k) not in timeline.marks:
+        timeline.mark((stage, iteration, k), ts_ref)
 
 
 def _kept_cap(kind: LineKind) -> int:
