@@ -793,6 +793,16 @@ def _print_job(state: Any) -> None:
     )
     if state.error:
         out.print(f"last analysis error: {state.error.splitlines()[0]}")
+    progress = state.progress
+    if state.ingest == "running" and progress:
+        eta = progress.get("eta_seconds")
+        mb_done, mb = (progress.get("bytes_done") or 0) / 1e6, (progress.get("bytes") or 0) / 1e6
+        out.print(
+            f"ingest progress: files {progress.get('files_done')}/{progress.get('files')}, "
+            f"{progress.get('lines', 0):,} lines, {mb_done:,.0f}/{mb:,.0f} MB, "
+            f"{progress.get('lines_per_second', 0):,} lines/s"
+            + (f", {eta:,.0f} s left" if eta is not None else "")
+        )
 
 
 @job.command("register")

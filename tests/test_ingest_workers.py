@@ -9,12 +9,15 @@ from typing import Any
 import pytest
 
 from l4_plugin.diagnosis import diagnose_job
+from l4_plugin.errors import StoreError
 from l4_plugin.ingest import workers
-from l4_plugin.ingest.jobdir import discover
+from l4_plugin.ingest.jobdir import JobMeta, discover
 from l4_plugin.ingest.parser import LineParser
-from l4_plugin.ingest.pipeline import ingest_job
+from l4_plugin.ingest.pipeline import ingest_job, record_progress
 from l4_plugin.ingest.sources import file_streams
 from l4_plugin.ingest.workers import Scanner, ScanProgress, scan_streams
+from l4_plugin.ingest.writer import BulkWriter
+from l4_plugin.service.registry import job_state, register_job
 from l4_plugin.simulate import simulate
 from l4_plugin.store import IndexNames, OpenSearchStore, Store
 
@@ -151,3 +154,38 @@ def test_a_worker_whose_first_line_of_a_kind_differs_is_rescanned(
             for (k, s, i), g in single.rollups[node].groups.items()
         }
         assert a == b
+
+
+def test_bulk_writer_writes_every_batch_and_raises_a_rejection(store: Store) -> None:
+    writer = BulkWriter(store, batch_docs=3, queued=1)
+    for i in range(10):
+        writer.add(store.names.templates, f"t{i}", {"l4.template.id": f"t{i}"})
+    assert writer.close() == {store.names.templates: 10}
+    store.refresh(store.names.templates)
+    assert store.count(store.names.templates) == 10
+    bad = BulkWriter(store, batch_docs=2)
+    with pytest.raises(StoreError, match="rejected"):
+        for i in range(6):  # the strict mapping refuses an unknown field
+            bad.add(store.names.templates, f"x{i}", {"no.such.field": i})
+        bad.close()
+    assert not bad._thread.is_alive()
+
+
+def test_progress_goes_to_the_job_document(store: Store, tmp_path: Path) -> None:
+    register_job(store, "p", "running", fingerprint="fp1")
+    meta = JobMeta("p", "unknown", {}, "fp0")
+    record_progress(store, meta, ScanProgress("a.log", 3, 8, 1200, 300, 800, 1.5, 2))
+    state = job_state(store, "p")
+    assert state.status == "running" and state.fingerprint == "fp1"  # the rest is kept
+    assert state.progress is not None
+    assert state.progress["files_done"] == 3 and state.progress["eta_seconds"] == 2.5
+    # A job nobody registered gets a document that says its ingest runs.
+    record_progress(store, JobMeta("q", "failed", {}, "fp"), ScanProgress("", 1, 2, 5, 5, 9, 1, 1))
+    assert job_state(store, "q").ingest == "running"
+    # The finished ingest records its final figures.
+    job = _job(tmp_path)
+    summary = ingest_job(store, job, job_id="q", status="failed", workers=1)
+    final = job_state(store, "q")
+    assert final.ingest == "done" and final.progress is not None
+    assert final.progress["files_done"] == final.progress["files"] == summary.files
+    assert final.progress["lines"] == summary.lines

@@ -40,8 +40,9 @@ from l4_plugin.ingest.templates import template_from_dict
 from l4_plugin.ingest.timeline import UNPLACED, Timeline
 from l4_plugin.ingest.workers import ScanProgress, scan_streams
 from l4_plugin.ingest.workers import chunks as _chunks
+from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.records import Template
-from l4_plugin.store import Store
+from l4_plugin.store import ConflictError, Store
 from l4_plugin.store.documents import job_doc_id, source_field
 
 # Running (sum, lines) of an event document's iteration durations while groups merge into it;
@@ -50,6 +51,7 @@ _SECONDS = "_seconds"
 TAIL_ITERATIONS = 32  # the last iterations of a job keep one bucket each
 MAX_COARSE_BUCKETS = 64  # earlier iterations share buckets: keeps the index compact
 FULL_CHUNK = 2_000  # --full: raw-line documents per bulk request
+PROGRESS_EVERY = 2.0  # seconds between progress updates of the job document
 Progress = Callable[[ScanProgress], None]
 
 
@@ -67,6 +69,51 @@ class IngestSummary:
     seconds: float = 0.0
     workers: int = 1
     problems: list[str] = field(default_factory=list)
+    progress: ScanProgress | None = None
+
+
+class _ProgressReport:
+    """Passes the scan's progress on to ``progress`` and, every ``PROGRESS_EVERY`` s, to the
+    job document (``l4.ingest.progress``: what ``l4 job status`` and the service show)."""
+
+    def __init__(self, store: Store, meta: JobMeta, progress: Progress | None) -> None:
+        self.store, self.meta, self.progress = store, meta, progress
+        self.last = time.monotonic()  # a job read within PROGRESS_EVERY is never reported
+
+    def __call__(self, p: ScanProgress) -> None:
+        if self.progress is not None:
+            self.progress(p)
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_EVERY and p.files_done < p.files:
+            self.last = now
+            record_progress(self.store, self.meta, p)
+
+
+def record_progress(store: Store, meta: JobMeta, p: ScanProgress) -> None:
+    """Write an ingest's progress into its job document, leaving every other field as it is
+    (a new job gets a document with ``l4.ingest.state: running``); a concurrent write wins."""
+    fields = {**p.fields(), "updated": int(time.time() * 1000)}
+    existing = store.get(store.names.jobs, job_doc_id(meta.id))
+    try:
+        if existing is None:
+            doc = {
+                "l4.job.id": meta.id,
+                "l4.job.status": meta.status,
+                "l4.ingest.state": "running",
+                "l4.ingest.progress": fields,
+            }
+            store.put(store.names.jobs, job_doc_id(meta.id), doc, create=True)
+        else:
+            doc = {**existing.source, "l4.ingest.progress": fields}
+            store.put(
+                store.names.jobs,
+                job_doc_id(meta.id),
+                doc,
+                if_seq_no=existing.seq_no,
+                if_primary_term=existing.primary_term,
+            )
+    except ConflictError:
+        pass  # the job was registered or written meanwhile: the next report has it
 
 
 def _doc_id(*parts: object) -> str:
@@ -204,10 +251,12 @@ def ingest_streams(
     started = time.monotonic()
     summary = IngestSummary(meta, files=len(streams))
     parser = LineParser(known=load_known_templates(store))
-    scanned = scan_streams(streams, parser, workers=workers, progress=progress)
+    report = _ProgressReport(store, meta, progress)
+    scanned = scan_streams(streams, parser, workers=workers, progress=report)
     rollups, timeline = scanned.rollups, scanned.timeline
     summary.problems.extend(scanned.problems)
     summary.workers = scanned.workers
+    summary.progress = scanned.progress
     parser.finish()
     summary.nodes = len(rollups)
     summary.lines = sum(r.lines for r in rollups.values())
@@ -343,82 +392,97 @@ def _write(
     timeline.resolve(clock.seconds)
     bucket_of = _buckets(iterations, first_iteration)
     rare_limit = max(20, len(rollups))
-    merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
-    kept_docs: list[tuple[str, dict[str, Any]]] = []
-    for node, rollup in rollups.items():
-        for (kind, stage, it), group in rollup.groups.items():
-            template = kind.template
-            assert template is not None
-            first_ms, last_ms = clock.ms(group.first_ts_ref), clock.ms(group.last_ts_ref)
-            moved: int | None = None  # the time of a timeless run that took its next stamp's
-            if stage.startswith(UNPLACED):
-                ref = time_ref(rollup, it, group)
-                if ref is not group.first_ts_ref:
-                    first_ms = moved = clock.ms(ref)
-                    last_ms = max(last_ms or 0, first_ms or 0) or None
-            first_s = first_ms / 1000.0 if first_ms is not None else None
-            if stage.startswith(UNPLACED):
-                stage, it = timeline.place(stage[1:], first_s)
-            else:
-                stage = timeline.refine(stage, it, first_s)
-            start, span = bucket_of(it) if it is not None else (None, 0)
-            key = (node, template.id, stage, start)
-            doc = merged.get(key)
-            if doc is None:
-                merged[key] = _event_doc(
-                    meta.id,
-                    node,
-                    template,
-                    kind,
-                    stage,
-                    start,
-                    span,
-                    group,
-                    first_ms,
-                    last_ms,
-                    generation,
+    # Documents go to the cluster from the writer's thread while the next node's are built;
+    # a node's event documents are complete once its groups are merged (the node is in the key).
+    kept_docs: list[tuple[str, dict[str, Any]]] = []  # --full: written after the raw lines
+    times: list[int] = []
+    ends: list[int] = []
+    ranks: set[int] = set()
+    with BulkWriter(store) as writer:  # stopped (not left waiting) if building fails
+        for node, rollup in rollups.items():
+            merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
+            for (kind, stage, it), group in rollup.groups.items():
+                template = kind.template
+                assert template is not None
+                first_ms, last_ms = clock.ms(group.first_ts_ref), clock.ms(group.last_ts_ref)
+                moved: int | None = None  # the time of a timeless run that took its next stamp's
+                if stage.startswith(UNPLACED):
+                    ref = time_ref(rollup, it, group)
+                    if ref is not group.first_ts_ref:
+                        first_ms = moved = clock.ms(ref)
+                        last_ms = max(last_ms or 0, first_ms or 0) or None
+                first_s = first_ms / 1000.0 if first_ms is not None else None
+                if stage.startswith(UNPLACED):
+                    stage, it = timeline.place(stage[1:], first_s)
+                else:
+                    stage = timeline.refine(stage, it, first_s)
+                start, span = bucket_of(it) if it is not None else (None, 0)
+                key = (node, template.id, stage, start)
+                doc = merged.get(key)
+                if doc is None:
+                    merged[key] = _event_doc(
+                        meta.id,
+                        node,
+                        template,
+                        kind,
+                        stage,
+                        start,
+                        span,
+                        group,
+                        first_ms,
+                        last_ms,
+                        generation,
+                    )
+                else:
+                    _merge(doc, group, first_ms, last_ms)
+                keep_all = (
+                    kind.level in KEEP_LEVELS
+                    or kind.emitter in KEEP_EMITTERS
+                    or totals[template.id] <= rare_limit
+                    or (baseline_templates is not None and template.id not in baseline_templates)
                 )
-            else:
-                _merge(doc, group, first_ms, last_ms)
-            keep_all = (
-                kind.level in KEEP_LEVELS
-                or kind.emitter in KEEP_EMITTERS
-                or totals[template.id] <= rare_limit
-                or (baseline_templates is not None and template.id not in baseline_templates)
-            )
-            for kept in group.kept if keep_all else ():
-                ms = moved if moved is not None else clock.ms(kept.ts_ref)
-                doc_id = _doc_id(meta.id, node, kept.path, kept.line)
-                line_doc: dict[str, Any] = {
-                    "message": kept.message,
-                    "host.name": node,
-                    "log.file.path": kept.path,
-                    "l4.job.id": meta.id,
-                    "l4.template.id": template.id,
-                    "l4.stage": stage,
-                    "l4.line": kept.line,
-                    "l4.generation": generation,
-                }
-                if ms is not None:
-                    line_doc["@timestamp"] = ms
-                if kind.level:
-                    line_doc["log.level"] = kind.level
-                if kept.rank is not None:
-                    line_doc["l4.rank"] = kept.rank
-                if it is not None:
-                    line_doc["l4.iteration"] = it
-                if kept.flags:
-                    line_doc["l4.flags"] = list(kept.flags)
-                if kept.offset is not None:
-                    line_doc["log.offset"] = kept.offset
-                kept_docs.append((doc_id, line_doc))
-    event_docs = [(_doc_id(meta.id, *k), d) for k, d in merged.items()]
-    for _, d in event_docs:
-        d["l4.ranks"] = sorted(d["l4.ranks"])
-        if _SECONDS in d:
-            total, n = d.pop(_SECONDS)
-            d["l4.iteration_seconds"] = total / n
-    summary.events_docs = store.bulk_index(store.names.events, event_docs)
+                for kept in group.kept if keep_all else ():
+                    ms = moved if moved is not None else clock.ms(kept.ts_ref)
+                    doc_id = _doc_id(meta.id, node, kept.path, kept.line)
+                    line_doc: dict[str, Any] = {
+                        "message": kept.message,
+                        "host.name": node,
+                        "log.file.path": kept.path,
+                        "l4.job.id": meta.id,
+                        "l4.template.id": template.id,
+                        "l4.stage": stage,
+                        "l4.line": kept.line,
+                        "l4.generation": generation,
+                    }
+                    if ms is not None:
+                        line_doc["@timestamp"] = ms
+                    if kind.level:
+                        line_doc["log.level"] = kind.level
+                    if kept.rank is not None:
+                        line_doc["l4.rank"] = kept.rank
+                    if it is not None:
+                        line_doc["l4.iteration"] = it
+                    if kept.flags:
+                        line_doc["l4.flags"] = list(kept.flags)
+                    if kept.offset is not None:
+                        line_doc["log.offset"] = kept.offset
+                    if full_streams is not None:
+                        kept_docs.append((doc_id, line_doc))
+                    else:
+                        writer.add(store.names.lines, doc_id, line_doc)
+            for key, d in merged.items():
+                d["l4.ranks"] = sorted(d["l4.ranks"])
+                ranks.update(d["l4.ranks"])
+                if _SECONDS in d:
+                    total, n = d.pop(_SECONDS)
+                    d["l4.iteration_seconds"] = total / n
+                if d.get("l4.first_ts") is not None:
+                    times.append(d["l4.first_ts"])
+                if d.get("l4.last_ts") is not None:
+                    ends.append(d["l4.last_ts"])
+                writer.add(store.names.events, _doc_id(meta.id, *key), d)
+        written = writer.close()
+    summary.events_docs = written.get(store.names.events, 0)
     if full_streams is not None:
         summary.lines_docs = _write_full_lines(
             store, meta, full_streams, parser, clock, generation, timeline
@@ -426,7 +490,7 @@ def _write(
         # Kept lines overwrite their raw-line twins: same ids, joined tracebacks, flags.
         store.bulk_index(store.names.lines, kept_docs)
     else:
-        summary.lines_docs = store.bulk_index(store.names.lines, kept_docs)
+        summary.lines_docs = written.get(store.names.lines, 0)
     new = parser.new_templates()
     now = int(time.time() * 1000)
     levels = {k.template.id: k.level for k in parser.kinds if k.template is not None}
@@ -458,8 +522,6 @@ def _write(
     }
     store.delete_by_query(store.names.events, stale)
     store.delete_by_query(store.names.lines, stale)
-    times = [d["l4.first_ts"] for _, d in event_docs if d.get("l4.first_ts") is not None]
-    ends = [d["l4.last_ts"] for _, d in event_docs if d.get("l4.last_ts") is not None]
     job_doc: dict[str, Any] = {
         "l4.job.id": meta.id,
         "l4.job.status": meta.status,
@@ -473,7 +535,7 @@ def _write(
         ),
         "l4.job.node_count": len(rollups),
         "l4.job.lines": summary.lines,
-        "l4.job.ranks": len({r for d in event_docs for r in d[1]["l4.ranks"]}),
+        "l4.job.ranks": len(ranks),
         "l4.ingest.state": "done",
         "l4.ingest.updated": now,
         "l4.ingest.files": summary.files,
@@ -492,6 +554,8 @@ def _write(
         "l4.job.system_logs": system_logs,
         "l4.job.system_templates": sorted(set(totals) - from_rank_logs),
     }
+    if summary.progress is not None:
+        job_doc["l4.ingest.progress"] = {**summary.progress.fields(), "updated": now}
     if summary.problems:
         job_doc["l4.ingest.problems"] = "\n".join(summary.problems[:100])
     if times:

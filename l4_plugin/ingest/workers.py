@@ -101,6 +101,7 @@ class ScanResult:
     problems: list[str]
     workers: int
     rescanned: int = 0
+    progress: ScanProgress | None = None
 
 
 def default_workers() -> int:
@@ -250,6 +251,7 @@ def scan_streams(
     divergent: set[tuple[int, str]] = set()
     lines = done_bytes = 0
     started = time.monotonic()
+    progress_now = ScanProgress("", 0, len(streams), 0, 0, total_bytes, 0.0, n_workers)
     for done, part in enumerate(_partials(streams, sizes, n_workers), 1):
         stream = streams[done - 1]
         stale = divergent and any((part.worker, k) in divergent for k in part.kinds)
@@ -264,19 +266,19 @@ def scan_streams(
         result.problems.extend(part.problems)
         lines += part.lines
         done_bytes += part.size
+        progress_now = ScanProgress(
+            stream.path,
+            done,
+            len(streams),
+            lines,
+            done_bytes,
+            total_bytes,
+            time.monotonic() - started,
+            n_workers,
+        )
         if progress is not None:
-            progress(
-                ScanProgress(
-                    stream.path,
-                    done,
-                    len(streams),
-                    lines,
-                    done_bytes,
-                    total_bytes,
-                    time.monotonic() - started,
-                    n_workers,
-                )
-            )
+            progress(progress_now)
+    result.progress = progress_now
     return result
 
 

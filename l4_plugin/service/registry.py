@@ -32,6 +32,8 @@ class JobState:
     claimed_by: str | None
     error: str | None
     version: str | None
+    #: ``l4.ingest.progress`` while an ingest runs (and its last figures after).
+    progress: dict[str, Any] | None = None
 
     @classmethod
     def from_source(cls, source: dict[str, Any]) -> JobState:
@@ -46,7 +48,12 @@ class JobState:
             claimed_by=source_field(source, "l4.analysis.claimed_by"),
             error=source_field(source, "l4.analysis.error"),
             version=source_field(source, "l4.analysis.version"),
+            progress=_mapping(source_field(source, "l4.ingest.progress")),
         )
+
+
+def _mapping(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
 
 
 def _check_status(status: str) -> None:
