@@ -45,7 +45,7 @@ from l4_plugin.records import Template
 from l4_plugin.store import ConflictError, Store
 from l4_plugin.store.documents import job_doc_id, source_field
 
-# Running (sum, lines) of an event document's iteration durations while groups merge into it;
+# Running (sum in ns, lines) of an event document's iteration durations while groups merge into it;
 # replaced by their mean, ``l4.iteration_seconds``, just before the documents are written.
 _SECONDS = "_seconds"
 TAIL_ITERATIONS = 32  # the last iterations of a job keep one bucket each
@@ -70,6 +70,8 @@ class IngestSummary:
     workers: int = 1
     problems: list[str] = field(default_factory=list)
     progress: ScanProgress | None = None
+    scan_cpu: float = 0.0  # CPU seconds of the file scans, all workers
+    worker_rss_mb: float = 0.0  # the largest scanning process's peak RSS
 
 
 class _ProgressReport:
@@ -257,6 +259,8 @@ def ingest_streams(
     summary.problems.extend(scanned.problems)
     summary.workers = scanned.workers
     summary.progress = scanned.progress
+    summary.scan_cpu = scanned.scan_cpu
+    summary.worker_rss_mb = scanned.worker_rss_kb / 1024
     parser.finish()
     summary.nodes = len(rollups)
     summary.lines = sum(r.lines for r in rollups.values())
@@ -474,8 +478,8 @@ def _write(
                 d["l4.ranks"] = sorted(d["l4.ranks"])
                 ranks.update(d["l4.ranks"])
                 if _SECONDS in d:
-                    total, n = d.pop(_SECONDS)
-                    d["l4.iteration_seconds"] = total / n
+                    total_ns, n = d.pop(_SECONDS)
+                    d["l4.iteration_seconds"] = total_ns / n / 1e9
                 if d.get("l4.first_ts") is not None:
                     times.append(d["l4.first_ts"])
                 if d.get("l4.last_ts") is not None:
@@ -612,7 +616,7 @@ def _event_doc(
         doc["l4.iteration"] = start
         doc["l4.iteration_span"] = span
     if group.seconds_n:
-        doc[_SECONDS] = (group.seconds_sum, group.seconds_n)
+        doc[_SECONDS] = (group.seconds_ns, group.seconds_n)
     if first_ms is not None:
         doc["@timestamp"] = doc["l4.first_ts"] = first_ms
     if last_ms is not None:
@@ -623,8 +627,8 @@ def _event_doc(
 def _merge(doc: dict[str, Any], group: Group, first_ms: int | None, last_ms: int | None) -> None:
     doc["l4.count"] += group.count
     if group.seconds_n:
-        total, n = doc.get(_SECONDS, (0.0, 0))
-        doc[_SECONDS] = (total + group.seconds_sum, n + group.seconds_n)
+        total_ns, n = doc.get(_SECONDS, (0, 0))
+        doc[_SECONDS] = (total_ns + group.seconds_ns, n + group.seconds_n)
     doc["l4.ranks"] |= group.ranks
     doc["l4.first_pos"] = min(doc["l4.first_pos"], group.first_pos)
     doc["l4.last_pos"] = max(doc["l4.last_pos"], group.last_pos)

@@ -50,6 +50,18 @@ class KeptLine:
     flags: tuple[str, ...] = ()
     offset: int | None = None
 
+    def __reduce__(self) -> tuple[type[KeptLine], tuple[object, ...]]:
+        # A constructor call per object: far cheaper to unpickle than slots state.
+        return KeptLine, (
+            self.path,
+            self.line,
+            self.message,
+            self.ts_ref,
+            self.rank,
+            self.flags,
+            self.offset,
+        )
+
 
 @dataclass(slots=True)
 class Group:
@@ -64,9 +76,25 @@ class Group:
     path: str
     ranks: set[int] = field(default_factory=set)
     kept: list[KeptLine] = field(default_factory=list)
-    #: Iteration markers: the durations they state (sum, how many lines stated one).
-    seconds_sum: float = 0.0
+    #: Iteration markers: the durations they state (sum in whole nanoseconds, so that any
+    #: grouping of the additions gives the same total; how many lines stated one).
+    seconds_ns: int = 0
     seconds_n: int = 0
+
+    def __reduce__(self) -> tuple[type[Group], tuple[object, ...]]:
+        return Group, (
+            self.count,
+            self.first_pos,
+            self.last_pos,
+            self.first_ts_ref,
+            self.last_ts_ref,
+            self.message,
+            self.path,
+            self.ranks,
+            self.kept,
+            self.seconds_ns,
+            self.seconds_n,
+        )
 
 
 @dataclass(slots=True)
@@ -91,7 +119,7 @@ class FilePartial:
     one per file; ``NodeRollup.absorb`` merges them in job order.
     """
 
-    path: str
+    node: str
     kinds: list[str]
     groups: dict[tuple[str, str, int | None], Group]
     runs: list[Run]
@@ -102,6 +130,40 @@ class FilePartial:
     specs: list[KindSpec] = field(default_factory=list)
     worker: int = 0
     size: int = 0
+    #: CPU seconds its worker spent on it, and the worker's peak RSS (KiB) after it.
+    cpu: float = 0.0
+    rss_kb: int = 0
+    files: int = 1  # consecutive files of the node it covers (``extend``)
+
+    def extend(self, later: FilePartial, cap_of: Callable[[str], int]) -> None:
+        """Append the partial of the node's next file (a worker merges the consecutive files
+        of a node before sending them): absorbing the result is absorbing both in order.
+        ``cap_of(kind key)`` is the kept-line cap of a kind (``_kept_cap``)."""
+        offset = len(self.runs)
+        self.runs.extend(later.runs)
+        groups = self.groups
+        for (key, stage, it), group in later.groups.items():
+            if offset and it is not None and it < 0:
+                it -= offset
+            gk = (key, stage, it)
+            have = groups.get(gk)
+            if have is None:
+                groups[gk] = group
+            else:
+                _add(have, group, cap_of(key))
+        marked = {mark for mark, _ in self.marks}
+        self.marks.extend(m for m in later.marks if m[0] not in marked)
+        known = set(self.kinds)
+        self.kinds.extend(k for k in later.kinds if k not in known)
+        self.specs.extend(later.specs)
+        self.problems.extend(later.problems)
+        self.lines += later.lines
+        if later.last_iteration is not None:
+            self.last_iteration = max(later.last_iteration, self.last_iteration or -1)
+        self.size += later.size
+        self.cpu += later.cpu
+        self.rss_kb = max(self.rss_kb, later.rss_kb)
+        self.files += later.files
 
 
 #: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset.
@@ -183,16 +245,8 @@ class NodeRollup:
             have = groups.get(gk)
             if have is None:
                 groups[gk] = group
-                continue
-            have.count += group.count
-            have.last_pos = group.last_pos
-            have.last_ts_ref = group.last_ts_ref
-            have.ranks |= group.ranks
-            have.seconds_sum += group.seconds_sum
-            have.seconds_n += group.seconds_n
-            room = _kept_cap(kind) - len(have.kept)
-            if room > 0 and group.kept:
-                have.kept.extend(group.kept[:room])
+            else:
+                _add(have, group, kept_cap(kind))
         for mark, ref in part.marks:
             timeline.mark(mark, ref)
         self.lines += part.lines
@@ -201,11 +255,11 @@ class NodeRollup:
                 part.last_iteration, self.last_iteration or part.last_iteration
             )
 
-    def partial(self, path: str, kinds: Iterable[LineKind]) -> FilePartial:
+    def partial(self, kinds: Iterable[LineKind]) -> FilePartial:
         """This rollup (one file scanned into a fresh ``NodeRollup``) as a ``FilePartial``:
         kinds by their masked line, so it can travel between processes."""
         return FilePartial(
-            path=path,
+            node=self.node,
             kinds=[k.key for k in kinds],
             groups={(k.key, s, it): g for (k, s, it), g in self.groups.items()},
             runs=self.runs,
@@ -408,7 +462,7 @@ class NodeRollup:
                 if line_rank is not None:
                     group.ranks.add(line_rank)
                 if seconds is not None:
-                    group.seconds_sum += seconds
+                    group.seconds_ns += round(seconds * 1e9)
                     group.seconds_n += 1
                 kept = group.kept
                 n_kept = len(kept)
@@ -489,7 +543,20 @@ def _enter(
         timeline.mark((stage, iteration, k), ts_ref)
 
 
-def _kept_cap(kind: LineKind) -> int:
+def _add(have: Group, later: Group, cap: int) -> None:
+    """Merge a later file's group into the same group of the files before it."""
+    have.count += later.count
+    have.last_pos = later.last_pos
+    have.last_ts_ref = later.last_ts_ref
+    have.ranks |= later.ranks
+    have.seconds_ns += later.seconds_ns
+    have.seconds_n += later.seconds_n
+    room = cap - len(have.kept)
+    if room > 0 and later.kept:
+        have.kept.extend(later.kept[:room])
+
+
+def kept_cap(kind: LineKind) -> int:
     """How many lines a group of this kind keeps (the condition of ``scan``, as a number)."""
     if kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS:
         return MAX_KEPT_PER_GROUP

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import resource
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -29,7 +30,7 @@ from pathlib import Path
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser, kind_spec, read_blocks
-from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup
+from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup, kept_cap
 from l4_plugin.ingest.sources import LogStream
 from l4_plugin.ingest.stages import StageRules
 from l4_plugin.ingest.timeline import Timeline
@@ -102,6 +103,9 @@ class ScanResult:
     workers: int
     rescanned: int = 0
     progress: ScanProgress | None = None
+    #: CPU seconds the scanners spent (all workers) and the largest worker's peak RSS (KiB).
+    scan_cpu: float = 0.0
+    worker_rss_kb: int = 0
 
 
 def default_workers() -> int:
@@ -155,6 +159,7 @@ class Scanner:
 
     def scan(self, stream: LogStream, size: int = 0) -> FilePartial:
         """One file as a partial rollup (its problems and new kinds included)."""
+        cpu = time.process_time()
         problems: list[str] = []
         long_lines: set[int] = set()
         rollup = NodeRollup(stream.node, self.rules, Timeline(), self.cache)
@@ -169,14 +174,31 @@ class Scanner:
             rollup.scan(stream.path, stream.rank, tracked(), long_lines)
         except OSError as exc:
             problems.append(f"cannot read {stream.path}: {exc.strerror}")
-        part = rollup.partial(stream.path, order)
+        part = rollup.partial(order)
         part.problems = problems
         part.worker = self.worker
         part.size = size
         reported = self.reported
         part.specs = [kind_spec(k) for k in order if k.key not in reported]
         reported.update(spec[0] for spec in part.specs)
+        part.cpu = time.process_time() - cpu
+        part.rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return part
+
+    def scan_all(self, streams: list[LogStream], sizes: list[int]) -> list[FilePartial]:
+        """Consecutive files, one partial per run of files of the same node (``extend``)."""
+        out: list[FilePartial] = []
+        for stream, size in zip(streams, sizes, strict=True):
+            part = self.scan(stream, size)
+            if out and out[-1].node == part.node:
+                out[-1].extend(part, self.cap_of)
+            else:
+                out.append(part)
+        return out
+
+    def cap_of(self, key: str) -> int:
+        """The kept-line cap of one of this scanner's kinds."""
+        return kept_cap(self.parser.masked_kinds[key])
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,7 +222,7 @@ def _scan_batch(tasks: list[_Task]) -> list[FilePartial]:
     scanner = _WORKER
     if scanner is None:  # pragma: no cover - the initializer always ran
         scanner = _init_worker_now()
-    return [scanner.scan(_file_stream(t), t.size) for t in tasks]
+    return scanner.scan_all([_file_stream(t) for t in tasks], [t.size for t in tasks])
 
 
 def _init_worker_now() -> Scanner:
@@ -252,22 +274,26 @@ def scan_streams(
     lines = done_bytes = 0
     started = time.monotonic()
     progress_now = ScanProgress("", 0, len(streams), 0, 0, total_bytes, 0.0, n_workers)
-    for done, part in enumerate(_partials(streams, sizes, n_workers), 1):
-        stream = streams[done - 1]
+    done = 0
+    for part in _partials(streams, sizes, n_workers):
+        these = streams[done : done + part.files]
         stale = divergent and any((part.worker, k) in divergent for k in part.kinds)
         if stale or _adopt(parser, part, divergent):
-            part = _rescan(stream, parser, part.size)
-            result.rescanned += 1
+            part = _rescan(these, sizes[done : done + part.files], parser)
+            result.rescanned += part.files
         _adopt(parser, part, None)
-        rollup = result.rollups.get(stream.node)
+        rollup = result.rollups.get(part.node)
         if rollup is None:
-            rollup = result.rollups[stream.node] = NodeRollup(stream.node, rules, result.timeline)
+            rollup = result.rollups[part.node] = NodeRollup(part.node, rules, result.timeline)
         rollup.absorb(part, parser.kind_of, result.timeline)
         result.problems.extend(part.problems)
+        result.scan_cpu += part.cpu
+        result.worker_rss_kb = max(result.worker_rss_kb, part.rss_kb)
+        done += part.files
         lines += part.lines
         done_bytes += part.size
         progress_now = ScanProgress(
-            stream.path,
+            these[-1].path,
             done,
             len(streams),
             lines,
@@ -302,10 +328,12 @@ def _adopt(parser: LineParser, part: FilePartial, divergent: set[tuple[int, str]
     return False
 
 
-def _rescan(stream: LogStream, parser: LineParser, size: int) -> FilePartial:
-    # A fresh scanner per file: kinds the job already has are pinned, the others are first
-    # seen in this very file, as in a single process.
-    return Scanner(pinned=parser.masked_kinds).scan(stream, size)
+def _rescan(streams: list[LogStream], sizes: list[int], parser: LineParser) -> FilePartial:
+    # A fresh scanner: kinds the job already has are pinned, the others are first seen in
+    # these very files, as in a single process.
+    parts = Scanner(pinned=parser.masked_kinds).scan_all(streams, sizes)
+    assert len(parts) == 1  # the files of one partial are one node's
+    return parts[0]
 
 
 def _partials(streams: list[LogStream], sizes: list[int], workers: int) -> Iterator[FilePartial]:
@@ -315,11 +343,16 @@ def _partials(streams: list[LogStream], sizes: list[int], workers: int) -> Itera
         for stream, size in zip(streams, sizes, strict=True):
             yield scanner.scan(stream, size)
         return
+    # Batches end at a node's last file when they can: the worker then sends one partial per
+    # node (its files merged), not one per file.
     batches: list[list[_Task]] = [[]]
     batch_bytes = 0
     for s, size in zip(streams, sizes, strict=True):
         assert s.file is not None
-        if batches[-1] and (batch_bytes + size > BATCH_BYTES or len(batches[-1]) >= BATCH_FILES):
+        batch = batches[-1]
+        full = batch_bytes + size > BATCH_BYTES or len(batch) >= BATCH_FILES
+        too_full = batch_bytes + size > 4 * BATCH_BYTES or len(batch) >= 4 * BATCH_FILES
+        if batch and ((full and batch[-1].node != s.node) or too_full):
             batches.append([])
             batch_bytes = 0
         batches[-1].append(_Task(s.node, s.rank, s.path, str(s.file), size))
