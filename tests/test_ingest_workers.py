@@ -191,3 +191,25 @@ def test_progress_goes_to_the_job_document(store: Store, tmp_path: Path) -> None
     assert final.ingest == "done" and final.progress is not None
     assert final.progress["files_done"] == final.progress["files"] == summary.files
     assert final.progress["lines"] == summary.lines
+
+
+def test_cli_ingest_on_two_workers_with_full(store: Store, tmp_path: Path) -> None:
+    from tests.test_cli_foundation import run_l4
+
+    env = {
+        "L4_ES_URL": store.url,
+        "L4_INDEX_PREFIX": store.names.prefix,
+        "L4_STATE_DIR": str(tmp_path / "state"),
+    }
+    simulate(tmp_path, nodes=2, iterations=10, fault="oom", seed=3, baselines=0)
+    job = str(tmp_path / "job")
+    res = run_l4("ingest", job, "--job-id", "c", "--full", "--workers", "2", env=env)
+    assert res.returncode == 0, res.stderr
+    lines = int(res.stdout.split(" lines in ")[0].rsplit(" ", 1)[1].replace(",", ""))
+    assert f"{lines:,} raw lines" in res.stdout
+    store.refresh(store.names.lines)
+    assert store.count(store.names.lines, {"term": {"l4.job.id": "c"}}) == lines
+    res = run_l4("job", "status", "c", env=env)
+    assert res.returncode == 0 and "ingest done" in res.stdout, res.stdout
+    res = run_l4("ingest", job, "--workers", "0", env=env)
+    assert res.returncode == 2 and "--workers" in res.stderr
