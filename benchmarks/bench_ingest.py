@@ -166,7 +166,7 @@ def main() -> None:
                 f"workers={n} {'parse side' if args.parse_only else 'end to end'}: "
                 f"{r['lines']:,.0f} lines, {r['files']:,.0f} files, {r['bytes'] / 1e6:,.1f} MB in "
                 f"{r['wall']:.2f} s wall = {rate:,.0f} lines/s, "
-                f"{r['bytes'] / 1e6 / r['wall']:,.1f} MB/s; CPU {r['cpu']:.2f} s (file scans "
+                f"{r['bytes'] / 1e6 / r['wall']:,.1f} MB/s; CPU {r['cpu']:.2f} s (in workers "
                 f"{r['scan_cpu']:.2f} s) = {r['lines'] / r['cpu']:,.0f} lines per CPU-second; "
                 f"parallel efficiency vs workers={first[0]}: {efficiency:.0%}; "
                 f"largest worker peak RSS {r['worker_rss']:,.0f} MB"

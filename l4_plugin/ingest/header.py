@@ -435,13 +435,22 @@ def _glog_groups(g: tuple[str | None, ...], year: int) -> float | None:
     return _epoch(year, int(mo), int(d), int(h), int(mi), int(s), _frac(frac), None)
 
 
+_DAYS: dict[tuple[int, int, int], int] = {}  # epoch seconds of each day's midnight (UTC)
+
+
 def _epoch(
     y: int, mo: int, d: int, h: int, mi: int, s: int, frac: float, zone: str | None
 ) -> float | None:
     """Epoch seconds (UTC unless ``zone``); None for an impossible date instead of raising."""
     if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s <= 60):
         return None
-    ts = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) + frac
+    day = _DAYS.get((y, mo, d))
+    if day is None:
+        # timegm normalises an impossible day (Feb 31) the same way with or without the time.
+        day = calendar.timegm((y, mo, d, 0, 0, 0, 0, 0, 0))
+        if len(_DAYS) < 100_000:
+            _DAYS[(y, mo, d)] = day
+    ts = day + h * 3600 + mi * 60 + s + frac
     if zone and zone != "Z":
         sign = -1 if zone[0] == "+" else 1
         digits = zone[1:].replace(":", "")

@@ -468,7 +468,10 @@ class NodeRollup:
                 n_kept = len(kept)
                 if n_kept < RARE_SAMPLE or (keep and n_kept < MAX_KEPT_PER_GROUP):
                     flags = ("truncated",) if long_lines and pos in long_lines else ()
-                    offset = tb_offset if joined else _at(block, pos - first)
+                    if joined:
+                        offset = tb_offset
+                    else:
+                        offset = block.offset(pos - first) if block is not None else None
                     kept.append(
                         KeptLine(path, first_pos, message, ts_ref, line_rank, flags, offset)
                     )

@@ -159,7 +159,6 @@ class Scanner:
 
     def scan(self, stream: LogStream, size: int = 0) -> FilePartial:
         """One file as a partial rollup (its problems and new kinds included)."""
-        cpu = time.process_time()
         problems: list[str] = []
         long_lines: set[int] = set()
         rollup = NodeRollup(stream.node, self.rules, Timeline(), self.cache)
@@ -181,12 +180,11 @@ class Scanner:
         reported = self.reported
         part.specs = [kind_spec(k) for k in order if k.key not in reported]
         reported.update(spec[0] for spec in part.specs)
-        part.cpu = time.process_time() - cpu
-        part.rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return part
 
     def scan_all(self, streams: list[LogStream], sizes: list[int]) -> list[FilePartial]:
         """Consecutive files, one partial per run of files of the same node (``extend``)."""
+        cpu = time.process_time()  # per batch: the clock is a system call
         out: list[FilePartial] = []
         for stream, size in zip(streams, sizes, strict=True):
             part = self.scan(stream, size)
@@ -194,6 +192,9 @@ class Scanner:
                 out[-1].extend(part, self.cap_of)
             else:
                 out.append(part)
+        if out:
+            out[0].cpu = time.process_time() - cpu
+            out[0].rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return out
 
     def cap_of(self, key: str) -> int:
