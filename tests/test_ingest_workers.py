@@ -138,7 +138,7 @@ def test_a_worker_whose_first_line_of_a_kind_differs_is_rescanned(
         for i, stream in enumerate(streams):
             scanner = Scanner()
             scanner.worker = i
-            yield scanner.scan(stream, sizes[i])
+            yield scanner.scan([stream], [sizes[i]])
 
     monkeypatch.setattr(workers, "_partials", two_workers)
     two = LineParser()

@@ -133,37 +133,13 @@ class FilePartial:
     #: CPU seconds its worker spent on it, and the worker's peak RSS (KiB) after it.
     cpu: float = 0.0
     rss_kb: int = 0
-    files: int = 1  # consecutive files of the node it covers (``extend``)
-
-    def extend(self, later: FilePartial, cap_of: Callable[[str], int]) -> None:
-        """Append the partial of the node's next file (a worker merges the consecutive files
-        of a node before sending them): absorbing the result is absorbing both in order.
-        ``cap_of(kind key)`` is the kept-line cap of a kind (``_kept_cap``)."""
-        offset = len(self.runs)
-        self.runs.extend(later.runs)
-        groups = self.groups
-        for (key, stage, it), group in later.groups.items():
-            if offset and it is not None and it < 0:
-                it -= offset
-            gk = (key, stage, it)
-            have = groups.get(gk)
-            if have is None:
-                groups[gk] = group
-            else:
-                _add(have, group, cap_of(key))
-        marked = {mark for mark, _ in self.marks}
-        self.marks.extend(m for m in later.marks if m[0] not in marked)
-        known = set(self.kinds)
-        self.kinds.extend(k for k in later.kinds if k not in known)
-        self.specs.extend(later.specs)
-        self.problems.extend(later.problems)
-        self.lines += later.lines
-        if later.last_iteration is not None:
-            self.last_iteration = max(later.last_iteration, self.last_iteration or -1)
-        self.size += later.size
-        self.cpu += later.cpu
-        self.rss_kb = max(self.rss_kb, later.rss_kb)
-        self.files += later.files
+    files: int = 1  # consecutive files of the node it covers
+    #: Groups a chained traceback took back to nothing (see ``NodeRollup.vanished``) and kept
+    #: lines appended past their cap (a file ending in a traceback), by group key.
+    vanished: list[tuple[tuple[str, str, int | None], int, str | None, set[int]]] = field(
+        default_factory=list
+    )
+    forced: list[tuple[tuple[str, str, int | None], KeptLine]] = field(default_factory=list)
 
 
 #: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset.
@@ -223,6 +199,12 @@ class NodeRollup:
         self.lines = 0
         self.cache = cache if cache is not None else KindCache()
         self.last_iteration: int | None = None
+        # What ``absorb`` needs to give exactly the result of scanning the files into one
+        # rollup: a group created and taken back to nothing by a chained traceback (deleted
+        # here; an earlier part of the node keeps it, with this last position, time and rank),
+        # and the kept line of a file ending inside a traceback (appended past the cap).
+        self.vanished: list[tuple[GroupKey, int, str | None, set[int]]] = []
+        self.forced: list[tuple[GroupKey, KeptLine]] = []
 
     def absorb(
         self, part: FilePartial, kind_of: Callable[[str], LineKind], timeline: Timeline
@@ -237,6 +219,13 @@ class NodeRollup:
         offset = len(self.runs)
         self.runs.extend(part.runs)
         groups = self.groups
+        for (key, stage, it), last_pos, last_ts_ref, ranks in part.vanished:
+            if offset and it is not None and it < 0:
+                it -= offset
+            have = groups.get((kind_of(key), stage, it))
+            if have is not None:
+                have.last_pos, have.last_ts_ref = last_pos, last_ts_ref
+                have.ranks |= ranks
         for (key, stage, it), group in part.groups.items():
             kind = kind_of(key)
             if offset and it is not None and it < 0:
@@ -247,6 +236,12 @@ class NodeRollup:
                 groups[gk] = group
             else:
                 _add(have, group, kept_cap(kind))
+        for (key, stage, it), kept in part.forced:
+            if offset and it is not None and it < 0:
+                it -= offset
+            have = groups.get((kind_of(key), stage, it))
+            if have is not None and not any(k is kept for k in have.kept):
+                have.kept.append(kept)
         for mark, ref in part.marks:
             timeline.mark(mark, ref)
         self.lines += part.lines
@@ -266,6 +261,8 @@ class NodeRollup:
             marks=list(self.timeline.marks.items()),
             lines=self.lines,
             last_iteration=self.last_iteration,
+            vanished=[((k.key, s, it), p, r, ranks) for (k, s, it), p, r, ranks in self.vanished],
+            forced=[((k.key, s, it), kept) for (k, s, it), kept in self.forced],
         )
 
     def scan(
@@ -350,6 +347,9 @@ class NodeRollup:
                             group0.kept.remove(kept0)
                         if group0.count <= 0 and groups.get(key0) is group0:
                             del groups[key0]
+                            self.vanished.append(
+                                (key0, group0.last_pos, group0.last_ts_ref, group0.ranks)
+                            )
                         if open_group is group0:
                             open_group = open_kept = None
                         tb = [*message0.split("\n"), raw]
@@ -501,6 +501,7 @@ class NodeRollup:
             if rank is not None:
                 group.ranks.add(rank)
             group.kept.append(KeptLine(path, tb_start, message, ts_ref, rank, (), tb_offset))
+            self.forced.append((tb_key, group.kept[-1]))
         self.lines += pos
         if iteration is not None:
             self.last_iteration = max(iteration, self.last_iteration or iteration)

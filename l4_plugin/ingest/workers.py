@@ -30,7 +30,7 @@ from pathlib import Path
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser, kind_spec, read_blocks
-from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup, kept_cap
+from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup
 from l4_plugin.ingest.sources import LogStream
 from l4_plugin.ingest.stages import StageRules
 from l4_plugin.ingest.timeline import Timeline
@@ -157,49 +157,55 @@ class Scanner:
         self.reported: set[str] = set()
         self.worker = os.getpid()
 
-    def scan(self, stream: LogStream, size: int = 0) -> FilePartial:
-        """One file as a partial rollup (its problems and new kinds included)."""
+    def scan(self, streams: list[LogStream], sizes: list[int]) -> FilePartial:
+        """Consecutive files of one node into one partial rollup, as one process would scan
+        them (problems and kinds new to this scanner included)."""
+        rollup = NodeRollup(streams[0].node, self.rules, Timeline(), self.cache)
         problems: list[str] = []
-        long_lines: set[int] = set()
-        rollup = NodeRollup(stream.node, self.rules, Timeline(), self.cache)
         order: dict[LineKind, None] = {}
+        for stream in streams:
+            long_lines: set[int] = set()
 
-        def tracked() -> Iterator[Chunk]:
-            for chunk in chunks(stream, self.parser, problems, long_lines):
-                order.update(dict.fromkeys(chunk[1]))
-                yield chunk
+            def tracked(
+                stream: LogStream = stream, long_lines: set[int] = long_lines
+            ) -> Iterator[Chunk]:
+                for chunk in chunks(stream, self.parser, problems, long_lines):
+                    order.update(dict.fromkeys(chunk[1]))
+                    yield chunk
 
-        try:
-            rollup.scan(stream.path, stream.rank, tracked(), long_lines)
-        except OSError as exc:
-            problems.append(f"cannot read {stream.path}: {exc.strerror}")
+            try:
+                rollup.scan(stream.path, stream.rank, tracked(), long_lines)
+            except OSError as exc:
+                problems.append(f"cannot read {stream.path}: {exc.strerror}")
         part = rollup.partial(order)
         part.problems = problems
         part.worker = self.worker
-        part.size = size
+        part.size = sum(sizes)
+        part.files = len(streams)
         reported = self.reported
         part.specs = [kind_spec(k) for k in order if k.key not in reported]
         reported.update(spec[0] for spec in part.specs)
         return part
 
     def scan_all(self, streams: list[LogStream], sizes: list[int]) -> list[FilePartial]:
-        """Consecutive files, one partial per run of files of the same node (``extend``)."""
+        """Consecutive files, one partial per run of files of the same node."""
         cpu = time.process_time()  # per batch: the clock is a system call
-        out: list[FilePartial] = []
-        for stream, size in zip(streams, sizes, strict=True):
-            part = self.scan(stream, size)
-            if out and out[-1].node == part.node:
-                out[-1].extend(part, self.cap_of)
-            else:
-                out.append(part)
+        out = [self.scan(streams[a:b], sizes[a:b]) for a, b in node_runs(streams)]
         if out:
             out[0].cpu = time.process_time() - cpu
             out[0].rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         return out
 
-    def cap_of(self, key: str) -> int:
-        """The kept-line cap of one of this scanner's kinds."""
-        return kept_cap(self.parser.masked_kinds[key])
+
+def node_runs(streams: list[LogStream]) -> list[tuple[int, int]]:
+    """``(start, end)`` of each run of consecutive streams of the same node."""
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(streams) + 1):
+        if i == len(streams) or streams[i].node != streams[start].node:
+            runs.append((start, i))
+            start = i
+    return runs
 
 
 @dataclass(frozen=True, slots=True)
@@ -341,8 +347,8 @@ def _partials(streams: list[LogStream], sizes: list[int], workers: int) -> Itera
     """The streams' partials in job order, from ``workers`` processes (1: in this process)."""
     if workers <= 1:
         scanner = Scanner()
-        for stream, size in zip(streams, sizes, strict=True):
-            yield scanner.scan(stream, size)
+        for a, b in node_runs(streams):
+            yield scanner.scan(streams[a:b], sizes[a:b])
         return
     # Batches end at a node's last file when they can: the worker then sends one partial per
     # node (its files merged), not one per file.
