@@ -1,20 +1,38 @@
-"""End-to-end ingest on the embedded cluster: a simulated 64-node x 8-rank job of >= 5 M lines.
+"""Ingest throughput: the parse side alone (read, mask, scan, Drain) and end to end (+ writes).
 
-Prints lines, seconds, lines/s, index documents per raw line and the osmem-server's peak memory.
-Usage: python benchmarks/bench_ingest.py [--nodes 64] [--iterations 2000] [--lines-per-iteration 4]
+Two kinds of job:
+* simulated (default): ``l4 simulate``'s ``nccl-ib-error`` job, ``--nodes`` x 8 ranks;
+* realistic (``--realistic DIR``): the ``failed/`` logs of every case of an extracted
+  ``dev-cases.tar.gz`` (``tar xzf ../shared/eval/dev-cases.tar.gz -C /tmp`` → ``/tmp/dev-26``),
+  every file repeated ``--repeat`` times over (one node directory per case and node).
+
+``--workers 1,2`` measures each worker count; ``--parse-only`` skips the cluster. Prints lines,
+MB, wall and CPU seconds (this process and its workers), lines/s, MB/s, lines/s per CPU-second,
+parallel efficiency against the first worker count, peak RSS of L4 (reducer, largest worker) and
+of the cluster, and index documents per raw line.
+Usage: python benchmarks/bench_ingest.py [--nodes 64] [--iterations 2000] [--workers 1,2]
+       python benchmarks/bench_ingest.py --realistic /tmp/dev-26 --repeat 20 --parse-only
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
+import os
+import resource
 import sys
 import tempfile
 import time
+import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from l4_plugin.ingest.jobdir import discover
+from l4_plugin.ingest.parser import LineParser
 from l4_plugin.ingest.pipeline import ingest_job
+from l4_plugin.ingest.sources import file_streams
+from l4_plugin.ingest.workers import scan_streams
 from l4_plugin.simulate import simulate
 from l4_plugin.store import EmbeddedCluster, IndexNames, OpenSearchStore
 
@@ -26,38 +44,142 @@ def _peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def _cpu() -> float:
+    """CPU seconds of this process (the reducer; the scan too when it runs in-process)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    return me.ru_utime + me.ru_stime
+
+
+def realistic_job(cases: Path, out: Path, repeat: int) -> None:
+    """Every case's ``failed/`` files, each repeated ``repeat`` times (gzip stays gzip)."""
+    for case in sorted(p for p in cases.iterdir() if (p / "failed").is_dir()):
+        failed = case / "failed"
+        for path in sorted(failed.rglob("*")):
+            if not path.is_file() or path.name == "job.yaml":
+                continue
+            rel = path.relative_to(failed)
+            if len(rel.parts) > 1:
+                target = out / f"{case.name}-{rel.parts[0]}" / Path(*rel.parts[1:])
+            else:
+                target = out / f"{case.name}-{rel.name}"
+            target.parent.mkdir(parents=True, exist_ok=True)
+            data = path.read_bytes()
+            compressed = data[:2] == b"\x1f\x8b"
+            if compressed:  # the corpus has truncated .gz files: keep what decompresses
+                data = zlib.decompressobj(31).decompress(data)
+            if data and not data.endswith(b"\n"):
+                data += b"\n"
+            data *= repeat
+            target.write_bytes(gzip.compress(data, 6) if compressed else data)
+
+
+def parse_only(job: Path, workers: int) -> dict[str, float]:
+    """Read, mask, scan and Drain every file of ``job`` (no cluster)."""
+    files = discover(job)
+    size = sum(f.path.stat().st_size for f in files)
+    cpu0, t0 = _cpu(), time.monotonic()
+    parser = LineParser()
+    result = scan_streams(file_streams(files), parser, workers=workers)
+    parser.finish()
+    wall, reducer = time.monotonic() - t0, _cpu() - cpu0
+    # Worker processes are the forkserver's children, not ours: they report their own CPU.
+    cpu = reducer + (result.scan_cpu if result.workers > 1 else 0.0)
+    lines = sum(r.lines for r in result.rollups.values())
+    return {
+        "lines": lines,
+        "bytes": size,
+        "wall": wall,
+        "cpu": cpu,
+        "scan_cpu": result.scan_cpu,
+        "files": len(files),
+        "worker_rss": result.worker_rss_kb / 1024,
+    }
+
+
+def end_to_end(job: Path, workers: int) -> dict[str, float]:
+    """``ingest_job`` into a fresh embedded cluster."""
+    files = discover(job)
+    size = sum(f.path.stat().st_size for f in files)
+    with EmbeddedCluster() as cluster:
+        store = OpenSearchStore(cluster.url, IndexNames("l4-"), request_timeout=300)
+        store.install_templates()
+        cpu0, t0 = _cpu(), time.monotonic()
+        summary = ingest_job(store, job, workers=workers)
+        wall, reducer = time.monotonic() - t0, _cpu() - cpu0
+        cpu = reducer + (summary.scan_cpu if summary.workers > 1 else 0.0)
+        docs = summary.events_docs + summary.lines_docs + summary.new_templates + 1
+        return {
+            "lines": summary.lines,
+            "bytes": size,
+            "wall": wall,
+            "cpu": cpu,
+            "scan_cpu": summary.scan_cpu,
+            "worker_rss": summary.worker_rss_mb,
+            "files": summary.files,
+            "nodes": summary.nodes,
+            "events": summary.events_docs,
+            "kept": summary.lines_docs,
+            "templates": summary.new_templates,
+            "docs": docs,
+            "cluster_rss": _peak_rss_mb(cluster.pid or 0),
+        }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=64)
     ap.add_argument("--iterations", type=int, default=2000)
     ap.add_argument("--lines-per-iteration", type=int, default=4)
+    ap.add_argument("--realistic", type=Path, help="extracted dev cases (e.g. /tmp/dev-26)")
+    ap.add_argument("--repeat", type=int, default=10, help="--realistic: copies of each file")
+    ap.add_argument("--workers", default="1,2", help="worker counts to measure, e.g. 1,2")
+    ap.add_argument("--parse-only", action="store_true", help="no cluster: read, mask, scan, Drain")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(prefix="l4-bench-") as tmp:
         t0 = time.monotonic()
-        simulate(
-            Path(tmp),
-            nodes=args.nodes,
-            iterations=args.iterations,
-            fault="nccl-ib-error",
-            seed=7,
-            baselines=0,
-            lines_per_iteration=args.lines_per_iteration,
-        )
-        print(f"simulate: {time.monotonic() - t0:.1f} s")
-        with EmbeddedCluster() as cluster:
-            store = OpenSearchStore(cluster.url, IndexNames("l4-"), request_timeout=300)
-            store.install_templates()
-            summary = ingest_job(store, Path(tmp) / "job")
-            docs = summary.events_docs + summary.lines_docs + summary.new_templates + 1
-            print(f"lines: {summary.lines:,}  files: {summary.files}  nodes: {summary.nodes}")
+        if args.realistic:
+            job = Path(tmp) / "job"
+            realistic_job(args.realistic, job, args.repeat)
             print(
-                f"ingest: {summary.seconds:.1f} s = {summary.lines / summary.seconds:,.0f} lines/s"
+                f"realistic job from {args.realistic} x{args.repeat}: {time.monotonic() - t0:.1f} s"
             )
+        else:
+            simulate(
+                Path(tmp),
+                nodes=args.nodes,
+                iterations=args.iterations,
+                fault="nccl-ib-error",
+                seed=7,
+                baselines=0,
+                lines_per_iteration=args.lines_per_iteration,
+            )
+            job = Path(tmp) / "job"
+            print(f"simulate: {time.monotonic() - t0:.1f} s")
+        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        first: tuple[int, float] | None = None
+        for n in (int(w) for w in args.workers.split(",")):
+            r = parse_only(job, n) if args.parse_only else end_to_end(job, n)
+            rate = r["lines"] / r["wall"]
+            first = first or (n, rate)
+            efficiency = rate / (first[1] * n / first[0])
             print(
-                f"documents: {summary.events_docs:,} rollups + {summary.lines_docs:,} kept lines"
-                f" + {summary.new_templates} templates = {docs / summary.lines:.5f} per raw line"
+                f"workers={n} {'parse side' if args.parse_only else 'end to end'}: "
+                f"{r['lines']:,.0f} lines, {r['files']:,.0f} files, {r['bytes'] / 1e6:,.1f} MB in "
+                f"{r['wall']:.2f} s wall = {rate:,.0f} lines/s, "
+                f"{r['bytes'] / 1e6 / r['wall']:,.1f} MB/s; CPU {r['cpu']:.2f} s (in workers "
+                f"{r['scan_cpu']:.2f} s) = {r['lines'] / r['cpu']:,.0f} lines per CPU-second; "
+                f"parallel efficiency vs workers={first[0]}: {efficiency:.0%}; "
+                f"largest worker peak RSS {r['worker_rss']:,.0f} MB"
             )
-            print(f"osmem-server peak RSS: {_peak_rss_mb(cluster.pid or 0):,.0f} MB")
+            if not args.parse_only:
+                print(
+                    f"  documents: {r['events']:,.0f} rollups + {r['kept']:,.0f} kept lines + "
+                    f"{r['templates']:,.0f} templates + 1 job = {r['docs'] / r['lines']:.5f} per "
+                    f"raw line ({r['nodes']:,.0f} nodes); cluster peak RSS "
+                    f"{r['cluster_rss']:,.0f} MB"
+                )
+        me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        print(f"L4 peak RSS of this process (reducer, all runs): {me:,.0f} MB")
 
 
 if __name__ == "__main__":

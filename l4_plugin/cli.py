@@ -175,6 +175,14 @@ def cluster_up(port: int) -> None:
             clear_state(settings.state_dir, embedded.url)
 
 
+def _workers_option(f: Any) -> Any:
+    return click.option(
+        "--workers",
+        type=click.IntRange(1, 1024),
+        help="Worker processes scanning the files (default: L4_INGEST_WORKERS, else the cores).",
+    )(f)
+
+
 @app.command()
 @click.argument("job_dir", type=click.Path(path_type=Path, file_okay=False), required=False)
 @click.option(
@@ -210,6 +218,7 @@ def cluster_up(port: int) -> None:
 @click.option("--path-field", default="log.file.path", show_default=True)
 @click.option("--offset-field", default="log.offset", show_default=True)
 @_size_options
+@_workers_option
 def ingest(
     job_dir: Path | None,
     job_id: str | None,
@@ -227,41 +236,26 @@ def ingest(
     offset_field: str,
     max_file_size: str | None,
     max_job_size: str | None,
+    workers: int | None,
 ) -> None:
     """Parse a job's logs (JOB_DIR, or --from-index) into rollups, kept lines and templates."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from l4_plugin.ingest.index_source import RawFields, ingest_index
     from l4_plugin.ingest.jobdir import parse_config_overrides
     from l4_plugin.ingest.pipeline import ingest_job
+    from l4_plugin.ingest.workers import ScanProgress
 
     if (job_dir is None) == (from_index is None):
         raise click.UsageError("give either JOB_DIR or --from-index PATTERN")
     overrides = parse_config_overrides(list(config_pairs))
     limits = _read_limits(max_file_size, max_job_size)
+    n_workers = workers or STATE.settings.ingest_workers
     with open_cluster(STATE.settings) as store:
         store.install_templates()
-        with Progress(
-            TextColumn("[progress.description]{task.description}"),
-            BarColumn(),
-            TextColumn("{task.completed}/{task.total} files"),
-            TextColumn("{task.fields[rate]}"),
-            TimeElapsedColumn(),
-            console=SafeConsole(stderr=True),
-            transient=True,
-        ) as bar:
-            task = bar.add_task("ingest", total=None, rate="")
-            started = time.monotonic()
+        # One line, rewritten in place; only on a terminal (rich draws nothing otherwise).
+        with SafeConsole(stderr=True, highlight=False).status("ingest") as line:
 
-            def progress(name: str, done: int, total: int, lines: int) -> None:
-                rate = lines / max(time.monotonic() - started, 1e-6)
-                bar.update(
-                    task,
-                    total=total,
-                    completed=done,
-                    description=name[-40:],
-                    rate=f"{lines:,} lines, {rate:,.0f} lines/s",
-                )
+            def progress(p: ScanProgress) -> None:
+                line.update(f"ingest {p.describe()}")
 
             if from_index is not None:
                 fields = RawFields(
@@ -296,6 +290,7 @@ def ingest(
                         full=full,
                         progress=progress,
                         limits=limits,
+                        workers=n_workers,
                     )
                 ]
         for summary in summaries:
@@ -518,6 +513,7 @@ def _run_diagnosis(
 @click.option("--node-pattern", help="Regex with (?P<node>...) [and (?P<rank>...)] over paths.")
 @click.option("--reingest", is_flag=True, help="Ingest again even if the cluster has the job.")
 @_size_options
+@_workers_option
 @_diagnosis_options
 def diagnose(
     job_dir: Path,
@@ -527,10 +523,12 @@ def diagnose(
     reingest: bool,
     max_file_size: str | None,
     max_job_size: str | None,
+    workers: int | None,
     **kwargs: Any,
 ) -> None:
     """Diagnose a failed job's log directory: ingest (baselines first), match rules, analyse."""
     from l4_plugin.diagnosis.jobdirs import prepare_all
+    from l4_plugin.ingest.workers import ScanProgress
 
     limits = _read_limits(max_file_size, max_job_size)
     with open_cluster(STATE.settings) as store:
@@ -539,8 +537,8 @@ def diagnose(
         status_line = err.status("ingesting")
 
         def progress(name: str) -> Any:
-            def tick(file: str, done: int, total: int, lines: int) -> None:
-                status_line.update(f"ingest {name}: {done}/{total} files, {lines:,} lines")
+            def tick(p: ScanProgress) -> None:
+                status_line.update(f"ingest {name}: {p.describe()}")
 
             return tick
 
@@ -554,6 +552,7 @@ def diagnose(
                 progress=progress,
                 reingest=reingest,
                 limits=limits,
+                workers=workers or STATE.settings.ingest_workers,
             )
         for p in [*base, job]:
             state = (
@@ -877,6 +876,16 @@ def _print_job(state: Any) -> None:
                 if state.generation
                 else "nothing until one completes"
             )
+        )
+    progress = state.progress
+    if state.ingest == "running" and progress:
+        eta = progress.get("eta_seconds")
+        mb_done, mb = (progress.get("bytes_done") or 0) / 1e6, (progress.get("bytes") or 0) / 1e6
+        out.print(
+            f"ingest progress: files {progress.get('files_done')}/{progress.get('files')}, "
+            f"{progress.get('lines', 0):,} lines, {mb_done:,.0f}/{mb:,.0f} MB, "
+            f"{progress.get('lines_per_second', 0):,} lines/s"
+            + (f", {eta:,.0f} s left" if eta is not None else "")
         )
 
 

@@ -66,3 +66,13 @@ def test_password_value_is_redacted_in_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"es_password .*\*\*\*") as info:
         load_settings(cfg)
     assert "[1, 2]" not in str(info.value)
+
+
+def test_ingest_workers_from_env_flag_or_cores(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings(None).ingest_workers is None  # None: the machine's cores
+    monkeypatch.setenv("L4_INGEST_WORKERS", "3")
+    assert load_settings(None).ingest_workers == 3
+    assert load_settings(None, ingest_workers=5).ingest_workers == 5
+    monkeypatch.setenv("L4_INGEST_WORKERS", "0")
+    with pytest.raises(ConfigError, match=r"ingest_workers \(environment L4_INGEST_WORKERS\)"):
+        load_settings(None)

@@ -79,6 +79,7 @@ def prepare(
     reingest: bool = False,
     known_templates: set[str] | None = None,
     limits: ReadLimits | None = None,
+    workers: int | None = None,
 ) -> Prepared:
     """Ingest ``job_dir`` unless the cluster already holds it unchanged."""
     meta = job_meta(job_dir, job_id=job_id, status=status)
@@ -93,6 +94,7 @@ def prepare(
         baseline_templates=known_templates,
         progress=progress,
         limits=limits,
+        workers=workers,
     )
     return Prepared(meta.id, job_dir, summary)
 
@@ -107,6 +109,7 @@ def prepare_all(
     progress: Callable[[str], Progress | None] | None = None,
     reingest: bool = False,
     limits: ReadLimits | None = None,
+    workers: int | None = None,
 ) -> tuple[Prepared, list[Prepared]]:
     """Baselines first (so the failed job's rare-template choice can use them), then the job.
 
@@ -125,6 +128,7 @@ def prepare_all(
             progress=progress(b.name) if progress else None,
             reingest=reingest,
             limits=limits,
+            workers=workers,
         )
         for b in base_dirs
     ]
@@ -141,6 +145,7 @@ def prepare_all(
         reingest=reingest,
         known_templates=known,
         limits=limits,
+        workers=workers,
     )
     return job, done_baselines
 

@@ -90,6 +90,7 @@ _RAY = re.compile(
 # srun -l: "3: message" (the task id, a global rank); never "14:05:45" (a time).
 _SRUN_PREFIX = re.compile(r"(\d{1,6}): (?![\d:])")
 _BODY_RANK = re.compile(r"\[Rank (\d+)\]")
+_PREFIX_RANKS: dict[str, int | None] = {}  # rank of each launcher prefix text seen
 
 # "[2024-05-03 10:11:12,345] [INFO] [logging.py:96:log_dist] " (DeepSpeed) and
 # " [2024-05-03 10:11:12] " (Megatron) — the bracketed-time family.
@@ -205,7 +206,15 @@ def rank_prefix(line: str) -> tuple[int | None, int]:
     A collector's labels before it (:func:`outer_labels`) are skipped; ``(None, end of the
     labels)`` when the line has no rank prefix.
     """
-    return _rank_at(line, outer_labels(line)[2])
+    if line.startswith("[rank"):
+        # The common case, "[rankN]:" alone, without the regexes (every such line pays this).
+        end = line.find("]:", 5)
+        if 5 < end < 12 and line[5:end].isdecimal() and line[end + 2 : end + 3] != "[":
+            return int(line[5:end]), end + 2
+    return _rank_at(line, outer_labels(line)[2] if line[:1] in _OUTER_FIRST else 0)
+
+
+_OUTER_FIRST = frozenset("0123456789[(")
 
 
 def outer_labels(line: str) -> tuple[float | None, str | None, int]:
@@ -216,9 +225,9 @@ def outer_labels(line: str) -> tuple[float | None, str | None, int]:
     pos = 0
     for _ in range(2):  # kubectl --prefix --timestamps: "[pod/…] 2024-…Z …"
         c = line[pos : pos + 1]
-        if c.isdigit() and (m := _CRI.match(line, pos)) is not None:
+        if c.isdigit() and "std" in line[pos + 19 : pos + 45] and (m := _CRI.match(line, pos)):
             ts = _iso_groups(m.groups())
-        elif c == "[" and (m := _KUBECTL.match(line, pos)) is not None:
+        elif c == "[" and line.startswith("[pod/", pos) and (m := _KUBECTL.match(line, pos)):
             host = m.group(1)
         elif c == "(" and (m := _RAY.match(line, pos)) is not None:
             host = m.group(1) or host
@@ -233,12 +242,16 @@ def _rank_at(line: str, start: int, srun: bool = True) -> tuple[int | None, int]
     if m is None:
         sm = _SRUN_PREFIX.match(line, start) if srun else None
         return (int(sm.group(1)), sm.end()) if sm else (None, start)
-    rank: int | None = None
-    for kind, number, mpi in _PREFIX_PART.findall(m.group(1)):
-        if mpi:
-            rank = int(mpi)
-        elif kind == "rank" or rank is None:
-            rank = int(number)
+    text = m.group(1)
+    rank = _PREFIX_RANKS.get(text)
+    if rank is None:
+        for kind, number, mpi in _PREFIX_PART.findall(text):
+            if mpi:
+                rank = int(mpi)
+            elif kind == "rank" or rank is None:
+                rank = int(number)
+        if len(_PREFIX_RANKS) < 65_536:  # a job has a few prefixes per rank
+            _PREFIX_RANKS[text] = rank
     return rank, m.end()
 
 
@@ -292,6 +305,22 @@ def _skip_blanks(line: str, pos: int) -> int:
     while pos < n and line[pos] in " \t\r":
         pos += 1
     return pos
+
+
+def parse_time(line: str, default_year: int | None = None) -> float | None:
+    """``parse_header(line, default_year).timestamp``, without the rest: no level inference
+    (two regex searches over the body) and no rank. What the ingest asks of most lines."""
+    year = default_year if default_year is not None else time.gmtime().tm_year
+    pos = _skip_blanks(line, rank_prefix(line)[1])
+    ts, _, _, body, emitter, _ = _dispatch(line, pos, year)
+    if ts is None and emitter == "slurm":
+        sm = _SLURM_AT.search(line, body)
+        if sm is not None:
+            y, mo, d, h, mi, s = (int(g) for g in sm.groups())
+            ts = _epoch(y, mo, d, h, mi, s, 0.0, None)
+    if ts is None and line[:1] in _OUTER_FIRST:
+        ts = outer_labels(line)[0]
+    return ts
 
 
 _Parsed = tuple[float | None, str | None, str | None, int, str, int | None]
@@ -467,13 +496,22 @@ def _glog_groups(g: tuple[str | None, ...], year: int) -> float | None:
     return _epoch(year, int(mo), int(d), int(h), int(mi), int(s), _frac(frac), None)
 
 
+_DAYS: dict[tuple[int, int, int], int] = {}  # epoch seconds of each day's midnight (UTC)
+
+
 def _epoch(
     y: int, mo: int, d: int, h: int, mi: int, s: int, frac: float, zone: str | None
 ) -> float | None:
     """Epoch seconds (UTC unless ``zone``); None for an impossible date instead of raising."""
     if not (1 <= mo <= 12 and 1 <= d <= 31 and h < 24 and mi < 60 and s <= 60):
         return None
-    ts = calendar.timegm((y, mo, d, h, mi, s, 0, 0, 0)) + frac
+    day = _DAYS.get((y, mo, d))
+    if day is None:
+        # timegm normalises an impossible day (Feb 31) the same way with or without the time.
+        day = calendar.timegm((y, mo, d, 0, 0, 0, 0, 0, 0))
+        if len(_DAYS) < 100_000:
+            _DAYS[(y, mo, d)] = day
+    ts = day + h * 3600 + mi * 60 + s + frac
     if zone and zone != "Z":
         sign = -1 if zone[0] == "+" else 1
         digits = zone[1:].replace(":", "")

@@ -49,22 +49,40 @@ class LineKind:
     template: Template | None = None
 
 
+#: What a worker process tells the reducer about a line kind it saw first:
+#: (masked line, level, emitter, has_timestamp, rank_prefix, body).
+KindSpec = tuple[str, str | None, str, bool, bool, str]
+
+
+def kind_spec(kind: LineKind) -> KindSpec:
+    """The attributes of a kind that travel between processes (everything but the template)."""
+    return (kind.key, kind.level, kind.emitter, kind.has_timestamp, kind.rank_prefix, kind.body)
+
+
 class LineParser:
-    """Turns raw lines into shared ``LineKind`` objects and, at ``finish()``, stable templates.
+    r"""Turns raw lines into shared ``LineKind`` objects and, at ``finish()``, stable templates.
 
     ``drain_params`` go to ``TemplateMiner`` (``sim_th``, ``depth``, ``max_children``,
     ``extra_delimiters``). ``feed`` may be called again after ``finish``; a later ``finish``
     re-resolves every kind (Drain may have generalised a template in the meantime).
+    ``mine=False`` (a worker process's scanner) masks and deduplicates but never runs Drain: the
+    reducer ``adopt``\ s the kinds in job order. ``pinned`` kinds (by masked line) give their
+    attributes to the kinds this parser creates, instead of this parser's first raw line.
     """
 
     def __init__(
         self,
         masker: Masker | None = None,
         known: Iterable[Template] = (),
+        *,
+        mine: bool = True,
+        pinned: dict[str, LineKind] | None = None,
         **drain_params: float | int | tuple[str, ...],
     ) -> None:
         self.masker = masker if masker is not None else _default_masker()
         self.miner = TemplateMiner(known, **drain_params)  # type: ignore[arg-type]
+        self.mine = mine
+        self._pinned = pinned
         self._by_key: dict[str, LineKind] = {}
         self._by_masked: dict[str, LineKind] = {}
         self._handles: list[tuple[LineKind, int]] = []
@@ -119,19 +137,44 @@ class LineParser:
         """Templates of this parser's lines that were not among the known ones."""
         return self.miner.new_templates()
 
+    def adopt(self, spec: KindSpec) -> LineKind:
+        """The kind of a masked line another process saw (``kind_spec``); the first adoption of
+        a masked line creates it and hands its body to Drain, so Drain sees kinds in the order
+        they are adopted."""
+        kind = self._by_masked.get(spec[0])
+        if kind is None:
+            kind = self._by_masked[spec[0]] = LineKind(*spec)
+            if self.mine:
+                self._handles.append((kind, self.miner.add(kind.body)))
+        return kind
+
+    @property
+    def masked_kinds(self) -> dict[str, LineKind]:
+        """Every kind by its masked line (live: grows as lines are fed; do not modify)."""
+        return self._by_masked
+
+    def kind_of(self, masked_line: str) -> LineKind:
+        """The kind of a masked line this parser already has (``KeyError`` otherwise)."""
+        return self._by_masked[masked_line]
+
     def _new_kind(self, masked_line: str, raw: str, key: str) -> LineKind:
-        header = parse_header(raw)
-        # key is raw with digits normalised, same length: the body offset applies to it as is.
-        body = self.masker.mask(key[header.body_start :]).strip()
-        kind = LineKind(
-            key=masked_line,
-            level=header.level,
-            emitter=header.emitter,
-            has_timestamp=header.timestamp is not None,
-            rank_prefix=rank_prefix(raw)[1] > 0,
-            body=body,
-        )
-        self._handles.append((kind, self.miner.add(body)))
+        pin = self._pinned.get(masked_line) if self._pinned is not None else None
+        if pin is not None:
+            kind = LineKind(*kind_spec(pin))
+        else:
+            header = parse_header(raw)
+            # key is raw with digits normalised, same length: the body offset applies to it.
+            body = self.masker.mask(key[header.body_start :]).strip()
+            kind = LineKind(
+                key=masked_line,
+                level=header.level,
+                emitter=header.emitter,
+                has_timestamp=header.timestamp is not None,
+                rank_prefix=rank_prefix(raw)[1] > 0,
+                body=body,
+            )
+        if self.mine:
+            self._handles.append((kind, self.miner.add(kind.body)))
         return kind
 
 

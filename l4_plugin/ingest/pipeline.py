@@ -19,19 +19,18 @@ import hashlib
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from l4_plugin.errors import IngestError
-from l4_plugin.ingest.header import parse_header
+from l4_plugin.ingest.header import parse_time
 from l4_plugin.ingest.jobdir import JobMeta, ReadLimits, is_system_log, job_meta, scan
-from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser
+from l4_plugin.ingest.parser import LineKind, LineParser
 from l4_plugin.ingest.rollup import (
     KEEP_EMITTERS,
     KEEP_LEVELS,
-    Chunk,
     Group,
     NodeRollup,
     time_ref,
@@ -40,18 +39,21 @@ from l4_plugin.ingest.sources import LogStream, file_streams, files_generation
 from l4_plugin.ingest.stages import StageRules
 from l4_plugin.ingest.templates import template_from_dict
 from l4_plugin.ingest.timeline import UNPLACED, Timeline
+from l4_plugin.ingest.workers import ScanProgress, scan_streams
+from l4_plugin.ingest.workers import chunks as _chunks
+from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.records import Template
-from l4_plugin.store import Store, generations
-from l4_plugin.store.documents import source_field
+from l4_plugin.store import ConflictError, Store, generations
+from l4_plugin.store.documents import job_doc_id, source_field
 
-# Running (sum, lines) of an event document's iteration durations while groups merge into it;
+# Running (sum in ns, lines) of an event document's iteration durations while groups merge into it;
 # replaced by their mean, ``l4.iteration_seconds``, just before the documents are written.
 _SECONDS = "_seconds"
 TAIL_ITERATIONS = 32  # the last iterations of a job keep one bucket each
 MAX_COARSE_BUCKETS = 64  # earlier iterations share buckets: keeps the index compact
-FEED_LINES = 65_536
 FULL_CHUNK = 2_000  # --full: raw-line documents per bulk request
-Progress = Callable[[str, int, int, int], None]  # (file, files done, files, lines so far)
+PROGRESS_EVERY = 2.0  # seconds between progress updates of the job document
+Progress = Callable[[ScanProgress], None]
 
 
 @dataclass
@@ -66,8 +68,56 @@ class IngestSummary:
     lines_docs: int = 0
     new_templates: int = 0
     seconds: float = 0.0
+    workers: int = 1
     problems: list[str] = field(default_factory=list)
     skipped_files: int = 0  # log files not read: outside the job, not regular, too big, binary
+    progress: ScanProgress | None = None
+    scan_cpu: float = 0.0  # CPU seconds of the file scans, all workers
+    worker_rss_mb: float = 0.0  # the largest scanning process's peak RSS
+
+
+class _ProgressReport:
+    """Passes the scan's progress on to ``progress`` and, every ``PROGRESS_EVERY`` s, to the
+    job document (``l4.ingest.progress``: what ``l4 job status`` and the service show)."""
+
+    def __init__(self, store: Store, meta: JobMeta, progress: Progress | None) -> None:
+        self.store, self.meta, self.progress = store, meta, progress
+        self.last = time.monotonic()  # a job read within PROGRESS_EVERY is never reported
+
+    def __call__(self, p: ScanProgress) -> None:
+        if self.progress is not None:
+            self.progress(p)
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_EVERY and p.files_done < p.files:
+            self.last = now
+            record_progress(self.store, self.meta, p)
+
+
+def record_progress(store: Store, meta: JobMeta, p: ScanProgress) -> None:
+    """Write an ingest's progress into its job document, leaving every other field as it is
+    (a new job gets a document with ``l4.ingest.state: running``); a concurrent write wins."""
+    fields = {**p.fields(), "updated": int(time.time() * 1000)}
+    existing = store.get(store.names.jobs, job_doc_id(meta.id))
+    try:
+        if existing is None:
+            doc = {
+                "l4.job.id": meta.id,
+                "l4.job.status": meta.status,
+                "l4.ingest.state": "running",
+                "l4.ingest.progress": fields,
+            }
+            store.put(store.names.jobs, job_doc_id(meta.id), doc, create=True)
+        else:
+            doc = {**existing.source, "l4.ingest.progress": fields}
+            store.put(
+                store.names.jobs,
+                job_doc_id(meta.id),
+                doc,
+                if_seq_no=existing.seq_no,
+                if_primary_term=existing.primary_term,
+            )
+    except ConflictError:
+        pass  # the job was registered or written meanwhile: the next report has it
 
 
 def _doc_id(*parts: object) -> str:
@@ -101,33 +151,6 @@ def load_known_templates(store: Store) -> list[Template]:
         after = hits[-1]["sort"]
 
 
-def _chunks(
-    stream: LogStream, parser: LineParser, problems: list[str] | None, long_lines: set[int]
-) -> Iterator[Chunk]:
-    """Feed a stream's blocks to the parser; damage is reported to ``problems`` (None: ignored)."""
-    pos = 0
-    try:
-        for block in stream.open():
-            chunk = block.lines
-            for start in range(0, len(chunk), FEED_LINES):
-                lines = chunk[start : start + FEED_LINES]
-                if lines and max(map(len, lines)) > MAX_LINE_CHARS:
-                    for i, line in enumerate(lines):
-                        if len(line) > MAX_LINE_CHARS:
-                            long_lines.add(pos + i + 1)
-                            if problems is not None:
-                                problems.append(
-                                    f"{stream.path}:{pos + i + 1}: line of {len(line)} characters "
-                                    f"truncated to {MAX_LINE_CHARS}"
-                                )
-                            lines[i] = line[:MAX_LINE_CHARS]
-                pos += len(lines)
-                yield lines, parser.feed(lines), block, start
-    except IngestError as exc:
-        if problems is not None:
-            problems.append(str(exc))
-
-
 _UNSEEN = object()
 
 
@@ -137,7 +160,7 @@ class _Clock:
     def __init__(self, refs: set[str]) -> None:
         self.year = time.gmtime().tm_year
         for ref in refs:
-            a, b = parse_header(ref, 2000).timestamp, parse_header(ref, 2001).timestamp
+            a, b = parse_time(ref, 2000), parse_time(ref, 2001)
             if a is not None and a == b:  # the format carries its own year
                 self.year = time.gmtime(a).tm_year
                 break
@@ -149,7 +172,7 @@ class _Clock:
             return None
         ts = self.cache.get(ref, _UNSEEN)
         if ts is _UNSEEN:
-            ts = parse_header(ref, self.year).timestamp
+            ts = parse_time(ref, self.year)
             if cache:
                 self.cache[ref] = ts
         return int(ts * 1000) if isinstance(ts, float) else None
@@ -190,11 +213,14 @@ def ingest_job(
     full: bool = False,
     progress: Progress | None = None,
     limits: ReadLimits | None = None,
+    workers: int | None = None,
 ) -> IngestSummary:
     """Parse every log file of ``job_dir`` and write the job's documents (DESIGN §4).
 
     ``full`` also indexes every raw line into ``l4-lines`` (a second, streamed pass). Files
     ``jobdir.scan`` skips (``limits``) are warnings in the summary and counted on the job.
+    ``workers`` processes scan the files (None: the machine's cores, fewer for a small job);
+    the documents are the same for any number.
     """
     meta = job_meta(job_dir, job_id=job_id, status=status, config=config)
     found = scan(job_dir, node_pattern, limits)
@@ -208,6 +234,7 @@ def ingest_job(
         full=full,
         progress=progress,
         skipped=found.skipped,
+        workers=workers,
     )
 
 
@@ -222,6 +249,7 @@ def ingest_streams(
     full: bool = False,
     progress: Progress | None = None,
     skipped: list[str] | None = None,
+    workers: int | None = None,
 ) -> IngestSummary:
     """The one ingest path of files and index sources: parse, tag, roll up, write.
 
@@ -233,25 +261,14 @@ def ingest_streams(
     summary.problems.extend(skipped or [])
     summary.skipped_files = len(skipped or [])
     parser = LineParser(known=load_known_templates(store))
-    rules = StageRules.load()
-    timeline = Timeline()
-    rollups: dict[str, NodeRollup] = {}
-    for done, stream in enumerate(streams, 1):
-        rollup = rollups.get(stream.node)
-        if rollup is None:
-            rollup = rollups[stream.node] = NodeRollup(stream.node, rules, timeline)
-        long_lines: set[int] = set()
-        try:
-            rollup.scan(
-                stream.path,
-                stream.rank,
-                _chunks(stream, parser, summary.problems, long_lines),
-                long_lines,
-            )
-        except OSError as exc:
-            summary.problems.append(f"cannot read {stream.path}: {exc.strerror}")
-        if progress:
-            progress(stream.path, done, len(streams), sum(r.lines for r in rollups.values()))
+    report = _ProgressReport(store, meta, progress)
+    scanned = scan_streams(streams, parser, workers=workers, progress=report)
+    rollups, timeline = scanned.rollups, scanned.timeline
+    summary.problems.extend(scanned.problems)
+    summary.workers = scanned.workers
+    summary.progress = scanned.progress
+    summary.scan_cpu = scanned.scan_cpu
+    summary.worker_rss_mb = scanned.worker_rss_kb / 1024
     parser.finish()
     summary.nodes = len(rollups)
     summary.lines = sum(r.lines for r in rollups.values())
@@ -390,87 +407,102 @@ def _write(
     timeline.resolve(clock.seconds)
     bucket_of = _buckets(iterations, first_iteration)
     rare_limit = max(20, len(rollups))
-    merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
-    kept_docs: list[tuple[str, dict[str, Any]]] = []
-    for node, rollup in rollups.items():
-        for (kind, stage, it), group in rollup.groups.items():
-            template = kind.template
-            assert template is not None
-            first_ms, last_ms = clock.ms(group.first_ts_ref), clock.ms(group.last_ts_ref)
-            moved: int | None = None  # the time of a timeless run that took its next stamp's
-            if stage.startswith(UNPLACED):
-                ref = time_ref(rollup, it, group)
-                if ref is not group.first_ts_ref:
-                    first_ms = moved = clock.ms(ref)
-                    after = it is not None and ref is rollup.runs[-1 - it].after
-                    if first_ms is not None and after:
-                        # Printed before the stamped line whose time it takes: a millisecond
-                        # earlier keeps the two in the order they were written.
-                        first_ms = moved = first_ms - 1
-                    last_ms = max(last_ms or 0, first_ms or 0) or None
-            first_s = first_ms / 1000.0 if first_ms is not None else None
-            if stage.startswith(UNPLACED):
-                stage, it = timeline.place(stage[1:], first_s)
-            else:
-                stage = timeline.refine(stage, it, first_s)
-            start, span = bucket_of(it) if it is not None else (None, 0)
-            key = (node, template.id, stage, start)
-            doc = merged.get(key)
-            if doc is None:
-                merged[key] = _event_doc(
-                    meta.id,
-                    node,
-                    template,
-                    kind,
-                    stage,
-                    start,
-                    span,
-                    group,
-                    first_ms,
-                    last_ms,
-                    generation,
+    # Documents go to the cluster from the writer's thread while the next node's are built;
+    # a node's event documents are complete once its groups are merged (the node is in the key).
+    kept_docs: list[tuple[str, dict[str, Any]]] = []  # --full: written after the raw lines
+    times: list[int] = []
+    ends: list[int] = []
+    ranks: set[int] = set()
+    with BulkWriter(store) as writer:  # stopped (not left waiting) if building fails
+        for node, rollup in rollups.items():
+            merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
+            for (kind, stage, it), group in rollup.groups.items():
+                template = kind.template
+                assert template is not None
+                first_ms, last_ms = clock.ms(group.first_ts_ref), clock.ms(group.last_ts_ref)
+                moved: int | None = None  # the time of a timeless run that took its next stamp's
+                if stage.startswith(UNPLACED):
+                    ref = time_ref(rollup, it, group)
+                    if ref is not group.first_ts_ref:
+                        first_ms = moved = clock.ms(ref)
+                        after = it is not None and ref is rollup.runs[-1 - it].after
+                        if first_ms is not None and after:
+                            # Printed before the stamped line whose time it takes: a
+                            # millisecond earlier keeps the two in the order they were written.
+                            first_ms = moved = first_ms - 1
+                        last_ms = max(last_ms or 0, first_ms or 0) or None
+                first_s = first_ms / 1000.0 if first_ms is not None else None
+                if stage.startswith(UNPLACED):
+                    stage, it = timeline.place(stage[1:], first_s)
+                else:
+                    stage = timeline.refine(stage, it, first_s)
+                start, span = bucket_of(it) if it is not None else (None, 0)
+                key = (node, template.id, stage, start)
+                doc = merged.get(key)
+                if doc is None:
+                    merged[key] = _event_doc(
+                        meta.id,
+                        node,
+                        template,
+                        kind,
+                        stage,
+                        start,
+                        span,
+                        group,
+                        first_ms,
+                        last_ms,
+                        generation,
+                    )
+                else:
+                    _merge(doc, group, first_ms, last_ms)
+                keep_all = (
+                    kind.level in KEEP_LEVELS
+                    or kind.emitter in KEEP_EMITTERS
+                    or totals[template.id] <= rare_limit
+                    or (baseline_templates is not None and template.id not in baseline_templates)
                 )
-            else:
-                _merge(doc, group, first_ms, last_ms)
-            keep_all = (
-                kind.level in KEEP_LEVELS
-                or kind.emitter in KEEP_EMITTERS
-                or totals[template.id] <= rare_limit
-                or (baseline_templates is not None and template.id not in baseline_templates)
-            )
-            for kept in group.kept if keep_all else ():
-                ms = moved if moved is not None else clock.ms(kept.ts_ref)
-                doc_id = _doc_id(meta.id, generation, node, kept.path, kept.line)
-                line_doc: dict[str, Any] = {
-                    "message": kept.message,
-                    "host.name": node,
-                    "log.file.path": kept.path,
-                    "l4.job.id": meta.id,
-                    "l4.template.id": template.id,
-                    "l4.stage": stage,
-                    "l4.line": kept.line,
-                    "l4.generation": generation,
-                }
-                if ms is not None:
-                    line_doc["@timestamp"] = ms
-                if kind.level:
-                    line_doc["log.level"] = kind.level
-                if kept.rank is not None:
-                    line_doc["l4.rank"] = kept.rank
-                if it is not None:
-                    line_doc["l4.iteration"] = it
-                if kept.flags:
-                    line_doc["l4.flags"] = list(kept.flags)
-                if kept.offset is not None:
-                    line_doc["log.offset"] = kept.offset
-                kept_docs.append((doc_id, line_doc))
-    event_docs = [(_doc_id(meta.id, generation, *k), d) for k, d in merged.items()]
-    for _, d in event_docs:
-        d["l4.ranks"] = sorted(d["l4.ranks"])
-        if _SECONDS in d:
-            total, n = d.pop(_SECONDS)
-            d["l4.iteration_seconds"] = total / n
-    summary.events_docs = store.bulk_index(store.names.events, event_docs)
+                for kept in group.kept if keep_all else ():
+                    ms = moved if moved is not None else clock.ms(kept.ts_ref)
+                    doc_id = _doc_id(meta.id, generation, node, kept.path, kept.line)
+                    line_doc: dict[str, Any] = {
+                        "message": kept.message,
+                        "host.name": node,
+                        "log.file.path": kept.path,
+                        "l4.job.id": meta.id,
+                        "l4.template.id": template.id,
+                        "l4.stage": stage,
+                        "l4.line": kept.line,
+                        "l4.generation": generation,
+                    }
+                    if ms is not None:
+                        line_doc["@timestamp"] = ms
+                    if kind.level:
+                        line_doc["log.level"] = kind.level
+                    if kept.rank is not None:
+                        line_doc["l4.rank"] = kept.rank
+                    if it is not None:
+                        line_doc["l4.iteration"] = it
+                    if kept.flags:
+                        line_doc["l4.flags"] = list(kept.flags)
+                    if kept.offset is not None:
+                        line_doc["log.offset"] = kept.offset
+                    if full_streams is not None:
+                        kept_docs.append((doc_id, line_doc))
+                    else:
+                        writer.add(store.names.lines, doc_id, line_doc)
+            for key, d in merged.items():
+                d["l4.ranks"] = sorted(d["l4.ranks"])
+                ranks.update(d["l4.ranks"])
+                if _SECONDS in d:
+                    total_ns, n = d.pop(_SECONDS)
+                    d["l4.iteration_seconds"] = total_ns / n / 1e9
+                if d.get("l4.first_ts") is not None:
+                    times.append(d["l4.first_ts"])
+                if d.get("l4.last_ts") is not None:
+                    ends.append(d["l4.last_ts"])
+                writer.add(store.names.events, _doc_id(meta.id, generation, *key), d)
+        written = writer.close()
+    summary.events_docs = written.get(store.names.events, 0)
     if full_streams is not None:
         summary.lines_docs = _write_full_lines(
             store, meta, full_streams, parser, clock, generation, timeline
@@ -478,7 +510,7 @@ def _write(
         # Kept lines overwrite their raw-line twins: same ids, joined tracebacks, flags.
         store.bulk_index(store.names.lines, kept_docs)
     else:
-        summary.lines_docs = store.bulk_index(store.names.lines, kept_docs)
+        summary.lines_docs = written.get(store.names.lines, 0)
     new = parser.new_templates()
     now = int(time.time() * 1000)
     levels = {k.template.id: k.level for k in parser.kinds if k.template is not None}
@@ -502,8 +534,6 @@ def _write(
     summary.new_templates = len(new)
     for index in (store.names.events, store.names.lines, store.names.templates):
         store.refresh(index)
-    times = [d["l4.first_ts"] for _, d in event_docs if d.get("l4.first_ts") is not None]
-    ends = [d["l4.last_ts"] for _, d in event_docs if d.get("l4.last_ts") is not None]
     job_doc: dict[str, Any] = {
         "l4.job.id": meta.id,
         "l4.job.status": meta.status,
@@ -517,7 +547,7 @@ def _write(
         ),
         "l4.job.node_count": len(rollups),
         "l4.job.lines": summary.lines,
-        "l4.job.ranks": len({r for d in event_docs for r in d[1]["l4.ranks"]}),
+        "l4.job.ranks": len(ranks),
         "l4.ingest.state": "done",
         "l4.ingest.updated": now,
         "l4.ingest.files": summary.files,
@@ -539,6 +569,8 @@ def _write(
         "l4.job.system_templates": sorted(set(totals) - from_rank_logs),
         "l4.job.skipped_files": summary.skipped_files,
     }
+    if summary.progress is not None:
+        job_doc["l4.ingest.progress"] = {**summary.progress.fields(), "updated": now}
     if summary.problems:
         job_doc["l4.ingest.problems"] = "\n".join(summary.problems[:100])
     if times:
@@ -616,7 +648,7 @@ def _event_doc(
         doc["l4.iteration"] = start
         doc["l4.iteration_span"] = span
     if group.seconds_n:
-        doc[_SECONDS] = (group.seconds_sum, group.seconds_n)
+        doc[_SECONDS] = (group.seconds_ns, group.seconds_n)
     if first_ms is not None:
         doc["@timestamp"] = doc["l4.first_ts"] = first_ms
     if last_ms is not None:
@@ -627,8 +659,8 @@ def _event_doc(
 def _merge(doc: dict[str, Any], group: Group, first_ms: int | None, last_ms: int | None) -> None:
     doc["l4.count"] += group.count
     if group.seconds_n:
-        total, n = doc.get(_SECONDS, (0.0, 0))
-        doc[_SECONDS] = (total + group.seconds_sum, n + group.seconds_n)
+        total_ns, n = doc.get(_SECONDS, (0, 0))
+        doc[_SECONDS] = (total_ns + group.seconds_ns, n + group.seconds_n)
     doc["l4.ranks"] |= group.ranks
     doc["l4.first_pos"] = min(doc["l4.first_pos"], group.first_pos)
     doc["l4.last_pos"] = max(doc["l4.last_pos"], group.last_pos)

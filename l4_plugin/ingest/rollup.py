@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from l4_plugin.ingest.header import parse_header, rank_prefix
-from l4_plugin.ingest.parser import Block, LineKind
+from l4_plugin.ingest.header import parse_time, rank_prefix
+from l4_plugin.ingest.parser import Block, KindSpec, LineKind
 from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
-from l4_plugin.ingest.timeline import UNPLACED, Timeline
+from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
 
 KEEP_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
 KEEP_EMITTERS = frozenset({"kernel", "slurm", "syslog"})
@@ -51,6 +51,18 @@ class KeptLine:
     flags: tuple[str, ...] = ()
     offset: int | None = None
 
+    def __reduce__(self) -> tuple[type[KeptLine], tuple[object, ...]]:
+        # A constructor call per object: far cheaper to unpickle than slots state.
+        return KeptLine, (
+            self.path,
+            self.line,
+            self.message,
+            self.ts_ref,
+            self.rank,
+            self.flags,
+            self.offset,
+        )
+
 
 @dataclass(slots=True)
 class Group:
@@ -65,9 +77,25 @@ class Group:
     path: str
     ranks: set[int] = field(default_factory=set)
     kept: list[KeptLine] = field(default_factory=list)
-    #: Iteration markers: the durations they state (sum, how many lines stated one).
-    seconds_sum: float = 0.0
+    #: Iteration markers: the durations they state (sum in whole nanoseconds, so that any
+    #: grouping of the additions gives the same total; how many lines stated one).
+    seconds_ns: int = 0
     seconds_n: int = 0
+
+    def __reduce__(self) -> tuple[type[Group], tuple[object, ...]]:
+        return Group, (
+            self.count,
+            self.first_pos,
+            self.last_pos,
+            self.first_ts_ref,
+            self.last_ts_ref,
+            self.message,
+            self.path,
+            self.ranks,
+            self.kept,
+            self.seconds_ns,
+            self.seconds_n,
+        )
 
 
 @dataclass(slots=True)
@@ -81,6 +109,40 @@ class Run:
 
 
 GroupKey = tuple[LineKind, str, int | None]
+
+
+@dataclass(slots=True)
+class FilePartial:
+    """One file's rollup, with line kinds named by their masked line (``LineKind.key``).
+
+    ``kinds`` lists the file's distinct kinds in first-seen order (the order Drain must see them
+    in); ``marks`` the file's timeline transitions in recording order. A worker process makes
+    one per file; ``NodeRollup.absorb`` merges them in job order.
+    """
+
+    node: str
+    kinds: list[str]
+    groups: dict[tuple[str, str, int | None], Group]
+    runs: list[Run]
+    marks: list[tuple[MarkKey, str]]
+    lines: int
+    last_iteration: int | None
+    problems: list[str] = field(default_factory=list)
+    specs: list[KindSpec] = field(default_factory=list)
+    worker: int = 0
+    size: int = 0
+    #: CPU seconds its worker spent on it, and the worker's peak RSS (KiB) after it.
+    cpu: float = 0.0
+    rss_kb: int = 0
+    files: int = 1  # consecutive files of the node it covers
+    #: Groups a chained traceback took back to nothing (see ``NodeRollup.vanished``) and kept
+    #: lines appended past their cap (a file ending in a traceback), by group key.
+    vanished: list[tuple[tuple[str, str, int | None], int, str | None, set[int]]] = field(
+        default_factory=list
+    )
+    forced: list[tuple[tuple[str, str, int | None], KeptLine]] = field(default_factory=list)
+
+
 #: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset.
 Chunk = tuple[list[str], list[LineKind], Block | None, int]
 #: Called for every raw line by ``scan(..., sink=...)`` (``--full``): position, raw line, kind,
@@ -88,10 +150,46 @@ Chunk = tuple[list[str], list[LineKind], Block | None, int]
 LineSink = Callable[[int, str, LineKind, str, int | None, str | None, int | None, int | None], None]
 
 
+#: What the scan needs to know of a line kind, computed once per distinct kind: its role, whether
+#: it continues an open error record, opens one though it has no error level, starts a Python
+#: traceback, is kept like an error (``KEEP_LEVELS`` / ``KEEP_EMITTERS``), has an error level.
+Traits = tuple[Role, bool, bool, bool, bool, bool]
+
+
+class KindCache:
+    """The ``Traits`` of each line kind, shared by every rollup that uses the same
+    ``LineParser``'s kinds (a worker's files, a whole job): training logs repeat a few thousand
+    kinds, so the stage rules' regexes run once per kind, never per line."""
+
+    def __init__(self) -> None:
+        self.traits: dict[LineKind, Traits] = {}
+
+    def compute(self, kind: LineKind, rules: StageRules) -> Traits:
+        """The traits of ``kind`` (cached)."""
+        traits = self.traits.get(kind)
+        if traits is None:
+            body = kind.body
+            traits = self.traits[kind] = (
+                rules.role(body),
+                rules.continues(body),
+                rules.opens(body),
+                body.startswith(_TB_OPENERS),
+                kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS,
+                kind.level in _OPEN_LEVELS,
+            )
+        return traits
+
+
 class NodeRollup:
     """Accumulates every file of one node."""
 
-    def __init__(self, node: str, rules: StageRules, timeline: Timeline | None = None) -> None:
+    def __init__(
+        self,
+        node: str,
+        rules: StageRules,
+        timeline: Timeline | None = None,
+        cache: KindCache | None = None,
+    ) -> None:
         self.node = node
         self.rules = rules
         self.timeline = timeline if timeline is not None else Timeline()
@@ -100,11 +198,73 @@ class NodeRollup:
         self.runs: list[Run] = []
         self.groups: dict[GroupKey, Group] = {}
         self.lines = 0
-        self.roles: dict[LineKind, Role] = {}
-        self.continues: dict[LineKind, bool] = {}
-        self.opens: dict[LineKind, bool] = {}
+        self.cache = cache if cache is not None else KindCache()
         self.last_iteration: int | None = None
-        self.stages_seen: list[str] = []
+        # What ``absorb`` needs to give exactly the result of scanning the files into one
+        # rollup: a group created and taken back to nothing by a chained traceback (deleted
+        # here; an earlier part of the node keeps it, with this last position, time and rank),
+        # and the kept line of a file ending inside a traceback (appended past the cap).
+        self.vanished: list[tuple[GroupKey, int, str | None, set[int]]] = []
+        self.forced: list[tuple[GroupKey, KeptLine]] = []
+
+    def absorb(
+        self, part: FilePartial, kind_of: Callable[[str], LineKind], timeline: Timeline
+    ) -> None:
+        """Merge one file's partial rollup (``FilePartial``), files in job order.
+
+        The result is what scanning the file into this rollup would have given: counts and
+        ranks add up, the first file keeps the group's first position, time and exemplar, the
+        last one sets its last, kept lines fill up to the group's cap in file order, run ids
+        continue this node's numbering and the file's transitions go to the job's timeline.
+        """
+        offset = len(self.runs)
+        self.runs.extend(part.runs)
+        groups = self.groups
+        for (key, stage, it), last_pos, last_ts_ref, ranks in part.vanished:
+            if offset and it is not None and it < 0:
+                it -= offset
+            have = groups.get((kind_of(key), stage, it))
+            if have is not None:
+                have.last_pos, have.last_ts_ref = last_pos, last_ts_ref
+                have.ranks |= ranks
+        for (key, stage, it), group in part.groups.items():
+            kind = kind_of(key)
+            if offset and it is not None and it < 0:
+                it -= offset
+            gk = (kind, stage, it)
+            have = groups.get(gk)
+            if have is None:
+                groups[gk] = group
+            else:
+                _add(have, group, kept_cap(kind))
+        for (key, stage, it), kept in part.forced:
+            if offset and it is not None and it < 0:
+                it -= offset
+            have = groups.get((kind_of(key), stage, it))
+            if have is not None and not any(k is kept for k in have.kept):
+                have.kept.append(kept)
+        for mark, ref in part.marks:
+            timeline.mark(mark, ref)
+        self.lines += part.lines
+        if part.last_iteration is not None:
+            self.last_iteration = max(
+                part.last_iteration, self.last_iteration or part.last_iteration
+            )
+
+    def partial(self, kinds: Iterable[LineKind]) -> FilePartial:
+        """This rollup (one file scanned into a fresh ``NodeRollup``) as a ``FilePartial``:
+        kinds by their masked line, so it can travel between processes."""
+        return FilePartial(
+            node=self.node,
+            kinds=[k.key for k in kinds],
+            groups={(k.key, s, it): g for (k, s, it), g in self.groups.items()},
+            runs=self.runs,
+            marks=list(self.timeline.marks.items()),
+            lines=self.lines,
+            last_iteration=self.last_iteration,
+            vanished=[((k.key, s, it), p, r, ranks) for (k, s, it), p, r, ranks in self.vanished],
+            forced=[((k.key, s, it), kept) for (k, s, it), kept in self.forced],
+        )
 
     def scan(
         self,
@@ -135,7 +295,10 @@ class NodeRollup:
         # exception…") may still follow: (group key, group, its kept line, message, first
         # position, byte offset, the Traceback line's kind).
         chain: tuple[GroupKey, Group, KeptLine | None, str, int, int | None, LineKind] | None = None
-        roles = self.roles
+        traits_of = self.cache.traits.get
+        compute = self.cache.compute
+        rules = self.rules
+        runs = self.runs
         stage = "init"
         iteration: int | None = None
         training = False
@@ -145,8 +308,6 @@ class NodeRollup:
         tb_start = 0
         tb_offset: int | None = None
         tb_kind: LineKind | None = None
-        conts = self.continues
-        opens = self.opens
         # The error record that continuation lines are joined to (None: nothing is open).
         open_group: Group | None = None
         open_kept: KeptLine | None = None
@@ -157,11 +318,15 @@ class NodeRollup:
             first = pos + 1 - base
             for raw, kind in zip(lines, kinds, strict=True):
                 pos += 1
+                traits = traits_of(kind)
+                if traits is None:
+                    traits = compute(kind, rules)
+                role, cont, opener, is_tb, keep, open_level = traits
                 if kind.has_timestamp:
                     ts_ref = raw
                     stamp_pos = pos
                     if open_run is not None:
-                        self.runs[open_run].after, self.runs[open_run].after_pos = raw, pos
+                        runs[open_run].after, runs[open_run].after_pos = raw, pos
                         open_run = None
                 line_rank = rank
                 prefix_end = 0
@@ -183,6 +348,9 @@ class NodeRollup:
                             group0.kept.remove(kept0)
                         if group0.count <= 0 and groups.get(key0) is group0:
                             del groups[key0]
+                            self.vanished.append(
+                                (key0, group0.last_pos, group0.last_ts_ref, group0.ranks)
+                            )
                         if open_group is group0:
                             open_group = open_kept = None
                         tb = [*message0.split("\n"), raw]
@@ -200,7 +368,7 @@ class NodeRollup:
                     ) and len(tb) < MAX_TRACEBACK_LINES:
                         tb.append(raw)
                         absorbed = True
-                elif kind.body.startswith(_TB_OPENERS) and (
+                elif is_tb and (
                     kind.body[0] == "T" or _after_prefix(raw, prefix_end)[:1] in (" ", "\t")
                 ):
                     # A traceback, or the indented frames of one whose header was cut off (a
@@ -211,26 +379,19 @@ class NodeRollup:
                         tag, at_it = _tag(stage, iteration, slot)
                         sink(pos, raw, kind, tag, at_it, ts_ref, line_rank, tb_offset)
                     continue
-                elif open_group is not None:
-                    cont = conts.get(kind)
-                    if cont is None:
-                        cont = conts[kind] = self.rules.continues(kind.body)
-                    if cont and open_lines < MAX_TRACEBACK_LINES:
-                        open_lines += 1
-                        if open_kept is not None:
-                            open_kept.message += "\n" + raw
-                        if open_first:
-                            open_group.message += "\n" + raw
-                        absorbed = True
+                elif open_group is not None and cont and open_lines < MAX_TRACEBACK_LINES:
+                    open_lines += 1
+                    if open_kept is not None:
+                        open_kept.message += "\n" + raw
+                    if open_first:
+                        open_group.message += "\n" + raw
+                    absorbed = True
                 if absorbed:
                     if sink is not None:
                         at = _at(block, pos - first)
                         tag, at_it = _tag(stage, iteration, slot)
                         sink(pos, raw, kind, tag, at_it, ts_ref, line_rank, at)
                     continue
-                role = roles.get(kind)
-                if role is None:
-                    role = roles[kind] = self.rules.role(kind.body)
                 then: str | None = None
                 seconds: float | None = None
                 if role is not NO_ROLE:
@@ -243,7 +404,7 @@ class NodeRollup:
                         if role.iteration.seconds:
                             seconds = role.iteration.seconds_of(raw)
                     elif role.stage is not None:
-                        stage = self.rules.next_stage(stage, role.stage, training)
+                        stage = rules.next_stage(stage, role.stage, training)
                         training = training or stage == "training"
                         if training and stage == role.stage:
                             then = role.then
@@ -254,24 +415,18 @@ class NodeRollup:
                     unplaced
                     and ts_ref is not slot_ref
                     and ts_ref is not None
-                    and (
-                        pos - slot_pos >= SLOT_EVERY
-                        or kind.level in KEEP_LEVELS
-                        or kind.emitter in KEEP_EMITTERS
-                    )
+                    and (keep or pos - slot_pos >= SLOT_EVERY)
                 ):
                     slot_ref, slot_pos = ts_ref, pos
-                    ts = parse_header(ts_ref, _SLOT_YEAR).timestamp
+                    ts = parse_time(ts_ref, _SLOT_YEAR)
                     if ts is not None:
                         slot = int(ts)
                 if unplaced:
                     key_stage, key_it = _UNPLACED[stage], slot
-                    if not kind.has_timestamp and (
-                        kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS
-                    ):
+                    if keep and not kind.has_timestamp:
                         if open_run is None:
-                            open_run = len(self.runs)
-                            self.runs.append(Run(ts_ref, stamp_pos))
+                            open_run = len(runs)
+                            runs.append(Run(ts_ref, stamp_pos))
                         key_it = -1 - open_run
                 else:
                     key_stage, key_it = stage, iteration
@@ -312,15 +467,16 @@ class NodeRollup:
                 if line_rank is not None:
                     group.ranks.add(line_rank)
                 if seconds is not None:
-                    group.seconds_sum += seconds
+                    group.seconds_ns += round(seconds * 1e9)
                     group.seconds_n += 1
                 kept = group.kept
-                if len(kept) < RARE_SAMPLE or (
-                    len(kept) < MAX_KEPT_PER_GROUP
-                    and (kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS)
-                ):
+                n_kept = len(kept)
+                if n_kept < RARE_SAMPLE or (keep and n_kept < MAX_KEPT_PER_GROUP):
                     flags = ("truncated",) if long_lines and pos in long_lines else ()
-                    offset = tb_offset if joined else _at(block, pos - first)
+                    if joined:
+                        offset = tb_offset
+                    else:
+                        offset = block.offset(pos - first) if block is not None else None
                     kept.append(
                         KeptLine(path, first_pos, message, ts_ref, line_rank, flags, offset)
                     )
@@ -329,10 +485,7 @@ class NodeRollup:
                     this_kept = None
                 if joined and tb_kind is not None:
                     chain = (key, group, this_kept, message, first_pos, tb_offset, tb_kind)
-                opener = opens.get(kind)
-                if opener is None:
-                    opener = opens[kind] = self.rules.opens(kind.body)
-                if joined or opener or kind.level in _OPEN_LEVELS:
+                if joined or opener or open_level:
                     open_group, open_kept = group, this_kept
                     open_first, open_lines = group.count == 1, 0
                 else:
@@ -353,6 +506,7 @@ class NodeRollup:
             if rank is not None:
                 group.ranks.add(rank)
             group.kept.append(KeptLine(path, tb_start, message, ts_ref, rank, (), tb_offset))
+            self.forced.append((tb_key, group.kept[-1]))
         self.lines += pos
         if iteration is not None:
             self.last_iteration = max(iteration, self.last_iteration or iteration)
@@ -394,7 +548,28 @@ def _enter(
     this (stage, iteration) — a re-entry after a checkpoint save is a transition of its own."""
     k = entered.get((stage, iteration), 0)
     entered[(stage, iteration)] = k + 1
-    timeline.mark((stage, iteration, k), ts_ref)
+    if ts_ref is not None and (stage, iteration, k) not in timeline.marks:
+        timeline.mark((stage, iteration, k), ts_ref)
+
+
+def _add(have: Group, later: Group, cap: int) -> None:
+    """Merge a later file's group into the same group of the files before it."""
+    have.count += later.count
+    have.last_pos = later.last_pos
+    have.last_ts_ref = later.last_ts_ref
+    have.ranks |= later.ranks
+    have.seconds_ns += later.seconds_ns
+    have.seconds_n += later.seconds_n
+    room = cap - len(have.kept)
+    if room > 0 and later.kept:
+        have.kept.extend(later.kept[:room])
+
+
+def kept_cap(kind: LineKind) -> int:
+    """How many lines a group of this kind keeps (the condition of ``scan``, as a number)."""
+    if kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS:
+        return MAX_KEPT_PER_GROUP
+    return RARE_SAMPLE
 
 
 def _after_prefix(raw: str, prefix_end: int) -> str:

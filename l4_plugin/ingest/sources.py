@@ -13,6 +13,7 @@ import os
 import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.hosts import for_host
@@ -26,20 +27,32 @@ class LogStream:
 
     ``open()`` yields the file's lines in order, block by block; it may be called more than once
     (``--full`` reads twice) and raises ``IngestError`` after the readable lines of a damaged
-    source, ``OSError`` when it cannot be read at all.
+    source, ``OSError`` when it cannot be read at all. ``file`` is the file on disk when the
+    stream reads one (a worker process can then open it itself), None for an index source.
     """
 
     node: str
     rank: int | None
     path: str
     open: Callable[[], Iterator[Block]]
+    file: Path | None = None
+    host: str | None = None  # the host whose lines of ``file`` this stream is (jobdir.LogFile)
+    max_bytes: int | None = None  # what ``open`` reads of ``file`` at most
 
 
 def file_streams(files: list[LogFile], max_bytes: int | None = None) -> list[LogStream]:
     """Streams over files found by ``jobdir.discover`` (paths relative to the job directory);
     each reads at most ``max_bytes`` (decompressed) bytes of its file."""
     return [
-        LogStream(f.node, f.rank, f.relative, lambda f=f: bounded_blocks(f, max_bytes))  # type: ignore[misc]
+        LogStream(
+            f.node,
+            f.rank,
+            f.relative,
+            lambda f=f: bounded_blocks(f, max_bytes),  # type: ignore[misc]
+            f.path,
+            f.host,
+            max_bytes,
+        )
         for f in files
     ]
 

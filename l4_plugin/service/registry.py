@@ -35,6 +35,8 @@ class JobState:
     version: str | None
     generation: str | None = None  # the last complete ingest generation
     writing: dict[str, Any] | None = None  # the ingest generation begun and not completed
+    #: ``l4.ingest.progress`` while an ingest runs (and its last figures after).
+    progress: dict[str, Any] | None = None
 
     @classmethod
     def from_source(cls, source: dict[str, Any]) -> JobState:
@@ -51,7 +53,12 @@ class JobState:
             version=source_field(source, "l4.analysis.version"),
             generation=generations.complete_generation(source),
             writing=generations.writing(source),
+            progress=_mapping(source_field(source, "l4.ingest.progress")),
         )
+
+
+def _mapping(value: Any) -> dict[str, Any] | None:
+    return value if isinstance(value, dict) else None
 
 
 def _check_status(status: str) -> None:

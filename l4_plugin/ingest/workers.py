@@ -1,0 +1,398 @@
+"""Scanning a job's files on every core: one partial rollup per file, merged in job order.
+
+Each worker process reads, decompresses, masks, deduplicates and scans whole files into
+``FilePartial`` s (per-file rollups whose line kinds are named by their masked line), with the
+attributes of every kind it saw first (``KindSpec``). The reducer, in the calling process,
+takes the partials in job order (files sorted by node, rank, path), adopts each file's new kinds
+into the one ``LineParser`` that runs Drain — so Drain sees the distinct lines in the order a
+single process would — and merges the partials into the node rollups and the job timeline.
+One worker or sixteen, any scheduling: the same templates, ids and rollups.
+
+A kind's attributes (level, emitter, body…) come from the first raw line that masked to it. A
+worker's first raw line of a masked line is the job's first one unless another worker's earlier
+file had it; in the rare case the two raw lines disagree (their headers parse differently), the
+reducer notices and scans the worker's affected files again in its own process, with the job's
+kinds pinned (``LineParser(pinned=…)``), so the result stays what one process would give.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import resource
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
+from pathlib import Path
+
+from l4_plugin.errors import IngestError
+from l4_plugin.ingest.jobdir import LogFile
+from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser, kind_spec
+from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup
+from l4_plugin.ingest.sources import LogStream, bounded_blocks
+from l4_plugin.ingest.stages import StageRules
+from l4_plugin.ingest.timeline import Timeline
+
+FEED_LINES = 65_536
+#: A job smaller than this per worker is scanned with fewer workers (a worker process costs
+#: ~0.3 s to start; a small job is done before it would have helped).
+AUTO_BYTES_PER_WORKER = 32 << 20
+#: Files go to the workers in contiguous batches of about this size (fewer round trips).
+BATCH_BYTES = 8 << 20
+BATCH_FILES = 256
+
+
+@dataclass(frozen=True, slots=True)
+class ScanProgress:
+    """How far the scan is: files, raw lines and bytes (on disk) done of the total, after
+    ``seconds``. The line total is unknown until the end; time left is estimated from bytes."""
+
+    path: str
+    files_done: int
+    files: int
+    lines: int
+    bytes_done: int
+    bytes: int
+    seconds: float
+    workers: int = 1
+
+    def eta(self) -> float | None:
+        """Seconds left at the rate so far (None before anything is done)."""
+        if self.bytes_done <= 0 or self.seconds <= 0:
+            return None
+        return max(0.0, (self.bytes - self.bytes_done) * self.seconds / self.bytes_done)
+
+    def describe(self) -> str:
+        """One terminal line: ``files 12/64 · 1,234,567 lines · 120/480 MB · 40 MB/s,
+        350,000 lines/s · 9 s left``."""
+        secs = max(self.seconds, 1e-6)
+        eta = self.eta()
+        return (
+            f"files {self.files_done}/{self.files} · {self.lines:,} lines · "
+            f"{self.bytes_done / 1e6:,.0f}/{self.bytes / 1e6:,.0f} MB · "
+            f"{self.bytes_done / 1e6 / secs:,.1f} MB/s, {self.lines / secs:,.0f} lines/s"
+            + (f" · {eta:,.0f} s left" if eta is not None else "")
+            + (f" · {self.workers} workers" if self.workers > 1 else "")
+        )
+
+    def fields(self) -> dict[str, object]:
+        """The ``l4.ingest.progress`` object of the job document."""
+        eta = self.eta()
+        return {
+            "files_done": self.files_done,
+            "files": self.files,
+            "lines": self.lines,
+            "bytes_done": self.bytes_done,
+            "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+            "lines_per_second": round(self.lines / max(self.seconds, 1e-6)),
+            "eta_seconds": round(eta, 1) if eta is not None else None,
+            "workers": self.workers,
+        }
+
+
+@dataclass
+class ScanResult:
+    """The merged rollups of a job's files, its timeline and the problems met on the way."""
+
+    rollups: dict[str, NodeRollup]
+    timeline: Timeline
+    problems: list[str]
+    workers: int
+    rescanned: int = 0
+    progress: ScanProgress | None = None
+    #: CPU seconds the scanners spent (all workers) and the largest worker's peak RSS (KiB).
+    scan_cpu: float = 0.0
+    worker_rss_kb: int = 0
+
+
+def default_workers() -> int:
+    """The machine's cores available to this process."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def chunks(
+    stream: LogStream, parser: LineParser, problems: list[str] | None, long_lines: set[int]
+) -> Iterator[Chunk]:
+    """Feed a stream's blocks to the parser; damage is reported to ``problems`` (None: ignored)."""
+    pos = 0
+    try:
+        for block in stream.open():
+            chunk = block.lines
+            for start in range(0, len(chunk), FEED_LINES):
+                lines = chunk[start : start + FEED_LINES]
+                if lines and max(map(len, lines)) > MAX_LINE_CHARS:
+                    for i, line in enumerate(lines):
+                        if len(line) > MAX_LINE_CHARS:
+                            long_lines.add(pos + i + 1)
+                            if problems is not None:
+                                problems.append(
+                                    f"{stream.path}:{pos + i + 1}: line of {len(line)} characters "
+                                    f"truncated to {MAX_LINE_CHARS}"
+                                )
+                            lines[i] = line[:MAX_LINE_CHARS]
+                pos += len(lines)
+                yield lines, parser.feed(lines), block, start
+    except IngestError as exc:
+        if problems is not None:
+            problems.append(str(exc))
+
+
+class Scanner:
+    """Scans files into ``FilePartial`` s: one per worker process (or one in-process).
+
+    Masking and the stage rules' verdicts are cached per distinct kind for the scanner's life,
+    across files; ``reported`` remembers which kinds' attributes already went to the reducer.
+    """
+
+    def __init__(self, pinned: dict[str, LineKind] | None = None) -> None:
+        self.parser = LineParser(mine=False, pinned=pinned)
+        self.rules = StageRules.load()
+        self.cache = KindCache()
+        self.reported: set[str] = set()
+        self.worker = os.getpid()
+
+    def scan(self, streams: list[LogStream], sizes: list[int]) -> FilePartial:
+        """Consecutive files of one node into one partial rollup, as one process would scan
+        them (problems and kinds new to this scanner included)."""
+        rollup = NodeRollup(streams[0].node, self.rules, Timeline(), self.cache)
+        problems: list[str] = []
+        order: dict[LineKind, None] = {}
+        for stream in streams:
+            long_lines: set[int] = set()
+
+            def tracked(
+                stream: LogStream = stream, long_lines: set[int] = long_lines
+            ) -> Iterator[Chunk]:
+                for chunk in chunks(stream, self.parser, problems, long_lines):
+                    order.update(dict.fromkeys(chunk[1]))
+                    yield chunk
+
+            try:
+                rollup.scan(stream.path, stream.rank, tracked(), long_lines)
+            except OSError as exc:
+                problems.append(f"cannot read {stream.path}: {exc.strerror}")
+        part = rollup.partial(order)
+        part.problems = problems
+        part.worker = self.worker
+        part.size = sum(sizes)
+        part.files = len(streams)
+        reported = self.reported
+        part.specs = [kind_spec(k) for k in order if k.key not in reported]
+        reported.update(spec[0] for spec in part.specs)
+        return part
+
+    def scan_all(self, streams: list[LogStream], sizes: list[int]) -> list[FilePartial]:
+        """Consecutive files, one partial per run of files of the same node."""
+        cpu = time.process_time()  # per batch: the clock is a system call
+        out = [self.scan(streams[a:b], sizes[a:b]) for a, b in node_runs(streams)]
+        if out:
+            out[0].cpu = time.process_time() - cpu
+            out[0].rss_kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return out
+
+
+def node_runs(streams: list[LogStream]) -> list[tuple[int, int]]:
+    """``(start, end)`` of each run of consecutive streams of the same node."""
+    runs: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(streams) + 1):
+        if i == len(streams) or streams[i].node != streams[start].node:
+            runs.append((start, i))
+            start = i
+    return runs
+
+
+@dataclass(frozen=True, slots=True)
+class _Task:
+    node: str
+    rank: int | None
+    path: str
+    file: str
+    size: int
+    host: str | None = None
+    max_bytes: int | None = None
+
+
+_WORKER: Scanner | None = None
+
+
+def _init_worker() -> None:
+    global _WORKER
+    _WORKER = Scanner()
+
+
+def _scan_batch(tasks: list[_Task]) -> list[FilePartial]:
+    scanner = _WORKER
+    if scanner is None:  # pragma: no cover - the initializer always ran
+        scanner = _init_worker_now()
+    return scanner.scan_all([_file_stream(t) for t in tasks], [t.size for t in tasks])
+
+
+def _init_worker_now() -> Scanner:
+    _init_worker()
+    assert _WORKER is not None
+    return _WORKER
+
+
+def _file_stream(task: _Task) -> LogStream:
+    """The stream a worker reads: the same confinement, size limit and host filter as
+    ``sources.file_streams`` in the parent."""
+    path = Path(task.file)
+    file = LogFile(path, task.path, task.node, task.rank, "rank", task.host)
+    return LogStream(
+        task.node,
+        task.rank,
+        task.path,
+        lambda: bounded_blocks(file, task.max_bytes),
+        path,
+        task.host,
+        task.max_bytes,
+    )
+
+
+def _sizes(streams: list[LogStream]) -> list[int]:
+    sizes = []
+    for s in streams:
+        try:
+            sizes.append(s.file.stat().st_size if s.file is not None else 0)
+        except OSError:
+            sizes.append(0)
+    return sizes
+
+
+def plan_workers(requested: int | None, streams: list[LogStream], sizes: list[int]) -> int:
+    """How many worker processes to use: ``requested`` (None: the machine's cores, fewer for a
+    small job), never more than the files, 1 (in-process) when a stream is not a file."""
+    if not streams or any(s.file is None for s in streams):
+        return 1
+    if requested is None:
+        requested = min(default_workers(), 1 + sum(sizes) // AUTO_BYTES_PER_WORKER)
+    return max(1, min(requested, len(streams)))
+
+
+def scan_streams(
+    streams: list[LogStream],
+    parser: LineParser,
+    *,
+    workers: int | None = None,
+    progress: Callable[[ScanProgress], None] | None = None,
+) -> ScanResult:
+    """Scan every stream (in job order) into node rollups; ``parser`` gets the job's kinds in
+    the order a single process would create them (call ``parser.finish()`` afterwards)."""
+    sizes = _sizes(streams)
+    n_workers = plan_workers(workers, streams, sizes)
+    result = ScanResult({}, Timeline(), [], n_workers)
+    rules = StageRules.load()
+    total_bytes = sum(sizes)
+    divergent: set[tuple[int, str]] = set()
+    lines = done_bytes = 0
+    started = time.monotonic()
+    progress_now = ScanProgress("", 0, len(streams), 0, 0, total_bytes, 0.0, n_workers)
+    done = 0
+    for part in _partials(streams, sizes, n_workers):
+        these = streams[done : done + part.files]
+        stale = divergent and any((part.worker, k) in divergent for k in part.kinds)
+        if stale or _adopt(parser, part, divergent):
+            part = _rescan(these, sizes[done : done + part.files], parser)
+            result.rescanned += part.files
+        _adopt(parser, part, None)
+        rollup = result.rollups.get(part.node)
+        if rollup is None:
+            rollup = result.rollups[part.node] = NodeRollup(part.node, rules, result.timeline)
+        rollup.absorb(part, parser.kind_of, result.timeline)
+        result.problems.extend(part.problems)
+        result.scan_cpu += part.cpu
+        result.worker_rss_kb = max(result.worker_rss_kb, part.rss_kb)
+        done += part.files
+        lines += part.lines
+        done_bytes += part.size
+        progress_now = ScanProgress(
+            these[-1].path,
+            done,
+            len(streams),
+            lines,
+            done_bytes,
+            total_bytes,
+            time.monotonic() - started,
+            n_workers,
+        )
+        if progress is not None:
+            progress(progress_now)
+    result.progress = progress_now
+    return result
+
+
+def _adopt(parser: LineParser, part: FilePartial, divergent: set[tuple[int, str]] | None) -> bool:
+    """Adopt a partial's new kinds in its first-seen order. With ``divergent``: only check —
+    True when the worker's attributes of a kind the job already has differ (then the file is
+    scanned again in-process, and the worker's later files with that kind too)."""
+    specs = {spec[0]: spec for spec in part.specs}
+    if divergent is not None:
+        found = False
+        for key, spec in specs.items():
+            have = parser.masked_kinds.get(key)
+            if have is not None and kind_spec(have) != spec:
+                divergent.add((part.worker, key))
+                found = True
+        return found
+    known = parser.masked_kinds
+    for key in part.kinds:
+        if key not in known:
+            parser.adopt(specs[key])
+    return False
+
+
+def _rescan(streams: list[LogStream], sizes: list[int], parser: LineParser) -> FilePartial:
+    # A fresh scanner: kinds the job already has are pinned, the others are first seen in
+    # these very files, as in a single process.
+    parts = Scanner(pinned=parser.masked_kinds).scan_all(streams, sizes)
+    assert len(parts) == 1  # the files of one partial are one node's
+    return parts[0]
+
+
+def _partials(streams: list[LogStream], sizes: list[int], workers: int) -> Iterator[FilePartial]:
+    """The streams' partials in job order, from ``workers`` processes (1: in this process)."""
+    if workers <= 1:
+        scanner = Scanner()
+        for a, b in node_runs(streams):
+            yield scanner.scan(streams[a:b], sizes[a:b])
+        return
+    # Batches end at a node's last file when they can: the worker then sends one partial per
+    # node (its files merged), not one per file.
+    batches: list[list[_Task]] = [[]]
+    batch_bytes = 0
+    for s, size in zip(streams, sizes, strict=True):
+        assert s.file is not None
+        batch = batches[-1]
+        full = batch_bytes + size > BATCH_BYTES or len(batch) >= BATCH_FILES
+        too_full = batch_bytes + size > 4 * BATCH_BYTES or len(batch) >= 4 * BATCH_FILES
+        if batch and ((full and batch[-1].node != s.node) or too_full):
+            batches.append([])
+            batch_bytes = 0
+        batches[-1].append(_Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.max_bytes))
+        batch_bytes += size
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["l4_plugin.ingest.workers"])
+    window = 2 * workers  # batches in flight: bounds the partials waiting in memory
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker) as pool:
+        pending: deque[Future[list[FilePartial]]] = deque()
+        todo = iter(batches)
+        try:
+            for batch in todo:
+                pending.append(pool.submit(_scan_batch, batch))
+                if len(pending) >= window:
+                    yield from pending.popleft().result()
+            while pending:
+                yield from pending.popleft().result()
+        except BrokenProcessPool as exc:
+            raise IngestError(f"an ingest worker process died — {exc}") from exc
+        finally:
+            for future in pending:
+                future.cancel()

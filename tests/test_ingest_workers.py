@@ -1,0 +1,215 @@
+"""Ingest on several worker processes gives the documents of one process, byte for byte."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from l4_plugin.diagnosis import diagnose_job
+from l4_plugin.errors import StoreError
+from l4_plugin.ingest import workers
+from l4_plugin.ingest.jobdir import JobMeta, discover
+from l4_plugin.ingest.parser import LineParser
+from l4_plugin.ingest.pipeline import ingest_job, record_progress
+from l4_plugin.ingest.sources import file_streams
+from l4_plugin.ingest.workers import Scanner, ScanProgress, scan_streams
+from l4_plugin.ingest.writer import BulkWriter
+from l4_plugin.service.registry import job_state, register_job
+from l4_plugin.simulate import simulate
+from l4_plugin.store import IndexNames, OpenSearchStore, Store
+
+# Fields that say when a document was written, not what it is about.
+_WHEN = {"@timestamp", "l4.ingest.updated", "l4.job.registered", "l4.ingest.progress"}
+
+
+def _dump(store: Store) -> str:
+    """Every document of the job's indices, sorted by index and id, as one JSON text."""
+    out: dict[str, list[Any]] = {}
+    for index in (
+        store.names.events,
+        store.names.lines,
+        store.names.templates,
+        store.names.jobs,
+    ):
+        store.refresh(index)
+        hits = store.search(index, {"size": 10_000, "sort": [{"_id": "asc"}]})["hits"]["hits"]
+        docs = []
+        for hit in hits:
+            src = dict(hit["_source"])
+            if index in (store.names.templates, store.names.jobs):
+                src = {k: v for k, v in src.items() if k not in _WHEN}
+            docs.append([hit["_id"], src])
+        out[index.removeprefix(store.names.prefix)] = docs
+    return json.dumps(out, sort_keys=True)
+
+
+def _job(tmp_path: Path) -> Path:
+    simulate(tmp_path, nodes=6, iterations=40, fault="nccl-ib-error", seed=5, baselines=0)
+    job = tmp_path / "job"
+    # Lines whose kinds a later file meets first on another worker, a traceback chain and a
+    # timeless error run in a marker-less file: the merge has to put them where one process does.
+    extra = job / "node-zz"
+    extra.mkdir()
+    (extra / "rank0.log").write_text(
+        "2026-01-01 00:00:00 INFO starting\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 3, in <module>\n'
+        "ValueError: bad value 3\n"
+        "\n"
+        "During handling of the above exception, another exception occurred:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "train.py", line 5, in <module>\n'
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "some timeless error: Error: disk full\n"
+        "2026-01-01 00:00:09 INFO done\n"
+    )
+    (extra / "rank1.log").write_text("ValueError: bad value 17\nsome timeless error: Error: x\n")
+    return job
+
+
+def test_one_two_three_workers_write_identical_documents(
+    osmem_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = _job(tmp_path)
+    dumps, reports = [], []
+    for n in (1, 2, 3):
+        # Small batches: the workers interleave, finish out of order, and merge a node's files
+        # in runs of different lengths (up to 4 and 8 files) before the reducer merges them.
+        monkeypatch.setattr(workers, "BATCH_FILES", n - 1 or 1)
+        store = OpenSearchStore(osmem_url, IndexNames(f"tw{n}-{tmp_path.name[-12:]}-l4-"))
+        store.install_templates()
+        try:
+            summary = ingest_job(store, job, job_id="j", status="failed", workers=n)
+            assert summary.workers == n
+            dumps.append(_dump(store))
+            report = dict(diagnose_job(store, "j", rules=[], write=False).report)
+            report.pop("timings", None)
+            reports.append(json.dumps(report, sort_keys=True, default=str))
+        finally:
+            store.drop_indices()
+            store.close()
+    assert '"events": [[' in dumps[0]  # the job was written
+    assert dumps[1] == dumps[0]
+    assert dumps[2] == dumps[0]
+    assert reports[1] == reports[0]
+    assert reports[2] == reports[0]
+
+
+def test_kinds_reach_drain_in_job_order_whatever_the_workers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = _job(tmp_path)
+    monkeypatch.setattr(workers, "BATCH_FILES", 1)
+    orders = []
+    for n in (1, 3):
+        parser = LineParser()
+        seen: list[ScanProgress] = []
+        result = scan_streams(file_streams(discover(job)), parser, workers=n, progress=seen.append)
+        assert result.workers == n
+        done = [p.files_done for p in seen]
+        assert done == sorted(set(done)) and done[-1] == seen[-1].files
+        assert seen[-1].bytes_done == seen[-1].bytes > 0
+        orders.append([k.key for k in parser.kinds])
+    assert orders[0] == orders[1]
+
+
+def test_a_worker_whose_first_line_of_a_kind_differs_is_rescanned(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two raw lines that mask alike but whose headers parse differently (month 13 is no date):
+    # the kind's attributes must come from the job's first one, as in one process.
+    job = tmp_path / "job"
+    for node, text in (
+        ("a", "2026-13-01 00:00:00 ERROR boom\n"),
+        ("b", "2026-01-01 00:00:00 ERROR boom\n2026-13-01 00:00:00 ERROR boom\n"),
+    ):
+        (job / node).mkdir(parents=True)
+        (job / node / "rank0.log").write_text(text)
+    streams = file_streams(discover(job))
+    one = LineParser()
+    single = scan_streams(streams, one, workers=1)
+
+    def two_workers(streams: list[Any], sizes: list[int], n: int) -> Any:
+        # Each file on a worker of its own: the second never saw node a's line.
+        for i, stream in enumerate(streams):
+            scanner = Scanner()
+            scanner.worker = i
+            yield scanner.scan([stream], [sizes[i]])
+
+    monkeypatch.setattr(workers, "_partials", two_workers)
+    two = LineParser()
+    split = scan_streams(streams, two, workers=1)
+    assert split.rescanned == 1
+    key = one.kinds[0].key
+    assert two.masked_kinds[key].has_timestamp is one.masked_kinds[key].has_timestamp is False
+    for node in ("a", "b"):
+        a = {
+            (k.key, s, i): (g.count, g.first_ts_ref)
+            for (k, s, i), g in split.rollups[node].groups.items()
+        }
+        b = {
+            (k.key, s, i): (g.count, g.first_ts_ref)
+            for (k, s, i), g in single.rollups[node].groups.items()
+        }
+        assert a == b
+
+
+def test_bulk_writer_writes_every_batch_and_raises_a_rejection(store: Store) -> None:
+    writer = BulkWriter(store, batch_docs=3, queued=1)
+    for i in range(10):
+        writer.add(store.names.templates, f"t{i}", {"l4.template.id": f"t{i}"})
+    assert writer.close() == {store.names.templates: 10}
+    store.refresh(store.names.templates)
+    assert store.count(store.names.templates) == 10
+    bad = BulkWriter(store, batch_docs=2)
+    with pytest.raises(StoreError, match="rejected"):
+        for i in range(6):  # the strict mapping refuses an unknown field
+            bad.add(store.names.templates, f"x{i}", {"no.such.field": i})
+        bad.close()
+    assert not bad._thread.is_alive()
+
+
+def test_progress_goes_to_the_job_document(store: Store, tmp_path: Path) -> None:
+    register_job(store, "p", "running", fingerprint="fp1")
+    meta = JobMeta("p", "unknown", {}, "fp0")
+    record_progress(store, meta, ScanProgress("a.log", 3, 8, 1200, 300, 800, 1.5, 2))
+    state = job_state(store, "p")
+    assert state.status == "running" and state.fingerprint == "fp1"  # the rest is kept
+    assert state.progress is not None
+    assert state.progress["files_done"] == 3 and state.progress["eta_seconds"] == 2.5
+    # A job nobody registered gets a document that says its ingest runs.
+    record_progress(store, JobMeta("q", "failed", {}, "fp"), ScanProgress("", 1, 2, 5, 5, 9, 1, 1))
+    assert job_state(store, "q").ingest == "running"
+    # The finished ingest records its final figures.
+    job = _job(tmp_path)
+    summary = ingest_job(store, job, job_id="q", status="failed", workers=1)
+    final = job_state(store, "q")
+    assert final.ingest == "done" and final.progress is not None
+    assert final.progress["files_done"] == final.progress["files"] == summary.files
+    assert final.progress["lines"] == summary.lines
+
+
+def test_cli_ingest_on_two_workers_with_full(store: Store, tmp_path: Path) -> None:
+    from tests.test_cli_foundation import run_l4
+
+    env = {
+        "L4_ES_URL": store.url,
+        "L4_INDEX_PREFIX": store.names.prefix,
+        "L4_STATE_DIR": str(tmp_path / "state"),
+    }
+    simulate(tmp_path, nodes=2, iterations=10, fault="oom", seed=3, baselines=0)
+    job = str(tmp_path / "job")
+    res = run_l4("ingest", job, "--job-id", "c", "--full", "--workers", "2", env=env)
+    assert res.returncode == 0, res.stderr
+    lines = int(res.stdout.split(" lines in ")[0].rsplit(" ", 1)[1].replace(",", ""))
+    assert f"{lines:,} raw lines" in res.stdout
+    store.refresh(store.names.lines)
+    assert store.count(store.names.lines, {"term": {"l4.job.id": "c"}}) == lines
+    res = run_l4("job", "status", "c", env=env)
+    assert res.returncode == 0 and "ingest done" in res.stdout, res.stdout
+    res = run_l4("ingest", job, "--workers", "0", env=env)
+    assert res.returncode == 2 and "--workers" in res.stderr
