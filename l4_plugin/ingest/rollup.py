@@ -113,11 +113,12 @@ GroupKey = tuple[LineKind, str, int | None]
 
 @dataclass(slots=True)
 class FilePartial:
-    """One file's rollup, with line kinds named by their masked line (``LineKind.key``).
+    """The rollup of consecutive files of one node, line kinds named by their masked line
+    (``LineKind.key``), so it can travel between processes.
 
-    ``kinds`` lists the file's distinct kinds in first-seen order (the order Drain must see them
-    in); ``marks`` the file's timeline transitions in recording order. A worker process makes
-    one per file; ``NodeRollup.absorb`` merges them in job order.
+    ``kinds`` lists the files' distinct kinds in first-seen order (the order Drain must see them
+    in); ``marks`` their timeline transitions in recording order. A worker process makes one per
+    run of a node's files in its batch; ``NodeRollup.absorb`` merges them in job order.
     """
 
     node: str
