@@ -254,18 +254,22 @@ class Fusion:
                 order[t] = order.get(t, 1.0) * f
         candidates = self._sorted(reasons, by_id, factor, order)
         selected = self._select(candidates, order)
-        ranked_nodes = self._nodes(
-            all_nodes,
-            selected,
-            spatial,
-            silence,
-            stage,
-            stragglers,
-            earliest,
-            by_id,
-            slowdown,
-            peers,
-        )
+
+        def rank_nodes(chosen: Sequence[RankedEvent]) -> tuple[RankedNode, ...]:
+            return self._nodes(
+                all_nodes,
+                chosen,
+                spatial,
+                silence,
+                stage,
+                stragglers,
+                earliest,
+                by_id,
+                slowdown,
+                peers,
+            )
+
+        ranked_nodes = rank_nodes(selected)
         culprit = _culprit(ranked_nodes)
         if culprit is not None and peers is not None:
             own = self._culprit_evidence(culprit, pre, by_id, job_stage)
@@ -281,18 +285,7 @@ class Fusion:
             if own or heard:
                 candidates = self._sorted(reasons, by_id, factor, order, culprit)
                 selected = self._select(candidates, order)
-                ranked_nodes = self._nodes(
-                    all_nodes,
-                    selected,
-                    spatial,
-                    silence,
-                    stage,
-                    stragglers,
-                    earliest,
-                    by_id,
-                    slowdown,
-                    peers,
-                )
+                ranked_nodes = rank_nodes(selected)
         self.result_ = FusionResult(
             events=selected,
             nodes=ranked_nodes,
