@@ -34,6 +34,7 @@ _HOST_LABEL = re.compile(
 # NCCL's own prefix: "host:pid:tid [dev] NCCL INFO …"
 _NCCL_HOST = re.compile(r"([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL ")
 _SAMPLE = 5000
+_LOOK = 64  # lines after which a file none of whose lines is labelled is one node's
 _LABELLED_SHARE = 0.8
 _MIN_LINES_PER_HOST = 2
 
@@ -84,8 +85,8 @@ def plan(lines: Iterable[str], sample: int = _SAMPLE) -> HostRouter | None:
     rank_host: dict[int, str] = {}
     ranked = 0
     for i, line in enumerate(lines):
-        if i >= sample:
-            break
+        if i >= sample or (seen == _LOOK and not labelled and not ranked):
+            break  # the usual file of one node: decided after a few lines, whatever its size
         if not line.strip():
             continue
         seen += 1
