@@ -27,6 +27,8 @@ from l4_plugin.store import Store
         ("Epoch 1: 100%|####| 10/10", None, None, ""),
         ("14:05:45 starting", None, None, ""),
         ("RuntimeError: CUDA error", None, None, ""),
+        ("rank3: loss 2.1", None, None, ""),  # a training loop's counters, not hosts
+        ("step12: loss 2.1", None, None, ""),
     ],
 )
 def test_line_labels(line: str, host: str | None, rank: int | None, rest: str) -> None:

@@ -26,7 +26,12 @@ from l4_plugin.ingest.parser import Block
 
 # A host name as launchers print it: with a digit, a dot or a hyphen (never a level word such as
 # "INFO:" or a sentence's first word), or an IPv4 address.
-_HOSTNAME = r"(?:[A-Za-z][\w-]*\d[\w.-]*|[A-Za-z][\w-]*-[\w.-]+|[A-Za-z][\w-]*(?:\.[\w-]+)+)"
+# A counter a training loop prints as a label ("rank3:", "step12:", "epoch2:") is not one ("gpu017"
+# may be a host).
+_COUNTER = r"(?!(?:local_?)?rank\d|step\d|epoch\d|iter(?:ation)?\d|batch\d|layer\d)"
+_HOSTNAME = (
+    _COUNTER + r"(?:[A-Za-z][\w-]*\d[\w.-]*|[A-Za-z][\w-]*-[\w.-]+|[A-Za-z][\w-]*(?:\.[\w-]+)+)"
+)
 # pdsh / clush "host: message"; the "host: N out: message" label carries the rank too.
 _HOST_LABEL = re.compile(
     r"(" + _HOSTNAME + r"|\d{1,3}(?:\.\d{1,3}){3}): (?:(\d{1,6}) (?:out|err): )?"
