@@ -14,7 +14,7 @@ from urllib.parse import unquote
 import pytest
 
 from l4_plugin.cli import main
-from l4_plugin.diagnosis import AnalysisOptions, diagnose_job, load_summary
+from l4_plugin.diagnosis import AnalysisOptions, diagnose_job, load_summary, says_cause
 from l4_plugin.diagnosis.facts import baseline_pool, find_jobs, gather, read_job, sample_lines
 from l4_plugin.errors import AnalysisError
 from l4_plugin.ingest.pipeline import ingest_job
@@ -343,3 +343,26 @@ def test_the_sample_is_the_most_suspect_nodes_own_line(store: Store, tmp_path: P
     assert source_field(picked, "host.name") == "n3" and "status=12" in picked["message"]
     picked = sample_lines(store, job, [tid], ["n2", "n3"])[tid]
     assert source_field(picked, "host.name") == "n2"
+
+
+def test_of_one_nodes_lines_the_sample_is_one_that_says_the_cause(
+    store: Store, tmp_path: Path
+) -> None:
+    # The culprit's first line of the template is a work request flushed because its queue pair
+    # was already in error (ibv_wc_status 5); its retry-exceeded completion (12) says why.
+    warn = (
+        "n1:1:2 [0] NCCL WARN NET/IB : Got completion from peer 10.0.0.9<1> "
+        "with status={s} opcode=0\n"
+    )
+    (tmp_path / "n1").mkdir()
+    (tmp_path / "n1" / "rank0.log").write_text(
+        "[2024-05-03 10:00:01,000] INFO step 1\n" + warn.format(s=5) + warn.format(s=12)
+    )
+    ingest_job(store, tmp_path, job_id="telling")
+    data = gather(store, "telling")
+    tid = next(t for t, info in data.templates.items() if "Got completion" in info.text)
+    first = sample_lines(store, data.job, [tid], ["n1"])[tid]
+    assert "status=5" in first["message"]
+    told = sample_lines(store, data.job, [tid], ["n1"], telling=says_cause)[tid]
+    assert "status=12" in told["message"]
+    assert not says_cause(first["message"]) and says_cause(told["message"])

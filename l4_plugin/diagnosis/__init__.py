@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from l4_plugin import __version__
+from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.diagnosis.analyze import Analysis, AnalysisOptions, analyze
 from l4_plugin.diagnosis.annotations import load_summary, write_annotations
 from l4_plugin.diagnosis.document import (
@@ -38,6 +39,14 @@ from l4_plugin.rules import Rule, load_rules, match_job
 from l4_plugin.store import Store
 
 ANALYZER_VERSION = f"l4-{__version__}"
+
+
+def says_cause(message: str) -> bool:
+    """False when the failure lexicon reads the line as a consequence or a handled condition."""
+    term = default_lexicon().classify_record(message)
+    return term is None or term.says_cause
+
+
 # The last stretch of a job, where it failed: a sample line from it is preferred (sample_lines).
 RECENT_SECONDS = 3600.0
 Step = Callable[[str], None]
@@ -128,6 +137,7 @@ def diagnose_job(
             [e.template_id for e in result.fusion.events],
             top_nodes,
             recent_from=data.job.end_ts - RECENT_SECONDS if data.job.end_ts else None,
+            telling=says_cause,
         ),
     )
     report = build_report(

@@ -19,7 +19,7 @@ import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -596,12 +596,16 @@ def _aggregate_pool(
         )
 
 
+_TELLING_CHOICES = 5  # lines of one node and template among which ``telling`` chooses
+
+
 def sample_lines(
     store: Store,
     job: JobDoc,
     template_ids: Iterable[str],
     prefer_nodes: Sequence[str] = (),
     recent_from: float | None = None,
+    telling: Callable[[str], bool] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """One kept raw line (``l4-lines``) per template, earliest first, preferring the given nodes
     in their order: a template the most suspect node printed shows that node's line (the
@@ -610,6 +614,9 @@ def sample_lines(
     With ``recent_from`` (epoch seconds: the last stretch of the job, where it failed), a node's
     line from that stretch is preferred to its older ones: a kernel that reported an unrelated
     hung task two days earlier names the task that hangs now in the same template.
+    With ``telling``, of a node's first few lines of a template the first one it accepts is
+    taken (a work request flushed because its queue pair was already in error says less than the
+    retry-exceeded completion of the same template).
     Templates with no kept line are absent from the answer (the caller falls back on the rollup's
     exemplar message).
     """
@@ -640,7 +647,7 @@ def sample_lines(
             aggs={
                 "x": {
                     "top_hits": {
-                        "size": 1,
+                        "size": 1 if telling is None else _TELLING_CHOICES,
                         "sort": [
                             {"@timestamp": {"order": "asc", "missing": "_last"}},
                             {"l4.line": {"order": "asc"}},
@@ -658,7 +665,8 @@ def sample_lines(
             },
             page_size=_PAGE,
         ):
-            hits = b.get("x", {}).get("hits", {}).get("hits", [])
-            if hits:
-                out[str(b["key"]["t"])] = hits[0].get("_source", {})
+            sources = [h.get("_source", {}) for h in b.get("x", {}).get("hits", {}).get("hits", [])]
+            if sources:
+                told = [x for x in sources if telling and telling(str(x.get("message") or ""))]
+                out[str(b["key"]["t"])] = (told or sources)[0]
     return out
