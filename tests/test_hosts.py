@@ -29,6 +29,8 @@ from l4_plugin.store import Store
         ("RuntimeError: CUDA error", None, None, ""),
         ("rank3: loss 2.1", None, None, ""),  # a training loop's counters, not hosts
         ("step12: loss 2.1", None, None, ""),
+        ("Epoch-2: 45%|####| 45/100", None, None, ""),
+        ("local_rank_1: ready", None, None, ""),
     ],
 )
 def test_line_labels(line: str, host: str | None, rank: int | None, rest: str) -> None:

@@ -28,7 +28,7 @@ from l4_plugin.ingest.parser import Block
 # "INFO:" or a sentence's first word), or an IPv4 address.
 # A counter a training loop prints as a label ("rank3:", "step12:", "epoch2:") is not one ("gpu017"
 # may be a host).
-_COUNTER = r"(?!(?:local_?)?rank\d|step\d|epoch\d|iter(?:ation)?\d|batch\d|layer\d)"
+_COUNTER = r"(?!(?i:(?:local_?)?rank|step|epoch|iter(?:ation)?|batch|layer)[-_]?\d)"
 _HOSTNAME = (
     _COUNTER + r"(?:[A-Za-z][\w-]*\d[\w.-]*|[A-Za-z][\w-]*-[\w.-]+|[A-Za-z][\w-]*(?:\.[\w-]+)+)"
 )
