@@ -293,11 +293,17 @@ def parse_header(line: str, default_year: int | None = None) -> Header:
     if level is None:
         level = infer_level(line[body:])
     if ts is None and emitter == "slurm":
-        sm = _SLURM_AT.search(line, body)
-        if sm is not None:
-            y, mo, d, h, mi, s = (int(g) for g in sm.groups())
-            ts = _epoch(y, mo, d, h, mi, s, 0.0, None)
+        ts = _slurm_time(line, body)
     return Header(ts, level, rank, host, body, emitter)
+
+
+def _slurm_time(line: str, body: int) -> float | None:
+    """The time in a Slurm message ("… CANCELLED AT 2024-05-03T10:11:12 ***")."""
+    sm = _SLURM_AT.search(line, body)
+    if sm is None:
+        return None
+    y, mo, d, h, mi, s = (int(g) for g in sm.groups())
+    return _epoch(y, mo, d, h, mi, s, 0.0, None)
 
 
 def _skip_blanks(line: str, pos: int) -> int:
@@ -314,10 +320,7 @@ def parse_time(line: str, default_year: int | None = None) -> float | None:
     pos = _skip_blanks(line, rank_prefix(line)[1])
     ts, _, _, body, emitter, _ = _dispatch(line, pos, year)
     if ts is None and emitter == "slurm":
-        sm = _SLURM_AT.search(line, body)
-        if sm is not None:
-            y, mo, d, h, mi, s = (int(g) for g in sm.groups())
-            ts = _epoch(y, mo, d, h, mi, s, 0.0, None)
+        ts = _slurm_time(line, body)
     if ts is None and line[:1] in _OUTER_FIRST:
         ts = outer_labels(line)[0]
     return ts

@@ -16,6 +16,7 @@ into one stream per host.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
@@ -143,9 +144,4 @@ def for_host(blocks: Iterable[Block], host: str) -> Iterator[Block]:
         if seen >= _SAMPLE:
             break
     router = plan(line for b in head for line in b.lines) or HostRouter((host,))
-    yield from host_blocks(_chain(head, it), router, host)
-
-
-def _chain(head: list[Block], rest: Iterator[Block]) -> Iterator[Block]:
-    yield from head
-    yield from rest
+    yield from host_blocks(itertools.chain(head, it), router, host)
