@@ -198,6 +198,30 @@ def test_a_traceback_pasted_without_its_header_is_one_record(store: Store, tmp_p
     assert messages[1].startswith("[rank0]: Traceback") and messages[1].endswith("bad config")
 
 
+def test_a_chained_traceback_behind_a_spaced_rank_prefix_is_one_record(
+    store: Store, tmp_path: Path
+) -> None:
+    # PyTorch's "[rank0]: " prefix: "During handling of the above exception" follows it after
+    # the separating space, as the traceback's own lines do.
+    (tmp_path / "n1").mkdir()
+    (tmp_path / "n1" / "rank0.log").write_text(
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/x/train.py", line 3, in <module>\n'
+        "[rank0]: KeyError: 'step'\n"
+        "[rank0]: \n"
+        "[rank0]: During handling of the above exception, another exception occurred:\n"
+        "[rank0]: \n"
+        "[rank0]: Traceback (most recent call last):\n"
+        '[rank0]:   File "/x/train.py", line 5, in <module>\n'
+        "[rank0]: RuntimeError: checkpoint has no step\n"
+    )
+    ingest_job(store, tmp_path, job_id="chained")
+    messages = [str(d["message"]) for d in _line_docs(store, "chained")]
+    records = [m for m in messages if "Error" in m]
+    assert len(records) == 1, messages
+    assert "KeyError" in records[0] and records[0].endswith("checkpoint has no step")
+
+
 def test_a_timeless_warning_printed_before_a_stamped_error_stays_before_it(
     store: Store, tmp_path: Path
 ) -> None:

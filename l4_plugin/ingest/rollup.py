@@ -339,7 +339,7 @@ class NodeRollup:
                 # continuation lines of the error record just before (``continuations``).
                 absorbed = False
                 if chain is not None and tb is None:
-                    body = raw[prefix_end:]
+                    body = _after_prefix(raw, prefix_end)
                     if body.startswith(_CHAINED):
                         # A chained exception: one record, identified by the exception that
                         # ends it. The first one's occurrence is taken back.
