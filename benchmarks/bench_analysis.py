@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from l4_plugin.config import load_settings
 from l4_plugin.diagnosis import AnalysisOptions, diagnose_job
 from l4_plugin.ingest.pipeline import ingest_job
-from l4_plugin.simulate import simulate
 from l4_plugin.store import EmbeddedCluster, Store
 from l4_plugin.store.connect import connect
+from l4_simulate import simulate
 
 
 def _ingest(store: Store, out: Path) -> tuple[str, int, float]:

@@ -33,8 +33,8 @@ from l4_plugin.ingest.parser import LineParser
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.ingest.sources import file_streams
 from l4_plugin.ingest.workers import scan_streams
-from l4_plugin.simulate import simulate
 from l4_plugin.store import EmbeddedCluster, IndexNames, OpenSearchStore
+from l4_simulate import simulate
 
 
 def _peak_rss_mb(pid: int) -> float:

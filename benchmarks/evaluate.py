@@ -1,6 +1,6 @@
 """Evaluation of issue #4: L4 and the paper's baselines on simulated failed jobs, against truth.
 
-Every case is one ``l4_plugin.simulate.simulate`` run (a failed job, two successful baselines of the
+Every case is one ``l4_simulate.simulate`` run (a failed job, two successful baselines of the
 same configuration and ``truth.json``), ingested into its own index prefix of ONE embedded cluster
 (baselines first, as ``l4 diagnose`` does) and diagnosed by six methods side by side:
 
@@ -54,9 +54,9 @@ from l4_plugin.ingest.rollup import Chunk, NodeRollup
 from l4_plugin.ingest.sources import file_streams
 from l4_plugin.ingest.stages import StageRules
 from l4_plugin.records import Template
-from l4_plugin.simulate import FAULT_KINDS, Truth, simulate
 from l4_plugin.store import EmbeddedCluster
 from l4_plugin.store.connect import connect
+from l4_simulate import FAULT_KINDS, Truth, simulate
 
 NODE_SIZES = (8, 16, 32)
 SEEDS_PER_KIND = 3

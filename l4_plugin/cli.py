@@ -340,8 +340,17 @@ def simulate(
     list_faults: bool,
 ) -> None:
     """Write a realistic multi-node training job with a fault, its baselines and truth.json."""
-    from l4_plugin.simulate import FAULT_KINDS
-    from l4_plugin.simulate import simulate as run_simulation
+    # The simulator is its own distribution (l4-simulate), absent from a plain wheel install.
+    try:
+        from l4_simulate import FAULT_KINDS
+        from l4_simulate import simulate as run_simulation
+    except ModuleNotFoundError as exc:
+        if exc.name != "l4_simulate":
+            raise  # installed but broken: show the real missing module
+        raise L4Error(
+            "the simulator is not installed — l4 simulate — no module l4_simulate — install it "
+            'from your L4 checkout: pip install "/path/to/l4[simulate]" (or pip install -e it)'
+        ) from None
 
     if list_faults:
         for name, spec in sorted(FAULT_KINDS.items()):

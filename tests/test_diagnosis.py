@@ -18,9 +18,9 @@ from l4_plugin.diagnosis import AnalysisOptions, diagnose_job, load_summary, say
 from l4_plugin.diagnosis.facts import baseline_pool, find_jobs, gather, read_job, sample_lines
 from l4_plugin.errors import AnalysisError
 from l4_plugin.ingest.pipeline import ingest_job
-from l4_plugin.simulate import simulate
 from l4_plugin.store import IndexNames, OpenSearchStore, Store
 from l4_plugin.store.documents import job_doc_id, source_field
+from l4_simulate import simulate
 
 _SECTION6_KEYS = {
     "job_id",

@@ -10,8 +10,8 @@ import pytest
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.pipeline import _doc_id, ingest_job
-from l4_plugin.simulate import simulate
 from l4_plugin.store import Store
+from l4_simulate import simulate
 
 
 def _counts(store: Store, job_id: str) -> dict[str, int]:

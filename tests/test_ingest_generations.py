@@ -30,10 +30,10 @@ from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.rules.engine import JobFacts
 from l4_plugin.service import claims
 from l4_plugin.service.registry import job_state
-from l4_plugin.simulate import simulate
 from l4_plugin.store import IndexNames, OpenSearchStore, Store, generations
 from l4_plugin.store.base import BULK_DOCS_ENV, STALL_ENV
 from l4_plugin.store.documents import job_doc_id
+from l4_simulate import simulate
 
 pytestmark = pytest.mark.slow
 

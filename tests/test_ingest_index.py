@@ -14,8 +14,8 @@ from l4_plugin.ingest import index_source
 from l4_plugin.ingest.index_source import RawFields, ingest_index
 from l4_plugin.ingest.jobdir import discover
 from l4_plugin.ingest.pipeline import _doc_id, ingest_job
-from l4_plugin.simulate import simulate
 from l4_plugin.store import Store
+from l4_simulate import simulate
 
 
 def ship(store: Store, index: str, job_dir: Path, job_id: str, *, multiline: bool = False) -> int:

@@ -18,8 +18,8 @@ from l4_plugin.ingest.sources import file_streams
 from l4_plugin.ingest.workers import Scanner, ScanProgress, scan_streams
 from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.service.registry import job_state, register_job
-from l4_plugin.simulate import simulate
 from l4_plugin.store import IndexNames, OpenSearchStore, Store
+from l4_simulate import simulate
 
 # Fields that say when a document was written, not what it is about.
 _WHEN = {"@timestamp", "l4.ingest.updated", "l4.job.registered", "l4.ingest.progress"}

@@ -9,7 +9,7 @@ import pytest
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.jobdir import discover, fingerprint, job_meta, parse_config_overrides
-from l4_plugin.simulate import simulate
+from l4_simulate import simulate
 
 
 def _touch(path: Path, text: str = "x\n") -> None:

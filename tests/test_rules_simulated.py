@@ -15,8 +15,8 @@ import pytest
 
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.rules import RuleMatch, load_rules, match_job
-from l4_plugin.simulate import FAULT_KINDS, simulate
 from l4_plugin.store import IndexNames, OpenSearchStore, Store
+from l4_simulate import FAULT_KINDS, simulate
 
 LIBRARY = load_rules()
 

@@ -28,8 +28,8 @@ from l4_plugin.diagnosis.facts import job_doc_id
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.service import claims
 from l4_plugin.service.registry import set_status
-from l4_plugin.simulate import simulate
 from l4_plugin.store import EmbeddedCluster, IndexNames, OpenSearchStore, Store
+from l4_simulate import simulate
 
 pytestmark = pytest.mark.slow
 

@@ -27,8 +27,8 @@ from l4_plugin.service import Service, ServiceOptions, claims, setup_logging, ta
 from l4_plugin.service.claims import ClaimPolicy
 from l4_plugin.service.health import Metrics
 from l4_plugin.service.registry import job_state, register_job, set_status
-from l4_plugin.simulate import simulate
 from l4_plugin.store import Store, connect
+from l4_simulate import simulate
 
 
 def policy(owner: str, *, lease: float = 60.0, attempts: int = 3) -> ClaimPolicy:

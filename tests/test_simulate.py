@@ -1,4 +1,4 @@
-"""Tests of the job simulator (l4_plugin.simulate)."""
+"""Tests of the job simulator (l4_simulate)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from l4_plugin.simulate import FAULT_KINDS, Truth, simulate
-from l4_plugin.simulate.faults import CATEGORIES
+from l4_simulate import FAULT_KINDS, Truth, simulate
+from l4_simulate.faults import CATEGORIES
 
 SMALL = {"nodes": 4, "iterations": 30, "ranks_per_node": 4}
 

@@ -192,7 +192,7 @@ def test_done_line_before_training_does_not_start_training(rules: StageRules) ->
 def test_simulated_jobs_return_to_training_after_checkpoints(
     rules: StageRules, tmp_path: Path, seed: int
 ) -> None:
-    from l4_plugin.simulate import simulate
+    from l4_simulate import simulate
 
     simulate(tmp_path, nodes=2, iterations=70, fault="nan-loss", seed=seed, baselines=0)
     stages = _stages_by_body(tmp_path / "job")

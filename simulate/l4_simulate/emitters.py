@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 
-from l4_plugin.simulate import clock
-from l4_plugin.simulate.plan import JobPlan, RankInfo
+from l4_simulate import clock
+from l4_simulate.plan import JobPlan, RankInfo
 
 PYLIB = "/usr/local/lib/python3.10/dist-packages"
 TORCH = f"{PYLIB}/torch"

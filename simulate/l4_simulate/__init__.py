@@ -7,8 +7,10 @@ faults it can inject.
 
 from __future__ import annotations
 
-from l4_plugin.simulate.faults import FAULT_KINDS, FaultSpec
-from l4_plugin.simulate.generator import simulate
-from l4_plugin.simulate.truth import Truth
+from l4_simulate.faults import FAULT_KINDS, FaultSpec
+from l4_simulate.generator import simulate
+from l4_simulate.truth import Truth
+
+__version__ = "0.2.0"
 
 __all__ = ["FAULT_KINDS", "FaultSpec", "Truth", "simulate"]

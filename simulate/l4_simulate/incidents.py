@@ -9,10 +9,10 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from l4_plugin.simulate import clock, emitters
-from l4_plugin.simulate.emitters import PYLIB
-from l4_plugin.simulate.faults import FAULT_KINDS
-from l4_plugin.simulate.plan import JobPlan, Timeline
+from l4_simulate import clock, emitters
+from l4_simulate.emitters import PYLIB
+from l4_simulate.faults import FAULT_KINDS
+from l4_simulate.plan import JobPlan, Timeline
 
 _PFX = r"(?:\[\w+\]:)?"
 

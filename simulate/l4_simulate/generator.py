@@ -7,12 +7,12 @@ import random
 from pathlib import Path
 
 from l4_plugin.errors import ConfigError
-from l4_plugin.simulate.faults import FAULT_KINDS
-from l4_plugin.simulate.incidents import build_incident
-from l4_plugin.simulate.job import write_run
-from l4_plugin.simulate.noise import draw_noise
-from l4_plugin.simulate.plan import IMAGES_ASCEND, draw_config, draw_plan, job_start
-from l4_plugin.simulate.truth import Truth
+from l4_simulate.faults import FAULT_KINDS
+from l4_simulate.incidents import build_incident
+from l4_simulate.job import write_run
+from l4_simulate.noise import draw_noise
+from l4_simulate.plan import IMAGES_ASCEND, draw_config, draw_plan, job_start
+from l4_simulate.truth import Truth
 
 
 def simulate(

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import yaml
 
-from l4_plugin.simulate import emitters
-from l4_plugin.simulate.incidents import Cut, Incident
-from l4_plugin.simulate.noise import Noise
-from l4_plugin.simulate.plan import STAGES, JobPlan, Timeline
+from l4_simulate import emitters
+from l4_simulate.incidents import Cut, Incident
+from l4_simulate.noise import Noise
+from l4_simulate.plan import STAGES, JobPlan, Timeline
 
 # Worker lines start with this mark; it becomes the job's prefix ("[rank3]:", "[default3]:" or "")
 # in one str.replace per file, which keeps a 5 M-line job fast.

@@ -10,8 +10,8 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from l4_plugin.simulate import clock, emitters
-from l4_plugin.simulate.plan import JobPlan, Timeline
+from l4_simulate import clock, emitters
+from l4_simulate.plan import JobPlan, Timeline
 
 SHARED_KINDS = ("checkpoint-userwarning", "veth-kernel", "typedstorage-warning")
 JOB_ONLY_KINDS = ("aer-corrected", "power-cap", "slow-dataloader", "ib-gid-change", "fewer-hcas")
