@@ -23,20 +23,23 @@ from l4_plugin.dashboards import (
     DEFAULT_DISCOVER_URL_TEMPLATE,
     FLAVOURS,
     DashboardsError,
-    check_fields,
-    check_structure,
     dashboard_id,
     detect_flavour,
     discover_url,
     export_ndjson,
     install,
-    parse_ndjson,
     saved_objects,
     to_ndjson,
 )
-from l4_plugin.dashboards.validation import mapping_fields, referenced_fields
 from l4_plugin.errors import ConfigError
 from l4_plugin.resources import data_path
+from tests.dashboards_validation import (
+    check_fields,
+    check_structure,
+    mapping_fields,
+    parse_ndjson,
+    referenced_fields,
+)
 
 KINDS = ("annotations", "events", "lines", "jobs")
 

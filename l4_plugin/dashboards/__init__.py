@@ -1,4 +1,4 @@
-"""Kibana / OpenSearch Dashboards saved objects: build, export, validate, install; links."""
+"""Kibana / OpenSearch Dashboards saved objects: build, export, install; links."""
 
 from __future__ import annotations
 
@@ -20,7 +20,6 @@ from l4_plugin.dashboards.objects import (
     data_view_id,
     saved_objects,
 )
-from l4_plugin.dashboards.validation import check_fields, check_structure, parse_ndjson
 
 __all__ = [
     "DASHBOARD_TITLE",
@@ -30,15 +29,12 @@ __all__ = [
     "Flavour",
     "InstallResult",
     "ObjectResult",
-    "check_fields",
-    "check_structure",
     "dashboard_id",
     "data_view_id",
     "detect_flavour",
     "discover_url",
     "export_ndjson",
     "install",
-    "parse_ndjson",
     "saved_objects",
     "to_ndjson",
 ]

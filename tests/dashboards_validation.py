@@ -3,7 +3,8 @@
 A real Kibana / OpenSearch Dashboards cannot run in the test environment, so these checks are what
 stands between a renamed field in ``ingest/index_templates/`` and a dashboard that shows nothing:
 every field an object names (aggregations, columns, sort, KQL queries, Vega query bodies, controls,
-time fields, field formats) must exist in the mapping of the index it reads.
+time fields, field formats) must exist in the mapping of the index it reads. Test-only code: it
+lives with the tests, not in the wheel.
 """
 
 from __future__ import annotations
