@@ -11,7 +11,14 @@ from l4_simulate.faults import FAULT_KINDS
 from l4_simulate.incidents import build_incident
 from l4_simulate.job import write_run
 from l4_simulate.noise import draw_noise
-from l4_simulate.plan import IMAGES_ASCEND, draw_config, draw_plan, job_start
+from l4_simulate.plan import (
+    IMAGES_ASCEND,
+    JobConfig,
+    JobPlan,
+    draw_config,
+    draw_plan,
+    job_start,
+)
 from l4_simulate.truth import Truth
 
 
@@ -36,19 +43,7 @@ def simulate(
         raise ConfigError(
             f"unknown fault kind — --fault — {fault!r} — one of: {', '.join(sorted(FAULT_KINDS))}"
         )
-    if (
-        nodes < 2
-        or ranks_per_node < 1
-        or iterations < 10
-        or baselines < 0
-        or lines_per_iteration < 1
-    ):
-        raise ConfigError(
-            "simulation too small — nodes >= 2, ranks_per_node >= 1, iterations >= 10, "
-            f"baselines >= 0, lines_per_iteration >= 1 — got nodes={nodes}, "
-            f"ranks_per_node={ranks_per_node}, iterations={iterations}, "
-            f"baselines={baselines}, lines_per_iteration={lines_per_iteration}"
-        )
+    _check_size(nodes, ranks_per_node, iterations, baselines, lines_per_iteration)
     out_dir = Path(out_dir)
     job_dir = out_dir / "job"
     if job_dir.exists() and any(job_dir.iterdir()):
@@ -75,10 +70,57 @@ def simulate(
     noise = draw_noise(plan, timeline, "job", set(incident.faulty_nodes))
     status = "failed" if incident.failed else "succeeded"
     write_run(job_dir, plan, timeline, incident, noise, status, config.as_dict(nodes))
+    baseline_ids = _write_baselines(out_dir, plan, seed, config, accelerator, start, baselines)
+    truth = Truth(
+        job_id=plan.job_id,
+        fault=fault,
+        category=spec.category,
+        faulty_nodes=tuple(plan.nodes[i] for i in sorted(incident.faulty_nodes)),
+        indicators=tuple(incident.root + incident.cascade),
+        root_indicators=tuple(incident.root),
+        cascade_indicators=tuple(incident.cascade),
+        stage=incident.stage,
+        iteration=incident.iteration,
+        baseline_jobs=tuple(baseline_ids),
+    )
+    truth.write(out_dir / "truth.json")
+    return truth
 
+
+def _check_size(
+    nodes: int, ranks_per_node: int, iterations: int, baselines: int, lines_per_iteration: int
+) -> None:
+    """Refuse a simulation too small for the incidents to play out (a ``ConfigError``)."""
+    if (
+        nodes < 2
+        or ranks_per_node < 1
+        or iterations < 10
+        or baselines < 0
+        or lines_per_iteration < 1
+    ):
+        raise ConfigError(
+            "simulation too small — nodes >= 2, ranks_per_node >= 1, iterations >= 10, "
+            f"baselines >= 0, lines_per_iteration >= 1 — got nodes={nodes}, "
+            f"ranks_per_node={ranks_per_node}, iterations={iterations}, "
+            f"baselines={baselines}, lines_per_iteration={lines_per_iteration}"
+        )
+
+
+def _write_baselines(
+    out_dir: Path,
+    job: JobPlan,
+    seed: int,
+    config: JobConfig,
+    accelerator: str,
+    start: float,
+    count: int,
+) -> list[str]:
+    """Write ``count`` successful runs of ``job``'s configuration, each on a different number of
+    nodes and iterations and a few days earlier, under ``out_dir/baselines``; return their ids."""
+    nodes, iterations = len(job.nodes), job.iterations
     rng = random.Random(f"baselines:{seed}")
     baseline_ids = []
-    for i in range(baselines):
+    for i in range(count):
         b_nodes = _other(rng, nodes, lo=2)
         b_iters = _other(rng, iterations, lo=10)
         b_plan = draw_plan(
@@ -88,8 +130,8 @@ def simulate(
             accelerator,
             nodes=b_nodes,
             iterations=b_iters,
-            ranks_per_node=ranks_per_node,
-            lines_per_iteration=lines_per_iteration,
+            ranks_per_node=job.ranks_per_node,
+            lines_per_iteration=job.lines_per_iteration,
             naming_offset=i + 1,
             force_kernel_log=False,
             start_time=start - (i + 1) * 86400.0 * 3,
@@ -106,21 +148,7 @@ def simulate(
             config.as_dict(b_nodes),
         )
         baseline_ids.append(b_plan.job_id)
-
-    truth = Truth(
-        job_id=plan.job_id,
-        fault=fault,
-        category=spec.category,
-        faulty_nodes=tuple(plan.nodes[i] for i in sorted(incident.faulty_nodes)),
-        indicators=tuple(incident.root + incident.cascade),
-        root_indicators=tuple(incident.root),
-        cascade_indicators=tuple(incident.cascade),
-        stage=incident.stage,
-        iteration=incident.iteration,
-        baseline_jobs=tuple(baseline_ids),
-    )
-    truth.write(out_dir / "truth.json")
-    return truth
+    return baseline_ids
 
 
 def _other(rng: random.Random, value: int, *, lo: int) -> int:

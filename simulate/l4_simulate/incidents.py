@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from l4_simulate import clock, emitters
 from l4_simulate.emitters import PYLIB
 from l4_simulate.faults import FAULT_KINDS
-from l4_simulate.plan import JobPlan, Timeline
+from l4_simulate.plan import JobPlan, RankInfo, Timeline
 
 _PFX = r"(?:\[\w+\]:)?"
 
@@ -161,56 +161,18 @@ class Builder:
         neighbours = {(cnode - 1) % n, (cnode + 1) % n} - {cnode} if loud_neighbours else set()
         peer_cut = Cut("training", k, 0) if stage == "training" else cut_at
         for node in range(n):
-            ranks = list(p.node_ranks(node))
-            if node == cnode:
-                others = [g for g in ranks if g not in culprits]
-                for g in others:
-                    inc.cuts[g] = cut_at
-                if culprit_node_dead:
-                    for g in ranks:
-                        inc.cuts[g] = cut
-                    continue
-                self.launcher(node, tf + 0.5, failures_by_node[cnode], others)
+            if node != cnode:
+                self._peer_abort(node, cnode, node in neighbours, peer_cut, tf, k)
                 continue
-            failures = []
-            for g in ranks:
-                ri = p.rank_info(g)
-                inc.cuts[g] = peer_cut
-                if node in neighbours:
-                    t = tf + rng.uniform(0.3, 4.0)
-                    peer = p.ips[cnode]
-                    port = rng.randrange(30000, 60000)
-                    ib = emitters.ib_completion(
-                        ri, peer, port, 12, 129, rng.choice(("Send", "Recv"))
-                    )
-                    last = ib.split("NCCL WARN ", 1)[1]
-                    inc.tail(
-                        g,
-                        [
-                            ib,
-                            *emitters.nccl_error_return(ri),
-                            *emitters.remote_error_block(p, ri, t, last),
-                        ],
-                    )
-                    inc.add_cascade(
-                        r"^" + _PFX + r"(?!" + re.escape(p.nodes[cnode]) + r":)[\w.-]+:\d+:\d+ "
-                        r"\[\d+\] transport/net_ib\.cc:\d+ NCCL WARN NET/IB : Got completion from "
-                        r"peer " + re.escape(peer) + "<",
-                        CASCADE["pg-terminated"],
-                        CASCADE["terminate"],
-                        CASCADE["remote"],
-                    )
-                else:
-                    t = tf + p.timeout_ms / 1000.0 + rng.uniform(0.0, 3.0)
-                    inc.tail(g, emitters.watchdog_timeout(p, ri, t, self.seq(k + 1), self.numel()))
-                    inc.add_cascade(
-                        CASCADE["watchdog"],
-                        CASCADE["timeout-at"],
-                        CASCADE["pg-terminated"],
-                        CASCADE["terminate"],
-                    )
-                failures.append((g, ri.local, -6, t))
-            self.launcher(node, max(f[3] for f in failures), failures, [])
+            ranks = list(p.node_ranks(node))
+            others = [g for g in ranks if g not in culprits]
+            for g in others:
+                inc.cuts[g] = cut_at
+            if culprit_node_dead:
+                for g in ranks:
+                    inc.cuts[g] = cut
+                continue
+            self.launcher(node, tf + 0.5, failures_by_node[cnode], others)
         if culprit_node_dead and p.launcher == "slurm":
             inc.launcher_tails.setdefault(0, []).extend(
                 [
@@ -219,6 +181,51 @@ class Builder:
                 ]
             )
             inc.add_cascade(CASCADE["node-failure"])
+
+    def _peer_abort(
+        self, node: int, cnode: int, neighbour: bool, cut: Cut, tf: float, k: int
+    ) -> None:
+        """The ranks of ``node`` (not the culprit's) abort after the culprit fails at ``tf``: a
+        ring neighbour of ``cnode`` on IB completion errors, any other node on the watchdog."""
+        p, inc, rng = self.plan, self.inc, self.rng
+        failures = []
+        for g in p.node_ranks(node):
+            ri = p.rank_info(g)
+            inc.cuts[g] = cut
+            if neighbour:
+                t = tf + rng.uniform(0.3, 4.0)
+                self._ib_abort(g, ri, cnode, t)
+            else:
+                t = tf + p.timeout_ms / 1000.0 + rng.uniform(0.0, 3.0)
+                inc.tail(g, emitters.watchdog_timeout(p, ri, t, self.seq(k + 1), self.numel()))
+                inc.add_cascade(
+                    CASCADE["watchdog"],
+                    CASCADE["timeout-at"],
+                    CASCADE["pg-terminated"],
+                    CASCADE["terminate"],
+                )
+            failures.append((g, ri.local, -6, t))
+        self.launcher(node, max(f[3] for f in failures), failures, [])
+
+    def _ib_abort(self, g: int, ri: RankInfo, cnode: int, t: float) -> None:
+        """Rank ``g`` gets an IB completion error from the culprit node ``cnode`` and aborts."""
+        p, inc, rng = self.plan, self.inc, self.rng
+        peer = p.ips[cnode]
+        port = rng.randrange(30000, 60000)
+        ib = emitters.ib_completion(ri, peer, port, 12, 129, rng.choice(("Send", "Recv")))
+        last = ib.split("NCCL WARN ", 1)[1]
+        inc.tail(
+            g,
+            [ib, *emitters.nccl_error_return(ri), *emitters.remote_error_block(p, ri, t, last)],
+        )
+        inc.add_cascade(
+            r"^" + _PFX + r"(?!" + re.escape(p.nodes[cnode]) + r":)[\w.-]+:\d+:\d+ "
+            r"\[\d+\] transport/net_ib\.cc:\d+ NCCL WARN NET/IB : Got completion from "
+            r"peer " + re.escape(peer) + "<",
+            CASCADE["pg-terminated"],
+            CASCADE["terminate"],
+            CASCADE["remote"],
+        )
 
     def global_exit(self, tails: Callable[[int], list[str]], cut: Cut, tf: float) -> None:
         """Every rank prints its own error and exits 1 (global faults)."""
@@ -664,42 +671,54 @@ def _config_mismatch(b: Builder) -> Incident:
 
 
 def _version_mismatch(b: Builder) -> Incident:
-    p = b.plan
+    """A package installed at start-up does not fit the image (one of two variants)."""
     tf = b.timeline.launch + 20.0
     if b.rng.random() < 0.5:
-        for node in range(len(p.nodes)):
-            b.inc.init_extra[p.node_ranks(node)[0]] = [
-                "Collecting flash-attn==2.6.3",
-                "  Using cached flash_attn-2.6.3.tar.gz (2.6 MB)",
-                "Successfully installed einops-0.8.0 flash-attn-2.6.3",
-                "WARNING: Running pip as the 'root' user can result in broken permissions and "
-                "conflicting behaviour with the system package manager. It is recommended to use a "
-                "virtual environment instead: https://pip.pypa.io/warnings/venv",
-            ]
-        exc = [
-            f"ImportError: {PYLIB}/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined "
-            "symbol: _ZN3c104cuda9SetDeviceEi"
+        return _flash_attn_mismatch(b, tf)
+    return _nccl_cuda_mismatch(b, tf)
+
+
+def _flash_attn_mismatch(b: Builder, tf: float) -> Incident:
+    """A pip install at start-up builds flash-attn against another torch: an import fails."""
+    p = b.plan
+    for node in range(len(p.nodes)):
+        b.inc.init_extra[p.node_ranks(node)[0]] = [
+            "Collecting flash-attn==2.6.3",
+            "  Using cached flash_attn-2.6.3.tar.gz (2.6 MB)",
+            "Successfully installed einops-0.8.0 flash-attn-2.6.3",
+            "WARNING: Running pip as the 'root' user can result in broken permissions and "
+            "conflicting behaviour with the system package manager. It is recommended to use a "
+            "virtual environment instead: https://pip.pypa.io/warnings/venv",
         ]
-        frames = [
-            (
-                f"{PYLIB}/flash_attn/__init__.py",
-                3,
-                "<module>",
-                "from flash_attn.flash_attn_interface import (",
-            ),
-            (
-                f"{PYLIB}/flash_attn/flash_attn_interface.py",
-                10,
-                "<module>",
-                "import flash_attn_2_cuda as flash_attn_cuda",
-            ),
-        ]
-        b.inc.add_root(
-            r"undefined symbol: _ZN3c104cuda9SetDeviceEi",
-            r"^Successfully installed .*flash-attn-\d",
-        )
-        b.global_exit(lambda g: b.python_error(g, frames, exc), Cut("init"), tf)
-        return b.finish("init", None)
+    exc = [
+        f"ImportError: {PYLIB}/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: undefined "
+        "symbol: _ZN3c104cuda9SetDeviceEi"
+    ]
+    frames = [
+        (
+            f"{PYLIB}/flash_attn/__init__.py",
+            3,
+            "<module>",
+            "from flash_attn.flash_attn_interface import (",
+        ),
+        (
+            f"{PYLIB}/flash_attn/flash_attn_interface.py",
+            10,
+            "<module>",
+            "import flash_attn_2_cuda as flash_attn_cuda",
+        ),
+    ]
+    b.inc.add_root(
+        r"undefined symbol: _ZN3c104cuda9SetDeviceEi",
+        r"^Successfully installed .*flash-attn-\d",
+    )
+    b.global_exit(lambda g: b.python_error(g, frames, exc), Cut("init"), tf)
+    return b.finish("init", None)
+
+
+def _nccl_cuda_mismatch(b: Builder, tf: float) -> Incident:
+    """A pip install at start-up brings an NCCL built for a newer CUDA than the driver's."""
+    p = b.plan
     for node in range(len(p.nodes)):
         b.inc.init_extra[p.node_ranks(node)[0]] = [
             "Successfully installed nvidia-nccl-cu12-2.23.4",
