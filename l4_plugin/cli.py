@@ -348,8 +348,9 @@ def simulate(
         if exc.name != "l4_simulate":
             raise  # installed but broken: show the real missing module
         raise L4Error(
-            "the simulator is not installed — l4 simulate — no module l4_simulate — install it "
-            'from your L4 checkout: pip install "/path/to/l4[simulate]" (or pip install -e it)'
+            "the simulator is not installed — l4 simulate — no module l4_simulate — install L4 "
+            'with its extra from your checkout: pip install "/path/to/l4[simulate]" '
+            "(or pip install -e /path/to/l4)"
         ) from None
 
     if list_faults:

@@ -6,11 +6,13 @@ import gzip
 import hashlib
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+from l4_plugin.cli import main
 from l4_simulate import FAULT_KINDS, Truth, simulate
 from l4_simulate.faults import CATEGORIES
 
@@ -189,3 +191,16 @@ def test_unknown_fault_is_a_config_error(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="unknown fault kind"):
         simulate(tmp_path, fault="cosmic-ray")
+
+
+def test_l4_simulate_without_the_simulator_says_how_to_install_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # None in sys.modules makes ``import l4_simulate`` fail as on an install without the extra.
+    monkeypatch.setitem(sys.modules, "l4_simulate", None)
+    assert main(["simulate", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: the simulator is not installed — l4 simulate")
+    assert 'pip install "/path/to/l4[simulate]"' in err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
