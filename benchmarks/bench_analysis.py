@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The simulator is its own distribution in simulate/ (see README, "Layout").
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulate"))
 
 from l4_plugin.config import load_settings
 from l4_plugin.diagnosis import AnalysisOptions, diagnose_job

@@ -27,6 +27,8 @@ import zlib
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The simulator is its own distribution in simulate/ (see README, "Layout").
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulate"))
 
 from l4_plugin.ingest.jobdir import discover
 from l4_plugin.ingest.parser import LineParser

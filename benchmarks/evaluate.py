@@ -40,6 +40,8 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# The simulator is its own distribution in simulate/ (see README, "Layout").
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulate"))
 
 from l4_plugin.analysis.baselines import error_count, error_time, iforest_all
 from l4_plugin.analysis.results import FusionResult
