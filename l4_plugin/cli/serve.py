@@ -1,0 +1,194 @@
+"""``l4 serve`` and ``l4 job``: the service, and the job registry it works from."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import click
+
+from l4_plugin.cli.common import STATE, _job_id, out
+from l4_plugin.store import open_cluster
+
+
+@click.command()
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=30.0,
+    show_default=True,
+    envvar="L4_SERVE_INTERVAL",
+    help="Seconds between discover+diagnose runs.",
+)
+@click.option(
+    "--watch-interval",
+    type=click.FloatRange(min=0.1),
+    default=60.0,
+    show_default=True,
+    envvar="L4_SERVE_WATCH_INTERVAL",
+    help="Seconds between rule matches on running jobs.",
+)
+@click.option(
+    "--lease",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    envvar="L4_SERVE_LEASE",
+    help="Claim lease in seconds (renewed while analysing).",
+)
+@click.option(
+    "--max-attempts",
+    type=click.IntRange(min=1),
+    default=3,
+    show_default=True,
+    envvar="L4_SERVE_MAX_ATTEMPTS",
+    help="Analyses of one job before giving up.",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    envvar="L4_SERVE_BATCH",
+    help="Jobs discovered per run.",
+)
+@click.option(
+    "--retention-days",
+    type=click.FloatRange(min=0),
+    envvar="L4_SERVE_RETENTION_DAYS",
+    help="Delete rollups/lines of jobs ingested longer ago (annotations stay).",
+)
+@click.option(
+    "--retention-interval",
+    type=click.FloatRange(min=1),
+    default=3600.0,
+    show_default=True,
+    envvar="L4_SERVE_RETENTION_INTERVAL",
+    help="Seconds between retention runs.",
+)
+@click.option(
+    "--health-port",
+    type=click.IntRange(min=0, max=65535),
+    envvar="L4_SERVE_HEALTH_PORT",
+    help="Serve /healthz /readyz /metrics on 127.0.0.1 (0 = any free port, logged).",
+)
+@click.option("--log-json", is_flag=True, envvar="L4_SERVE_LOG_JSON", help="JSON log lines.")
+@click.option("--once", is_flag=True, help="Run each task once and exit (cron, CI).")
+@click.option("--no-rules", is_flag=True, help="Skip the fault library (and the watch task).")
+@click.option("--no-watch", is_flag=True, help="Do not match rules against running jobs.")
+@click.option(
+    "--stop-grace",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    envvar="L4_SERVE_STOP_GRACE",
+    help="On SIGTERM, seconds to finish an analysis.",
+)
+@click.option(
+    "--max-backoff",
+    type=click.FloatRange(min=0.1),
+    default=300.0,
+    show_default=True,
+    envvar="L4_SERVE_MAX_BACKOFF",
+    help="Longest wait between retries.",
+)
+@click.option("--debug-log", is_flag=True, help="Also log skipped claims.")
+def serve(**kwargs: Any) -> None:
+    """Diagnose every failed job registered in the cluster, on a schedule (see README)."""
+    import logging
+
+    from l4_plugin.service import Service, ServiceOptions, setup_logging
+
+    logger = setup_logging(
+        json_lines=kwargs.pop("log_json"),
+        level=logging.DEBUG if kwargs.pop("debug_log") else logging.INFO,
+    )
+    options = ServiceOptions(
+        lease_seconds=kwargs.pop("lease"),
+        rules=not kwargs.pop("no_rules"),
+        watch=not kwargs.pop("no_watch"),
+        **kwargs,
+    )
+    code = Service(STATE.settings, options, logger).run()
+    if code:
+        raise click.exceptions.Exit(code)
+
+
+@click.group()
+def job() -> None:
+    """Register jobs and change their status (what a platform calls)."""
+
+
+def _print_job(state: Any) -> None:
+    analysis = state.analysis or "not analysed"
+    if state.version and state.analysis in ("done", "failed"):
+        analysis += f" ({state.version})"
+    out.print(
+        f"job {state.job_id}: status {state.status}, ingest {state.ingest or 'not ingested'}, "
+        f"analysis {analysis}, attempts {state.attempts}"
+        + (f", claimed by {state.claimed_by}" if state.claimed_by else "")
+    )
+    if state.error:
+        out.print(f"last analysis error: {state.error.splitlines()[0]}")
+    if state.writing is not None:
+        started = state.writing.get("started")
+        since = (
+            time.strftime(" since %Y-%m-%dT%H:%M:%SZ", time.gmtime(started / 1000))
+            if isinstance(started, int | float)
+            else ""
+        )
+        out.print(
+            f"ingest of generation {state.writing.get('generation')}{since} by "
+            f"{state.writing.get('owner')} has not completed (still writing, or interrupted: "
+            f"the next ingest replaces it); analyses read "
+            + (
+                f"generation {state.generation}"
+                if state.generation
+                else "nothing until one completes"
+            )
+        )
+    progress = state.progress
+    if state.ingest == "running" and progress:
+        eta = progress.get("eta_seconds")
+        mb_done, mb = (progress.get("bytes_done") or 0) / 1e6, (progress.get("bytes") or 0) / 1e6
+        out.print(
+            f"ingest progress: files {progress.get('files_done')}/{progress.get('files')}, "
+            f"{progress.get('lines', 0):,} lines, {mb_done:,.0f}/{mb:,.0f} MB, "
+            f"{progress.get('lines_per_second', 0):,} lines/s"
+            + (f", {eta:,.0f} s left" if eta is not None else "")
+        )
+
+
+@job.command("register")
+@click.argument("job_id", callback=_job_id)
+@click.option(
+    "--status", required=True, type=click.Choice(["running", "failed", "succeeded", "unknown"])
+)
+@click.option("--fingerprint", help="Configuration fingerprint (jobs that share one compare).")
+def job_register(job_id: str, status: str, fingerprint: str | None) -> None:
+    """Register JOB_ID (or update its status); failed + ingested jobs get diagnosed."""
+    from l4_plugin.service.registry import register_job
+
+    with open_cluster(STATE.settings) as store:
+        store.install_templates()
+        state, created = register_job(store, job_id, status, fingerprint=fingerprint)
+        out.print(f"{'registered' if created else 'updated'} in {store.names.jobs}")
+        _print_job(state)
+
+
+@job.command("status")
+@click.argument("job_id", callback=_job_id)
+@click.argument(
+    "new_status",
+    required=False,
+    metavar="[NEW_STATUS]",
+    type=click.Choice(["running", "failed", "succeeded", "unknown"]),
+)
+def job_status(job_id: str, new_status: str | None) -> None:
+    """Show JOB_ID's status and analysis state; NEW_STATUS (running, failed, succeeded,
+    unknown) changes the status first — e.g. running → failed makes `l4 serve` diagnose it."""
+    from l4_plugin.service.registry import job_state, set_status
+
+    with open_cluster(STATE.settings) as store:
+        state = set_status(store, job_id, new_status) if new_status else job_state(store, job_id)
+        _print_job(state)
