@@ -211,3 +211,31 @@ def test_sigterm_stops_embedded_cluster(tmp_path: Path, state_env: dict[str, str
     while _alive(server_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(server_pid)
+
+
+def test_state_lives_in_the_click_context_not_the_module(
+    osmem_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from l4_plugin import cli
+    from l4_plugin.cli.common import CliState
+
+    for key in list(os.environ):
+        if key.startswith("L4_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("L4_STATE_DIR", str(tmp_path / "state"))
+    prefix = f"ctx{os.getpid()}-"
+    state = CliState()
+    res = CliRunner().invoke(
+        cli.app, ["--es-url", osmem_url, "--index-prefix", prefix, "status"], obj=state
+    )
+    assert res.exit_code == 0, res.output
+    assert f"index prefix: {prefix}" in res.output
+    assert state.settings.index_prefix == prefix and state.settings.es_url == osmem_url
+    # A second invocation in the same process starts from nothing: the first one's flags are gone.
+    again = CliRunner().invoke(cli.app, ["--es-url", osmem_url, "status"], obj=CliState())
+    assert again.exit_code == 0, again.output
+    assert "index prefix: l4-" in again.output
+    module = sys.modules["l4_plugin.cli.main"]
+    assert not any(isinstance(v, CliState) for v in vars(module).values())

@@ -8,16 +8,17 @@ import time
 import click
 from rich.table import Table
 
-from l4_plugin.cli.common import STATE, out
+from l4_plugin.cli.common import CliState, out, pass_state
 from l4_plugin.errors import L4Error
 from l4_plugin.store import EmbeddedCluster, open_cluster
 from l4_plugin.store.embedded import clear_state, write_state
 
 
 @click.command()
-def setup() -> None:
+@pass_state
+def setup(cli: CliState) -> None:
     """Install (or update) the index templates of every L4 index."""
-    with open_cluster(STATE.settings) as store:
+    with open_cluster(cli.settings) as store:
         info = store.info()
         out.print(f"cluster: {info.flavour} {info.version} at {info.url}")
         for name, action in store.install_templates():
@@ -25,9 +26,10 @@ def setup() -> None:
 
 
 @click.command()
-def status() -> None:
+@pass_state
+def status(cli: CliState) -> None:
     """Cluster flavour and version, and L4's indices with their document counts."""
-    settings = STATE.settings
+    settings = cli.settings
     with open_cluster(settings) as store:
         info = store.info()
         out.print(f"cluster: {info.flavour} {info.version} at {info.url}")
@@ -49,9 +51,10 @@ def cluster() -> None:
 
 @cluster.command("up")
 @click.option("--port", default=0, show_default=True, help="Port on 127.0.0.1 (0 = any free).")
-def cluster_up(port: int) -> None:
+@pass_state
+def cluster_up(cli: CliState, port: int) -> None:
     """Run an embedded cluster in the foreground; other l4 commands use it until Ctrl-C."""
-    settings = STATE.settings
+    settings = cli.settings
     with EmbeddedCluster(
         startup_timeout=settings.embedded_startup_timeout, addr=f"127.0.0.1:{port}"
     ) as embedded:

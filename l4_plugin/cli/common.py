@@ -16,7 +16,12 @@ out = SafeConsole(highlight=False, soft_wrap=True)
 
 @dataclass
 class CliState:
-    """Global options of one invocation, resolved into settings on first use."""
+    """The global options of one invocation (``click.Context.obj``), resolved into settings on
+    first use.
+
+    ``l4`` makes a fresh one per run (:func:`l4_plugin.cli.main.main`), so nothing carries over
+    between invocations in one process; tests may pass their own with ``CliRunner.invoke(obj=…)``.
+    """
 
     config_file: Path | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
@@ -25,12 +30,19 @@ class CliState:
 
     @property
     def settings(self) -> Settings:
+        """The settings: flags (``overrides``) > environment > ``--config`` file > defaults."""
         if self._settings is None:
             self._settings = load_settings(self.config_file, **self.overrides)
         return self._settings
 
+    def override(self, **values: Any) -> None:
+        """Add command flags (None = not given) to the overrides, before settings are read."""
+        self.overrides.update(values)
+        self._settings = None
 
-STATE = CliState()
+
+# Commands that read settings take the invocation's CliState as first argument.
+pass_state = click.make_pass_decorator(CliState, ensure=True)
 
 
 def _size_options(f: Any) -> Any:
@@ -47,12 +59,12 @@ def _size_options(f: Any) -> Any:
     )(f)
 
 
-def _read_limits(max_file_size: str | None, max_job_size: str | None) -> Any:
+def _read_limits(cli: CliState, max_file_size: str | None, max_job_size: str | None) -> Any:
     """The read limits from flags (set before the settings are first read), env and file."""
     from l4_plugin.ingest.jobdir import ReadLimits
 
-    STATE.overrides.update({"max_file_size": max_file_size, "max_job_size": max_job_size})
-    settings = STATE.settings
+    cli.override(max_file_size=max_file_size, max_job_size=max_job_size)
+    settings = cli.settings
     return ReadLimits(settings.max_file_size, settings.max_job_size)
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from l4_plugin.cli.common import STATE, out
+from l4_plugin.cli.common import CliState, out, pass_state
 
 
 @click.group()
@@ -22,12 +22,13 @@ def dashboards() -> None:
     required=True,
     help="Folder to write <flavour>/l4.ndjson into.",
 )
-def dashboards_export(out_dir: Path) -> None:
+@pass_state
+def dashboards_export(cli: CliState, out_dir: Path) -> None:
     """Write the saved objects as NDJSON for both tools."""
     from l4_plugin.dashboards import FLAVOURS, export_ndjson
 
     for flavour in FLAVOURS:
-        path = export_ndjson(flavour, out_dir, STATE.settings.index_prefix)
+        path = export_ndjson(flavour, out_dir, cli.settings.index_prefix)
         out.print(f"{flavour}: {path}")
 
 
@@ -39,11 +40,12 @@ def dashboards_export(out_dir: Path) -> None:
     help="Default: detected from /api/status.",
 )
 @click.option("--space", help="Kibana space id.")
-def dashboards_install(url: str, flavour: str | None, space: str | None) -> None:
+@pass_state
+def dashboards_install(cli: CliState, url: str, flavour: str | None, space: str | None) -> None:
     """Import the saved objects through the tool's saved-objects import API (overwrite)."""
     from l4_plugin.dashboards import install
 
-    settings = STATE.settings
+    settings = cli.settings
     result = install(
         url,
         flavour,  # type: ignore[arg-type]

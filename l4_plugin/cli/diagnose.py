@@ -8,7 +8,15 @@ from typing import Any
 
 import click
 
-from l4_plugin.cli.common import STATE, _job_id, _read_limits, _size_options, _workers_option, out
+from l4_plugin.cli.common import (
+    CliState,
+    _job_id,
+    _read_limits,
+    _size_options,
+    _workers_option,
+    out,
+    pass_state,
+)
 from l4_plugin.display import SafeConsole, safe_print
 from l4_plugin.store import open_cluster
 
@@ -61,6 +69,7 @@ def _diagnosis_options(f: Any) -> Any:
 
 
 def _run_diagnosis(
+    cli: CliState,
     store: Any,
     job_id: str,
     baselines: list[str],
@@ -78,7 +87,7 @@ def _run_diagnosis(
     from l4_plugin.diagnosis.output import discover_linker, write_outputs
     from l4_plugin.report.terminal import render_terminal
 
-    settings = STATE.settings
+    settings = cli.settings
     err = SafeConsole(stderr=True, highlight=False)
     with err.status("analysing") as spinner:
         diagnosis = diagnose_job(
@@ -125,7 +134,9 @@ def _run_diagnosis(
 @_size_options
 @_workers_option
 @_diagnosis_options
+@pass_state
 def diagnose(
+    cli: CliState,
     job_dir: Path,
     baseline_dirs: tuple[Path, ...],
     job_id: str | None,
@@ -140,8 +151,8 @@ def diagnose(
     from l4_plugin.diagnosis.jobdirs import prepare_all
     from l4_plugin.ingest.workers import ScanProgress
 
-    limits = _read_limits(max_file_size, max_job_size)
-    with open_cluster(STATE.settings) as store:
+    limits = _read_limits(cli, max_file_size, max_job_size)
+    with open_cluster(cli.settings) as store:
         store.install_templates()
         err = SafeConsole(stderr=True, highlight=False)
         status_line = err.status("ingesting")
@@ -162,7 +173,7 @@ def diagnose(
                 progress=progress,
                 reingest=reingest,
                 limits=limits,
-                workers=workers or STATE.settings.ingest_workers,
+                workers=workers or cli.settings.ingest_workers,
             )
         for p in [*base, job]:
             state = (
@@ -173,7 +184,7 @@ def diagnose(
             err.print(f"{p.job_id}: {state}")
             for problem in (p.ingested.problems if p.ingested else [])[:5]:
                 safe_print(f"warning: {problem}", file=sys.stderr)
-        _run_diagnosis(store, job.job_id, [b.job_id for b in base], **kwargs)
+        _run_diagnosis(cli, store, job.job_id, [b.job_id for b in base], **kwargs)
 
 
 @click.command()
@@ -186,23 +197,25 @@ def diagnose(
     help="Baseline job id (repeatable).",
 )
 @_diagnosis_options
-def analyze(job_id: str, baseline_ids: tuple[str, ...], **kwargs: Any) -> None:
+@pass_state
+def analyze(cli: CliState, job_id: str, baseline_ids: tuple[str, ...], **kwargs: Any) -> None:
     """Diagnose a job that is already in the cluster (same output as diagnose)."""
-    with open_cluster(STATE.settings) as store:
-        _run_diagnosis(store, job_id, list(baseline_ids), **kwargs)
+    with open_cluster(cli.settings) as store:
+        _run_diagnosis(cli, store, job_id, list(baseline_ids), **kwargs)
 
 
 @click.command()
 @click.argument("job_id", callback=_job_id)
 @click.option("--html", "html_out", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False))
-def report(job_id: str, html_out: Path | None, json_out: Path | None) -> None:
+@pass_state
+def report(cli: CliState, job_id: str, html_out: Path | None, json_out: Path | None) -> None:
     """Render a job's stored diagnosis (from l4-annotations) without analysing again."""
     from l4_plugin.diagnosis import load_summary
     from l4_plugin.diagnosis.output import write_report_files
     from l4_plugin.report.terminal import render_terminal
 
-    with open_cluster(STATE.settings) as store:
+    with open_cluster(cli.settings) as store:
         data, extras = load_summary(store, job_id)
     if html_out is None and json_out is None:
         render_terminal(data, out)

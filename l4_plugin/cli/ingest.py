@@ -8,7 +8,15 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from l4_plugin.cli.common import STATE, _job_id, _read_limits, _size_options, _workers_option, out
+from l4_plugin.cli.common import (
+    CliState,
+    _job_id,
+    _read_limits,
+    _size_options,
+    _workers_option,
+    out,
+    pass_state,
+)
 from l4_plugin.display import SafeConsole, safe_print
 from l4_plugin.errors import L4Error
 from l4_plugin.store import open_cluster
@@ -50,7 +58,9 @@ from l4_plugin.store import open_cluster
 @click.option("--offset-field", default="log.offset", show_default=True)
 @_size_options
 @_workers_option
+@pass_state
 def ingest(
+    cli: CliState,
     job_dir: Path | None,
     job_id: str | None,
     status: str | None,
@@ -78,9 +88,9 @@ def ingest(
     if (job_dir is None) == (from_index is None):
         raise click.UsageError("give either JOB_DIR or --from-index PATTERN")
     overrides = parse_config_overrides(list(config_pairs))
-    limits = _read_limits(max_file_size, max_job_size)
-    n_workers = workers or STATE.settings.ingest_workers
-    with open_cluster(STATE.settings) as store:
+    limits = _read_limits(cli, max_file_size, max_job_size)
+    n_workers = workers or cli.settings.ingest_workers
+    with open_cluster(cli.settings) as store:
         store.install_templates()
         # One line, rewritten in place; only on a terminal (rich draws nothing otherwise).
         with SafeConsole(stderr=True, highlight=False).status("ingest") as line:

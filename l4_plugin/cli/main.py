@@ -15,7 +15,7 @@ import click
 
 from l4_plugin import __version__
 from l4_plugin.cli.cluster import cluster, setup, status
-from l4_plugin.cli.common import STATE
+from l4_plugin.cli.common import CliState
 from l4_plugin.cli.dashboards import dashboards
 from l4_plugin.cli.diagnose import analyze, diagnose, report
 from l4_plugin.cli.ingest import ingest, parse
@@ -34,7 +34,9 @@ from l4_plugin.errors import L4Error
 @click.option("--index-prefix", help="Index name prefix (default l4-).")
 @click.option("--debug", is_flag=True, help="Show tracebacks on errors.")
 @click.version_option(__version__, prog_name="l4")
+@click.pass_context
 def app(
+    ctx: click.Context,
     config: Path | None,
     es_url: str | None,
     es_user: str | None,
@@ -47,14 +49,10 @@ def app(
     Secrets (API key, password) come from the environment (L4_ES_API_KEY, L4_ES_PASSWORD) or the
     --config file, never from the command line.
     """
-    STATE.config_file = config
-    STATE.overrides = {
-        "es_url": es_url,
-        "es_user": es_user,
-        "es_ca_certs": ca_certs,
-        "index_prefix": index_prefix,
-    }
-    STATE.debug = STATE.debug or debug
+    state = ctx.ensure_object(CliState)
+    state.config_file = config
+    state.override(es_url=es_url, es_user=es_user, es_ca_certs=ca_certs, index_prefix=index_prefix)
+    state.debug = state.debug or debug
 
 
 for _command in (
@@ -83,10 +81,11 @@ def _on_sigterm(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry point; returns the exit code."""
     args = list(sys.argv[1:] if argv is None else argv)
-    STATE.debug = "--debug" in args
+    # --debug is known before click parses anything, so that a usage error can show a traceback.
+    state = CliState(debug="--debug" in args)
     signal.signal(signal.SIGTERM, _on_sigterm)
     try:
-        code = app.main(args=args, prog_name="l4", standalone_mode=False)
+        code = app.main(args=args, prog_name="l4", standalone_mode=False, obj=state)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except click.exceptions.Abort:
@@ -96,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         exc.show()
         return exc.exit_code
     except L4Error as exc:
-        if STATE.debug:
+        if state.debug:
             traceback.print_exc()
         safe_print(f"error: {exc}", file=sys.stderr)
         return 1

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from l4_plugin.cli.common import STATE, _job_id, out
+from l4_plugin.cli.common import CliState, _job_id, out, pass_state
 from l4_plugin.display import JSON_ESCAPES, safe_print
 from l4_plugin.store import open_cluster
 
@@ -33,12 +33,13 @@ def rules_check(paths: tuple[Path, ...]) -> None:
 
 @rules.command("test")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-def rules_test(paths: tuple[Path, ...]) -> None:
+@pass_state
+def rules_test(cli: CliState, paths: tuple[Path, ...]) -> None:
     """Run the rules' embedded tests (default: the library) in a scratch index prefix."""
     from l4_plugin.rules.commands import checked_rules, library_tests, summarize
 
     library = checked_rules(paths)
-    summary = summarize(library, library_tests(STATE.settings, library))
+    summary = summarize(library, library_tests(cli.settings, library))
     for line in summary.lines:
         out.print(line, markup=False)
     out.print(f"{summary.rules - summary.failed} of {summary.rules} rules passed their tests")
@@ -56,12 +57,13 @@ def rules_test(paths: tuple[Path, ...]) -> None:
     help="Rule files or folders (repeatable; default: the library).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rule_matches list as JSON.")
-def rules_match(job_id: str, rule_paths: tuple[Path, ...], as_json: bool) -> None:
+@pass_state
+def rules_match(cli: CliState, job_id: str, rule_paths: tuple[Path, ...], as_json: bool) -> None:
     """Match the fault rules against an ingested job, root causes first."""
     from l4_plugin.rules.commands import checked_rules, match_text, matches_for, matches_json
 
     library = checked_rules(rule_paths)
-    with open_cluster(STATE.settings) as store:
+    with open_cluster(cli.settings) as store:
         found = matches_for(store, job_id, library)
     if as_json:
         print(matches_json(found).translate(JSON_ESCAPES))
@@ -84,11 +86,12 @@ def rules_match(job_id: str, rule_paths: tuple[Path, ...], as_json: bool) -> Non
     type=click.Path(path_type=Path),
     help="Rules folder or <category>/<id>.yaml file to write (default: print the YAML).",
 )
-def rules_new(job_id: str, rule_id: str | None, out_path: Path | None) -> None:
+@pass_state
+def rules_new(cli: CliState, job_id: str, rule_id: str | None, out_path: Path | None) -> None:
     """Draft a status: draft rule from a job's top events (its annotations)."""
     from l4_plugin.rules.commands import draft_from_job, write_draft
 
-    with open_cluster(STATE.settings) as store:
+    with open_cluster(cli.settings) as store:
         draft = draft_from_job(store, job_id, rule_id)
     if draft.source == "lines":
         safe_print(

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from l4_plugin.cli.common import STATE, _job_id, out
+from l4_plugin.cli.common import CliState, _job_id, out, pass_state
 from l4_plugin.store import open_cluster
 
 
@@ -93,7 +93,8 @@ from l4_plugin.store import open_cluster
     help="Longest wait between retries.",
 )
 @click.option("--debug-log", is_flag=True, help="Also log skipped claims.")
-def serve(**kwargs: Any) -> None:
+@pass_state
+def serve(cli: CliState, **kwargs: Any) -> None:
     """Diagnose every failed job registered in the cluster, on a schedule (see README)."""
     import logging
 
@@ -109,7 +110,7 @@ def serve(**kwargs: Any) -> None:
         watch=not kwargs.pop("no_watch"),
         **kwargs,
     )
-    code = Service(STATE.settings, options, logger).run()
+    code = Service(cli.settings, options, logger).run()
     if code:
         raise click.exceptions.Exit(code)
 
@@ -165,11 +166,12 @@ def _print_job(state: Any) -> None:
     "--status", required=True, type=click.Choice(["running", "failed", "succeeded", "unknown"])
 )
 @click.option("--fingerprint", help="Configuration fingerprint (jobs that share one compare).")
-def job_register(job_id: str, status: str, fingerprint: str | None) -> None:
+@pass_state
+def job_register(cli: CliState, job_id: str, status: str, fingerprint: str | None) -> None:
     """Register JOB_ID (or update its status); failed + ingested jobs get diagnosed."""
     from l4_plugin.service.registry import register_job
 
-    with open_cluster(STATE.settings) as store:
+    with open_cluster(cli.settings) as store:
         store.install_templates()
         state, created = register_job(store, job_id, status, fingerprint=fingerprint)
         out.print(f"{'registered' if created else 'updated'} in {store.names.jobs}")
@@ -184,11 +186,12 @@ def job_register(job_id: str, status: str, fingerprint: str | None) -> None:
     metavar="[NEW_STATUS]",
     type=click.Choice(["running", "failed", "succeeded", "unknown"]),
 )
-def job_status(job_id: str, new_status: str | None) -> None:
+@pass_state
+def job_status(cli: CliState, job_id: str, new_status: str | None) -> None:
     """Show JOB_ID's status and analysis state; NEW_STATUS (running, failed, succeeded,
     unknown) changes the status first — e.g. running → failed makes `l4 serve` diagnose it."""
     from l4_plugin.service.registry import job_state, set_status
 
-    with open_cluster(STATE.settings) as store:
+    with open_cluster(cli.settings) as store:
         state = set_status(store, job_id, new_status) if new_status else job_state(store, job_id)
         _print_job(state)
