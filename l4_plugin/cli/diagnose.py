@@ -41,31 +41,44 @@ def _diagnosis_options(f: Any) -> Any:
             is_flag=True,
             help="Use --baseline jobs even when their configuration fingerprint differs.",
         ),
-        click.option("--no-rules", is_flag=True, help="Skip the fault library."),
+        click.option(
+            "--no-rules", is_flag=True, help="Skip the fault library (analysis.rules: false)."
+        ),
         click.option(
             "--no-filter",
             is_flag=True,
-            help="Skip cross-job filtering (ablation; the report says so).",
+            help="Skip cross-job filtering (ablation; the report says so; analysis.filter: false).",
         ),
         click.option(
             "--spatial",
             type=click.Choice(["combined", "iforest"]),
-            default="combined",
-            show_default=True,
-            help="Spatial method (iforest = the paper's plain forest).",
+            help="Spatial method (iforest = the paper's plain forest; default combined; "
+            "analysis.spatial, L4_ANALYSIS_SPATIAL).",
         ),
         click.option(
             "--dtw",
             type=click.Choice(["numpy", "tslearn"]),
-            default="numpy",
-            show_default=True,
-            help="DTW backend (tslearn compiles with numba first).",
+            help="DTW backend (tslearn compiles with numba first; default numpy; analysis.dtw, "
+            "L4_ANALYSIS_DTW).",
         ),
         click.option("--dry-run", is_flag=True, help="Do not write annotations."),
     ]
     for option in reversed(options):
         f = option(f)
     return f
+
+
+def _analysis_flags(cli: CliState, flags: dict[str, Any]) -> None:
+    """Take the analysis flags out of ``flags`` into the settings' ``analysis:`` overrides (a
+    flag not given leaves the file's or environment's value)."""
+    cli.override(
+        analysis={
+            "rules": False if flags.pop("no_rules") else None,
+            "filter": False if flags.pop("no_filter") else None,
+            "spatial": flags.pop("spatial"),
+            "dtw": flags.pop("dtw"),
+        }
+    )
 
 
 def _run_diagnosis(
@@ -77,10 +90,6 @@ def _run_diagnosis(
     json_out: Path | None,
     html_out: Path | None,
     force_baseline: bool,
-    no_rules: bool,
-    no_filter: bool,
-    spatial: str,
-    dtw: str,
     dry_run: bool,
 ) -> None:
     from l4_plugin.diagnosis import AnalysisOptions, diagnose_job
@@ -88,20 +97,25 @@ def _run_diagnosis(
     from l4_plugin.report.terminal import render_terminal
 
     settings = cli.settings
+    analysis = settings.analysis
     err = SafeConsole(stderr=True, highlight=False)
     with err.status("analysing") as spinner:
         diagnosis = diagnose_job(
             store,
             job_id,
             options=AnalysisOptions(
-                crossjob=not no_filter,
-                spatial_method=spatial,
-                dtw_backend=dtw,
+                crossjob=analysis.filter,
+                filter_threshold=analysis.filter_threshold,
+                spatial_method=analysis.spatial,
+                dtw_backend=analysis.dtw,
+                window=analysis.window,
+                sigma=analysis.sigma,
                 random_state=settings.random_state,
+                max_events=analysis.max_events,
             ),
             baselines=baselines,
             force_baselines=force_baseline,
-            rules=[] if no_rules else None,
+            rules=None if analysis.rules else [],
             write=not dry_run,
             discover=discover_linker(settings),
             step=lambda name: spinner.update(f"{job_id}: {name}"),
@@ -151,6 +165,7 @@ def diagnose(
     from l4_plugin.diagnosis.jobdirs import prepare_all
     from l4_plugin.ingest.workers import ScanProgress
 
+    _analysis_flags(cli, kwargs)
     limits = _read_limits(cli, max_file_size, max_job_size)
     with open_cluster(cli.settings) as store:
         store.install_templates()
@@ -200,6 +215,7 @@ def diagnose(
 @pass_state
 def analyze(cli: CliState, job_id: str, baseline_ids: tuple[str, ...], **kwargs: Any) -> None:
     """Diagnose a job that is already in the cluster (same output as diagnose)."""
+    _analysis_flags(cli, kwargs)
     with open_cluster(cli.settings) as store:
         _run_diagnosis(cli, store, job_id, list(baseline_ids), **kwargs)
 

@@ -10,105 +10,97 @@ import click
 from l4_plugin.cli.common import CliState, _job_id, out, pass_state
 from l4_plugin.store import open_cluster
 
+# The service's flags; their defaults and environment variables are those of the settings'
+# ``service:`` section (ServiceSettings), so that a flag not given leaves the file's value.
+_SERVE_FLAGS: list[tuple[str, click.ParamType, str]] = [
+    ("interval", click.FloatRange(min=0.1), "Seconds between discover+diagnose runs"),
+    ("watch_interval", click.FloatRange(min=0.1), "Seconds between rule matches on running jobs"),
+    ("lease", click.FloatRange(min=1), "Claim lease in seconds (renewed while analysing)"),
+    ("max_attempts", click.IntRange(min=1), "Analyses of one job before giving up"),
+    ("batch", click.IntRange(min=1), "Jobs discovered per run"),
+    (
+        "retention_days",
+        click.FloatRange(min=0),
+        "Delete rollups/lines of jobs ingested longer ago (annotations stay)",
+    ),
+    ("retention_interval", click.FloatRange(min=1), "Seconds between retention runs"),
+    (
+        "health_port",
+        click.IntRange(min=0, max=65535),
+        "Serve /healthz /readyz /metrics on 127.0.0.1 (0 = any free port, logged)",
+    ),
+    ("stop_grace", click.FloatRange(min=0), "On SIGTERM, seconds to finish an analysis"),
+    ("max_backoff", click.FloatRange(min=0.1), "Longest wait between retries"),
+]
+
+
+def _serve_options(f: Any) -> Any:
+    """The ``--<name>`` options of ``_SERVE_FLAGS`` (None when not given)."""
+    from l4_plugin.config import ServiceSettings
+
+    for name, kind, text in reversed(_SERVE_FLAGS):
+        default = ServiceSettings.model_fields[name].default
+        shown = "none" if default is None else f"{default:g}"
+        f = click.option(
+            f"--{name.replace('_', '-')}",
+            name,
+            type=kind,
+            help=f"{text} (default {shown}; service.{name}, L4_SERVE_{name.upper()}).",
+        )(f)
+    return f
+
 
 @click.command()
+@_serve_options
 @click.option(
-    "--interval",
-    type=click.FloatRange(min=0.1),
-    default=30.0,
-    show_default=True,
-    envvar="L4_SERVE_INTERVAL",
-    help="Seconds between discover+diagnose runs.",
+    "--log-json",
+    is_flag=True,
+    default=None,
+    help="JSON log lines (service.log_json, L4_SERVE_LOG_JSON).",
 )
-@click.option(
-    "--watch-interval",
-    type=click.FloatRange(min=0.1),
-    default=60.0,
-    show_default=True,
-    envvar="L4_SERVE_WATCH_INTERVAL",
-    help="Seconds between rule matches on running jobs.",
-)
-@click.option(
-    "--lease",
-    type=click.FloatRange(min=1),
-    default=300.0,
-    show_default=True,
-    envvar="L4_SERVE_LEASE",
-    help="Claim lease in seconds (renewed while analysing).",
-)
-@click.option(
-    "--max-attempts",
-    type=click.IntRange(min=1),
-    default=3,
-    show_default=True,
-    envvar="L4_SERVE_MAX_ATTEMPTS",
-    help="Analyses of one job before giving up.",
-)
-@click.option(
-    "--batch",
-    type=click.IntRange(min=1),
-    default=20,
-    show_default=True,
-    envvar="L4_SERVE_BATCH",
-    help="Jobs discovered per run.",
-)
-@click.option(
-    "--retention-days",
-    type=click.FloatRange(min=0),
-    envvar="L4_SERVE_RETENTION_DAYS",
-    help="Delete rollups/lines of jobs ingested longer ago (annotations stay).",
-)
-@click.option(
-    "--retention-interval",
-    type=click.FloatRange(min=1),
-    default=3600.0,
-    show_default=True,
-    envvar="L4_SERVE_RETENTION_INTERVAL",
-    help="Seconds between retention runs.",
-)
-@click.option(
-    "--health-port",
-    type=click.IntRange(min=0, max=65535),
-    envvar="L4_SERVE_HEALTH_PORT",
-    help="Serve /healthz /readyz /metrics on 127.0.0.1 (0 = any free port, logged).",
-)
-@click.option("--log-json", is_flag=True, envvar="L4_SERVE_LOG_JSON", help="JSON log lines.")
 @click.option("--once", is_flag=True, help="Run each task once and exit (cron, CI).")
 @click.option("--no-rules", is_flag=True, help="Skip the fault library (and the watch task).")
 @click.option("--no-watch", is_flag=True, help="Do not match rules against running jobs.")
-@click.option(
-    "--stop-grace",
-    type=click.FloatRange(min=0),
-    default=30.0,
-    show_default=True,
-    envvar="L4_SERVE_STOP_GRACE",
-    help="On SIGTERM, seconds to finish an analysis.",
-)
-@click.option(
-    "--max-backoff",
-    type=click.FloatRange(min=0.1),
-    default=300.0,
-    show_default=True,
-    envvar="L4_SERVE_MAX_BACKOFF",
-    help="Longest wait between retries.",
-)
 @click.option("--debug-log", is_flag=True, help="Also log skipped claims.")
 @pass_state
-def serve(cli: CliState, **kwargs: Any) -> None:
-    """Diagnose every failed job registered in the cluster, on a schedule (see README)."""
+def serve(
+    cli: CliState, once: bool, no_rules: bool, no_watch: bool, debug_log: bool, **flags: Any
+) -> None:
+    """Diagnose every failed job registered in the cluster, on a schedule (see README).
+
+    Every option but --once and --debug-log can also be set in the settings file's service:
+    section or by an L4_SERVE_* variable; a flag wins over both.
+    """
     import logging
 
     from l4_plugin.service import Service, ServiceOptions, setup_logging
 
+    # --no-rules / --no-watch given switch off; not given leave the file's or environment's choice.
+    cli.override(
+        service={
+            **flags,
+            "rules": False if no_rules else None,
+            "watch": False if no_watch else None,
+        }
+    )
+    service = cli.settings.service
     logger = setup_logging(
-        json_lines=kwargs.pop("log_json"),
-        level=logging.DEBUG if kwargs.pop("debug_log") else logging.INFO,
+        json_lines=service.log_json, level=logging.DEBUG if debug_log else logging.INFO
     )
     options = ServiceOptions(
-        lease_seconds=kwargs.pop("lease"),
-        rules=not kwargs.pop("no_rules"),
-        watch=not kwargs.pop("no_watch"),
-        **kwargs,
+        interval=service.interval,
+        watch_interval=service.watch_interval,
+        retention_days=service.retention_days,
+        retention_interval=service.retention_interval,
+        lease_seconds=service.lease,
+        max_attempts=service.max_attempts,
+        batch=service.batch,
+        rules=service.rules,
+        watch=service.watch,
+        health_port=service.health_port,
+        once=once,
+        stop_grace=service.stop_grace,
+        max_backoff=service.max_backoff,
     )
     code = Service(cli.settings, options, logger).run()
     if code:
