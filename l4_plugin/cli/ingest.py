@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.table import Table
@@ -33,12 +34,15 @@ from l4_plugin.store import open_cluster
     help="Job status (default: job.yaml status).",
 )
 @click.option(
-    "--config",
+    "--set",
     "config_pairs",
     multiple=True,
     metavar="KEY=VALUE",
-    help="Configuration field (repeatable); overrides job.yaml config.",
+    help="Job configuration field (repeatable); overrides job.yaml config.",
 )
+@click.option(
+    "--config", "old_config_pairs", multiple=True, hidden=True
+)  # the old spelling of --set
 @click.option("--node-pattern", help="Regex with (?P<node>...) [and (?P<rank>...)] over paths.")
 @click.option("--full", is_flag=True, help="Also index every raw line into l4-lines.")
 @click.option(
@@ -65,29 +69,23 @@ def ingest(
     job_id: str | None,
     status: str | None,
     config_pairs: tuple[str, ...],
+    old_config_pairs: tuple[str, ...],
     node_pattern: str | None,
     full: bool,
     from_index: str | None,
-    job_field: str,
-    node_field: str,
-    rank_field: str,
-    message_field: str,
-    timestamp_field: str,
-    path_field: str,
-    offset_field: str,
     max_file_size: str | None,
     max_job_size: str | None,
     workers: int | None,
+    **raw_fields: str,
 ) -> None:
     """Parse a job's logs (JOB_DIR, or --from-index) into rollups, kept lines and templates."""
-    from l4_plugin.ingest.index_source import RawFields, ingest_index
-    from l4_plugin.ingest.jobdir import parse_config_overrides
+    from l4_plugin.ingest.index_source import ingest_index
     from l4_plugin.ingest.pipeline import ingest_job
     from l4_plugin.ingest.workers import ScanProgress
 
     if (job_dir is None) == (from_index is None):
         raise click.UsageError("give either JOB_DIR or --from-index PATTERN")
-    overrides = parse_config_overrides(list(config_pairs))
+    overrides = _job_config(config_pairs, old_config_pairs)
     limits = _read_limits(cli, max_file_size, max_job_size)
     n_workers = workers or cli.settings.ingest_workers
     with open_cluster(cli.settings) as store:
@@ -99,19 +97,10 @@ def ingest(
                 line.update(f"ingest {p.describe()}")
 
             if from_index is not None:
-                fields = RawFields(
-                    job_field,
-                    node_field,
-                    rank_field or None,
-                    message_field,
-                    timestamp_field,
-                    path_field or None,
-                    offset_field or None,
-                )
                 summaries = ingest_index(
                     store,
                     from_index,
-                    fields,
+                    _raw_fields(**raw_fields),
                     job_id=job_id,
                     status=status,
                     config=overrides,
@@ -135,21 +124,60 @@ def ingest(
                     )
                 ]
         for summary in summaries:
-            job = summary.job
-            out.print(
-                f"job {job.id} ({job.status}, fingerprint {job.fingerprint}): {summary.files} "
-                f"files, {summary.nodes} nodes, {summary.lines:,} lines in {summary.seconds:.1f} s"
-            )
-            out.print(
-                f"indexed {summary.events_docs:,} rollups, {summary.lines_docs:,} "
-                f"{'raw' if full else 'kept'} lines, {summary.new_templates} new templates"
-            )
-            for problem in summary.problems[:20]:
-                safe_print(f"warning: {problem}", file=sys.stderr)
-            if len(summary.problems) > 20:
-                safe_print(
-                    f"warning: … and {len(summary.problems) - 20} more problems", file=sys.stderr
-                )
+            _print_summary(summary, full)
+
+
+def _job_config(pairs: tuple[str, ...], old_pairs: tuple[str, ...]) -> dict[str, str]:
+    """The ``--set KEY=VALUE`` pairs (and the deprecated ``--config KEY=VALUE``) as a mapping."""
+    from l4_plugin.ingest.jobdir import parse_config_overrides
+
+    if old_pairs:
+        safe_print(
+            "warning: `l4 ingest --config KEY=VALUE` is deprecated: use --set KEY=VALUE "
+            "(`l4 --config FILE` is the settings file)",
+            file=sys.stderr,
+        )
+    return parse_config_overrides([*old_pairs, *pairs])
+
+
+def _raw_fields(
+    job_field: str,
+    node_field: str,
+    rank_field: str,
+    message_field: str,
+    timestamp_field: str,
+    path_field: str,
+    offset_field: str,
+) -> Any:
+    """The ``--from-index`` field names (an empty optional one: not in the documents)."""
+    from l4_plugin.ingest.index_source import RawFields
+
+    return RawFields(
+        job_field,
+        node_field,
+        rank_field or None,
+        message_field,
+        timestamp_field,
+        path_field or None,
+        offset_field or None,
+    )
+
+
+def _print_summary(summary: Any, full: bool) -> None:
+    """What one ingest did, and its first 20 problems as warnings on stderr."""
+    job = summary.job
+    out.print(
+        f"job {job.id} ({job.status}, fingerprint {job.fingerprint}): {summary.files} "
+        f"files, {summary.nodes} nodes, {summary.lines:,} lines in {summary.seconds:.1f} s"
+    )
+    out.print(
+        f"indexed {summary.events_docs:,} rollups, {summary.lines_docs:,} "
+        f"{'raw' if full else 'kept'} lines, {summary.new_templates} new templates"
+    )
+    for problem in summary.problems[:20]:
+        safe_print(f"warning: {problem}", file=sys.stderr)
+    if len(summary.problems) > 20:
+        safe_print(f"warning: … and {len(summary.problems) - 20} more problems", file=sys.stderr)
 
 
 @click.command()
