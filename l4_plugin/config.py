@@ -1,26 +1,104 @@
 """Settings: one object read from command-line flags, then the environment, then a YAML file.
 
-Precedence is flags > environment (``L4_*``) > ``--config FILE`` > defaults. Secrets are
-``SecretStr`` and never appear in ``repr``, logs or error messages (``redacted_url``).
+Precedence is flags > environment > ``l4 --config FILE`` > defaults, for every field:
+
+- the cluster and ingest fields at the top level: ``es_url:`` in the file, ``L4_ES_URL``,
+  ``--es-url``;
+- ``service:`` — how ``l4 serve`` runs: ``service: {interval: 60}`` in the file,
+  ``L4_SERVE_INTERVAL``, ``l4 serve --interval``;
+- ``analysis:`` — how ``l4 diagnose`` / ``l4 analyze`` analyse: ``analysis: {spatial: iforest}``,
+  ``L4_ANALYSIS_SPATIAL``, ``--spatial`` (``--no-rules`` / ``--no-filter`` set ``rules`` /
+  ``filter`` to false).
+
+``load_settings`` reports every invalid value at once, each with its field path and where it came
+from (``file:line``, the environment variable or the command line). Secrets are ``SecretStr`` and
+never appear in ``repr``, logs or error messages (``redacted_url``).
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from l4_plugin.errors import ConfigError
 from l4_plugin.ingest.jobdir import MAX_FILE_SIZE, MAX_JOB_SIZE
-from l4_plugin.yamldoc import read_mapping
+from l4_plugin.yamldoc import compose, read_document, read_text
 
 # Characters Elasticsearch and OpenSearch refuse in index names (plus upper case).
 _ILLEGAL_INDEX_CHARS = re.compile(r'[\\/*?"<>| ,#:]')
+
+
+class ServiceSettings(BaseModel):
+    """``service:`` — how ``l4 serve`` runs (environment ``L4_SERVE_<NAME>``, flag ``--<name>``).
+
+    ``rules`` / ``watch`` false are ``--no-rules`` / ``--no-watch``; ``once`` and ``--debug-log``
+    stay flags of one run.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    interval: float = Field(
+        default=30.0, ge=0.1, description="Seconds between discover+diagnose runs"
+    )
+    watch_interval: float = Field(default=60.0, ge=0.1, description="Seconds between rule watches")
+    lease: float = Field(default=300.0, ge=1, description="Claim lease in seconds")
+    max_attempts: int = Field(default=3, ge=1, description="Analyses of one job before giving up")
+    batch: int = Field(default=20, ge=1, description="Jobs discovered per run")
+    retention_days: float | None = Field(
+        default=None, ge=0, description="Rollup/line retention (days)"
+    )
+    retention_interval: float = Field(
+        default=3600.0, ge=1, description="Seconds between retention runs"
+    )
+    health_port: int | None = Field(
+        default=None, ge=0, le=65535, description="/healthz port (0 = any)"
+    )
+    log_json: bool = False
+    rules: bool = True
+    watch: bool = True
+    stop_grace: float = Field(
+        default=30.0, ge=0, description="On SIGTERM, seconds to finish an analysis"
+    )
+    max_backoff: float = Field(default=300.0, ge=0.1, description="Longest wait between retries")
+
+
+class AnalysisSettings(BaseModel):
+    """``analysis:`` — how ``l4 diagnose`` / ``l4 analyze`` analyse (``L4_ANALYSIS_<NAME>``).
+
+    The defaults are the evaluated ones (``diagnosis.AnalysisOptions``); ``filter`` false is the
+    cross-job filtering ablation (``--no-filter``), ``rules`` false skips the fault library.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rules: bool = True
+    filter: bool = True
+    filter_threshold: float = Field(
+        default=0.5, gt=0, le=1, description="Share of baseline jobs a template must appear in"
+    )
+    spatial: Literal["combined", "iforest"] = "combined"
+    dtw: Literal["numpy", "tslearn"] = "numpy"
+    window: int = Field(default=10, ge=1, description="DTW window, in iterations")
+    sigma: float = Field(
+        default=3.0, gt=0, description="Standard deviations that make an iteration abnormal"
+    )
+    max_events: int = Field(default=20, ge=1, description="Events kept in the report")
+
+
+#: The sections of the settings and the prefix of their environment variables.
+SECTIONS: dict[str, tuple[str, type[BaseModel]]] = {
+    "service": ("L4_SERVE_", ServiceSettings),
+    "analysis": ("L4_ANALYSIS_", AnalysisSettings),
+}
 
 
 class Settings(BaseSettings):
@@ -59,6 +137,9 @@ class Settings(BaseSettings):
     discover_url_template: str | None = Field(
         None, description="Discover link template (default: Kibana 8 / OSD 2 Discover)"
     )
+    # Frozen, so one default instance can be shared.
+    service: ServiceSettings = ServiceSettings()
+    analysis: AnalysisSettings = AnalysisSettings()
 
     @field_validator("index_prefix")
     @classmethod
@@ -175,48 +256,140 @@ def split_credentials(url: str, what: str) -> tuple[str, str | None, str | None]
     return bare, user, password
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
-    data = read_mapping(path, ConfigError, "config file")
-    return {str(k).replace("-", "_"): v for k, v in data.items()}
+#: A field's path in the settings: ``("es_url",)``, ``("service", "interval")``.
+FieldPath = tuple[str, ...]
 
 
-def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
-    """Build the settings: ``overrides`` (CLI flags, None = not given) > env > YAML file."""
-    file_values = _read_yaml(config_file) if config_file else {}
-    flags = {k: v for k, v in overrides.items() if v is not None}
-    # Environment beats the file: read env by building once without file values for known keys.
-    try:
-        return Settings(**{**file_values, **_env_values(), **flags})
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "settings"
-        source = _source_of(field, flags, file_values, config_file)
-        bad = err.get("input")
-        if "password" in field or "api_key" in field:
-            shown = "***"
-        elif field.endswith("url") and isinstance(bad, str):
-            shown = repr(redact_url(bad))
-        else:
-            shown = repr(bad)
-        raise ConfigError(f"invalid setting {field} ({source}): {shown} — {err['msg']}") from None
+def _name(key: object) -> str:
+    return str(key).replace("-", "_")
 
 
-def _env_values() -> dict[str, Any]:
+def _read_yaml(path: Path) -> tuple[dict[str, Any], dict[FieldPath, str]]:
+    """The file's mapping (``-`` in names read as ``_``, in sections too) and where each field
+    is (``file:line``)."""
+    data, _ = read_document(path, ConfigError, "config file")
     values: dict[str, Any] = {}
+    for key, value in data.items():
+        name = _name(key)
+        is_section = name in SECTIONS and isinstance(value, Mapping)
+        values[name] = {_name(k): v for k, v in value.items()} if is_section else value
+    # The document parsed above, so composing it again cannot fail; it gives every key's line.
+    node = compose(read_text(path, ConfigError, "config file"))
+    where = {p: f"config file {path}:{line}" for p, line in _key_lines(node, ())}
+    return values, where
+
+
+def _key_lines(node: yaml.Node | None, prefix: FieldPath) -> Iterable[tuple[FieldPath, int]]:
+    """The 1-based line of every key of a mapping node and of the mappings of its sections."""
+    if not isinstance(node, yaml.MappingNode):
+        return
+    for key, value in node.value:
+        path = (*prefix, _name(key.value))
+        yield path, key.start_mark.line + 1
+        if not prefix and path[0] in SECTIONS:
+            yield from _key_lines(value, path)
+
+
+def load_settings(
+    config_file: Path | None = None,
+    *,
+    service: Mapping[str, Any] | None = None,
+    analysis: Mapping[str, Any] | None = None,
+    **overrides: Any,
+) -> Settings:
+    """Build the settings: flags (``overrides`` and the ``service`` / ``analysis`` mappings of
+    flags; None = not given) > environment > YAML file > defaults.
+
+    Every invalid value is reported in one ``ConfigError`` whose message has a line per problem:
+    the field path (``service.interval``), where the value came from (``config file F:LINE``,
+    ``environment L4_SERVE_INTERVAL`` or ``command line``), the value (secrets as ``***``) and why.
+    """
+    data: dict[str, Any] = {}
+    where: dict[FieldPath, str] = {}
+    if config_file:
+        file_values, file_where = _read_yaml(config_file)
+        _layer(
+            data,
+            where,
+            file_values,
+            lambda path: file_where.get(path, f"config file {config_file}"),
+        )
+    env_values, env_names = _env_values()
+    _layer(data, where, env_values, lambda path: f"environment {env_names[path]}")
+    flags: dict[str, Any] = {k: v for k, v in overrides.items() if v is not None}
+    for section, given in (("service", service), ("analysis", analysis)):
+        chosen = {k: v for k, v in (given or {}).items() if v is not None}
+        if chosen:
+            flags[section] = chosen
+    _layer(data, where, flags, lambda path: "command line")
+    try:
+        return Settings(**data)
+    except ValidationError as exc:
+        problems = [_describe(err, where) for err in exc.errors()]
+    if len(problems) == 1:
+        raise ConfigError(problems[0]) from None
+    raise ConfigError(f"{len(problems)} invalid settings:\n  " + "\n  ".join(problems)) from None
+
+
+def _layer(
+    data: dict[str, Any],
+    where: dict[FieldPath, str],
+    values: Mapping[str, Any],
+    source: Callable[[FieldPath], str],
+) -> None:
+    """Put ``values`` over ``data`` (sections merged name by name), noting each field's source."""
+    for key, value in values.items():
+        if key not in SECTIONS or not isinstance(value, Mapping):
+            data[key] = value
+            where[(key,)] = source((key,))
+            continue
+        below = data.setdefault(key, {})
+        if not isinstance(below, dict):
+            continue  # the file's section is not a mapping: keep it, so that it is reported
+        where.setdefault((key,), source((key,)))
+        for sub, sub_value in value.items():
+            below[str(sub)] = sub_value
+            where[(key, str(sub))] = source((key, str(sub)))
+
+
+def _describe(err: Any, where: Mapping[FieldPath, str]) -> str:
+    """One line: ``invalid setting PATH (SOURCE): VALUE — why``, secrets and URLs redacted."""
+    loc = tuple(str(p) for p in err["loc"])
+    field = ".".join(loc) or "settings"
+    source = next((where[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in where), "default")
+    if err["type"] == "extra_forbidden":
+        # The value of a misspelt name may be a secret (es_pasword: …): never shown.
+        section = Settings.model_fields if len(loc) == 1 else SECTIONS[loc[0]][1].model_fields
+        close = difflib.get_close_matches(loc[-1], list(section), n=1)
+        hint = f" — did you mean {close[0]}?" if close else ""
+        return f"invalid setting {field} ({source}): unknown setting{hint}"
+    bad = err.get("input")
+    if "password" in field or "api_key" in field:
+        shown = "***"
+    elif field.endswith("url") and isinstance(bad, str):
+        shown = repr(redact_url(bad))
+    else:
+        shown = repr(bad)
+    return f"invalid setting {field} ({source}): {shown} — {err['msg']}"
+
+
+def _env_values() -> tuple[dict[str, Any], dict[FieldPath, str]]:
+    """Non-empty ``L4_<NAME>``, ``L4_SERVE_<NAME>`` and ``L4_ANALYSIS_<NAME>`` variables as
+    settings data, and the variable behind each field."""
+    values: dict[str, Any] = {}
+    names: dict[FieldPath, str] = {}
     for name in Settings.model_fields:
+        if name in SECTIONS:
+            continue
         env = os.environ.get(f"L4_{name.upper()}")
-        if env is not None and env != "":
+        if env:
             values[name] = env
-    return values
-
-
-def _source_of(
-    field: str, flags: dict[str, Any], file_values: dict[str, Any], config_file: Path | None
-) -> str:
-    if field in flags:
-        return "command line"
-    if os.environ.get(f"L4_{field.upper()}"):
-        return f"environment L4_{field.upper()}"
-    if field in file_values and config_file is not None:
-        return f"config file {config_file}"
-    return "default"
+            names[(name,)] = f"L4_{name.upper()}"
+    for section, (prefix, model) in SECTIONS.items():
+        for name in model.model_fields:
+            env = os.environ.get(f"{prefix}{name.upper()}")
+            if env:
+                values.setdefault(section, {})[name] = env
+                names[(section, name)] = f"{prefix}{name.upper()}"
+                names[(section,)] = f"{prefix}*"
+    return values, names

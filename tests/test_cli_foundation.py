@@ -1,10 +1,12 @@
-"""`l4 setup`, `l4 status` and `l4 cluster up` as a user runs them, and their failure modes."""
+"""`l4 setup`, `l4 status`, `l4 cluster up` as a user runs them, the invocation state, and
+settings flowing from file, environment and flags into `serve`, `analyze` and `ingest`."""
 
 from __future__ import annotations
 
 import http.server
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -211,3 +214,157 @@ def test_sigterm_stops_embedded_cluster(tmp_path: Path, state_env: dict[str, str
     while _alive(server_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not _alive(server_pid)
+
+
+def test_state_lives_in_the_click_context_not_the_module(
+    osmem_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from click.testing import CliRunner
+
+    from l4_plugin import cli
+    from l4_plugin.cli.common import CliState
+
+    for key in list(os.environ):
+        if key.startswith("L4_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("L4_STATE_DIR", str(tmp_path / "state"))
+    prefix = f"ctx{os.getpid()}-"
+    state = CliState()
+    res = CliRunner().invoke(
+        cli.app, ["--es-url", osmem_url, "--index-prefix", prefix, "status"], obj=state
+    )
+    assert res.exit_code == 0, res.output
+    assert f"index prefix: {prefix}" in res.output
+    assert state.settings.index_prefix == prefix and state.settings.es_url == osmem_url
+    # A second invocation in the same process starts from nothing: the first one's flags are gone.
+    again = CliRunner().invoke(cli.app, ["--es-url", osmem_url, "status"], obj=CliState())
+    assert again.exit_code == 0, again.output
+    assert "index prefix: l4-" in again.output
+    module = sys.modules["l4_plugin.cli.main"]
+    assert not any(isinstance(v, CliState) for v in vars(module).values())
+
+
+@pytest.fixture
+def in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Iterator[Any]:
+    """``l4 ARGS`` in this process with a clean L4_* environment: (exit code, stdout, stderr)."""
+    from l4_plugin import cli
+
+    for key in list(os.environ):
+        if key.startswith("L4_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("L4_STATE_DIR", str(tmp_path / "state"))
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = cli.main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    yield run
+    signal.signal(signal.SIGTERM, previous)
+
+
+def test_serve_takes_its_options_from_file_env_and_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, in_process: Any
+) -> None:
+    seen: list[Any] = []
+
+    class Recorder:
+        def __init__(self, settings: Any, options: Any, logger: Any) -> None:
+            seen.append(options)
+
+        def run(self) -> int:
+            return 0
+
+    monkeypatch.setattr("l4_plugin.service.Service", Recorder)
+    cfg = tmp_path / "l4.yaml"
+    cfg.write_text("service:\n  interval: 5\n  batch: 7\n  lease: 60\n  health_port: 0\n")
+    monkeypatch.setenv("L4_SERVE_BATCH", "9")
+    code, _, err = in_process(
+        "--config", str(cfg), "serve", "--once", "--interval", "2", "--no-rules"
+    )
+    assert code == 0, err
+    o = seen[-1]
+    assert (o.interval, o.batch, o.lease_seconds, o.health_port) == (2.0, 9, 60.0, 0)
+    assert (o.once, o.rules, o.watch, o.max_attempts) == (True, False, True, 3)
+    code, _, err = in_process("serve")
+    assert code == 0, err
+    assert (seen[-1].interval, seen[-1].batch, seen[-1].rules) == (30.0, 9, True)
+    cfg.write_text("service:\n  interval: 0\n  max-attempts: none\n")
+    code, _, err = in_process("--config", str(cfg), "serve")
+    assert code == 1 and len(seen) == 2
+    assert err.startswith("error: 2 invalid settings:")
+    assert re.search(r"service\.interval \(config file .*l4\.yaml:2\): 0 ", err)
+    assert re.search(r"service\.max_attempts \(config file .*l4\.yaml:3\): 'none' ", err)
+
+
+def test_analyze_takes_its_options_from_the_analysis_section(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store: Any, in_process: Any
+) -> None:
+    from l4_plugin.errors import L4Error
+
+    seen: list[Any] = []
+
+    def recorder(store: Any, job_id: str, **kwargs: Any) -> Any:
+        seen.append(kwargs)
+        raise L4Error("stopped by the test")
+
+    monkeypatch.setattr("l4_plugin.diagnosis.diagnose_job", recorder)
+    cfg = tmp_path / "l4.yaml"
+    cfg.write_text("analysis:\n  spatial: iforest\n  rules: false\n  sigma: 2.5\n")
+    monkeypatch.setenv("L4_ANALYSIS_DTW", "tslearn")
+    base = ("--config", str(cfg), "--es-url", store.url, "--index-prefix", store.names.prefix)
+    base = (*base, "analyze", "some-job", "--dry-run")
+    code, _, err = in_process(*base)
+    assert code == 1 and "stopped by the test" in err
+    options, rules = seen[-1]["options"], seen[-1]["rules"]
+    assert (options.spatial_method, options.dtw_backend, options.sigma) == (
+        "iforest",
+        "tslearn",
+        2.5,
+    )
+    assert options.crossjob and rules == []
+    code, _, _ = in_process(*base, "--spatial", "combined", "--dtw", "numpy", "--no-filter")
+    options = seen[-1]["options"]
+    assert (options.spatial_method, options.dtw_backend, options.crossjob) == (
+        "combined",
+        "numpy",
+        False,
+    )
+
+
+def test_analysis_section_defaults_are_the_evaluated_options() -> None:
+    from l4_plugin.config import AnalysisSettings
+    from l4_plugin.diagnosis import AnalysisOptions
+
+    a, o = AnalysisSettings(), AnalysisOptions()
+    assert (a.filter, a.filter_threshold, a.spatial, a.dtw, a.window, a.sigma, a.max_events) == (
+        o.crossjob,
+        o.filter_threshold,
+        o.spatial_method,
+        o.dtw_backend,
+        o.window,
+        o.sigma,
+        o.max_events,
+    )
+
+
+def test_ingest_set_and_the_deprecated_config_spelling(
+    tmp_path: Path, store: Any, in_process: Any
+) -> None:
+    job = tmp_path / "job" / "n1"
+    job.mkdir(parents=True)
+    (job / "rank0.log").write_text("2024-01-01 00:00:00 INFO step 1 loss 2.0\n")
+    base = ("--es-url", store.url, "--index-prefix", store.names.prefix, "ingest")
+    fingerprints = []
+    for extra in ((), ("--set", "model=a"), ("--config", "model=a")):
+        code, out, err = in_process(*base, str(tmp_path / "job"), "--job-id", "s", *extra)
+        assert code == 0, err
+        assert ("deprecated: use --set" in err) == (extra[:1] == ("--config",))
+        fingerprints.append(re.search(r"fingerprint (\S+)\)", out).group(1))  # type: ignore[union-attr]
+    assert fingerprints[0] != fingerprints[1] == fingerprints[2]
+    code, _, err = in_process(*base, str(tmp_path / "job"), "--set", "novalue")
+    assert code == 1 and "invalid --set value — 'novalue'" in err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -44,7 +45,9 @@ def test_bad_yaml_names_file_and_line(tmp_path: Path) -> None:
 def test_unknown_setting_in_file_is_named(tmp_path: Path) -> None:
     cfg = tmp_path / "l4.yaml"
     cfg.write_text("es_urll: http://x\n")
-    with pytest.raises(ConfigError, match=r"invalid setting es_urll \(config file .*l4\.yaml\)"):
+    with pytest.raises(
+        ConfigError, match=r"invalid setting es_urll \(config file .*l4\.yaml:1\): unknown setting"
+    ):
         load_settings(cfg)
 
 
@@ -76,3 +79,82 @@ def test_ingest_workers_from_env_flag_or_cores(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setenv("L4_INGEST_WORKERS", "0")
     with pytest.raises(ConfigError, match=r"ingest_workers \(environment L4_INGEST_WORKERS\)"):
         load_settings(None)
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    import os
+
+    for key in list(os.environ):
+        if key.startswith("L4_"):
+            monkeypatch.delenv(key)
+    return monkeypatch
+
+
+def test_service_and_analysis_sections_flags_over_env_over_file(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "l4.yaml"
+    cfg.write_text(
+        "service:\n  interval: 5\n  health-port: 9464\n  batch: 7\n"
+        "analysis:\n  spatial: iforest\n  filter: false\n  dtw: tslearn\n"
+    )
+    s = load_settings(None)
+    assert (s.service.interval, s.service.health_port, s.analysis.spatial) == (
+        30.0,
+        None,
+        "combined",
+    )
+    s = load_settings(cfg)
+    assert (s.service.interval, s.service.health_port, s.service.batch) == (5.0, 9464, 7)
+    assert (s.analysis.spatial, s.analysis.filter, s.analysis.dtw) == ("iforest", False, "tslearn")
+    clean_env.setenv("L4_SERVE_INTERVAL", "2.5")
+    clean_env.setenv("L4_ANALYSIS_SPATIAL", "combined")
+    s = load_settings(cfg)
+    assert (s.service.interval, s.service.batch, s.analysis.spatial) == (2.5, 7, "combined")
+    s = load_settings(
+        cfg, service={"interval": 9.0, "batch": None}, analysis={"dtw": "numpy", "rules": None}
+    )
+    assert (s.service.interval, s.service.batch) == (9.0, 7)  # None = flag not given
+    assert (s.analysis.dtw, s.analysis.rules, s.analysis.filter) == ("numpy", True, False)
+
+
+def test_every_bad_value_is_reported_at_once_with_its_location(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    cfg = tmp_path / "l4.yaml"
+    cfg.write_text(
+        "index_prefix: l4-\nservice:\n  interval: 0\n  batch: 5\nanalysis:\n  spatial: kmeans\n"
+    )
+    clean_env.setenv("L4_MAX_RETRIES", "many")
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg, index_prefix="UPPER")
+    message = str(info.value)
+    assert message.startswith("4 invalid settings:\n"), message
+    assert re.search(r"service\.interval \(config file .*l4\.yaml:3\): 0 — .*0\.1", message)
+    assert re.search(r"analysis\.spatial \(config file .*l4\.yaml:6\): 'kmeans' — ", message)
+    assert "max_retries (environment L4_MAX_RETRIES): 'many'" in message
+    assert "index_prefix (command line): 'UPPER'" in message
+    assert "batch" not in message
+
+
+def test_bad_section_env_value_and_unknown_section_key(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    clean_env.setenv("L4_SERVE_HEALTH_PORT", "70000")
+    with pytest.raises(
+        ConfigError, match=r"^invalid setting service\.health_port \(environment L4_SERVE_HEALTH_"
+    ):
+        load_settings(None)
+    clean_env.delenv("L4_SERVE_HEALTH_PORT")
+    cfg = tmp_path / "l4.yaml"
+    cfg.write_text("service:\n  intervall: 3\nes_pasword: hunter2\n")
+    with pytest.raises(ConfigError) as info:
+        load_settings(cfg)
+    message = str(info.value)
+    assert "service.intervall (config file" in message and "did you mean interval?" in message
+    assert "es_pasword (config file" in message and "did you mean es_password?" in message
+    assert "hunter2" not in message  # a misspelt secret's value is never shown
+    cfg.write_text("analysis: fast\n")
+    with pytest.raises(ConfigError, match=r"invalid setting analysis \(config file .*:1\)"):
+        load_settings(cfg)

@@ -335,7 +335,6 @@ def test_install_with_credentials_in_the_url(
     from l4_plugin import cli
 
     url, handler = fake_server
-    monkeypatch.setattr(cli, "STATE", cli.CliState())
     monkeypatch.delenv("L4_ES_URL", raising=False)
     with_user = url.replace("http://", "http://kib%40ana:s3cr%2Ft@")
     code = cli.main(["dashboards", "install", "--url", with_user])

@@ -37,7 +37,7 @@ def plugin_wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
 
 def test_plugin_wheel_holds_no_simulator(plugin_wheel: zipfile.ZipFile) -> None:
     names = plugin_wheel.namelist()
-    assert "l4_plugin/cli.py" in names  # the wheel is the product, not an empty shell
+    assert "l4_plugin/cli/main.py" in names  # the wheel is the product, not an empty shell
     tops = {n.split("/", 1)[0] for n in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"l4_plugin"}
     assert not [n for n in names if "simulate" in n.split("/")[:-1] or "l4_simulate" in n]

@@ -59,7 +59,6 @@ def l4(
 
     def run(*args: str) -> Result:
         capsys.readouterr()
-        monkeypatch.setattr(cli, "STATE", cli.CliState())
         code = cli.main(list(args))
         captured = capsys.readouterr()
         return Result(code, captured.out, captured.err)

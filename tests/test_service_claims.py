@@ -344,13 +344,11 @@ def test_once_mode_with_an_unreachable_cluster_fails(tmp_path: Path) -> None:
 
 
 def run_cli(*args: str) -> int:
-    """``l4 ARGS`` in process (fresh settings each time; SIGTERM handler restored)."""
+    """``l4 ARGS`` in process (each run has its own settings; SIGTERM handler restored)."""
     previous = signal.getsignal(signal.SIGTERM)
-    cli.STATE._settings = None
     try:
         return cli.main(list(args))
     finally:
-        cli.STATE._settings = None
         signal.signal(signal.SIGTERM, previous)
 
 

@@ -445,11 +445,11 @@ def job_meta(
 
 
 def parse_config_overrides(pairs: list[str]) -> dict[str, str]:
-    """``--config k=v`` values as a mapping; a malformed pair is a one-line error."""
+    """``l4 ingest --set k=v`` values as a mapping; a malformed pair is a one-line error."""
     out: dict[str, str] = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise IngestError(f"invalid --config value — {pair!r} — expected key=value")
+            raise IngestError(f"invalid --set value — {pair!r} — expected key=value")
         out[key.strip()] = value.strip()
     return out

@@ -1,0 +1,92 @@
+"""What the ``l4`` commands share: the console, the invocation's state, common options."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from l4_plugin.config import Settings, load_settings
+from l4_plugin.display import SafeConsole
+
+out = SafeConsole(highlight=False, soft_wrap=True)
+
+
+@dataclass
+class CliState:
+    """The global options of one invocation (``click.Context.obj``), resolved into settings on
+    first use.
+
+    ``l4`` makes a fresh one per run (:func:`l4_plugin.cli.main.main`), so nothing carries over
+    between invocations in one process; tests may pass their own with ``CliRunner.invoke(obj=…)``.
+    """
+
+    config_file: Path | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+    debug: bool = False
+    _settings: Settings | None = None
+
+    @property
+    def settings(self) -> Settings:
+        """The settings: flags (``overrides``) > environment > ``--config`` file > defaults."""
+        if self._settings is None:
+            self._settings = load_settings(self.config_file, **self.overrides)
+        return self._settings
+
+    def override(self, **values: Any) -> None:
+        """Add command flags (None = not given) to the overrides, before settings are read."""
+        self.overrides.update(values)
+        self._settings = None
+
+
+# Commands that read settings take the invocation's CliState as first argument.
+pass_state = click.make_pass_decorator(CliState, ensure=True)
+
+
+def _size_options(f: Any) -> Any:
+    """``--max-file-size`` / ``--max-job-size``: raise the read limits of a job directory."""
+    f = click.option(
+        "--max-job-size",
+        metavar="SIZE",
+        help="Most bytes of logs one job may hold (default 1T; L4_MAX_JOB_SIZE).",
+    )(f)
+    return click.option(
+        "--max-file-size",
+        metavar="SIZE",
+        help="Most bytes read of one log file, e.g. 500M, 16G (default 16G; L4_MAX_FILE_SIZE).",
+    )(f)
+
+
+def _read_limits(cli: CliState, max_file_size: str | None, max_job_size: str | None) -> Any:
+    """The read limits from flags (set before the settings are first read), env and file."""
+    from l4_plugin.ingest.jobdir import ReadLimits
+
+    cli.override(max_file_size=max_file_size, max_job_size=max_job_size)
+    settings = cli.settings
+    return ReadLimits(settings.max_file_size, settings.max_job_size)
+
+
+def _job_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Click callback: every job id given on the command line passes ``check_job_id``."""
+    from l4_plugin.jobid import MAX_JOB_ID, job_id_problem
+
+    values = value if isinstance(value, tuple) else (value,)
+    for v in values:
+        problem = None if v is None else job_id_problem(v)
+        if problem is not None:
+            shown = repr(v) if len(v) <= 80 else repr(v[:77]) + "..."
+            raise click.BadParameter(
+                f"{shown} {problem} — a job id is 1 to {MAX_JOB_ID} printable characters, "
+                "no spaces at either end"
+            )
+    return value
+
+
+def _workers_option(f: Any) -> Any:
+    return click.option(
+        "--workers",
+        type=click.IntRange(1, 1024),
+        help="Worker processes scanning the files (default: L4_INGEST_WORKERS, else the cores).",
+    )(f)
