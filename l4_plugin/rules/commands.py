@@ -26,7 +26,7 @@ from l4_plugin.rules.harvest import (
 )
 from l4_plugin.rules.loader import check_paths, load_rules
 from l4_plugin.rules.model import Rule
-from l4_plugin.rules.testing import RuleTestResult, direct_ingest, run_rule_tests
+from l4_plugin.rules.testing import RuleTestResult, run_rule_tests
 from l4_plugin.store import Store, open_cluster
 
 SCRATCH = "rules-test-"
@@ -51,7 +51,7 @@ def library_tests(settings: Settings, rules: Sequence[Rule]) -> list[RuleTestRes
         store.drop_indices()  # leftovers of an interrupted run
         store.install_templates()
         try:
-            return run_rule_tests(store, rules, direct_ingest)
+            return run_rule_tests(store, rules)
         finally:
             store.drop_indices()
 
