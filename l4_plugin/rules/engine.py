@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from l4_plugin.errors import StoreError
 from l4_plugin.records import Finding
@@ -36,6 +36,7 @@ from l4_plugin.rules.compiler import (
 )
 from l4_plugin.rules.condition import SelectionFacts, Truth, evaluate, positive
 from l4_plugin.rules.model import FieldMatcher, Rule
+from l4_plugin.rules.port import RuleStorePort
 from l4_plugin.rules.render import render
 from l4_plugin.rules.resolver import MessageResolver, TextValue, needs_resolution
 from l4_plugin.rules.schema import SEVERITIES
@@ -47,38 +48,6 @@ _NODE_PAGE = 5000
 _MAX_SAMPLE_NODE_FILTER = 1024
 _DEFAULT_CONFIDENCE = {"cause": 0.9, "symptom": 0.5}
 _DRAFT_FACTOR = 0.6
-
-
-class IndexNames(Protocol):
-    """The full index names the store exposes (prefix applied)."""
-
-    @property
-    def lines(self) -> str: ...
-    @property
-    def events(self) -> str: ...
-    @property
-    def templates(self) -> str: ...
-    @property
-    def jobs(self) -> str: ...
-
-
-class RuleStore(Protocol):
-    """The part of ``l4_plugin.store.Store`` the rule engine uses."""
-
-    @property
-    def names(self) -> IndexNames: ...
-
-    def search(self, index: str, body: dict[str, Any]) -> dict[str, Any]: ...
-
-    def composite(
-        self,
-        index: str,
-        sources: list[dict[str, Any]],
-        *,
-        query: dict[str, Any] | None = None,
-        aggs: dict[str, Any] | None = None,
-        page_size: int = 1000,
-    ) -> Iterator[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +131,7 @@ class JobFacts:
 
     def __init__(
         self,
-        store: RuleStore,
+        store: RuleStorePort,
         job_id: str,
         *,
         resolve_messages: bool = True,
@@ -595,7 +564,7 @@ def sort_matches(matches: Iterable[RuleMatch]) -> list[RuleMatch]:
 
 
 def match_job(
-    store: RuleStore,
+    store: RuleStorePort,
     job_id: str,
     rules: Sequence[Rule],
     *,

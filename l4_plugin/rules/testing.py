@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from l4_plugin.ingest.jobdir import JobMeta
@@ -49,16 +49,18 @@ def scratch_job_id(rule_id: str, index: int) -> str:
     return f"rule-test--{rule_id}--{index}"
 
 
-def _blocks(lines: Sequence[str]) -> Iterator[Block]:
+def _reader(lines: Sequence[str]) -> Callable[[], Iterator[Block]]:
+    """A stream's ``open``: the snippet as one block, readable any number of times."""
     # A file's reader splits on "\n": a snippet line holding one is read as the lines it holds.
-    yield Block([part for line in lines for part in line.split("\n")])
+    split = [part for line in lines for part in line.split("\n")]
+    return lambda: iter([Block(list(split))])
 
 
 def snippet_streams(nodes: Mapping[str, Sequence[str]]) -> list[LogStream]:
     """One in-memory ``LogStream`` per node (``<node>/train.log``, no file rank), in the order
     ``jobdir.scan`` sorts a job directory's files: by node."""
     return [
-        LogStream(node, None, f"{node}/train.log", lambda lines=tuple(lines): _blocks(lines))
+        LogStream(node, None, f"{node}/train.log", _reader(lines))
         for node, lines in sorted(nodes.items())
     ]
 
