@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -149,3 +150,37 @@ def test_failing_rule_test_is_reported(store: Store, tmp_path: Path) -> None:
     results = run_rule_tests(store, rules)
     assert [r.passed for r in results] == [False, True]
     assert "unexpected match on n1" in str(results[0])
+
+
+ITERATION = (
+    "2024-05-01 10:00:00,000 INFO iteration      100/  100000 | consumed samples: 51200 | "
+    "lm loss: 2.314E+00 | grad norm: 0.912 |"
+)
+TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "train.py", line 7, in <module>',
+    "RuntimeError: boom",
+]
+
+
+def test_rule_tests_see_what_the_production_ingest_records(store: Store, tmp_path: Path) -> None:
+    """Stage, iteration and joined tracebacks come from the real ingest: a snippet without an
+    iteration line is still in ``init``, and a traceback is one line document."""
+    tests = {
+        "in training": ("match", [ITERATION, "2024-05-01 10:01:00,000 ERROR boom", *TRACEBACK]),
+        "before training": ("no_match", ["2024-05-01 10:01:00,000 ERROR boom", *TRACEBACK]),
+    }
+    body = "".join(
+        f"  - name: {name}\n    expect: {expect}\n    nodes: {{n1: {json.dumps(lines)}}}\n"
+        for name, (expect, lines) in tests.items()
+    )
+    rules = _rule(
+        tmp_path,
+        "scope: node\ndetection:\n"
+        "  boom:\n    message|contains: boom\n    l4.stage: training\n    l4.iteration|gte: 100\n"
+        "  record:\n    message|contains|all: [Traceback, 'RuntimeError: boom']\n"
+        "  condition: count(boom) == 2 and record\n"
+        f"tests:\n{body}",
+    )
+    results = run_rule_tests(store, rules)
+    assert [r.passed for r in results] == [True, True], [str(r) for r in results]
