@@ -226,7 +226,7 @@ class JobFacts:
             try:
                 hits = self.store.search(self.store.names.jobs, body)["hits"]["hits"]
             except StoreError:
-                hits = []  # no l4-jobs index: snippets written without the real ingest
+                hits = []  # no l4-jobs index (lines written by another tool): no record
             self._job = (dict(hits[0].get("_source", {})) if hits else None,)
         return self._job[0]
 
