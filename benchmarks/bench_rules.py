@@ -1,8 +1,9 @@
 """Benchmark: match the whole fault library against a 1,000-node job on an embedded osmem-server.
 
 Run: ``python benchmarks/bench_rules.py [--nodes 1000] [--lines 50] [--direct]``. Prints the
-ingest time and the matching time (target: matching <= 5 s). The job is written like the real
-ingest leaves it: kept lines, rollups, templates and the ``l4-jobs`` document with the node list.
+ingest time and the matching time (target: matching <= 5 s). The job goes through the production
+ingest (``ingest_streams`` on in-memory streams, ``--full``: every line in ``l4-lines``), so
+matching reads rollups, lines, templates and the ``l4-jobs`` document as a real job leaves them.
 ``--direct`` also times, on the same data, matching with every ``message`` value sent as its
 direct regexp/wildcard query (``match_job(..., resolve_messages=False)``, what the engine did
 before values were resolved per job) and checks that both give the same matches.
@@ -13,8 +14,10 @@ from __future__ import annotations
 import argparse
 import time
 
+from l4_plugin.ingest.jobdir import JobMeta
+from l4_plugin.ingest.pipeline import ingest_streams
 from l4_plugin.rules import load_rules, match_job
-from l4_plugin.rules.testing import line_docs
+from l4_plugin.rules.testing import snippet_streams
 from l4_plugin.store import EmbeddedCluster, IndexNames, OpenSearchStore
 
 
@@ -56,20 +59,10 @@ def main() -> None:
         store.install_templates()
         t0 = time.perf_counter()
         nodes = job_lines(args.nodes, args.lines)
-        docs = line_docs("bench-job", nodes)
-        store.bulk_index(store.names.lines, docs["lines"])
-        store.bulk_index(store.names.events, docs["events"])
-        store.bulk_index(store.names.templates, docs["templates"])
-        job = {
-            "l4.job.id": "bench-job",
-            "l4.job.status": "failed",
-            "l4.job.nodes": sorted(nodes),
-            "l4.job.node_count": len(nodes),
-        }
-        store.bulk_index(store.names.jobs, [("bench-job", job)])
-        for index in (store.names.lines, store.names.events, store.names.templates):
-            store.refresh(index)
-        store.refresh(store.names.jobs)
+        streams = snippet_streams(nodes)
+        summary = ingest_streams(
+            store, JobMeta("bench-job", "failed"), streams, "bench", where="bench", full=True
+        )
         t1 = time.perf_counter()
         matches = match_job(store, "bench-job", rules)
         t2 = time.perf_counter()
@@ -77,7 +70,7 @@ def main() -> None:
             direct = match_job(store, "bench-job", rules, resolve_messages=False)
             t3 = time.perf_counter()
         store.close()
-    print(f"rules={len(rules)} nodes={args.nodes} lines={len(docs['lines'])}")
+    print(f"rules={len(rules)} nodes={args.nodes} lines={summary.lines_docs}")
     print(f"ingest_seconds={t1 - t0:.2f}")
     print(f"match_seconds={t2 - t1:.2f}")
     if args.direct:

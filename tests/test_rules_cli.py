@@ -13,7 +13,7 @@ import yaml
 
 from l4_plugin import cli
 from l4_plugin.errors import L4Error
-from l4_plugin.rules import direct_ingest, load_rules, match_job
+from l4_plugin.rules import ingest_snippet, load_rules, match_job
 from l4_plugin.rules.commands import Draft, write_draft
 from l4_plugin.rules.harvest import suggested_rule_id
 from l4_plugin.store import Store
@@ -64,9 +64,7 @@ def l4(
 
 
 def _ingest(store: Store, job: str, nodes: dict[str, list[str]]) -> None:
-    direct_ingest(store, job, nodes)
-    for index in (store.names.lines, store.names.events, store.names.templates):
-        store.refresh(index)
+    ingest_snippet(store, job, nodes)
 
 
 def _ib_job(store: Store, job: str = "job-ib") -> None:
@@ -179,10 +177,11 @@ def _annotate(store: Store, job: str) -> None:
             {
                 "l4.job.id": job,
                 "l4.annotation.kind": "stage",
-                "l4.annotation.key": "training",
+                # The stage the ingest gave the lines: the snippet has no training markers.
+                "l4.annotation.key": "init",
                 "l4.annotation.rank": 1,
-                "l4.stage": "training",
-                "message": "failed in training",
+                "l4.stage": "init",
+                "message": "failed in init",
             },
         ),
         (
@@ -229,7 +228,7 @@ def test_rules_new_from_annotations_checks_and_matches(
         "template|contains": "NCCL WARN NET/IB : Got completion from peer *<*> with error *",
         "log.level": "WARNING",
     }
-    assert "Seen in stage training." in rule["description"]
+    assert "Seen in stage init." in rule["description"]
     check = l4("rules", "check", str(path))
     assert check.returncode == 0, check.stderr
     tested = l4("rules", "test", str(path))
@@ -253,10 +252,14 @@ def test_rules_new_falls_back_to_error_lines(l4: L4, store: Store) -> None:
     assert res.stderr.startswith("note: job job-e has no event annotations yet")
     rule = yaml.safe_load(res.stdout)
     assert rule["status"] == "draft"
-    assert rule["id"] == "draft-error-runtimeerror-cuda-error-illegal"
+    # The template is the line's masked body: the header's level word is not in it.
+    assert rule["id"] == "draft-runtimeerror-cuda-error-illegal-memory"
     # Rarest first: the single illegal-memory line, then the line every node printed.
-    assert rule["detection"]["event_1"] == {"template|contains": rare, "log.level": "ERROR"}
-    assert rule["detection"]["event_2"]["template|contains"] == common
+    assert rule["detection"]["event_1"] == {
+        "template|contains": "RuntimeError: CUDA error: an illegal memory access",
+        "log.level": "ERROR",
+    }
+    assert rule["detection"]["event_2"]["template|contains"] == "dataloader retry"
     assert rule["tests"][0]["nodes"] == {"n1": [rare, common]}
 
 

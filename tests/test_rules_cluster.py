@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 
 from l4_plugin.rules import (
     RuleTestResult,
-    direct_ingest,
+    ingest_snippet,
     load_rules,
     match_job,
     run_rule_tests,
@@ -24,7 +25,7 @@ def library_results(osmem_url: str) -> Iterator[dict[tuple[str, str], RuleTestRe
     """Every library test ingested under its own job id, one refresh, then matched."""
     store = OpenSearchStore(osmem_url, IndexNames("rules-lib-l4-"), retry_backoff=0.05)
     store.install_templates()
-    results = run_rule_tests(store, LIBRARY, direct_ingest)
+    results = run_rule_tests(store, LIBRARY)
     yield {(r.rule_id, r.test_name): r for r in results}
     store.drop_indices()
     store.close()
@@ -42,9 +43,7 @@ def test_library_rule(
 
 
 def _ingest(store: Store, job: str, nodes: dict[str, list[str]]) -> None:
-    direct_ingest(store, job, nodes)
-    for index in (store.names.lines, store.names.events, store.names.templates):
-        store.refresh(index)
+    ingest_snippet(store, job, nodes)
 
 
 def test_match_job_leads_with_causes(store: Store) -> None:
@@ -100,7 +99,8 @@ def test_template_regexp_cased_and_numeric_matchers(store: Store, tmp_path: Path
     rules = _rule(
         tmp_path,
         "scope: node\ndetection:\n"
-        "  tpl:\n    template|re: 'Xid [0-9]+ on'\n"
+        # Template texts are masked ("Xid <NUM> on GPU"), as the ingest writes them.
+        "  tpl:\n    template|re: 'Xid <[A-Z]+> on'\n"
         "  cased:\n    message|contains|cased: 'ERROR'\n"
         "  high_rank:\n    l4.rank|gte: 8\n"
         "  condition: tpl and cased and high_rank\n",
@@ -147,6 +147,40 @@ def test_failing_rule_test_is_reported(store: Store, tmp_path: Path) -> None:
         "tests:\n  - name: wrong\n    expect: no_match\n    nodes: {n1: [boom]}\n"
         "  - name: right\n    expect: match\n    expect_nodes: [n1]\n    nodes: {n1: [boom]}\n",
     )
-    results = run_rule_tests(store, rules, direct_ingest)
+    results = run_rule_tests(store, rules)
     assert [r.passed for r in results] == [False, True]
     assert "unexpected match on n1" in str(results[0])
+
+
+ITERATION = (
+    "2024-05-01 10:00:00,000 INFO iteration      100/  100000 | consumed samples: 51200 | "
+    "lm loss: 2.314E+00 | grad norm: 0.912 |"
+)
+TRACEBACK = [
+    "Traceback (most recent call last):",
+    '  File "train.py", line 7, in <module>',
+    "RuntimeError: boom",
+]
+
+
+def test_rule_tests_see_what_the_production_ingest_records(store: Store, tmp_path: Path) -> None:
+    """Stage, iteration and joined tracebacks come from the real ingest: a snippet without an
+    iteration line is still in ``init``, and a traceback is one line document."""
+    tests = {
+        "in training": ("match", [ITERATION, "2024-05-01 10:01:00,000 ERROR boom", *TRACEBACK]),
+        "before training": ("no_match", ["2024-05-01 10:01:00,000 ERROR boom", *TRACEBACK]),
+    }
+    body = "".join(
+        f"  - name: {name}\n    expect: {expect}\n    nodes: {{n1: {json.dumps(lines)}}}\n"
+        for name, (expect, lines) in tests.items()
+    )
+    rules = _rule(
+        tmp_path,
+        "scope: node\ndetection:\n"
+        "  boom:\n    message|contains: boom\n    l4.stage: training\n    l4.iteration|gte: 100\n"
+        "  record:\n    message|contains|all: [Traceback, 'RuntimeError: boom']\n"
+        "  condition: count(boom) == 2 and record\n"
+        f"tests:\n{body}",
+    )
+    results = run_rule_tests(store, rules)
+    assert [r.passed for r in results] == [True, True], [str(r) for r in results]

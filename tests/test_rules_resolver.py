@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from l4_plugin.rules import direct_ingest, load_rules, match_job
+from l4_plugin.rules import ingest_snippet, load_rules, match_job
 from l4_plugin.rules.engine import JobFacts
 from l4_plugin.rules.model import Rule
 from l4_plugin.rules.resolver import (
@@ -151,9 +151,7 @@ def _rules(tmp_path: Path) -> list[Rule]:
 def test_resolution_gives_the_direct_queries_results(store: Store, tmp_path: Path) -> None:
     nodes = {f"n{i:02d}": [line] for i, line in enumerate(LINES)}
     nodes["n99"] = ["2024-05-01 10:00:00 INFO nothing to see"]
-    direct_ingest(store, "job-r", nodes)
-    for index in (store.names.lines, store.names.events, store.names.templates):
-        store.refresh(index)
+    ingest_snippet(store, "job-r", nodes)
     rules = _rules(tmp_path)
 
     def summary(resolve: bool) -> list[tuple[str, tuple[str, ...], dict[str, int]]]:
@@ -181,9 +179,7 @@ def test_library_on_a_noisy_job(store: Store, resolve: bool) -> None:
         for i in range(50)
     ]
     ib = "2024-05-01 10:01:00 NCCL WARN NET/IB : Got completion from peer 10.0.0.7<1> with error 12"
-    direct_ingest(store, "job-q", {"a": lines, "b": [*lines, ib], "c": lines})
-    for index in (store.names.lines, store.names.events, store.names.templates):
-        store.refresh(index)
+    ingest_snippet(store, "job-q", {"a": lines, "b": [*lines, ib], "c": lines})
     found = match_job(store, "job-q", load_rules(), resolve_messages=resolve)
     assert [(m.rule_id, m.nodes) for m in found] == [("nccl-ib-completion-error", ("b",))]
 
@@ -193,11 +189,7 @@ def test_silence_from_the_job_record_equals_the_full_scan(store: Store) -> None:
         return [f"2024-05-01 10:{m:02d}:00 INFO step {m}" for m in range(last_minute + 1)]
 
     nodes = {"a": lines(40), "b": lines(39), "c": lines(12), "d": lines(30)}
-    direct_ingest(store, "job-s", nodes)
-    job = {"l4.job.id": "job-s", "l4.job.nodes": sorted(nodes), "l4.job.node_count": 4}
-    store.bulk_index(store.names.jobs, [("job-s", job)])
-    for index in (store.names.events, store.names.jobs):
-        store.refresh(index)
+    ingest_snippet(store, "job-s", nodes)  # the job document records the four nodes
     facts = JobFacts(store, "job-s")
     assert facts.total_nodes() == 4
     for gap in (60.0, 600.0, 601.0, 3600.0):

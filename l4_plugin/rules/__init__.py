@@ -7,22 +7,23 @@ plain Elasticsearch/OpenSearch queries and evaluated on aggregated facts; see ``
 from __future__ import annotations
 
 from l4_plugin.rules.draft import draft_rule
-from l4_plugin.rules.engine import RuleMatch, RuleStore, match_job
+from l4_plugin.rules.engine import RuleMatch, match_job
 from l4_plugin.rules.loader import check_paths, default_rule_dir, load, load_rules
 from l4_plugin.rules.model import Rule, RuleTest
+from l4_plugin.rules.port import RuleStorePort
 from l4_plugin.rules.schema import json_schema
-from l4_plugin.rules.testing import RuleTestResult, direct_ingest, run_rule_tests
+from l4_plugin.rules.testing import RuleTestResult, ingest_snippet, run_rule_tests
 
 __all__ = [
     "Rule",
     "RuleMatch",
-    "RuleStore",
+    "RuleStorePort",
     "RuleTest",
     "RuleTestResult",
     "check_paths",
     "default_rule_dir",
-    "direct_ingest",
     "draft_rule",
+    "ingest_snippet",
     "json_schema",
     "load",
     "load_rules",

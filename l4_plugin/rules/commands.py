@@ -18,15 +18,11 @@ from l4_plugin.config import Settings
 from l4_plugin.errors import L4Error
 from l4_plugin.rules.draft import draft_rule
 from l4_plugin.rules.engine import RuleMatch, match_job
-from l4_plugin.rules.harvest import (
-    HarvestStore,
-    job_diagnosis_facts,
-    require_job,
-    suggested_rule_id,
-)
+from l4_plugin.rules.harvest import job_diagnosis_facts, require_job, suggested_rule_id
 from l4_plugin.rules.loader import check_paths, load_rules
 from l4_plugin.rules.model import Rule
-from l4_plugin.rules.testing import RuleTestResult, direct_ingest, run_rule_tests
+from l4_plugin.rules.port import RuleStorePort
+from l4_plugin.rules.testing import RuleTestResult, run_rule_tests
 from l4_plugin.store import Store, open_cluster
 
 SCRATCH = "rules-test-"
@@ -51,7 +47,7 @@ def library_tests(settings: Settings, rules: Sequence[Rule]) -> list[RuleTestRes
         store.drop_indices()  # leftovers of an interrupted run
         store.install_templates()
         try:
-            return run_rule_tests(store, rules, direct_ingest)
+            return run_rule_tests(store, rules)
         finally:
             store.drop_indices()
 
@@ -136,7 +132,7 @@ class Draft:
     source: str
 
 
-def draft_from_job(store: HarvestStore, job_id: str, rule_id: str | None) -> Draft:
+def draft_from_job(store: RuleStorePort, job_id: str, rule_id: str | None) -> Draft:
     """YAML of a draft rule from the job's top events (annotations, else kept error lines)."""
     diagnosis = job_diagnosis_facts(store, job_id)
     rid = rule_id or suggested_rule_id(diagnosis.facts)

@@ -21,9 +21,9 @@ from typing import Any
 import yaml
 
 from l4_plugin.errors import RuleError
+from l4_plugin.ingest.header import parse_header
 from l4_plugin.rules.loader import parse_yaml
 from l4_plugin.rules.schema import CATEGORIES, ROLES, RULE_ID, SEVERITIES, build_rule
-from l4_plugin.rules.testing import line_level
 
 # Drain's "<*>" and the maskers' "<NUM>", "<IP>", "<HEX>", "<PATH>"... placeholders.
 _MASK = re.compile(r"<[A-Za-z0-9_:*]*>")
@@ -70,7 +70,7 @@ def draft_rule(diagnosis_facts: dict[str, Any], rule_id: str) -> str:
     positive: dict[str, list[str]] = {}
     node_sets: list[set[str]] = []
     # The stage goes into the description, not the selections: the same fault in another stage
-    # is still the same fault, and the embedded tests are ingested without stage tagging.
+    # is still the same fault, and a snippet of a few lines rarely shows the stage's markers.
     stages: list[str] = []
     for i, event in enumerate(events, start=1):
         # ``contains``: a template is the line's body; the line may carry a header around it.
@@ -87,8 +87,8 @@ def draft_rule(diagnosis_facts: dict[str, Any], rule_id: str) -> str:
         line = sample if isinstance(sample, str) and sample else _MASK.sub("0", event["template"])
         positive.setdefault(node, []).append(line)
         level = event.get("level")
-        # Only a level the embedded test reproduces (the sample line names it) is kept.
-        if isinstance(level, str) and level and line_level(line) == level:
+        # Only a level the embedded test reproduces (the ingest reads it from the sample) is kept.
+        if isinstance(level, str) and level and parse_header(line).level == level:
             selection["log.level"] = level
     detection["condition"] = "all of event_*" if len(events) > 1 else "event_1"
     common = set.intersection(*node_sets) if all(node_sets) else set()

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from l4_plugin.errors import StoreError
 from l4_plugin.records import Finding
@@ -36,6 +36,7 @@ from l4_plugin.rules.compiler import (
 )
 from l4_plugin.rules.condition import SelectionFacts, Truth, evaluate, positive
 from l4_plugin.rules.model import FieldMatcher, Rule
+from l4_plugin.rules.port import RuleStorePort
 from l4_plugin.rules.render import render
 from l4_plugin.rules.resolver import MessageResolver, TextValue, needs_resolution
 from l4_plugin.rules.schema import SEVERITIES
@@ -47,38 +48,6 @@ _NODE_PAGE = 5000
 _MAX_SAMPLE_NODE_FILTER = 1024
 _DEFAULT_CONFIDENCE = {"cause": 0.9, "symptom": 0.5}
 _DRAFT_FACTOR = 0.6
-
-
-class IndexNames(Protocol):
-    """The full index names the store exposes (prefix applied)."""
-
-    @property
-    def lines(self) -> str: ...
-    @property
-    def events(self) -> str: ...
-    @property
-    def templates(self) -> str: ...
-    @property
-    def jobs(self) -> str: ...
-
-
-class RuleStore(Protocol):
-    """The part of ``l4_plugin.store.Store`` the rule engine uses."""
-
-    @property
-    def names(self) -> IndexNames: ...
-
-    def search(self, index: str, body: dict[str, Any]) -> dict[str, Any]: ...
-
-    def composite(
-        self,
-        index: str,
-        sources: list[dict[str, Any]],
-        *,
-        query: dict[str, Any] | None = None,
-        aggs: dict[str, Any] | None = None,
-        page_size: int = 1000,
-    ) -> Iterator[dict[str, Any]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,7 +131,7 @@ class JobFacts:
 
     def __init__(
         self,
-        store: RuleStore,
+        store: RuleStorePort,
         job_id: str,
         *,
         resolve_messages: bool = True,
@@ -257,7 +226,7 @@ class JobFacts:
             try:
                 hits = self.store.search(self.store.names.jobs, body)["hits"]["hits"]
             except StoreError:
-                hits = []  # no l4-jobs index: snippets written without the real ingest
+                hits = []  # no l4-jobs index (lines written by another tool): no record
             self._job = (dict(hits[0].get("_source", {})) if hits else None,)
         return self._job[0]
 
@@ -487,6 +456,67 @@ def _confidence(rule: Rule) -> float:
     return round(base * (1.0 if rule.status == "confirmed" else _DRAFT_FACTOR), 3)
 
 
+def _matched_nodes(
+    rule: Rule, per_node: dict[str, dict[str, SelectionFacts]], evidence: set[str]
+) -> dict[str, dict[str, SelectionFacts]] | None:
+    """The nodes a rule matched, with their facts; None when the rule does not hold.
+
+    ``scope: node`` evaluates the condition on every node; ``scope: job`` on the job-wide sums,
+    and then names the nodes that printed evidence (the selections the condition relied on).
+    """
+    if rule.scope == "node":
+        matched: dict[str, dict[str, SelectionFacts]] = {}
+        for node, node_facts in per_node.items():
+            truth = evaluate(rule.condition, node_facts)
+            if truth.ok and _window_ok(rule, truth):
+                matched[node] = node_facts
+        return matched or None
+    names = set(rule.selections)
+    job = {n: _aggregate(f[n] for f in per_node.values() if n in f) for n in names}
+    truth = evaluate(rule.condition, job)
+    if not truth.ok or not _window_ok(rule, truth):
+        return None
+    return {
+        node: node_facts
+        for node, node_facts in per_node.items()
+        if any(node_facts.get(n, SelectionFacts()).count for n in evidence)
+    }
+
+
+def _render_context(
+    facts: JobFacts,
+    rule: Rule,
+    nodes: list[str],
+    total: int,
+    first_ts: float | None,
+    sums: Mapping[str, SelectionFacts],
+    samples: Mapping[str, tuple[dict[str, Any], ...]],
+    silent_nodes: list[str],
+) -> dict[str, Any]:
+    """What a rule's ``diagnosis`` and ``remediation`` templates see (``rules/README.md``)."""
+    return {
+        "job_id": facts.job_id,
+        "rule": {
+            "id": rule.id,
+            "title": rule.title,
+            "category": rule.category,
+            "severity": rule.severity,
+            "role": rule.role,
+        },
+        "nodes": nodes,
+        "node_count": len(nodes),
+        "total_nodes": total,
+        "first_ts": _iso(first_ts) or "unknown",
+        "counts": {n: f.count for n, f in sums.items()},
+        "node_counts": {n: f.nodes for n, f in sums.items()},
+        "samples": {n: list(samples.get(n, ())) for n in rule.selections},
+        "sample": {
+            n: (samples[n][0]["message"] if samples.get(n) else "") for n in rule.selections
+        },
+        "silent_nodes": silent_nodes,
+    }
+
+
 def match_rule(
     facts: JobFacts,
     rule: Rule,
@@ -501,25 +531,9 @@ def match_rule(
             silent.add(node)
             per_node.setdefault(node, {})[name] = SelectionFacts(1, 1, ts, ts)
     evidence = positive(rule.condition)
-    if rule.scope == "node":
-        matched: dict[str, dict[str, SelectionFacts]] = {}
-        for node, node_facts in per_node.items():
-            truth = evaluate(rule.condition, node_facts)
-            if truth.ok and _window_ok(rule, truth):
-                matched[node] = node_facts
-        if not matched:
-            return None
-    else:
-        names = set(rule.selections)
-        job = {n: _aggregate(f[n] for f in per_node.values() if n in f) for n in names}
-        truth = evaluate(rule.condition, job)
-        if not truth.ok or not _window_ok(rule, truth):
-            return None
-        matched = {
-            node: node_facts
-            for node, node_facts in per_node.items()
-            if any(node_facts.get(n, SelectionFacts()).count for n in evidence)
-        }
+    matched = _matched_nodes(rule, per_node, evidence)
+    if matched is None:
+        return None
     nodes = sorted(matched)
     total = facts.total_nodes()
     if rule.max_node_fraction is not None and len(nodes) > max(1.0, rule.max_node_fraction * total):
@@ -534,30 +548,8 @@ def match_rule(
         node for node, f in per_node.items() if any(f.get(n, _NONE).count for n in evidence_queries)
     }
     samples = facts.samples(evidence_queries, [] if with_evidence <= set(nodes) else nodes)
-    counts = {n: f.count for n, f in sums.items()}
-    node_counts = {n: f.nodes for n, f in sums.items()}
     silent_nodes = sorted(silent & set(nodes))
-    context = {
-        "job_id": facts.job_id,
-        "rule": {
-            "id": rule.id,
-            "title": rule.title,
-            "category": rule.category,
-            "severity": rule.severity,
-            "role": rule.role,
-        },
-        "nodes": nodes,
-        "node_count": len(nodes),
-        "total_nodes": total,
-        "first_ts": _iso(first_ts) or "unknown",
-        "counts": counts,
-        "node_counts": node_counts,
-        "samples": {n: list(samples.get(n, ())) for n in rule.selections},
-        "sample": {
-            n: (samples[n][0]["message"] if samples.get(n) else "") for n in rule.selections
-        },
-        "silent_nodes": silent_nodes,
-    }
+    context = _render_context(facts, rule, nodes, total, first_ts, sums, samples, silent_nodes)
     return RuleMatch(
         rule_id=rule.id,
         title=rule.title,
@@ -567,8 +559,8 @@ def match_rule(
         status=rule.status,
         nodes=tuple(nodes),
         first_ts=first_ts,
-        counts=counts,
-        node_counts=node_counts,
+        counts=context["counts"],
+        node_counts=context["node_counts"],
         samples=samples,
         diagnosis=render(rule.diagnosis, context) if rule.diagnosis else rule.description.strip(),
         remediation=render(rule.remediation, context),
@@ -595,7 +587,7 @@ def sort_matches(matches: Iterable[RuleMatch]) -> list[RuleMatch]:
 
 
 def match_job(
-    store: RuleStore,
+    store: RuleStorePort,
     job_id: str,
     rules: Sequence[Rule],
     *,

@@ -13,35 +13,17 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from l4_plugin.errors import L4Error, StoreError
 from l4_plugin.rules.compiler import job_filter
-from l4_plugin.rules.engine import IndexNames
+from l4_plugin.rules.port import RuleStorePort
 from l4_plugin.store import generations
 from l4_plugin.store.documents import source_field
 
 MAX_EVENTS = 3
 ERROR_LEVELS = ("ERROR", "CRITICAL", "FATAL")
 _WORD = re.compile(r"[a-z][a-z0-9]+")
-
-
-class HarvestNames(IndexNames, Protocol):
-    """Index names the harvest reads: the rule engine's, and the annotations."""
-
-    @property
-    def annotations(self) -> str: ...
-
-
-class HarvestStore(Protocol):
-    """The read calls the harvest needs (``l4_plugin.store.Store`` has them)."""
-
-    @property
-    def names(self) -> HarvestNames: ...
-
-    def search(self, index: str, body: dict[str, Any]) -> dict[str, Any]: ...
-
-    def count(self, index: str, query: dict[str, Any] | None = None) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +34,7 @@ class JobDiagnosis:
     source: Literal["annotations", "lines"]
 
 
-def _hits(store: HarvestStore, index: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+def _hits(store: RuleStorePort, index: str, body: dict[str, Any]) -> list[dict[str, Any]]:
     if not store.count(index, body.get("query")):
         return []
     try:
@@ -61,14 +43,14 @@ def _hits(store: HarvestStore, index: str, body: dict[str, Any]) -> list[dict[st
         raise L4Error(f"cannot read {index}: {exc}") from None
 
 
-def job_known(store: HarvestStore, job_id: str) -> bool:
+def job_known(store: RuleStorePort, job_id: str) -> bool:
     """Whether any L4 index holds a document of the job."""
     names = store.names
     indices = (names.jobs, names.lines, names.events, names.annotations)
     return any(store.count(index, job_filter(job_id)) for index in indices)
 
 
-def require_job(store: HarvestStore, job_id: str) -> None:
+def require_job(store: RuleStorePort, job_id: str) -> None:
     """Raise a one-line error naming the indices when the job is unknown."""
     if not job_known(store, job_id):
         names = store.names
@@ -78,19 +60,19 @@ def require_job(store: HarvestStore, job_id: str) -> None:
         )
 
 
-def _scope(store: HarvestStore, job_id: str) -> dict[str, Any]:
+def _scope(store: RuleStorePort, job_id: str) -> dict[str, Any]:
     """The job's lines of its last complete ingest generation (``store.generations``)."""
     hits = _hits(store, store.names.jobs, {"size": 1, "query": job_filter(job_id)})
     return generations.scope(job_id, hits[0].get("_source", {}) if hits else None)
 
 
-def _template(store: HarvestStore, template_id: str) -> dict[str, Any]:
+def _template(store: RuleStorePort, template_id: str) -> dict[str, Any]:
     body = {"size": 1, "query": {"term": {"l4.template.id": template_id}}}
     hits = _hits(store, store.names.templates, body)
     return dict(hits[0].get("_source", {})) if hits else {}
 
 
-def _first_line(store: HarvestStore, job_id: str, template_id: str) -> dict[str, Any]:
+def _first_line(store: RuleStorePort, job_id: str, template_id: str) -> dict[str, Any]:
     body = {
         "size": 1,
         "query": {
@@ -104,7 +86,7 @@ def _first_line(store: HarvestStore, job_id: str, template_id: str) -> dict[str,
 
 
 def _event(
-    store: HarvestStore, job_id: str, template_id: str, text: str | None, nodes: list[str]
+    store: RuleStorePort, job_id: str, template_id: str, text: str | None, nodes: list[str]
 ) -> dict[str, Any] | None:
     template = _template(store, template_id)
     text = text or source_field(template, "l4.template.text")
@@ -126,7 +108,7 @@ def _event(
     return event
 
 
-def _annotations(store: HarvestStore, job_id: str, kind: str, size: int) -> list[dict[str, Any]]:
+def _annotations(store: RuleStorePort, job_id: str, kind: str, size: int) -> list[dict[str, Any]]:
     body = {
         "size": size,
         "query": {"bool": {"filter": [job_filter(job_id), {"term": {"l4.annotation.kind": kind}}]}},
@@ -135,7 +117,7 @@ def _annotations(store: HarvestStore, job_id: str, kind: str, size: int) -> list
     return [dict(h.get("_source", {})) for h in _hits(store, store.names.annotations, body)]
 
 
-def _from_annotations(store: HarvestStore, job_id: str) -> dict[str, Any] | None:
+def _from_annotations(store: RuleStorePort, job_id: str) -> dict[str, Any] | None:
     events: list[dict[str, Any]] = []
     for ann in _annotations(store, job_id, "event", 4 * MAX_EVENTS):
         template_id = source_field(ann, "l4.template.id") or source_field(ann, "l4.annotation.key")
@@ -171,7 +153,7 @@ def _from_annotations(store: HarvestStore, job_id: str) -> dict[str, Any] | None
     return facts
 
 
-def _from_lines(store: HarvestStore, job_id: str) -> dict[str, Any] | None:
+def _from_lines(store: RuleStorePort, job_id: str) -> dict[str, Any] | None:
     levels = {"terms": {"log.level": list(ERROR_LEVELS)}}
     query = {"bool": {"filter": [_scope(store, job_id), levels]}}
     body = {
@@ -209,7 +191,7 @@ def _from_lines(store: HarvestStore, job_id: str) -> dict[str, Any] | None:
     return {"job_id": job_id, "events": events} if events else None
 
 
-def job_diagnosis_facts(store: HarvestStore, job_id: str) -> JobDiagnosis:
+def job_diagnosis_facts(store: RuleStorePort, job_id: str) -> JobDiagnosis:
     """The top events of the job's diagnosis (annotations), else its rarest error lines."""
     require_job(store, job_id)
     facts = _from_annotations(store, job_id)

@@ -27,10 +27,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from l4_plugin.errors import StoreError
 from l4_plugin.rules.compiler import Query, has_wildcard, python_re_to_lucene
+from l4_plugin.rules.port import RuleStorePort
 
 TEXT_FIELD = "message"
 KEYWORD_FIELD = "message.keyword"
@@ -42,12 +43,6 @@ _SELECTIVE_WEIGHT = 12
 _BATCH_VALUES = 100
 _RUN = re.compile(r"[A-Za-z0-9]+")
 _EXPENSIVE_KINDS = {"contains", "endswith", "re"}
-
-
-class SearchStore(Protocol):
-    """The one call the resolver needs."""
-
-    def search(self, index: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -402,7 +397,7 @@ class MessageResolver:
     get one request over the job.
     """
 
-    def __init__(self, store: SearchStore, index: str, job_filter: Query) -> None:
+    def __init__(self, store: RuleStorePort, index: str, job_filter: Query) -> None:
         self.store = store
         self.index = index
         self.job_filter = job_filter

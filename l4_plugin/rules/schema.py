@@ -16,7 +16,7 @@ from typing import Any
 from l4_plugin.errors import RuleError
 from l4_plugin.records import FAULT_CATEGORIES
 from l4_plugin.rules.compiler import RegexTranslationError, python_re_to_lucene
-from l4_plugin.rules.condition import ConditionSyntaxError, parse_condition
+from l4_plugin.rules.condition import ConditionSyntaxError, Expr, parse_condition
 from l4_plugin.rules.model import FieldMatcher, Rule, RuleTest, Selection, Silence
 from l4_plugin.rules.render import TemplateProblem, check_template
 
@@ -298,20 +298,17 @@ def _number(c: _Collector, data: Mapping[str, Any], key: str) -> float | None:
     return float(value)
 
 
-def build_rule(
-    data: object, lines: Lines, path: Path | None = None
-) -> tuple[Rule | None, list[RuleError]]:
-    """Validate one rule document; return the rule (or None) and every problem found."""
-    c = _Collector(path, lines)
-    if not isinstance(data, Mapping):
-        c.add((), "a rule file must contain one YAML mapping")
-        return None, c.errors
+def _check_keys(c: _Collector, data: Mapping[str, Any]) -> None:
     for key in data:
         if key not in REQUIRED + OPTIONAL:
             c.add((str(key),), f"unknown key {key!r}{_hint(str(key), REQUIRED + OPTIONAL)}")
     for key in REQUIRED:
         if key not in data:
             c.add((), f"missing required key '{key}'")
+
+
+def _identity(c: _Collector, data: Mapping[str, Any], path: Path | None) -> dict[str, Any]:
+    """``id`` to ``scope``: the rule's names and classification, checked against its path."""
     rule_id = _str(c, data, "id", required=False)
     if rule_id and not RULE_ID.match(rule_id):
         c.add(("id",), f"rule ids are kebab-case (a-z, 0-9, '-'), got {rule_id!r}")
@@ -326,18 +323,27 @@ def build_rule(
             c.add(
                 ("category",), f"file must live in a folder '{category}/' (it is in {path.parent})"
             )
-    severity = _choice(c, data, "severity", SEVERITIES) if "severity" in data else ""
-    role = _choice(c, data, "role", ROLES) if "role" in data else ""
-    description = _str(c, data, "description", required=False)
-    scope = _choice(c, data, "scope", SCOPES) if "scope" in data else "job"
-    references: list[str] = []
-    tags: list[str] = []
-    for key, target in (("references", references), ("tags", tags)):
+    return {
+        "id": rule_id,
+        "title": title,
+        "status": status,
+        "category": category,
+        "severity": _choice(c, data, "severity", SEVERITIES) if "severity" in data else "",
+        "role": _choice(c, data, "role", ROLES) if "role" in data else "",
+        "description": _str(c, data, "description", required=False),
+        "scope": _choice(c, data, "scope", SCOPES) if "scope" in data else "job",
+    }
+
+
+def _options(c: _Collector, data: Mapping[str, Any]) -> dict[str, Any]:
+    """``references`` to ``evict``: lists, the window and the numeric and boolean options."""
+    lists: dict[str, tuple[str, ...]] = {}
+    for key in ("references", "tags"):
         raw = data.get(key, [])
         if not isinstance(raw, list) or not all(isinstance(x, str) and x for x in raw):
             c.add((key,), "must be a list of strings")
-        else:
-            target.extend(raw)
+            raw = []
+        lists[key] = tuple(raw)
     window = None
     if data.get("window") is not None:
         try:
@@ -350,7 +356,19 @@ def build_rule(
     if evict is not None and not isinstance(evict, bool):
         c.add(("evict",), f"must be true or false, got {evict!r}")
         evict = None
+    return {
+        **lists,
+        "window": window,
+        "max_node_fraction": max_fraction,
+        "confidence": confidence,
+        "evict": evict,
+    }
 
+
+def _detection(
+    c: _Collector, data: Mapping[str, Any]
+) -> tuple[dict[str, Selection], str, Expr | None, list[str]]:
+    """The selections, the condition's text and parsed form, and the selection names."""
     selections: dict[str, Selection] = {}
     condition_text = ""
     detection = data.get("detection")
@@ -381,7 +399,13 @@ def build_rule(
             condition = parse_condition(condition_text, names)
         except ConditionSyntaxError as exc:
             c.add(("detection", "condition"), f"{exc} (column {exc.column})")
+    return selections, condition_text, condition, names
 
+
+def _templates(
+    c: _Collector, data: Mapping[str, Any], names: list[str], lines: Lines
+) -> dict[str, str]:
+    """``diagnosis`` and ``remediation``, each checked as a sandboxed Jinja template."""
     templates: dict[str, str] = {}
     for key in ("diagnosis", "remediation"):
         text = data.get(key, "")
@@ -397,8 +421,28 @@ def build_rule(
                 # Block scalars start on the line after the key.
                 offset = exc.line if text.count("\n") >= 1 else exc.line - 1
             c.add((key,), str(exc), offset)
+    return templates
+
+
+def build_rule(
+    data: object, lines: Lines, path: Path | None = None
+) -> tuple[Rule | None, list[RuleError]]:
+    """Validate one rule document; return the rule (or None) and every problem found.
+
+    The checks run in the order of a rule file's keys, so ``l4 rules check`` lists the problems
+    of one file top to bottom and the fail-fast API raises the first of them.
+    """
+    c = _Collector(path, lines)
+    if not isinstance(data, Mapping):
+        c.add((), "a rule file must contain one YAML mapping")
+        return None, c.errors
+    _check_keys(c, data)
+    identity = _identity(c, data, path)
+    options = _options(c, data)
+    selections, condition_text, condition, names = _detection(c, data)
+    templates = _templates(c, data, names, lines)
     tests = _tests(c, data.get("tests"))
-    if status == "confirmed":
+    if identity["status"] == "confirmed":
         expects = {t.expect for t in tests}
         if expects != {"match", "no_match"}:
             c.add(
@@ -408,25 +452,13 @@ def build_rule(
     if c.errors or condition is None:
         return None, c.errors
     rule = Rule(
-        id=rule_id,
-        title=title,
-        status=status,  # type: ignore[arg-type]
-        category=category,
-        severity=severity,
-        role=role,  # type: ignore[arg-type]
-        description=description,
-        references=tuple(references),
+        **identity,
+        **options,
         selections=selections,
         condition=condition,
         condition_text=condition_text,
-        scope=scope,  # type: ignore[arg-type]
         diagnosis=templates.get("diagnosis", ""),
         remediation=templates.get("remediation", ""),
-        window=window,
-        max_node_fraction=max_fraction,
-        confidence=confidence,
-        evict=evict,
-        tags=tuple(tags),
         tests=tuple(tests),
         path=path,
     )
@@ -439,8 +471,17 @@ def raise_first(errors: list[RuleError]) -> None:
         raise errors[0]
 
 
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema (draft 2020-12) of a rule file, as published in ``rules/schema.json``."""
+def _duration_schema() -> dict[str, Any]:
+    return {
+        "oneOf": [
+            {"type": "number", "exclusiveMinimum": 0},
+            {"type": "string", "pattern": r"^\d+(\.\d+)?(ms|s|m|h|d)$"},
+        ]
+    }
+
+
+def _selection_schema() -> dict[str, Any]:
+    """A selection: a field map, a list of field maps (OR), or a node-silence mapping."""
     mods = "|".join(MODIFIERS)
     key_pattern = rf"^({'|'.join(re.escape(f) for f in FIELDS)})(\|({mods}))*$"
     scalar = {"type": ["string", "number"]}
@@ -451,12 +492,6 @@ def json_schema() -> dict[str, Any]:
         "propertyNames": {"pattern": key_pattern},
         "additionalProperties": value,
     }
-    duration = {
-        "oneOf": [
-            {"type": "number", "exclusiveMinimum": 0},
-            {"type": "string", "pattern": r"^\d+(\.\d+)?(ms|s|m|h|d)$"},
-        ]
-    }
     silence = {
         "type": "object",
         "required": ["silence"],
@@ -466,19 +501,21 @@ def json_schema() -> dict[str, Any]:
                 "type": "object",
                 "required": ["min_gap"],
                 "additionalProperties": False,
-                "properties": {"min_gap": duration},
+                "properties": {"min_gap": _duration_schema()},
             }
         },
     }
-    selection = {
+    return {
         "oneOf": [
             silence,
             {**field_map, "not": {"required": ["silence"]}},
             {"type": "array", "minItems": 1, "items": field_map},
         ]
     }
-    fraction = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
-    test = {
+
+
+def _test_schema() -> dict[str, Any]:
+    return {
         "type": "object",
         "required": ["name", "expect", "nodes"],
         "additionalProperties": False,
@@ -493,6 +530,11 @@ def json_schema() -> dict[str, Any]:
             "expect_nodes": {"type": "array", "items": {"type": "string"}},
         },
     }
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (draft 2020-12) of a rule file, as published in ``rules/schema.json``."""
+    fraction = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
     text = {"type": "string", "minLength": 1}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -515,7 +557,7 @@ def json_schema() -> dict[str, Any]:
             "author": {"type": "string"},
             "date": {"type": "string"},
             "scope": {"enum": list(SCOPES)},
-            "window": duration,
+            "window": _duration_schema(),
             "max_node_fraction": fraction,
             "confidence": fraction,
             "evict": {"type": "boolean"},
@@ -526,8 +568,8 @@ def json_schema() -> dict[str, Any]:
                 "required": ["condition"],
                 "properties": {"condition": text},
                 "propertyNames": {"pattern": SELECTION_NAME.pattern},
-                "additionalProperties": selection,
+                "additionalProperties": _selection_schema(),
             },
-            "tests": {"type": "array", "items": test},
+            "tests": {"type": "array", "items": _test_schema()},
         },
     }

@@ -1,47 +1,31 @@
-"""Running the ``tests:`` embedded in rule files, and a minimal direct ingest for them.
+"""Running the ``tests:`` embedded in rule files through the production ingest.
 
-``run_rule_tests`` ingests every test's log snippet under its own scratch job id (through the
-``ingest`` callable the caller provides; CI and ``l4 rules test`` pass ``direct_ingest``),
-refreshes once, matches each rule against its scratch jobs and compares with ``expect`` /
-``expect_nodes``.
-
-``direct_ingest`` is a deliberately small stand-in for the real ingest, used by the rule tests and
-the rule benchmark: it keeps every line, takes the template id as the SHA-1 of the raw line and
-reads only an ISO-8601 timestamp prefix, a level word (named as the real ingest names levels:
-``WARNING``, ``CRITICAL``) and a ``[rankN]`` prefix.
+``run_rule_tests`` ingests every test's log snippet under its own scratch job id with
+``l4_plugin.ingest.pipeline.ingest_streams`` — the path every job directory and index source
+takes — fed one in-memory stream per node of the snippet (``snippet_streams``). Templates,
+template ids, times, levels, stages, iterations, joined tracebacks and the choice of kept lines
+therefore come from the real parser and rollups, so a rule that passes its own examples matches
+the same lines in a real job. Each rule is then matched against its scratch jobs and compared
+with ``expect`` / ``expect_nodes``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
-from collections.abc import Callable, Iterable, Mapping, Sequence
+import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
 
-from l4_plugin.rules.engine import RuleStore, match_job
+from l4_plugin.ingest.jobdir import JobMeta
+from l4_plugin.ingest.parser import Block
+from l4_plugin.ingest.pipeline import IngestSummary, ingest_streams
+from l4_plugin.ingest.sources import LogStream
+from l4_plugin.rules.engine import match_job
 from l4_plugin.rules.model import Rule, RuleTest
+from l4_plugin.store import Store
 
-_TS = re.compile(r"^\[?(\d{4}-\d{2}-\d{2})[ T](\d{2}:\d{2}:\d{2})(?:[.,](\d{1,6}))?")
-_LEVEL = re.compile(r"\b(CRITICAL|FATAL|ERROR|WARNING|WARN|INFO|DEBUG)\b")
-_GLOG_LEVEL = re.compile(r"\[([EWIF])\d{3,4} ")
-_RANK = re.compile(r"\[rank(\d+)\]")
-# The real ingest's level vocabulary (l4_plugin.ingest.header): rules and drafts can use it.
-_GLOG = {"E": "ERROR", "W": "WARNING", "I": "INFO", "F": "CRITICAL"}
-_LEVEL_NAMES = {"WARN": "WARNING", "FATAL": "CRITICAL"}
-
-
-class WritableStore(RuleStore, Protocol):
-    """A store that can also write and refresh (what the rule tests need)."""
-
-    def bulk_index(
-        self, index: str, docs: Iterable[tuple[str, dict[str, Any]]], *, refresh: bool = False
-    ) -> int: ...
-
-    def refresh(self, index: str) -> None: ...
-
-
-Ingest = Callable[[WritableStore, str, dict[str, list[str]]], None]
+# Ingest scans in-memory streams in the calling process (no worker pool): a snippet is tiny.
+_WORKERS = 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,91 +49,39 @@ def scratch_job_id(rule_id: str, index: int) -> str:
     return f"rule-test--{rule_id}--{index}"
 
 
-def _parse(line: str, previous: str | None) -> tuple[str | None, str | None, int | None]:
-    ts = previous
-    m = _TS.match(line)
-    if m:
-        frac = (m.group(3) or "0")[:3].ljust(3, "0")
-        ts = f"{m.group(1)}T{m.group(2)}.{frac}Z"
-    level = None
-    lm = _LEVEL.search(line)
-    if lm:
-        level = _LEVEL_NAMES.get(lm.group(1), lm.group(1))
-    else:
-        gm = _GLOG_LEVEL.search(line)
-        level = _GLOG[gm.group(1)] if gm else None
-    rm = _RANK.search(line)
-    return ts, level, int(rm.group(1)) if rm else None
+def _reader(lines: Sequence[str]) -> Callable[[], Iterator[Block]]:
+    """A stream's ``open``: the snippet as one block, readable any number of times."""
+    # A file's reader splits on "\n": a snippet line holding one is read as the lines it holds.
+    split = [part for line in lines for part in line.split("\n")]
+    return lambda: iter([Block(list(split))])
 
 
-def line_level(line: str) -> str | None:
-    """The level ``direct_ingest`` reads from a line (None when the line names none)."""
-    return _parse(line, None)[1]
+def snippet_streams(nodes: Mapping[str, Sequence[str]]) -> list[LogStream]:
+    """One in-memory ``LogStream`` per node (``<node>/train.log``, no file rank), in the order
+    ``jobdir.scan`` sorts a job directory's files: by node."""
+    return [
+        LogStream(node, None, f"{node}/train.log", _reader(lines))
+        for node, lines in sorted(nodes.items())
+    ]
 
 
-def line_docs(
-    job_id: str, nodes: Mapping[str, Sequence[str]]
-) -> dict[str, list[tuple[str, dict[str, Any]]]]:
-    """``l4-lines``, ``l4-events`` and ``l4-templates`` documents for a small snippet."""
-    lines: list[tuple[str, dict[str, Any]]] = []
-    events: dict[tuple[str, str], dict[str, Any]] = {}
-    templates: dict[str, dict[str, Any]] = {}
-    for node, raw_lines in nodes.items():
-        ts: str | None = None
-        for pos, line in enumerate(raw_lines):
-            ts, level, rank = _parse(line, ts)
-            tid = hashlib.sha1(line.encode("utf-8")).hexdigest()
-            doc: dict[str, Any] = {
-                "message": line,
-                "host.name": node,
-                "l4.job.id": job_id,
-                "l4.template.id": tid,
-                "l4.line": pos + 1,
-                "log.file.path": f"{node}/rank.log",
-                "log.offset": pos,
-            }
-            if ts is not None:
-                doc["@timestamp"] = ts
-            if level is not None:
-                doc["log.level"] = level
-            if rank is not None:
-                doc["l4.rank"] = rank
-            lines.append((f"{job_id}:{node}:{pos}", doc))
-            templates[tid] = {"l4.template.id": tid, "l4.template.text": line}
-            event = events.get((node, tid))
-            if event is None:
-                event = {
-                    "message": line,
-                    "host.name": node,
-                    "l4.job.id": job_id,
-                    "l4.template.id": tid,
-                    "l4.template.text": line,
-                    "l4.count": 0,
-                    "l4.first_pos": pos,
-                    "l4.bucket": "all",
-                }
-                if level is not None:
-                    event["log.level"] = level
-                events[(node, tid)] = event
-            event["l4.count"] += 1
-            event["l4.last_pos"] = pos
-            if ts is not None:
-                event.setdefault("l4.first_ts", ts)
-                event.setdefault("@timestamp", ts)
-                event["l4.last_ts"] = ts
-    return {
-        "lines": lines,
-        "events": [(f"{job_id}:{n}:{t}", doc) for (n, t), doc in events.items()],
-        "templates": list(templates.items()),
-    }
+def ingest_snippet(
+    store: Store, job_id: str, nodes: Mapping[str, Sequence[str]], *, status: str = "failed"
+) -> IngestSummary:
+    """Ingest a snippet (lines per node) as job ``job_id`` through ``ingest_streams``.
 
-
-def direct_ingest(store: WritableStore, job_id: str, nodes: dict[str, list[str]]) -> None:
-    """Write a snippet straight into the indices (every line kept); does not refresh."""
-    docs = line_docs(job_id, nodes)
-    store.bulk_index(store.names.lines, docs["lines"])
-    store.bulk_index(store.names.events, docs["events"])
-    store.bulk_index(store.names.templates, docs["templates"])
+    The generation hashes the snippet, so ingesting the same lines again rewrites nothing new;
+    the indices are refreshed by the ingest itself.
+    """
+    generation = hashlib.sha1(json.dumps(nodes, sort_keys=True).encode()).hexdigest()[:16]
+    return ingest_streams(
+        store,
+        JobMeta(job_id, status),
+        snippet_streams(nodes),
+        generation,
+        where=f"the snippet of {job_id}",
+        workers=_WORKERS,
+    )
 
 
 def _judge(test: RuleTest, rule_id: str, matched: Sequence[str] | None) -> RuleTestResult:
@@ -167,20 +99,18 @@ def _judge(test: RuleTest, rule_id: str, matched: Sequence[str] | None) -> RuleT
     return RuleTestResult(rule_id, test.name, test.expect, ok, nodes, detail)
 
 
-def run_rule_tests(
-    store: WritableStore, rules: Sequence[Rule], ingest: Ingest
-) -> list[RuleTestResult]:
-    """Ingest every rule's tests under scratch job ids, refresh once, match and compare."""
+def run_rule_tests(store: Store, rules: Sequence[Rule]) -> list[RuleTestResult]:
+    """Ingest every rule's tests under scratch job ids (``ingest_snippet``), match and compare.
+
+    ``store`` is a whole ``Store`` because the production ingest writes through it; matching
+    reads only what ``rules.port.RuleStorePort`` names.
+    """
     plan: list[tuple[Rule, RuleTest, str]] = []
     for rule in rules:
         for i, test in enumerate(rule.tests):
             job_id = scratch_job_id(rule.id, i)
-            ingest(store, job_id, {node: list(lines) for node, lines in test.nodes.items()})
+            ingest_snippet(store, job_id, test.nodes)
             plan.append((rule, test, job_id))
-    if not plan:
-        return []
-    for index in (store.names.lines, store.names.events, store.names.templates):
-        store.refresh(index)
     results: list[RuleTestResult] = []
     for rule, test, job_id in plan:
         found = match_job(store, job_id, [rule])
