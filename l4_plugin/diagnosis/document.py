@@ -18,9 +18,9 @@ from typing import Any
 import numpy as np
 
 from l4_plugin.analysis.lexicon import default_lexicon
+from l4_plugin.analysis.recipe import Analysis
+from l4_plugin.analysis.tables import JobData, JobDoc
 from l4_plugin.analysis.verdict import VerdictEvent, VerdictNode, VerdictRule, decide
-from l4_plugin.diagnosis.analyze import Analysis
-from l4_plugin.diagnosis.facts import JobData, JobDoc
 from l4_plugin.records import Finding
 from l4_plugin.report.extras import (
     DroppedTemplate,
