@@ -7,18 +7,18 @@ from dataclasses import replace
 
 import pytest
 
-from l4_plugin.analysis.fusion import Fusion
-from l4_plugin.analysis.results import EventStat, Straggler, StragglerResult
-from l4_plugin.diagnosis.analyze import (
-    AnalysisOptions,
-    _reactions,
-    cross_job,
+from l4_plugin.analysis.evidence import (
     discounts,
     event_stats,
     inferred_level,
+    reactions,
     timed_in_stage,
 )
-from l4_plugin.diagnosis.facts import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
+from l4_plugin.analysis.fusion import Fusion
+from l4_plugin.analysis.params import AnalysisOptions
+from l4_plugin.analysis.recipe import cross_job
+from l4_plugin.analysis.results import EventStat, Straggler, StragglerResult
+from l4_plugin.analysis.tables import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
 
 
 @pytest.mark.parametrize(
@@ -186,7 +186,7 @@ def test_a_nodes_reaction_to_its_own_failure_is_not_evidence() -> None:
     texts = {"err": "x", "peer": "NCCL WARN NET/IB : Got completion from peer <IP><<NUM>>"}
     data = _data(cells, {}, texts)
     kept = frozenset(e.template_id for e in events)
-    assert _reactions(data, events, kept) == {"sigterm"}
+    assert reactions(data, events, kept) == {"sigterm"}
     # The errors that define "after" are the ones cross-job filtering kept.
-    assert _reactions(data, events, kept - {"err"}) == set()
-    assert _reactions(replace(data, time_unit="position"), events, kept) == set()
+    assert reactions(data, events, kept - {"err"}) == set()
+    assert reactions(replace(data, time_unit="position"), events, kept) == set()

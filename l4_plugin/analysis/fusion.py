@@ -48,6 +48,7 @@ from l4_plugin.analysis.results import (
 )
 from l4_plugin.analysis.spatial import level_weight
 from l4_plugin.errors import AnalysisError
+from l4_plugin.records import Level
 
 # Reason weights. Cross-job absence and spatial attribution are the paper's two main signals; the
 # rest corroborate. They were set so that one corroborated signal clears the default cut-off and a
@@ -89,12 +90,14 @@ _FALLBACK_EVENTS = 3
 
 def is_flagged(level: str | None) -> bool:
     """True for warning and error levels (what a log flags as a problem)."""
-    return is_error(level) or (level or "").upper() in ("WARN", "WARNING")
+    parsed = Level.parse(level)
+    return parsed is not None and parsed.is_flagged
 
 
 def is_error(level: str | None) -> bool:
     """True for ERROR-like levels (ERROR, FATAL, CRITICAL…)."""
-    return level is not None and level_weight(level, 2.0) == 2.0
+    parsed = Level.parse(level)
+    return parsed is not None and parsed.is_error
 
 
 def _noisy_or(weights: Iterable[float]) -> float:
@@ -184,7 +187,7 @@ class Fusion:
                 r.append(("error-level", _ERROR_WEIGHT))
                 if job_stage is not None and e.stage == job_stage:
                     r.append(("error-in-failing-stage", _STAGE_WEIGHT))
-            elif e.level is not None and e.level.upper() in ("WARN", "WARNING"):
+            elif Level.parse(e.level) is Level.WARNING:
                 r.append(("warning-level", _WARN_WEIGHT))
             reasons[e.template_id] = r
 

@@ -2,8 +2,8 @@
 
 ``diagnose_job(store, job_id)`` is what ``l4 diagnose`` / ``l4 analyze`` and the service run:
 
-1. read the job's aggregated tables (``queries.read_job_tables``) and find its baseline pool — successful
-   jobs with the same configuration fingerprint, plus any named explicitly;
+1. read the job's aggregated tables (``queries.read_job_tables``) and find its baseline pool —
+   successful jobs with the same configuration fingerprint, plus any named explicitly;
 2. match the fault library (``l4_plugin.rules.match_job``), first, as the paper's deployment does;
 3. run the analyses and fuse them (``analysis.recipe.analyze``);
 4. build the §6 report, the HTML extras and the findings (``document``);
@@ -47,7 +47,8 @@ def says_cause(message: str) -> bool:
     return term is None or term.says_cause
 
 
-# The last stretch of a job, where it failed: a sample line from it is preferred (find_sample_lines).
+# The last stretch of a job, where it failed: a sample line from it is preferred
+# (find_sample_lines).
 RECENT_SECONDS = 3600.0
 Step = Callable[[str], None]
 
