@@ -2,7 +2,7 @@
 
 The report dict is the contract (``l4 diagnose --json``); :class:`ReportExtras` feeds the plots of
 the HTML report; the :class:`~l4_plugin.records.Finding` list is what goes to ``l4-annotations``.
-All three are built from the same :class:`~l4_plugin.diagnosis.analyze.Analysis`, so the terminal,
+All three are built from the same :class:`~l4_plugin.analysis.recipe.Analysis`, so the terminal,
 the JSON, the HTML and the dashboards never disagree.
 """
 
