@@ -31,9 +31,6 @@ _WARN_WORDS = re.compile(
     r"\b(?:warn(?:ing)?|timeout|timed out|down|retry|retrying|throttled|slowdown|corrected)\b",
     re.IGNORECASE,
 )
-# A recurring event counts as chronic (benign background) when it was already printed this
-# many iteration buckets before the job's last one, in at least this many buckets.
-
 _WORD = re.compile(r"[A-Za-z]{2,}")
 _MASKS = re.compile(r"<[A-Z_*]+>")
 # A variable other than the rank (masked, or a number masking left as zeros: an error code, a
@@ -172,12 +169,12 @@ def chronic(
         for tid, cells in per.items():
             if (slow and set(cells) <= slow) or tid in onset:
                 continue
-            # Kernel / BMC lines are placed on iterations by their own clock: judged by time.
+            # Kernel / BMC lines are placed on iterations by their own clock (or carry none):
+            # they are judged by time.
             its = None if tid in data.job.system_templates else seen.get(tid)
             if its is not None:
                 is_chronic = len(its) >= options.chronic_buckets and min(its) <= cutoff
             else:
-                # Kernel / BMC lines carry no iteration: judge them by time.
                 first = min(c[1] for c in cells.values())
                 total = sum(c[0] for c in cells.values())
                 is_chronic = (
