@@ -23,9 +23,10 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
+from l4_plugin.analysis.fusion import is_flagged
 from l4_plugin.analysis.tables import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
 from l4_plugin.errors import AnalysisError
-from l4_plugin.records import Level, level_label
+from l4_plugin.records import level_label
 from l4_plugin.store import Store, generations
 from l4_plugin.store.documents import job_doc_id, source_field
 
@@ -357,18 +358,13 @@ def _address_lines(
     peer = sorted(
         t
         for t, info in templates.items()
-        if _flagged(info.level)
+        if is_flagged(info.level)
         and ("<IP>" in info.text or any(h in info.text.lower() for h in hosts))
     )
     announcements = [(n, m) for n, _, m in _node_lines(store, job, announce, 1, lines=False)]
     said = _node_lines(store, job, peer, _PEER_HITS, lines=False)
     said += _node_lines(store, job, peer, _PEER_HITS, lines=True)
     return tuple(announcements), tuple(dict.fromkeys(said))
-
-
-def _flagged(label: str | None) -> bool:
-    level = Level.parse(label)
-    return level is not None and level.is_flagged
 
 
 def _node_lines(
