@@ -51,8 +51,7 @@ from l4_plugin.analysis.temporal import (
 from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.records import PRE_TRAINING_STAGES, STAGE_ORDER
 
-__all__ = ["Analysis", "AnalysisOptions", "analyze", "cross_job"]
-# Kernel, BMC and Slurm lines carry no level; these words give them one.
+__all__ = ["Analysis", "analyze", "cross_job"]
 
 
 @dataclass(frozen=True, slots=True)

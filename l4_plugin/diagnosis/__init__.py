@@ -19,7 +19,8 @@ from typing import Any
 
 from l4_plugin import __version__
 from l4_plugin.analysis.lexicon import default_lexicon
-from l4_plugin.analysis.recipe import Analysis, AnalysisOptions, analyze
+from l4_plugin.analysis.params import AnalysisOptions
+from l4_plugin.analysis.recipe import Analysis, analyze
 from l4_plugin.diagnosis.annotations import load_summary, write_annotations
 from l4_plugin.diagnosis.document import (
     Diagnosis,

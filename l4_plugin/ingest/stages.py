@@ -22,7 +22,6 @@ from l4_plugin.yamldoc import read_mapping
 SECONDS_UNITS: tuple[str, ...] = ("ms", "s", "per_s")
 
 
-
 @dataclass(frozen=True, slots=True)
 class IterationRule:
     """Recognises an iteration marker (masked body) and reads its number (raw line)."""
