@@ -1,4 +1,7 @@
-"""What the analyses need from the cluster, read with aggregations over ``l4-events``.
+"""The queries of a diagnosis: what the analyses need from the cluster (the I/O edge).
+
+Read with aggregations over ``l4-events``; every public function is named for the query it runs
+(``read_*`` one job's documents or tables, ``find_*`` a search).
 
 A job's rollups are reduced by the cluster to a few small tables — node × template, node × stage,
 iteration × template, node × iteration and, for the baseline pool, job × template — each walked
@@ -167,7 +170,7 @@ def read_job_tables(store: Store, job_id: str) -> JobData:
         )
     cells, stage_first = _node_template_cells(store, query)
     templates = _template_infos(store, query)
-    _exemplars(store, query, templates)
+    _read_exemplars(store, query, templates)
     stage_spans = _stage_spans(store, query)
     it_query = {"bool": {"filter": [query, {"exists": {"field": "l4.iteration"}}]}}
     iteration_cells, iteration_spans = _iteration_cells(store, it_query)
@@ -179,7 +182,7 @@ def read_job_tables(store: Store, job_id: str) -> JobData:
         stage_first = {}
     _fill_missing_times(cells, time_unit)
     nodes = sorted({n for n, _ in cells} | set(job.nodes))
-    announcements, peer_lines = _address_lines(store, query, templates, nodes)
+    announcements, peer_lines = _read_address_lines(store, query, templates, nodes)
     return JobData(
         job=job,
         time_unit=time_unit,
@@ -344,7 +347,7 @@ _ANNOUNCES = re.compile(
 _PEER_HITS = 5  # lines read per (node, template) that may name a peer
 
 
-def _address_lines(
+def _read_address_lines(
     store: Store, job: dict[str, Any], templates: dict[str, TemplateInfo], nodes: Sequence[str]
 ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str, str], ...]]:
     """Announcements of own addresses, and warning/error lines that may name another node.
@@ -361,13 +364,13 @@ def _address_lines(
         if is_flagged(info.level)
         and ("<IP>" in info.text or any(h in info.text.lower() for h in hosts))
     )
-    announcements = [(n, m) for n, _, m in _node_lines(store, job, announce, 1, lines=False)]
-    said = _node_lines(store, job, peer, _PEER_HITS, lines=False)
-    said += _node_lines(store, job, peer, _PEER_HITS, lines=True)
+    announcements = [(n, m) for n, _, m in _read_node_lines(store, job, announce, 1, lines=False)]
+    said = _read_node_lines(store, job, peer, _PEER_HITS, lines=False)
+    said += _read_node_lines(store, job, peer, _PEER_HITS, lines=True)
     return tuple(announcements), tuple(dict.fromkeys(said))
 
 
-def _node_lines(
+def _read_node_lines(
     store: Store, job: dict[str, Any], template_ids: Sequence[str], size: int, *, lines: bool
 ) -> list[tuple[str, str, str]]:
     """Up to ``size`` messages per (node, template) of the job, earliest first."""
@@ -420,7 +423,7 @@ def _fill_missing_times(cells: dict[tuple[str, str], Cell], unit: str) -> None:
             c.last_ts = c.first_ts
 
 
-def _exemplars(store: Store, job: dict[str, Any], templates: dict[str, TemplateInfo]) -> None:
+def _read_exemplars(store: Store, job: dict[str, Any], templates: dict[str, TemplateInfo]) -> None:
     """Template text and one exemplar line per template (one document each, any node)."""
     for b in _walk(
         store,
