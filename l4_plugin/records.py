@@ -3,7 +3,8 @@
 Ingest produces ``ParsedLine`` (for ``l4 parse``), ``JobInfo``, ``EventRollup`` and ``LineRecord``;
 the analyses and the rule engine produce ``Finding`` objects that end up in ``Diagnosis``. The
 store turns them into index documents (``l4_plugin.store.documents``); nothing else knows the
-document layout.
+document layout. The vocabularies every stage shares live here too: the log levels
+(:class:`Level`, with every spelling logs use) and the order of a run's stages (``STAGE_ORDER``).
 """
 
 from __future__ import annotations
