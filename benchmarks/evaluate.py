@@ -44,11 +44,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulate"))
 
 from l4_plugin.analysis.baselines import error_count, error_time, iforest_all
+from l4_plugin.analysis.evidence import event_stats
 from l4_plugin.analysis.results import FusionResult
+from l4_plugin.analysis.tables import JobData
 from l4_plugin.config import load_settings
 from l4_plugin.diagnosis import AnalysisOptions, diagnose_job
-from l4_plugin.diagnosis.analyze import event_stats
-from l4_plugin.diagnosis.facts import JobData, gather
+from l4_plugin.diagnosis.queries import read_job_tables
 from l4_plugin.ingest.jobdir import discover
 from l4_plugin.ingest.parser import LineKind, LineParser
 from l4_plugin.ingest.pipeline import _chunks, ingest_job, load_known_templates
@@ -267,7 +268,7 @@ def run_case(url: str, case: Case, root: Path) -> dict[str, Any]:
         t0 = time.monotonic()
         lt = reparse(out / "job", known, truth.indicators)
         timings["reparse"] = time.monotonic() - t0
-        data = gather(store, job_id)
+        data = read_job_tables(store, job_id)
         result: dict[str, Any] = {
             "case": case.name,
             "kind": case.kind,

@@ -3,12 +3,14 @@
 Ingest produces ``ParsedLine`` (for ``l4 parse``), ``JobInfo``, ``EventRollup`` and ``LineRecord``;
 the analyses and the rule engine produce ``Finding`` objects that end up in ``Diagnosis``. The
 store turns them into index documents (``l4_plugin.store.documents``); nothing else knows the
-document layout.
+document layout. The vocabularies every stage shares live here too: the log levels
+(:class:`Level`, with every spelling logs use) and the order of a run's stages (``STAGE_ORDER``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import IntEnum
 from typing import Literal
 
 JobStatus = Literal["succeeded", "failed", "running", "unknown"]
@@ -28,6 +30,85 @@ FAULT_CATEGORIES = (
     "framework",
     "platform",
 )
+
+
+#: Stages in the order a healthy run goes through them (the one stage order of the package).
+STAGE_ORDER: tuple[str, ...] = (
+    "init",
+    "data_loading",
+    "model_loading",
+    "training",
+    "checkpointing",
+    "shutdown",
+)
+#: Stages before training: lines of these stages describe start-up.
+PRE_TRAINING_STAGES = frozenset(STAGE_ORDER[: STAGE_ORDER.index("training")])
+
+
+class Level(IntEnum):
+    """The one log-level vocabulary of L4, ordered by severity.
+
+    A member's ``name`` is what ingest stores in ``log.level`` (ECS); :attr:`label` is the shorter
+    spelling the diagnosis reports (``WARN``). Every other spelling a log uses (``warn``, ``E``,
+    ``FATAL``, ``CRIT``, ``panic``…) is read with :meth:`parse`, so no module keeps its own list.
+    """
+
+    DEBUG = 10
+    INFO = 20
+    WARNING = 30
+    ERROR = 40
+    CRITICAL = 50
+
+    @classmethod
+    def parse(cls, word: str | None) -> Level | None:
+        """The level a spelling names (any case, glog letters included), None when it is none."""
+        return LEVEL_SPELLINGS.get(word.upper()) if word else None
+
+    @property
+    def label(self) -> str:
+        """The spelling of this level in diagnoses and reports."""
+        return "WARN" if self is Level.WARNING else self.name
+
+    @property
+    def is_error(self) -> bool:
+        """True for ERROR and worse: the log says something failed."""
+        return self >= Level.ERROR
+
+    @property
+    def is_flagged(self) -> bool:
+        """True for WARNING and worse: the log flags a problem."""
+        return self >= Level.WARNING
+
+
+#: Every level spelling logs use (upper case) → its :class:`Level`.
+LEVEL_SPELLINGS: dict[str, Level] = {
+    "TRACE": Level.DEBUG,
+    "DEBUG": Level.DEBUG,
+    "DBG": Level.DEBUG,
+    "INFO": Level.INFO,
+    "NOTICE": Level.INFO,
+    "EVENT": Level.INFO,
+    "I": Level.INFO,
+    "WARN": Level.WARNING,
+    "WARNING": Level.WARNING,
+    "W": Level.WARNING,
+    "ERR": Level.ERROR,
+    "ERROR": Level.ERROR,
+    "E": Level.ERROR,
+    "CRITICAL": Level.CRITICAL,
+    "CRIT": Level.CRITICAL,
+    "FATAL": Level.CRITICAL,
+    "ALERT": Level.CRITICAL,
+    "EMERG": Level.CRITICAL,
+    "PANIC": Level.CRITICAL,
+    "F": Level.CRITICAL,
+}
+
+
+def level_label(word: str | None) -> str | None:
+    """The report spelling of a level word (``WARNING`` → ``WARN``), None when it names none."""
+    level = Level.parse(word)
+    return level.label if level is not None else None
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,13 @@ import pytest
 
 from l4_plugin.cli import main
 from l4_plugin.diagnosis import AnalysisOptions, diagnose_job, load_summary, says_cause
-from l4_plugin.diagnosis.facts import baseline_pool, find_jobs, gather, read_job, sample_lines
+from l4_plugin.diagnosis.queries import (
+    find_jobs,
+    find_sample_lines,
+    read_baseline_pool,
+    read_job,
+    read_job_tables,
+)
 from l4_plugin.errors import AnalysisError
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.store import IndexNames, OpenSearchStore, Store
@@ -279,8 +285,8 @@ def test_baseline_pool_from_job_documents_equals_the_aggregation(
     job = read_job(mstore, ingested)
     base = find_jobs(mstore, fingerprint=job.fingerprint, status="succeeded")
     assert base and all(b.template_stats for b in base)
-    recorded = baseline_pool(mstore, base).stats
-    aggregated = baseline_pool(
+    recorded = read_baseline_pool(mstore, base).stats
+    aggregated = read_baseline_pool(
         mstore, [replace(b, template_stats=None, iterations=None) for b in base]
     ).stats
     assert recorded.keys() == aggregated.keys()
@@ -335,13 +341,13 @@ def test_the_sample_is_the_most_suspect_nodes_own_line(store: Store, tmp_path: P
             f"[2024-05-03 10:00:0{second},000] INFO step 1\n" + warn.format(n=n, s=status)
         )
     ingest_job(store, tmp_path, job_id="samples")
-    data = gather(store, "samples")
+    data = read_job_tables(store, "samples")
     tid = next(t for t, info in data.templates.items() if "Got completion" in info.text)
     job = data.job
-    assert "status=5" in sample_lines(store, job, [tid])[tid]["message"]
-    picked = sample_lines(store, job, [tid], ["n3", "n1", "n2"])[tid]
+    assert "status=5" in find_sample_lines(store, job, [tid])[tid]["message"]
+    picked = find_sample_lines(store, job, [tid], ["n3", "n1", "n2"])[tid]
     assert source_field(picked, "host.name") == "n3" and "status=12" in picked["message"]
-    picked = sample_lines(store, job, [tid], ["n2", "n3"])[tid]
+    picked = find_sample_lines(store, job, [tid], ["n2", "n3"])[tid]
     assert source_field(picked, "host.name") == "n2"
 
 
@@ -359,10 +365,10 @@ def test_of_one_nodes_lines_the_sample_is_one_that_says_the_cause(
         "[2024-05-03 10:00:01,000] INFO step 1\n" + warn.format(s=5) + warn.format(s=12)
     )
     ingest_job(store, tmp_path, job_id="telling")
-    data = gather(store, "telling")
+    data = read_job_tables(store, "telling")
     tid = next(t for t, info in data.templates.items() if "Got completion" in info.text)
-    first = sample_lines(store, data.job, [tid], ["n1"])[tid]
+    first = find_sample_lines(store, data.job, [tid], ["n1"])[tid]
     assert "status=5" in first["message"]
-    told = sample_lines(store, data.job, [tid], ["n1"], telling=says_cause)[tid]
+    told = find_sample_lines(store, data.job, [tid], ["n1"], telling=says_cause)[tid]
     assert "status=12" in told["message"]
     assert not says_cause(first["message"]) and says_cause(told["message"])

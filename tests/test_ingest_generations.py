@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from l4_plugin.diagnosis.facts import find_jobs, gather
 from l4_plugin.diagnosis.jobdirs import already_ingested, prepare
+from l4_plugin.diagnosis.queries import find_jobs, read_job_tables
 from l4_plugin.errors import AnalysisError, IngestError, StoreError
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.rules.engine import JobFacts
@@ -104,7 +104,7 @@ def _job(store: Store, job_id: str) -> dict[str, Any]:
 
 def read_counts(store: Store, job_id: str) -> Counts:
     """What the analyses read of the job (its complete generation)."""
-    data = gather(store, job_id)
+    data = read_job_tables(store, job_id)
     scope = data.job.query
     return Counts(
         events=store.count(store.names.events, scope),
@@ -231,7 +231,7 @@ def test_kill_9_of_a_first_ingest_is_never_diagnosed(
     assert source[generations.STATE] == "writing"
     assert generations.complete_generation(source) is None
     with pytest.raises(AnalysisError, match="has no complete ingest: the ingest that began"):
-        gather(store, dirs.job_id)
+        read_job_tables(store, dirs.job_id)
     state = job_state(store, dirs.job_id)
     assert state.generation is None and state.writing is not None
     assert state.writing["files"] == len(list(dirs.old.glob("*.log")))
@@ -286,7 +286,7 @@ def test_an_analysis_of_a_replaced_generation_leaves_the_job_due(
     policy = claims.ClaimPolicy("t", 60.0, 3, "l4-test")
     held = claims.claim(store, dirs.job_id, policy).claim
     assert held is not None
-    analysed = gather(store, dirs.job_id).job.generation
+    analysed = read_job_tables(store, dirs.job_id).job.generation
     ingest_job(store, dirs.new, status="failed")  # completes while the analysis runs
     claims.finish(store, held, policy, generation=analysed)
     assert claims.find_pending(store, policy, limit=10) == [(dirs.job_id, "new")]

@@ -139,12 +139,14 @@ def big_report(
             *(
                 DroppedTemplate(
                     f"d{i:015x}",
-                    f"[rank<*>] step <*> throughput <*> tokens/s {i}",
-                    "frequent in 2 baseline jobs",
+                    "frequent-in-baseline",
+                    1.0,
+                    1.0,
+                    text=f"[rank<*>] step <*> throughput <*> tokens/s {i}",
                 )
                 for i in range(12)
             ),
-            DroppedTemplate("dscript", SCRIPT_LINE, "frequent in baseline"),
+            DroppedTemplate("dscript", "frequent-in-baseline", 0.5, 1.0, text=SCRIPT_LINE),
         ),
         timings={"ingest": 41.2, "analysis": 3.8, "rules": 0.4},
         generated_at="2024-05-01T11:02:00Z",

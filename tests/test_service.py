@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from l4_plugin.diagnosis.facts import job_doc_id
+from l4_plugin.diagnosis.queries import job_doc_id
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.service import claims
 from l4_plugin.service.registry import set_status

@@ -48,6 +48,7 @@ from l4_plugin.analysis.results import (
 )
 from l4_plugin.analysis.spatial import level_weight
 from l4_plugin.errors import AnalysisError
+from l4_plugin.records import Level
 
 # Reason weights. Cross-job absence and spatial attribution are the paper's two main signals; the
 # rest corroborate. They were set so that one corroborated signal clears the default cut-off and a
@@ -89,12 +90,14 @@ _FALLBACK_EVENTS = 3
 
 def is_flagged(level: str | None) -> bool:
     """True for warning and error levels (what a log flags as a problem)."""
-    return is_error(level) or (level or "").upper() in ("WARN", "WARNING")
+    parsed = Level.parse(level)
+    return parsed is not None and parsed.is_flagged
 
 
 def is_error(level: str | None) -> bool:
     """True for ERROR-like levels (ERROR, FATAL, CRITICAL…)."""
-    return level is not None and level_weight(level, 2.0) == 2.0
+    parsed = Level.parse(level)
+    return parsed is not None and parsed.is_error
 
 
 def _noisy_or(weights: Iterable[float]) -> float:
@@ -156,102 +159,18 @@ class Fusion:
         ``ordering`` maps a template to ``(factor, reason)`` like ``discounts`` but only orders
         the recommended set (a consequence's words rank it after what explains it).
         """
-        if not 0.0 < self.relative_threshold <= 1.0:
-            raise AnalysisError(
-                f"fusion: relative_threshold must be in (0, 1], got {self.relative_threshold!r}"
-            )
-        if self.max_events < 1:
-            raise AnalysisError(f"fusion: max_events must be >= 1, got {self.max_events!r}")
-        ids = [e.template_id for e in events]
-        if len(set(ids)) != len(ids):
-            raise AnalysisError("fusion: an event template id is given twice")
+        self._check(events)
         all_nodes = _all_nodes(events, nodes, spatial, silence)
         n_nodes = max(len(all_nodes), 1)
         job_stage = stage.stage if stage is not None else None
-
         by_id = {e.template_id: e for e in events}
-        reasons: dict[str, list[tuple[str, float]]] = {}
-        kept = crossjob.kept_ids if crossjob is not None else None
-        for e in events:
-            if kept is not None and e.template_id not in kept:
-                continue
-            r: list[tuple[str, float]] = []
-            if crossjob is not None:
-                why = crossjob.reason_of(e.template_id) or "no-baseline"
-                if _FILTER_WEIGHT[why] > 0:
-                    r.append((why, _FILTER_WEIGHT[why]))
-            if is_error(e.level):
-                r.append(("error-level", _ERROR_WEIGHT))
-                if job_stage is not None and e.stage == job_stage:
-                    r.append(("error-in-failing-stage", _STAGE_WEIGHT))
-            elif e.level is not None and e.level.upper() in ("WARN", "WARNING"):
-                r.append(("warning-level", _WARN_WEIGHT))
-            reasons[e.template_id] = r
-
-        if spatial is not None and spatial.defined:
-            suspects = set(spatial.suspects)
-            for ns in spatial.nodes:
-                if ns.node not in suspects:
-                    continue
-                for a in ns.attributions:
-                    if a.direction == "excess" and a.template_id in reasons:
-                        # An INFO line that explains an outlier node is weaker evidence than an
-                        # ERROR line doing so: healthy nodes carry benign informational oddities.
-                        lw = level_weight(by_id[a.template_id].level, 2.0) / 2.0
-                        reasons[a.template_id].append(
-                            (f"spatial-outlier:{ns.node}", _SPATIAL_WEIGHT * ns.score * lw)
-                        )
-        if iterations is not None:
-            for it in iterations.suspects:
-                for t in it.new_events:
-                    if t in reasons:
-                        reasons[t].append((f"new-in-iteration:{it.iteration}", _ITERATION_WEIGHT))
-        if slowdown is not None:
-            for t in slowdown.events:
-                if t in reasons:
-                    why = f"starts-with-slowdown:{slowdown.first_iteration}"
-                    reasons[t].append((why, _SLOWDOWN_WEIGHT))
-        if silence is not None:
-            for sn in (*silence.silent, *silence.stopped):
-                for t in sn.missing_new:
-                    if t in reasons:
-                        reasons[t].append(("only-on-silent-node-peers", _SILENT_PEER_WEIGHT))
-
-        for t, (w, why) in (priors or {}).items():
-            if t in reasons:
-                reasons[t].append((why, w))
+        reasons = _level_reasons(events, crossjob, job_stage)
+        _add_result_reasons(reasons, by_id, spatial, iterations, slowdown, silence, priors)
         factor = {t: f for t, (f, _) in (discounts or {}).items()}
         pre = {t: _noisy_or(w for _, w in r) * factor.get(t, 1.0) for t, r in reasons.items() if r}
         earliest = self._earliest(pre, by_id, job_stage, n_nodes)
-        if earliest:
-            first = min(by_id[t].first or 0.0 for t in earliest)
-            for t in earliest:
-                reasons[t].append(("earliest-evidence", _EARLIEST_WEIGHT))
-            root_nodes = {n for t in earliest for n in by_id[t].first_seen}
-            for t, r in reasons.items():
-                e = by_id[t]
-                if (
-                    t not in earliest
-                    and r
-                    and e.first is not None
-                    and e.first > first + self.root_window
-                    and len(e.first_seen) >= self.cascade_fraction * n_nodes
-                    and not set(e.first_seen) <= root_nodes
-                ):
-                    r.append(("cascade", 0.0))
-
-        for t, (_, why) in (discounts or {}).items():
-            if reasons.get(t):
-                reasons[t].append((why, 0.0))
-        # Factors that order the set without changing who is in it.
-        order: dict[str, float] = {}
-        for t, r in reasons.items():
-            if any(name == "cascade" for name, _ in r):
-                order[t] = order.get(t, 1.0) * _CASCADE_FACTOR
-        for t, (f, why) in (ordering or {}).items():
-            if reasons.get(t):
-                reasons[t].append((why, 0.0))
-                order[t] = order.get(t, 1.0) * f
+        self._mark_cascade(reasons, by_id, earliest, n_nodes)
+        order = _ordering(reasons, discounts, ordering)
         candidates = self._sorted(reasons, by_id, factor, order)
         selected = self._select(candidates, order)
 
@@ -274,14 +193,7 @@ class Fusion:
         if culprit is not None and peers is not None:
             own = self._culprit_evidence(culprit, pre, by_id, job_stage)
             heard = _witness_statements(culprit, peers, reasons, by_id)
-            for t in own:
-                reasons[t].append((f"culprit-evidence:{culprit}", _CULPRIT_WEIGHT))
-                # On the node its peers name, a timeout is what that node did, not the echo of
-                # another node's failure: nothing earlier explains it.
-                order.pop(t, None)
-            for t in heard:
-                reasons[t].append(("witness-statement", 0.0))
-                order[t] = order.get(t, 1.0) * _WITNESS_STATEMENT_FACTOR
+            _credit_culprit(culprit, own, heard, reasons, order)
             if own or heard:
                 candidates = self._sorted(reasons, by_id, factor, order, culprit)
                 selected = self._select(candidates, order)
@@ -297,6 +209,45 @@ class Fusion:
             candidates=tuple(candidates),
         )
         return self
+
+    def _check(self, events: Sequence[EventStat]) -> None:
+        """``AnalysisError`` for hyper-parameters out of range or a template id given twice."""
+        if not 0.0 < self.relative_threshold <= 1.0:
+            raise AnalysisError(
+                f"fusion: relative_threshold must be in (0, 1], got {self.relative_threshold!r}"
+            )
+        if self.max_events < 1:
+            raise AnalysisError(f"fusion: max_events must be >= 1, got {self.max_events!r}")
+        ids = [e.template_id for e in events]
+        if len(set(ids)) != len(ids):
+            raise AnalysisError("fusion: an event template id is given twice")
+
+    def _mark_cascade(
+        self,
+        reasons: dict[str, list[tuple[str, float]]],
+        by_id: Mapping[str, EventStat],
+        earliest: set[str],
+        n_nodes: int,
+    ) -> None:
+        """Give ``earliest-evidence`` to the earliest candidates, and mark ``cascade`` the later
+        templates most nodes printed that are not the root nodes' own."""
+        if not earliest:
+            return
+        first = min(by_id[t].first or 0.0 for t in earliest)
+        for t in earliest:
+            reasons[t].append(("earliest-evidence", _EARLIEST_WEIGHT))
+        root_nodes = {n for t in earliest for n in by_id[t].first_seen}
+        for t, r in reasons.items():
+            e = by_id[t]
+            if (
+                t not in earliest
+                and r
+                and e.first is not None
+                and e.first > first + self.root_window
+                and len(e.first_seen) >= self.cascade_fraction * n_nodes
+                and not set(e.first_seen) <= root_nodes
+            ):
+                r.append(("cascade", 0.0))
 
     def _sorted(
         self,
@@ -545,3 +496,110 @@ def _all_nodes(
         for n in e.first_seen:
             seen[n] = None
     return sorted(seen)
+
+
+def _level_reasons(
+    events: Sequence[EventStat], crossjob: FilterResult | None, job_stage: str | None
+) -> dict[str, list[tuple[str, float]]]:
+    """The reasons every kept event has on its own: cross-job verdict, level, failing stage."""
+    reasons: dict[str, list[tuple[str, float]]] = {}
+    kept = crossjob.kept_ids if crossjob is not None else None
+    for e in events:
+        if kept is not None and e.template_id not in kept:
+            continue
+        r: list[tuple[str, float]] = []
+        if crossjob is not None:
+            why = crossjob.reason_of(e.template_id) or "no-baseline"
+            if _FILTER_WEIGHT[why] > 0:
+                r.append((why, _FILTER_WEIGHT[why]))
+        if is_error(e.level):
+            r.append(("error-level", _ERROR_WEIGHT))
+            if job_stage is not None and e.stage == job_stage:
+                r.append(("error-in-failing-stage", _STAGE_WEIGHT))
+        elif Level.parse(e.level) is Level.WARNING:
+            r.append(("warning-level", _WARN_WEIGHT))
+        reasons[e.template_id] = r
+    return reasons
+
+
+def _add_result_reasons(
+    reasons: dict[str, list[tuple[str, float]]],
+    by_id: Mapping[str, EventStat],
+    spatial: SpatialResult | None,
+    iterations: IterationResult | None,
+    slowdown: Slowdown | None,
+    silence: SilenceResult | None,
+    priors: Mapping[str, tuple[float, str]] | None,
+) -> None:
+    """Add the reasons the analyses' results give: spatial outlier, new in a suspect iteration,
+    starts with the slowdown, only on a silent node's peers, and the priors."""
+    if spatial is not None and spatial.defined:
+        suspects = set(spatial.suspects)
+        for ns in spatial.nodes:
+            if ns.node not in suspects:
+                continue
+            for a in ns.attributions:
+                if a.direction == "excess" and a.template_id in reasons:
+                    # An INFO line that explains an outlier node is weaker evidence than an
+                    # ERROR line doing so: healthy nodes carry benign informational oddities.
+                    lw = level_weight(by_id[a.template_id].level, 2.0) / 2.0
+                    reasons[a.template_id].append(
+                        (f"spatial-outlier:{ns.node}", _SPATIAL_WEIGHT * ns.score * lw)
+                    )
+    if iterations is not None:
+        for it in iterations.suspects:
+            for t in it.new_events:
+                if t in reasons:
+                    reasons[t].append((f"new-in-iteration:{it.iteration}", _ITERATION_WEIGHT))
+    if slowdown is not None:
+        for t in slowdown.events:
+            if t in reasons:
+                why = f"starts-with-slowdown:{slowdown.first_iteration}"
+                reasons[t].append((why, _SLOWDOWN_WEIGHT))
+    if silence is not None:
+        for sn in (*silence.silent, *silence.stopped):
+            for t in sn.missing_new:
+                if t in reasons:
+                    reasons[t].append(("only-on-silent-node-peers", _SILENT_PEER_WEIGHT))
+    for t, (w, why) in (priors or {}).items():
+        if t in reasons:
+            reasons[t].append((why, w))
+
+
+def _ordering(
+    reasons: dict[str, list[tuple[str, float]]],
+    discounts: Mapping[str, tuple[float, str]] | None,
+    ordering: Mapping[str, tuple[float, str]] | None,
+) -> dict[str, float]:
+    """List the discounts' reasons, and return the factors that order the set without changing
+    who is in it (cascade, the ``ordering`` words)."""
+    for t, (_, why) in (discounts or {}).items():
+        if reasons.get(t):
+            reasons[t].append((why, 0.0))
+    order: dict[str, float] = {}
+    for t, r in reasons.items():
+        if any(name == "cascade" for name, _ in r):
+            order[t] = order.get(t, 1.0) * _CASCADE_FACTOR
+    for t, (f, why) in (ordering or {}).items():
+        if reasons.get(t):
+            reasons[t].append((why, 0.0))
+            order[t] = order.get(t, 1.0) * f
+    return order
+
+
+def _credit_culprit(
+    culprit: str,
+    own: Iterable[str],
+    heard: Iterable[str],
+    reasons: dict[str, list[tuple[str, float]]],
+    order: dict[str, float],
+) -> None:
+    """Credit what the named culprit printed first, and rank its witnesses' statements after."""
+    for t in own:
+        reasons[t].append((f"culprit-evidence:{culprit}", _CULPRIT_WEIGHT))
+        # On the node its peers name, a timeout is what that node did, not the echo of
+        # another node's failure: nothing earlier explains it.
+        order.pop(t, None)
+    for t in heard:
+        reasons[t].append(("witness-statement", 0.0))
+        order[t] = order.get(t, 1.0) * _WITNESS_STATEMENT_FACTOR

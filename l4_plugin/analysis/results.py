@@ -8,6 +8,7 @@ where 1 is the most abnormal; sequences are tuples so that a result can be compa
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -60,12 +61,25 @@ class KeptTemplate:
 
 @dataclass(frozen=True, slots=True)
 class DroppedTemplate:
-    """A template the cross-job filter drops as normal noise, with the evidence for dropping it."""
+    """A template the cross-job filter drops as normal noise, with the evidence for dropping it.
+
+    ``text`` is the template's text when the caller knows it (the report fills it in; the filter
+    sees ids only). A record read back from a stored report has its :attr:`note` as ``reason``
+    and NaN figures.
+    """
 
     template_id: str
     reason: str
     job_fraction: float
     rate_ratio: float
+    text: str = ""
+
+    @property
+    def note(self) -> str:
+        """The reason with the share of baseline jobs that printed it, as reports show it."""
+        if math.isnan(self.job_fraction):
+            return self.reason
+        return f"{self.reason} (in {self.job_fraction:.0%} of baseline jobs)"
 
 
 @dataclass(frozen=True, slots=True)

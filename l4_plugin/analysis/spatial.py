@@ -34,25 +34,21 @@ from sklearn.ensemble import IsolationForest
 
 from l4_plugin.analysis.results import Attribution, NodeScore, SpatialResult
 from l4_plugin.errors import AnalysisError
+from l4_plugin.records import Level
 
 _METHODS = ("combined", "iforest")
 _NORMALIZATIONS = ("rate", "log1p", "presence", "count")
-_ERROR_LEVELS = frozenset({"ERROR", "FATAL", "CRITICAL", "CRIT", "EMERG", "ALERT", "PANIC"})
-_WARN_LEVELS = frozenset({"WARN", "WARNING"})
-_QUIET_LEVELS = frozenset({"INFO", "DEBUG", "TRACE", "NOTICE"})
 
 
 def level_weight(level: str | None, error_weight: float) -> float:
     """Weight of a template's log level as evidence: errors count ``error_weight``, warnings and
     unknown levels 1, info/debug 0.5 (benign per-node noise is mostly informational)."""
-    if level is None:
+    parsed = Level.parse(level)
+    if parsed is None:
         return 1.0
-    up = level.upper()
-    if up in _ERROR_LEVELS:
+    if parsed.is_error:
         return error_weight
-    if up in _QUIET_LEVELS:
-        return 0.5
-    return 1.0
+    return 1.0 if parsed.is_flagged else 0.5
 
 
 class SpatialAnalyzer:

@@ -2,10 +2,10 @@
 
 ``diagnose_job(store, job_id)`` is what ``l4 diagnose`` / ``l4 analyze`` and the service run:
 
-1. read the job's aggregated tables (``facts.gather``) and find its baseline pool — successful
-   jobs with the same configuration fingerprint, plus any named explicitly;
+1. read the job's aggregated tables (``queries.read_job_tables``) and find its baseline pool —
+   successful jobs with the same configuration fingerprint, plus any named explicitly;
 2. match the fault library (``l4_plugin.rules.match_job``), first, as the paper's deployment does;
-3. run the analyses and fuse them (``analyze.analyze``);
+3. run the analyses and fuse them (``analysis.recipe.analyze``);
 4. build the §6 report, the HTML extras and the findings (``document``);
 5. write the findings to ``l4-annotations`` with deterministic ids, remove the job's annotations
    that this run no longer produces, and record the analysis on the job's ``l4-jobs`` document.
@@ -19,7 +19,8 @@ from typing import Any
 
 from l4_plugin import __version__
 from l4_plugin.analysis.lexicon import default_lexicon
-from l4_plugin.diagnosis.analyze import Analysis, AnalysisOptions, analyze
+from l4_plugin.analysis.params import AnalysisOptions
+from l4_plugin.analysis.recipe import Analysis, analyze
 from l4_plugin.diagnosis.annotations import load_summary, write_annotations
 from l4_plugin.diagnosis.document import (
     Diagnosis,
@@ -27,13 +28,13 @@ from l4_plugin.diagnosis.document import (
     build_report,
     findings,
 )
-from l4_plugin.diagnosis.facts import (
+from l4_plugin.diagnosis.queries import (
     JobDoc,
-    baseline_pool,
     find_jobs,
-    gather,
+    find_sample_lines,
+    read_baseline_pool,
     read_job,
-    sample_lines,
+    read_job_tables,
 )
 from l4_plugin.rules import Rule, load_rules, match_job
 from l4_plugin.store import Store
@@ -47,7 +48,8 @@ def says_cause(message: str) -> bool:
     return term is None or term.says_cause
 
 
-# The last stretch of a job, where it failed: a sample line from it is preferred (sample_lines).
+# The last stretch of a job, where it failed: a sample line from it is preferred
+# (find_sample_lines).
 RECENT_SECONDS = 3600.0
 Step = Callable[[str], None]
 
@@ -120,9 +122,9 @@ def diagnose_job(
         timings[name] = time.monotonic() - started
         return value
 
-    data = timed("read aggregations", lambda: gather(store, job_id))
+    data = timed("read aggregations", lambda: read_job_tables(store, job_id))
     base_jobs = resolve_baselines(store, data.job, baselines, force=force_baselines, warn=warn)
-    pool = timed("read baseline pool", lambda: baseline_pool(store, base_jobs))
+    pool = timed("read baseline pool", lambda: read_baseline_pool(store, base_jobs))
     library = load_rules() if rules is None else list(rules)
     matches = timed(
         "match fault rules", lambda: match_job(store, job_id, library, scope=data.job.query)
@@ -131,7 +133,7 @@ def diagnose_job(
     top_nodes = [n.node for n in result.fusion.nodes[:5]]
     samples = timed(
         "fetch sample lines",
-        lambda: sample_lines(
+        lambda: find_sample_lines(
             store,
             data.job,
             [e.template_id for e in result.fusion.events],

@@ -2,7 +2,7 @@
 
 The report dict is the contract (``l4 diagnose --json``); :class:`ReportExtras` feeds the plots of
 the HTML report; the :class:`~l4_plugin.records.Finding` list is what goes to ``l4-annotations``.
-All three are built from the same :class:`~l4_plugin.diagnosis.analyze.Analysis`, so the terminal,
+All three are built from the same :class:`~l4_plugin.analysis.recipe.Analysis`, so the terminal,
 the JSON, the HTML and the dashboards never disagree.
 """
 
@@ -11,16 +11,16 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 
 from l4_plugin.analysis.lexicon import default_lexicon
+from l4_plugin.analysis.recipe import Analysis
+from l4_plugin.analysis.tables import JobData, JobDoc
 from l4_plugin.analysis.verdict import VerdictEvent, VerdictNode, VerdictRule, decide
-from l4_plugin.diagnosis.analyze import Analysis
-from l4_plugin.diagnosis.facts import JobData, JobDoc
 from l4_plugin.records import Finding
 from l4_plugin.report.extras import (
     DroppedTemplate,
@@ -267,10 +267,9 @@ def build_extras(
         stage_per_node=stage_per_node,
         stage_order=order,
         dropped_templates=tuple(
-            DroppedTemplate(
-                d.template_id,
-                data.templates[d.template_id].text if d.template_id in data.templates else "",
-                f"{d.reason} (in {d.job_fraction:.0%} of baseline jobs)",
+            replace(
+                d,
+                text=data.templates[d.template_id].text if d.template_id in data.templates else "",
             )
             for d in dropped[:_MAX_DROPPED]
         ),
@@ -296,7 +295,7 @@ def extras_to_dict(extras: ReportExtras) -> dict[str, Any]:
         ],
         "stage_per_node": dict(extras.stage_per_node),
         "stage_order": list(extras.stage_order),
-        "dropped_templates": [[d.template_id, d.text, d.reason] for d in extras.dropped_templates],
+        "dropped_templates": [[d.template_id, d.text, d.note] for d in extras.dropped_templates],
         "no_baseline": extras.no_baseline,
         "timings": dict(extras.timings),
         "generated_at": extras.generated_at,
@@ -321,7 +320,8 @@ def extras_from_dict(raw: Mapping[str, Any]) -> ReportExtras:
         stage_per_node=dict(raw.get("stage_per_node", {})),
         stage_order=tuple(raw.get("stage_order", [])),
         dropped_templates=tuple(
-            DroppedTemplate(str(t), str(x), str(r)) for t, x, r in raw.get("dropped_templates", [])
+            DroppedTemplate(str(t), str(r), math.nan, math.nan, text=str(x))
+            for t, x, r in raw.get("dropped_templates", [])
         ),
         no_baseline=bool(raw.get("no_baseline", False)),
         timings=dict(raw.get("timings", {})),

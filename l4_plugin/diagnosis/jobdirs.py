@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from l4_plugin.diagnosis.facts import find_jobs, read_job
+from l4_plugin.diagnosis.queries import find_jobs, read_job
 from l4_plugin.ingest.jobdir import ReadLimits, discover, job_meta
 from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_job
 from l4_plugin.ingest.sources import files_generation

@@ -18,6 +18,8 @@ import re
 import time
 from dataclasses import dataclass
 
+from l4_plugin.records import LEVEL_SPELLINGS, Level
+
 EMITTERS = (
     "torch",
     "nccl",
@@ -32,29 +34,9 @@ EMITTERS = (
     "plain",
 )
 
-LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+LEVELS = tuple(level.name for level in Level)
 
-_LEVEL_WORDS = {
-    "TRACE": "DEBUG",
-    "DEBUG": "DEBUG",
-    "DBG": "DEBUG",
-    "INFO": "INFO",
-    "NOTICE": "INFO",
-    "EVENT": "INFO",
-    "WARN": "WARNING",
-    "WARNING": "WARNING",
-    "ERR": "ERROR",
-    "ERROR": "ERROR",
-    "CRITICAL": "CRITICAL",
-    "CRIT": "CRITICAL",
-    "FATAL": "CRITICAL",
-    "ALERT": "CRITICAL",
-    "EMERG": "CRITICAL",
-    "I": "INFO",
-    "W": "WARNING",
-    "E": "ERROR",
-    "F": "CRITICAL",
-}
+_LEVEL_WORDS = {word: level.name for word, level in LEVEL_SPELLINGS.items()}
 
 _MONTHS = {
     m: i + 1

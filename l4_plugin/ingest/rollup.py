@@ -20,8 +20,9 @@ from l4_plugin.ingest.header import parse_time, rank_prefix
 from l4_plugin.ingest.parser import Block, KindSpec, LineKind
 from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
 from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
+from l4_plugin.records import Level
 
-KEEP_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
+KEEP_LEVELS = frozenset(level.name for level in Level if level.is_flagged)
 KEEP_EMITTERS = frozenset({"kernel", "slurm", "syslog"})
 MAX_KEPT_PER_GROUP = 50  # lines kept per (node, kind, bucket) for l4-lines
 RARE_SAMPLE = 3  # first lines of every group, kept in case the template is rare in the job
@@ -29,7 +30,7 @@ MAX_TRACEBACK_LINES = 200
 _TB_CONTINUATION = ("During handling of the above", "The above exception", "Traceback (most")
 _TB_OPENERS = ("Traceback (most recent call last)", 'File "')
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
-_OPEN_LEVELS = frozenset({"ERROR", "CRITICAL"})
+_OPEN_LEVELS = frozenset(level.name for level in Level if level.is_error)
 # Lines of a file without iteration markers wait for the job timeline, keyed by the second they
 # were printed in. The timestamp is read at most every SLOT_EVERY lines (always for the lines
 # that are kept, errors and kernel lines): one-second slots only split groups, the group's own

@@ -14,21 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from l4_plugin.errors import ConfigError
+from l4_plugin.records import STAGE_ORDER
 from l4_plugin.resources import data_path
 from l4_plugin.yamldoc import read_mapping
 
 #: Units of an iteration marker's duration (``seconds`` in stages.yaml).
 SECONDS_UNITS: tuple[str, ...] = ("ms", "s", "per_s")
-
-#: Stages in the order a healthy run goes through them.
-STAGE_ORDER: tuple[str, ...] = (
-    "init",
-    "data_loading",
-    "model_loading",
-    "training",
-    "checkpointing",
-    "shutdown",
-)
 
 
 @dataclass(frozen=True, slots=True)

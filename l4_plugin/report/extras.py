@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from l4_plugin.analysis.results import DroppedTemplate
+
+__all__ = ["DroppedTemplate", "IterationPoint", "NodeEventMatrix", "ReportExtras"]
+
 
 @dataclass(frozen=True, slots=True)
 class NodeEventMatrix:
@@ -32,15 +36,6 @@ class IterationPoint:
     distance: float
     threshold: float | None = None
     suspect: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class DroppedTemplate:
-    """An event template cross-job filtering removed, and why (e.g. frequent in the baseline)."""
-
-    template_id: str
-    text: str
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -408,7 +408,7 @@ def _filtered_section(report: Mapping[str, Any], extras: ReportExtras) -> str:
     for d in dropped[:MAX_EVENTS]:
         html.append(
             f"<tr><td><code>{esc(d.template_id)}</code></td>"
-            f"<td><code>{esc(short(d.text, 300))}</code></td><td>{esc(d.reason)}</td></tr>"
+            f"<td><code>{esc(short(d.text, 300))}</code></td><td>{esc(d.note)}</td></tr>"
         )
     if len(dropped) > MAX_EVENTS:
         html.append(

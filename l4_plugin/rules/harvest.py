@@ -16,13 +16,14 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from l4_plugin.errors import L4Error, StoreError
+from l4_plugin.records import Level
 from l4_plugin.rules.compiler import job_filter
 from l4_plugin.rules.port import RuleStorePort
 from l4_plugin.store import generations
 from l4_plugin.store.documents import source_field
 
 MAX_EVENTS = 3
-ERROR_LEVELS = ("ERROR", "CRITICAL", "FATAL")
+ERROR_LEVELS = tuple(level.name for level in Level if level.is_error)
 _WORD = re.compile(r"[a-z][a-z0-9]+")
 
 

@@ -1,10 +1,14 @@
-"""What the analyses need from the cluster, read with aggregations over ``l4-events``.
+"""The queries of a diagnosis: what the analyses need from the cluster (the I/O edge).
+
+Read with aggregations over ``l4-events``; every public function is named for the query it runs
+(``read_*`` one job's documents or tables, ``find_*`` a search).
 
 A job's rollups are reduced by the cluster to a few small tables — node × template, node × stage,
 iteration × template, node × iteration and, for the baseline pool, job × template — each walked
 with a paginated ``composite`` aggregation (``Store.composite``), so a 2,000-node × 2,000-template
 job never needs ``search.max_buckets`` above its default. Nothing here scans raw lines; the tables
-are turned into the estimators' inputs by :mod:`l4_plugin.diagnosis.analyze`.
+are turned into the estimators' inputs by :mod:`l4_plugin.analysis.recipe`; the tables' types are
+in :mod:`l4_plugin.analysis.tables`.
 
 Times are epoch seconds. Lines logged before a file's first timestamp carry no time in their
 rollup; they get their node's earliest time (they are start-up lines), so every event has a first
@@ -20,129 +24,16 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
+from l4_plugin.analysis.fusion import is_flagged
+from l4_plugin.analysis.tables import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
 from l4_plugin.errors import AnalysisError
+from l4_plugin.records import level_label
 from l4_plugin.store import Store, generations
 from l4_plugin.store.documents import job_doc_id, source_field
 
 _PAGE = 50_000
-
-
-@dataclass(frozen=True, slots=True)
-class JobDoc:
-    """The ``l4-jobs`` document of a job, reduced to what diagnosis needs."""
-
-    id: str
-    status: str
-    fingerprint: str
-    nodes: tuple[str, ...]
-    lines: int
-    start_ts: float | None
-    end_ts: float | None
-    config: dict[str, Any] = field(default_factory=dict)
-    # Per template (occurrences, nodes) and iterations reached, as ingest recorded them (None for
-    # a job ingested before ingest recorded them).
-    template_stats: dict[str, tuple[int, int]] | None = None
-    iterations: int | None = None
-    # Whether the job had system logs (kern.log, dmesg…) and the templates only they printed
-    system_logs: bool | None = None
-    system_templates: frozenset[str] = frozenset()
-    # Nodes whose ranks printed iteration lines of their own (None: ingested before it was kept)
-    progress_nodes: frozenset[str] | None = None
-    # The job's last complete ingest generation, and the clause selecting its documents
-    generation: str | None = None
-    scope: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def query(self) -> dict[str, Any]:
-        """``scope``, or every document of the job for a JobDoc built by hand."""
-        return self.scope or {"term": {"l4.job.id": self.id}}
-
-
-@dataclass
-class Cell:
-    """One node × template cell: occurrences, first/last time, first position."""
-
-    count: int = 0
-    first_ts: float = math.inf
-    last_ts: float = -math.inf
-    first_pos: float = math.inf
-
-
-@dataclass
-class TemplateInfo:
-    """A template of the job: text, dominant level, dominant stage, one exemplar line."""
-
-    text: str = ""
-    levels: dict[str, int] = field(default_factory=dict)
-    stages: dict[str, int] = field(default_factory=dict)
-    message: str = ""
-
-    @property
-    def level(self) -> str | None:
-        """The level most of its lines carry (None when no line had one)."""
-        return max(self.levels, key=lambda k: (self.levels[k], k)) if self.levels else None
-
-    @property
-    def stage(self) -> str | None:
-        """The stage most of its lines were seen in."""
-        return max(self.stages, key=lambda k: (self.stages[k], k)) if self.stages else None
-
-
-@dataclass
-class JobData:
-    """The aggregated tables of one job (see the module docstring)."""
-
-    job: JobDoc
-    time_unit: str
-    cells: dict[tuple[str, str], Cell]
-    templates: dict[str, TemplateInfo]
-    # (node, stage) → (first time, last time, first position, last position); NaN = no time
-    stage_spans: dict[tuple[str, str], tuple[float, float, float, float]]
-    # (iteration bucket start, template) → (first time, count); spans of the buckets
-    iteration_cells: dict[tuple[int, str], tuple[float, int]]
-    iteration_spans: dict[int, int]
-    # (node, iteration bucket start) → first time on that node
-    node_iteration_start: dict[tuple[str, int], float]
-    node_last_iteration: dict[str, int]
-    # (node, template, stage) → first time of the template on the node in that stage
-    stage_first: dict[tuple[str, str, str], float] = field(default_factory=dict)
-    # (node, iteration bucket start) → seconds per iteration its iteration lines state
-    node_iteration_seconds: dict[tuple[str, int], float] = field(default_factory=dict)
-    # Lines in which a node announces its own addresses (node, line), and lines that may name a
-    # peer by address or host name (node, template, line): the job's address book and what the
-    # failure evidence says of other nodes (:mod:`l4_plugin.analysis.peers`).
-    announcements: tuple[tuple[str, str], ...] = ()
-    peer_lines: tuple[tuple[str, str, str], ...] = ()
-
-    @property
-    def nodes(self) -> list[str]:
-        """Every node that logged anything, sorted."""
-        seen = {n for n, _ in self.cells} | set(self.job.nodes)
-        return sorted(seen)
-
-    @property
-    def iterations_reached(self) -> int:
-        """How many iterations the job got through (0 when no iteration marker was seen)."""
-        if not self.iteration_spans:
-            return 0
-        lo = min(self.iteration_spans)
-        hi = max(k + s - 1 for k, s in self.iteration_spans.items())
-        return hi - lo + 1
-
-
-@dataclass(frozen=True, slots=True)
-class BaselinePool:
-    """Per-template statistics of the baseline jobs, and the jobs themselves.
-
-    ``stats[template] = (jobs printing it, mean node fraction, median count per node, median
-    count per node per iteration)``: one-off lines compare per node, periodic ones per iteration.
-    """
-
-    jobs: tuple[JobDoc, ...]
-    stats: dict[str, tuple[int, float, float, float]]
 
 
 def _seconds(value: Any) -> float | None:
@@ -269,7 +160,7 @@ def _value(bucket: dict[str, Any], name: str) -> Any:
     return bucket.get(name, {}).get("value")
 
 
-def gather(store: Store, job_id: str) -> JobData:
+def read_job_tables(store: Store, job_id: str) -> JobData:
     """Read every table the analyses need for ``job_id`` (see the module docstring)."""
     job = read_job(store, job_id)
     query = job.query
@@ -277,6 +168,42 @@ def gather(store: Store, job_id: str) -> JobData:
         raise AnalysisError(
             f"job {job_id!r} has no event rollups in {store.names.events} — hint: re-ingest it"
         )
+    cells, stage_first = _node_template_cells(store, query)
+    templates = _template_infos(store, query)
+    _read_exemplars(store, query, templates)
+    stage_spans = _stage_spans(store, query)
+    it_query = {"bool": {"filter": [query, {"exists": {"field": "l4.iteration"}}]}}
+    iteration_cells, iteration_spans = _iteration_cells(store, it_query)
+    node_iteration_start, node_iteration_seconds, node_last_iteration = _node_iterations(
+        store, it_query
+    )
+    time_unit = "ts" if any(c.first_ts < math.inf for c in cells.values()) else "position"
+    if time_unit != "ts":
+        stage_first = {}
+    _fill_missing_times(cells, time_unit)
+    nodes = sorted({n for n, _ in cells} | set(job.nodes))
+    announcements, peer_lines = _read_address_lines(store, query, templates, nodes)
+    return JobData(
+        job=job,
+        time_unit=time_unit,
+        cells=cells,
+        templates=dict(templates),
+        stage_spans=stage_spans,
+        iteration_cells=iteration_cells,
+        iteration_spans=iteration_spans,
+        node_iteration_start=node_iteration_start,
+        node_last_iteration=node_last_iteration,
+        stage_first=stage_first,
+        node_iteration_seconds=node_iteration_seconds,
+        announcements=announcements,
+        peer_lines=peer_lines,
+    )
+
+
+def _node_template_cells(
+    store: Store, query: dict[str, Any]
+) -> tuple[dict[tuple[str, str], Cell], dict[tuple[str, str, str], float]]:
+    """Node × template cells, and each template's first time per (node, stage)."""
     times = {
         "n": {"sum": {"field": "l4.count"}},
         "f": {"min": {"field": "l4.first_ts"}},
@@ -302,6 +229,11 @@ def gather(store: Store, job_id: str) -> JobData:
         cell.first_pos = min(cell.first_pos, float(_value(b, "p") or 0.0))
         if f is not None:
             stage_first[(node, tid, str(b["key"]["st"]))] = f
+    return cells, stage_first
+
+
+def _template_infos(store: Store, query: dict[str, Any]) -> dict[str, TemplateInfo]:
+    """Per template, how many of its lines carried each level and each stage."""
     templates: dict[str, TemplateInfo] = defaultdict(TemplateInfo)
     for b in _walk(
         store,
@@ -315,14 +247,19 @@ def gather(store: Store, job_id: str) -> JobData:
     ):
         info = templates[str(b["key"]["t"])]
         n = int(_value(b, "n") or 0)
-        if b["key"].get("lvl") is not None:
-            level = _canonical_level(str(b["key"]["lvl"]))
+        level = level_label(b["key"].get("lvl"))
+        if level is not None:
             info.levels[level] = info.levels.get(level, 0) + n
         if b["key"].get("st") is not None:
             stage = str(b["key"]["st"])
             info.stages[stage] = info.stages.get(stage, 0) + n
-    _exemplars(store, query, templates)
+    return templates
 
+
+def _stage_spans(
+    store: Store, query: dict[str, Any]
+) -> dict[tuple[str, str], tuple[float, float, float, float]]:
+    """(node, stage) → first and last time (NaN when none), first and last position."""
     stage_spans: dict[tuple[str, str], tuple[float, float, float, float]] = {}
     for b in _walk(
         store,
@@ -342,8 +279,13 @@ def gather(store: Store, job_id: str) -> JobData:
             float(_value(b, "fp") or 0.0),
             float(_value(b, "lp") or 0.0),
         )
+    return stage_spans
 
-    it_query = {"bool": {"filter": [query, {"exists": {"field": "l4.iteration"}}]}}
+
+def _iteration_cells(
+    store: Store, it_query: dict[str, Any]
+) -> tuple[dict[tuple[int, str], tuple[float, int]], dict[int, int]]:
+    """(iteration bucket, template) → (first time, count), and each bucket's span."""
     iteration_cells: dict[tuple[int, str], tuple[float, int]] = {}
     iteration_spans: dict[int, int] = {}
     for b in _walk(
@@ -363,6 +305,14 @@ def gather(store: Store, job_id: str) -> JobData:
             int(_value(b, "n") or 0),
         )
         iteration_spans[it] = max(iteration_spans.get(it, 1), int(_value(b, "s") or 1))
+    return iteration_cells, iteration_spans
+
+
+def _node_iterations(
+    store: Store, it_query: dict[str, Any]
+) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], float], dict[str, int]]:
+    """Per (node, iteration bucket) its first time and stated seconds per iteration, and the
+    last iteration each node reached."""
     node_iteration_start: dict[tuple[str, int], float] = {}
     node_iteration_seconds: dict[tuple[str, int], float] = {}
     node_last_iteration: dict[str, int] = {}
@@ -385,28 +335,7 @@ def gather(store: Store, job_id: str) -> JobData:
             node_iteration_seconds[(node, it)] = float(d)
         last = it + max(int(_value(b, "s") or 1), 1) - 1
         node_last_iteration[node] = max(last, node_last_iteration.get(node, last))
-
-    time_unit = "ts" if any(c.first_ts < math.inf for c in cells.values()) else "position"
-    if time_unit != "ts":
-        stage_first = {}
-    _fill_missing_times(cells, time_unit)
-    nodes = sorted({n for n, _ in cells} | set(job.nodes))
-    announcements, peer_lines = _address_lines(store, query, templates, nodes)
-    return JobData(
-        job=job,
-        time_unit=time_unit,
-        cells=cells,
-        templates=dict(templates),
-        stage_spans=stage_spans,
-        iteration_cells=iteration_cells,
-        iteration_spans=iteration_spans,
-        node_iteration_start=node_iteration_start,
-        node_last_iteration=node_last_iteration,
-        stage_first=stage_first,
-        node_iteration_seconds=node_iteration_seconds,
-        announcements=announcements,
-        peer_lines=peer_lines,
-    )
+    return node_iteration_start, node_iteration_seconds, node_last_iteration
 
 
 # Template texts in which a node states its own addresses (NCCL bootstrap and its OOB
@@ -415,11 +344,10 @@ _ANNOUNCES = re.compile(
     r"Bootstrap\s*:\s*Using|\bOOB\s|NET/Socket\s*:\s*Using|\blocal[ _]?ip\b|^host\s*:",
     re.IGNORECASE,
 )
-_ADDRESS_LEVELS = frozenset({"WARN", "ERROR", "CRITICAL", "FATAL"})
 _PEER_HITS = 5  # lines read per (node, template) that may name a peer
 
 
-def _address_lines(
+def _read_address_lines(
     store: Store, job: dict[str, Any], templates: dict[str, TemplateInfo], nodes: Sequence[str]
 ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str, str], ...]]:
     """Announcements of own addresses, and warning/error lines that may name another node.
@@ -433,16 +361,16 @@ def _address_lines(
     peer = sorted(
         t
         for t, info in templates.items()
-        if info.level in _ADDRESS_LEVELS
+        if is_flagged(info.level)
         and ("<IP>" in info.text or any(h in info.text.lower() for h in hosts))
     )
-    announcements = [(n, m) for n, _, m in _node_lines(store, job, announce, 1, lines=False)]
-    said = _node_lines(store, job, peer, _PEER_HITS, lines=False)
-    said += _node_lines(store, job, peer, _PEER_HITS, lines=True)
+    announcements = [(n, m) for n, _, m in _read_node_lines(store, job, announce, 1, lines=False)]
+    said = _read_node_lines(store, job, peer, _PEER_HITS, lines=False)
+    said += _read_node_lines(store, job, peer, _PEER_HITS, lines=True)
     return tuple(announcements), tuple(dict.fromkeys(said))
 
 
-def _node_lines(
+def _read_node_lines(
     store: Store, job: dict[str, Any], template_ids: Sequence[str], size: int, *, lines: bool
 ) -> list[tuple[str, str, str]]:
     """Up to ``size`` messages per (node, template) of the job, earliest first."""
@@ -477,11 +405,6 @@ def _node_lines(
     return out
 
 
-def _canonical_level(level: str) -> str:
-    up = level.upper()
-    return {"WARNING": "WARN", "CRIT": "CRITICAL", "ERR": "ERROR"}.get(up, up)
-
-
 def _fill_missing_times(cells: dict[tuple[str, str], Cell], unit: str) -> None:
     if unit == "position":
         for c in cells.values():
@@ -500,7 +423,7 @@ def _fill_missing_times(cells: dict[tuple[str, str], Cell], unit: str) -> None:
             c.last_ts = c.first_ts
 
 
-def _exemplars(store: Store, job: dict[str, Any], templates: dict[str, TemplateInfo]) -> None:
+def _read_exemplars(store: Store, job: dict[str, Any], templates: dict[str, TemplateInfo]) -> None:
     """Template text and one exemplar line per template (one document each, any node)."""
     for b in _walk(
         store,
@@ -525,7 +448,7 @@ def _exemplars(store: Store, job: dict[str, Any], templates: dict[str, TemplateI
         info.message = str(source_field(src, "message") or "")
 
 
-def baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
+def read_baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
     """Per-template statistics over the baseline jobs (see :class:`BaselinePool`).
 
     Rates are per node, and per node per iteration reached (1 when the job had none), so a
@@ -547,7 +470,7 @@ def baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
         for tid, (count, n_nodes) in j.template_stats.items():
             per[tid].append((j.id, count, n_nodes))
     if missing:
-        _aggregate_pool(store, missing, {j.id: j.query for j in jobs}, work, per)
+        _aggregate_pool_counts(store, missing, {j.id: j.query for j in jobs}, work, per)
     stats: dict[str, tuple[int, float, float, float]] = {}
     for tid, rows in per.items():
         fractions = [min(n_nodes / node_count[j], 1.0) for j, _, n_nodes in rows]
@@ -562,7 +485,7 @@ def baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
     return BaselinePool(tuple(jobs), stats)
 
 
-def _aggregate_pool(
+def _aggregate_pool_counts(
     store: Store,
     ids: list[str],
     scopes: dict[str, dict[str, Any]],
@@ -599,7 +522,7 @@ def _aggregate_pool(
 _TELLING_CHOICES = 5  # lines of one node and template among which ``telling`` chooses
 
 
-def sample_lines(
+def find_sample_lines(
     store: Store,
     job: JobDoc,
     template_ids: Iterable[str],

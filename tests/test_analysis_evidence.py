@@ -1,4 +1,4 @@
-"""The pure step between aggregations and estimators: levels, stages, discounts, fusion input."""
+"""The evidence heuristics between the aggregated tables and fusion: levels, stages, discounts."""
 
 from __future__ import annotations
 
@@ -7,18 +7,18 @@ from dataclasses import replace
 
 import pytest
 
-from l4_plugin.analysis.fusion import Fusion
-from l4_plugin.analysis.results import EventStat, Straggler, StragglerResult
-from l4_plugin.diagnosis.analyze import (
-    AnalysisOptions,
-    _reactions,
-    cross_job,
+from l4_plugin.analysis.evidence import (
     discounts,
     event_stats,
     inferred_level,
+    reactions,
     timed_in_stage,
 )
-from l4_plugin.diagnosis.facts import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
+from l4_plugin.analysis.fusion import Fusion
+from l4_plugin.analysis.params import AnalysisOptions
+from l4_plugin.analysis.recipe import cross_job
+from l4_plugin.analysis.results import EventStat, Straggler, StragglerResult
+from l4_plugin.analysis.tables import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
 
 
 @pytest.mark.parametrize(
@@ -82,6 +82,19 @@ def test_chronic_background_and_empty_lines_are_discounted() -> None:
     slow = StragglerResult((Straggler("a", 2, 5.0, 1.5),))
     cells_slow = {("a", "pcie"): Cell(8, 20.0, 90.0, 1.0)}
     assert "pcie" not in discounts(_data(cells_slow, its, {"pcie": texts["pcie"]}), slow)
+
+
+def test_the_options_tune_the_discounts() -> None:
+    # The tuning constants are AnalysisOptions fields: a changed one changes the evidence.
+    texts = {"pcie": "nvidia <HEX>: PCIe Bus Error: severity=Corrected, type=Physical Layer"}
+    cells = {("a", "pcie"): Cell(3, 20.0, 90.0, 1.0)}
+    its = {(k, "pcie"): (10.0 * k, 1) for k in range(1, 9)}
+    data = _data(cells, its, texts)
+    assert discounts(data, None)["pcie"] == (0.35, "chronic-before-failure")
+    tuned = AnalysisOptions(chronic_factor=0.2)
+    assert discounts(data, None, options=tuned)["pcie"] == (0.2, "chronic-before-failure")
+    # Needing more buckets than the template was printed in: no longer chronic.
+    assert "pcie" not in discounts(data, None, options=AnalysisOptions(chronic_buckets=9))
 
 
 def test_kernel_lines_get_a_level_and_the_stage_of_their_time() -> None:
@@ -186,7 +199,7 @@ def test_a_nodes_reaction_to_its_own_failure_is_not_evidence() -> None:
     texts = {"err": "x", "peer": "NCCL WARN NET/IB : Got completion from peer <IP><<NUM>>"}
     data = _data(cells, {}, texts)
     kept = frozenset(e.template_id for e in events)
-    assert _reactions(data, events, kept) == {"sigterm"}
+    assert reactions(data, events, kept) == {"sigterm"}
     # The errors that define "after" are the ones cross-job filtering kept.
-    assert _reactions(data, events, kept - {"err"}) == set()
-    assert _reactions(replace(data, time_unit="position"), events, kept) == set()
+    assert reactions(data, events, kept - {"err"}) == set()
+    assert reactions(replace(data, time_unit="position"), events, kept) == set()

@@ -1,24 +1,27 @@
-"""The analyses on one job's aggregated tables: estimator inputs in, every result out.
+"""The recipe of one diagnosis: estimator inputs in, every result out, in a fixed order.
 
-Pure: :func:`analyze` takes the :class:`~l4_plugin.diagnosis.facts.JobData` of the failed job and
-the :class:`~l4_plugin.diagnosis.facts.BaselinePool`, builds the inputs of the estimators of
-:mod:`l4_plugin.analysis` (cross-job filter, spatial, silence, stage, iterations, stragglers),
-runs them and fuses their results. The cluster is read before (``facts``) and written after
-(``annotations``); nothing here does I/O.
+Pure: :func:`analyze` takes the :class:`~l4_plugin.analysis.tables.JobData` of the failed job and
+the :class:`~l4_plugin.analysis.tables.BaselinePool`, builds the inputs of the estimators of
+:mod:`l4_plugin.analysis` (cross-job filter, spatial, peers, silence, stage, iterations,
+stragglers, slowdown), runs them, gathers the evidence heuristics of
+:mod:`l4_plugin.analysis.evidence` and fuses everything. Every tuning constant is a field of
+:class:`~l4_plugin.analysis.params.AnalysisOptions`. The cluster is read before
+(:mod:`l4_plugin.diagnosis.queries`) and written after (``annotations``); nothing here does I/O.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from l4_plugin.analysis.crossjob import CrossJobFilter
+from l4_plugin.analysis.evidence import discounts, event_stats, lexicon_priors, timed_in_stage
 from l4_plugin.analysis.fusion import Fusion, is_error, is_flagged
-from l4_plugin.analysis.lexicon import Lexicon, default_lexicon
+from l4_plugin.analysis.lexicon import default_lexicon
+from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.analysis.peers import PeerResult, name_peers
 from l4_plugin.analysis.results import (
     BaselineStat,
@@ -38,65 +41,17 @@ from l4_plugin.analysis.results import (
 )
 from l4_plugin.analysis.silence import SilenceDetector
 from l4_plugin.analysis.spatial import SpatialAnalyzer
+from l4_plugin.analysis.tables import BaselinePool, JobData
 from l4_plugin.analysis.temporal import (
     IterationAnalyzer,
     SlowdownDetector,
     StageAnalyzer,
     StragglerDetector,
 )
-from l4_plugin.diagnosis.facts import BaselinePool, JobData
-from l4_plugin.ingest.stages import STAGE_ORDER, default_stage_rules
+from l4_plugin.ingest.stages import default_stage_rules
+from l4_plugin.records import PRE_TRAINING_STAGES, STAGE_ORDER
 
-# Below this many exact (one-iteration) buckets the coarse early buckets are analysed too.
-_MIN_EXACT_ITERATIONS = 8
-# Kernel, BMC and Slurm lines carry no level; these words give them one.
-_ERROR_WORDS = re.compile(
-    r"\b(?:panic|fatal|error|errors|failed|failure|xid|uncorrectable|abort(?:ed|ing)?|killed|"
-    r"segfault|exception|link down|not responding|machine check)\b",
-    re.IGNORECASE,
-)
-_WARN_WORDS = re.compile(
-    r"\b(?:warn(?:ing)?|timeout|timed out|down|retry|retrying|throttled|slowdown|corrected)\b",
-    re.IGNORECASE,
-)
-# A recurring event counts as chronic (benign background) when it was already printed this
-# many iteration buckets before the job's last one, in at least this many buckets.
-_CHRONIC_LEAD = 3
-_CHRONIC_BUCKETS = 3
-_CHRONIC_FACTOR = 0.35
-_LOW_INFO_FACTOR = 0.3
-_WORD = re.compile(r"[A-Za-z]{2,}")
-_MASKS = re.compile(r"<[A-Z_*]+>")
-# A variable other than the rank (masked, or a number masking left as zeros: an error code, a
-# version): the line states a fact of its own.
-_FACT_MASK = re.compile(r"<(?!RANK>)[A-Z_*]+>|\d")
-# An error type or a signal names what happened: a fact, not prose.
-_ERROR_TYPE = re.compile(r"\w(?:Error|Exception|Failure)\b|\bSIG[A-Z]{2,}\b")
-_BOILERPLATE_FACTOR = 0.4
-_REACTION_FACTOR = 0.4
-_REACTION_MIN = 0.5  # seconds after the node's first error: later than its own error block
-_REACTION_MAX = 60.0
-_BLOCK_SECONDS = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class AnalysisOptions:
-    """Hyper-parameters of one diagnosis (defaults are the evaluated ones).
-
-    ``crossjob`` False skips cross-job filtering (the ablation); ``spatial_method`` is
-    ``combined`` or ``iforest`` (the paper's plain forest); ``dtw_backend`` ``numpy`` or
-    ``tslearn``; ``filter_threshold`` is the fraction of baseline jobs a template must appear in
-    to be normal.
-    """
-
-    crossjob: bool = True
-    filter_threshold: float = 0.5
-    spatial_method: str = "combined"
-    dtw_backend: str = "numpy"
-    window: int = 10
-    sigma: float = 3.0
-    random_state: int = 0
-    max_events: int = 20
+__all__ = ["Analysis", "analyze", "cross_job"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,202 +72,6 @@ class Analysis:
     notes: tuple[str, ...] = ()
     matrix_templates: tuple[str, ...] = ()
     matrix: np.ndarray | None = field(default=None, compare=False)
-
-
-def inferred_level(text: str) -> str | None:
-    """A level for a line that has none (kernel, BMC, Slurm): ERROR / WARN by its words.
-
-    "Corrected" errors are warnings: a corrected PCIe error is the textbook benign anomaly.
-    """
-    if re.search(r"\bcorrected\b", text, re.IGNORECASE):
-        return "WARN"
-    if _ERROR_WORDS.search(text):
-        return "ERROR"
-    if _WARN_WORDS.search(text):
-        return "WARN"
-    return None
-
-
-def _stage_at(data: JobData, node: str, ts: float) -> str | None:
-    """The stage a node's training logs were in at ``ts``: the latest-starting span containing
-    it, else (the line came after the node's last training line: a crash) the last span.
-
-    ``init`` spans are left out: a node's kernel log sits in ``init`` from its first line to its
-    last, so its span covers the whole job and says nothing about when a line was printed.
-    """
-    inside: tuple[float, str] | None = None
-    before: tuple[float, str] | None = None
-    for (n, stage), (first, last, _, _) in data.stage_spans.items():
-        if n != node or stage == "init" or math.isnan(first):
-            continue
-        if first <= ts <= last and (inside is None or first > inside[0]):
-            inside = (first, stage)
-        if last <= ts and (before is None or last > before[0]):
-            before = (last, stage)
-    best = inside or before
-    return best[1] if best else None
-
-
-def event_stats(data: JobData) -> tuple[EventStat, ...]:
-    """One :class:`EventStat` per template of the job: per-node first time and count.
-
-    Lines without a level get one from their words (:func:`inferred_level`). Lines of files with
-    no stage markers (kernel logs) sit in ``init`` for ingest; when such a line comes after its
-    node's start-up, it gets the stage the node's training logs were in at that time.
-    """
-    first: dict[str, dict[str, float]] = {}
-    counts: dict[str, dict[str, int]] = {}
-    positions: dict[str, dict[str, float]] = {}
-    for (node, tid), cell in data.cells.items():
-        first.setdefault(tid, {})[node] = cell.first_ts
-        counts.setdefault(tid, {})[node] = cell.count
-        positions.setdefault(tid, {})[node] = cell.first_pos
-    out = []
-    for tid in sorted(first):
-        info = data.templates.get(tid)
-        level = info.level if info else None
-        if level is None and info is not None:
-            level = inferred_level(info.text or info.message)
-        stage = info.stage if info else None
-        if stage == "init" and data.time_unit == "ts":
-            node, ts = min(first[tid].items(), key=lambda kv: (kv[1], kv[0]))
-            stage = _stage_at(data, node, ts) or stage
-        out.append(
-            EventStat(
-                template_id=tid,
-                level=level,
-                first_seen=first[tid],
-                counts=counts[tid],
-                stage=stage,
-                positions=positions[tid],
-            )
-        )
-    return tuple(out)
-
-
-def _boilerplate(data: JobData) -> set[str]:
-    """Explanatory prose printed as part of another line's block.
-
-    After a watchdog timeout every rank prints "Watchdog caught collective operation timeout:
-    WorkNCCL(SeqNum=…)" and, the same number of times in the same second, "To avoid data
-    inconsistency, we are taking the entire process down." The second line states no fact of
-    its own: it has no variable but the rank (no number, no error code), names no error type,
-    and only ever appears beside the first. Lines printed on a single node are never
-    boilerplate (a root cause's own lines).
-    """
-    per: dict[str, dict[str, tuple[int, float]]] = {}
-    for (node, tid), cell in data.cells.items():
-        per.setdefault(tid, {})[node] = (cell.count, cell.first_ts)
-    groups: dict[tuple[tuple[str, int], ...], list[str]] = {}
-    for tid, cells in per.items():
-        if len(cells) >= 2:
-            key = tuple(sorted((n, c) for n, (c, _) in cells.items()))
-            groups.setdefault(key, []).append(tid)
-    out: set[str] = set()
-    for members in groups.values():
-        if len(members) < 2:
-            continue
-        first = {t: min(f for _, f in per[t].values()) for t in members}
-        text = {t: data.templates[t].text if t in data.templates else "" for t in members}
-        factual = [t for t in members if _FACT_MASK.search(text[t])]
-        for t in members:
-            if t in factual or _ERROR_TYPE.search(text[t]) or not _WORD.search(text[t]):
-                continue
-            if any(abs(first[f] - first[t]) <= _BLOCK_SECONDS for f in factual):
-                out.add(t)
-    return out
-
-
-def discounts(
-    data: JobData,
-    stragglers: StragglerResult | None,
-    slowdown: Slowdown | None = None,
-    events: tuple[EventStat, ...] = (),
-    kept: frozenset[str] = frozenset(),
-) -> dict[str, tuple[float, str]]:
-    """Evidence against events (see ``Fusion.fit``): chronic background, empty lines, reactions.
-
-    *Chronic*: the template was printed in at least ``_CHRONIC_BUCKETS`` iteration buckets and
-    already ``_CHRONIC_LEAD`` buckets before the job's last one — corrected PCIe errors,
-    power-cap and slow-dataloader warnings repeated for hours are background, not the failure.
-    Lines without iteration (kernel logs) are chronic when printed at least that many times
-    and first before that bucket started. A straggler's own slowdown lines are exempt, and so are
-    the lines that start with a job-wide slowdown: they recur because the cause does.
-    *Boilerplate*: see :func:`_boilerplate`. *Low information*: a template with fewer than three
-    words of text (``Last error:``, a stack frame); an empty one (a bare header) never counts.
-    *Reaction*: see :func:`_reactions` (of ``events``, judged against the ``kept`` errors); the
-    other reasons win where both apply.
-    """
-    out: dict[str, tuple[float, str]] = {}
-    buckets = sorted(data.iteration_spans)
-    slow = {s.node for s in stragglers.stragglers} if stragglers else set()
-    per: dict[str, dict[str, tuple[int, float, float]]] = {}
-    for (node, tid), cell in data.cells.items():
-        per.setdefault(tid, {})[node] = (cell.count, cell.first_ts, cell.last_ts)
-    if len(buckets) > _CHRONIC_LEAD:
-        cutoff = buckets[-1 - _CHRONIC_LEAD]
-        seen: dict[str, list[int]] = {}
-        for it, tid in data.iteration_cells:
-            seen.setdefault(tid, []).append(it)
-        starts = [t for (_, it), t in data.node_iteration_start.items() if it == cutoff]
-        cut_ts = min(starts) if starts and data.time_unit == "ts" else None
-        onset = set(slowdown.events) if slowdown else set()
-        for tid, cells in per.items():
-            if (slow and set(cells) <= slow) or tid in onset:
-                continue
-            # Kernel / BMC lines are placed on iterations by their own clock: judged by time.
-            its = None if tid in data.job.system_templates else seen.get(tid)
-            if its is not None:
-                chronic = len(its) >= _CHRONIC_BUCKETS and min(its) <= cutoff
-            else:
-                # Kernel / BMC lines carry no iteration: judge them by time.
-                first = min(c[1] for c in cells.values())
-                total = sum(c[0] for c in cells.values())
-                chronic = cut_ts is not None and total >= _CHRONIC_BUCKETS and first < cut_ts
-            if chronic:
-                out[tid] = (_CHRONIC_FACTOR, "chronic-before-failure")
-    for tid in _boilerplate(data):
-        out.setdefault(tid, (_BOILERPLATE_FACTOR, "boilerplate-of-block"))
-    for tid, info in data.templates.items():
-        # The template text is authoritative once an exemplar was read: a bare header line
-        # ("W0805 09:34:55.000000 55097 run.py:779] ") has an empty template, not its raw text.
-        text = info.text if info.message else info.text or info.message
-        if tid in out:
-            continue
-        if not text.strip():
-            out[tid] = (0.0, "empty")
-        elif len(_WORD.findall(_MASKS.sub(" ", text))) < 3:
-            out[tid] = (_LOW_INFO_FACTOR, "low-information")
-    for tid in _reactions(data, events, kept):
-        out.setdefault(tid, (_REACTION_FACTOR, "reaction-to-error"))
-    return out
-
-
-def timed_in_stage(
-    events: tuple[EventStat, ...], data: JobData, stage: str | None
-) -> tuple[EventStat, ...]:
-    """Events whose first occurrence is taken within the failing ``stage`` where they occur in it.
-
-    The torchrun agent prints the same warning header at start-up and when it tears the job
-    down; what matters for "which came first" near the failure is the occurrence in the stage
-    the job failed in, not the one at start-up. Nodes that printed the template only outside
-    that stage get the latest in-stage time, so they never make the event look earlier.
-    """
-    if stage is None or not data.stage_first:
-        return events
-    out = []
-    for e in events:
-        inside = {
-            n: data.stage_first[(n, e.template_id, stage)]
-            for n in e.first_seen
-            if (n, e.template_id, stage) in data.stage_first
-        }
-        if not inside or inside == dict(e.first_seen):
-            out.append(e)
-            continue
-        latest = max(inside.values())
-        out.append(replace(e, first_seen={n: inside.get(n, latest) for n in e.first_seen}))
-    return tuple(out)
 
 
 def _periodic(data: JobData, tid: str) -> bool:
@@ -373,7 +132,9 @@ def _spatial(
             counts[row[n], j] = c
     weights = np.array([1.0 if e.template_id in kept else 0.0 for e in events])
     spatial = SpatialAnalyzer(
-        method=options.spatial_method, random_state=options.random_state, n_attributions=12
+        method=options.spatial_method,
+        random_state=options.random_state,
+        n_attributions=options.n_attributions,
     )
     spatial.fit(
         counts,
@@ -385,12 +146,6 @@ def _spatial(
     return spatial.result_, counts
 
 
-# A node that printed an error of its own this close to its last line died loudly: it stopped,
-# but it is not what "silent" warns of (a hung or dead rank that prints nothing).
-_LOUD_END_SECONDS = 60.0
-_NAMED_SILENT_SCORE = 0.9
-
-
 def _node_last(data: JobData) -> dict[str, float]:
     """Each node's last line time."""
     last: dict[str, float] = {}
@@ -400,7 +155,11 @@ def _node_last(data: JobData) -> dict[str, float]:
 
 
 def _loud_ends(
-    data: JobData, events: tuple[EventStat, ...], kept: frozenset[str], last: dict[str, float]
+    data: JobData,
+    events: tuple[EventStat, ...],
+    kept: frozenset[str],
+    last: dict[str, float],
+    options: AnalysisOptions,
 ) -> set[str]:
     """Nodes whose logging (``last``: each node's last line) ended with an error of their own
     (kept by cross-job filtering)."""
@@ -409,15 +168,16 @@ def _loud_ends(
     for (node, tid), cell in data.cells.items():
         if tid in errors:
             last_error[node] = max(last_error.get(node, -math.inf), cell.last_ts)
-    return {n for n, t in last_error.items() if t >= last[n] - _LOUD_END_SECONDS}
+    return {n for n, t in last_error.items() if t >= last[n] - options.loud_end_seconds}
 
 
 def _silence(
     data: JobData,
     events: tuple[EventStat, ...],
     nodes: list[str],
-    kept: frozenset[str] = frozenset(),
-    peers: PeerResult | None = None,
+    kept: frozenset[str],
+    peers: PeerResult | None,
+    options: AnalysisOptions,
 ) -> SilenceResult:
     """Nodes whose own logging stopped while the job went on (:mod:`~l4_plugin.analysis.silence`),
     less those that ended with an error of their own (they died loudly: their error says why),
@@ -427,7 +187,7 @@ def _silence(
     if data.time_unit != "ts":
         return result
     last = _node_last(data)
-    loud = _loud_ends(data, events, kept, last)
+    loud = _loud_ends(data, events, kept, last, options)
     silent = [s for s in result.silent if s.node not in loud]
     stopped = tuple(s for s in result.silent if s.node in loud)
     found = {s.node for s in silent}
@@ -444,7 +204,7 @@ def _silence(
             silent.append(
                 SilentNode(
                     node=named.node,
-                    score=_NAMED_SILENT_SCORE * named.share,
+                    score=options.named_silent_score * named.share,
                     last_ts=last[named.node],
                     last_iteration=data.node_last_iteration.get(named.node),
                     lag_seconds=min(said) - last[named.node],
@@ -552,16 +312,16 @@ def _stage(data: JobData) -> StageResult | None:
     return StageAnalyzer(order=STAGE_ORDER).fit(spans).result_
 
 
-def _iteration_buckets(data: JobData) -> list[int]:
+def _iteration_buckets(data: JobData, options: AnalysisOptions) -> list[int]:
     buckets = sorted(data.iteration_spans)
     exact = [b for b in buckets if data.iteration_spans[b] == 1]
-    return exact if len(exact) >= _MIN_EXACT_ITERATIONS else buckets
+    return exact if len(exact) >= options.min_exact_iterations else buckets
 
 
 def _iterations(
     data: JobData, kept: frozenset[str], options: AnalysisOptions
 ) -> IterationResult | None:
-    buckets = _iteration_buckets(data)
+    buckets = _iteration_buckets(data, options)
     if len(buckets) < 2:
         return None
     per: dict[int, list[tuple[float, str]]] = {b: [] for b in buckets}
@@ -591,7 +351,9 @@ def _stragglers(data: JobData, nodes: list[str]) -> StragglerResult | None:
     return StragglerDetector().fit(durations, nodes, buckets[:-1]).result_
 
 
-def _slowdown(data: JobData, kept: frozenset[str], n_nodes: int) -> Slowdown | None:
+def _slowdown(
+    data: JobData, kept: frozenset[str], n_nodes: int, options: AnalysisOptions
+) -> Slowdown | None:
     """The job-wide slowdown (from the seconds per iteration its iteration lines state) and the
     events that start with it and keep up: first printed within one bucket of its onset, before
     the job's last bucket, in two buckets or more, by less than half of the nodes (a cause is
@@ -635,8 +397,12 @@ def _slowdown(data: JobData, kept: frozenset[str], n_nodes: int) -> Slowdown | N
     nodes = set().union(*(nodes_of[t] for t in events)) if events else set()
     at = _bucket_times(data, its, secs)
     if nodes and at:
-        t_lo = at[lo] - 30.0
-        t_hi = at[hi] + secs[its.index(hi)] * max(data.iteration_spans[hi], 1) + 120.0
+        t_lo = at[lo] - options.slowdown_lead_seconds
+        t_hi = (
+            at[hi]
+            + secs[its.index(hi)] * max(data.iteration_spans[hi], 1)
+            + options.slowdown_tail_seconds
+        )
         for tid, cells in nodes_of.items():
             if tid in first_bucket or tid in events or not local(tid) or not cells <= nodes:
                 continue
@@ -645,43 +411,6 @@ def _slowdown(data: JobData, kept: frozenset[str], n_nodes: int) -> Slowdown | N
             if t_lo <= first <= t_hi and last_ts > first:
                 events.add(tid)
     return replace(found, events=tuple(sorted(events)), nodes=tuple(sorted(nodes)))
-
-
-def _reactions(data: JobData, events: tuple[EventStat, ...], kept: frozenset[str]) -> set[str]:
-    """Lines a node prints in reaction to its own failure, not about it.
-
-    When a worker dies, torchrun's agent on that node sends SIGTERM to the other local workers
-    ("Sending process N closing signal SIGTERM") a moment later; Slurm says it waits for the job
-    step to finish. Such a line is below ERROR level, printed by less than half of the nodes
-    (a job-wide teardown is the cascade, reported as such), names no peer address (NCCL's "Got
-    completion from peer <IP>" says where the failure is), and on every node that printed it
-    first came ``_REACTION_MIN`` to ``_REACTION_MAX`` seconds after that node's first error (of
-    the events cross-job filtering kept). A root cause's warning comes before the errors it
-    causes, and a line of the same error block (same second) is not a reaction. Needs
-    wall-clock times.
-    """
-    if data.time_unit != "ts":
-        return set()
-    n_nodes = max(len(data.nodes), 1)
-    first_error: dict[str, float] = {}
-    for e in events:
-        if e.template_id in kept and is_error(e.level):
-            for node, t in e.first_seen.items():
-                first_error[node] = min(first_error.get(node, math.inf), t)
-    out: set[str] = set()
-    for e in events:
-        if e.template_id not in kept or is_error(e.level) or not e.first_seen:
-            continue
-        info = data.templates.get(e.template_id)
-        if len(e.first_seen) >= 0.5 * n_nodes or (info is not None and "<IP>" in info.text):
-            continue
-        if all(
-            node in first_error
-            and first_error[node] + _REACTION_MIN < t <= first_error[node] + _REACTION_MAX
-            for node, t in e.first_seen.items()
-        ):
-            out.add(e.template_id)
-    return out
 
 
 def _bucket_medians(per_node: dict[tuple[str, int], float]) -> dict[int, float]:
@@ -717,41 +446,6 @@ def _bucket_times(data: JobData, its: list[int], secs: list[float]) -> dict[int,
     return at
 
 
-_PRE_TRAINING = frozenset({"init", "data_loading", "model_loading"})
-# With nothing to compare with, the failure lexicon's words are evidence: a line naming a known
-# failure (weight w in the lexicon) gets w × _PRIOR_WEIGHT. The words of a consequence (a
-# watchdog timeout, the launcher's teardown) rank the line later, with or without a baseline.
-_PRIOR_WEIGHT = 0.6
-_CASCADE_WORDS_FACTOR = 0.5
-# A condition its own words say was handled (corrected, a software power cap) ranks after the
-# failure, with or without a baseline.
-_BENIGN_WORDS_FACTOR = 0.5
-
-
-def lexicon_priors(
-    data: JobData, lexicon: Lexicon
-) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:
-    """(priors, ordering) of the job's templates from the failure lexicon's words: evidence for
-    a line naming a known failure, and the factor that ranks a consequence's words later.
-
-    The words are those of the template and of its exemplar record
-    (:meth:`~l4_plugin.analysis.lexicon.Lexicon.classify_record`).
-    """
-    priors: dict[str, tuple[float, str]] = {}
-    against: dict[str, tuple[float, str]] = {}
-    for tid, info in data.templates.items():
-        term = lexicon.classify_record(f"{info.text}\n{info.message.strip()}")
-        if term is None:
-            continue
-        if term.cascade:
-            against[tid] = (_CASCADE_WORDS_FACTOR, "consequence-words")
-        elif term.benign:
-            against[tid] = (_BENIGN_WORDS_FACTOR, "benign-words")
-        else:
-            priors[tid] = (_PRIOR_WEIGHT * term.weight, f"failure-words:{term.category}")
-    return priors, against
-
-
 def _peers(
     data: JobData, events: tuple[EventStat, ...], kept: frozenset[str], stage: str | None
 ) -> PeerResult:
@@ -763,12 +457,12 @@ def _peers(
     """
     level = {e.template_id: e.level for e in events}
     where = {e.template_id: e.stage for e in events}
-    late = stage is not None and stage not in _PRE_TRAINING
+    late = stage is not None and stage not in PRE_TRAINING_STAGES
 
     def statement(tid: str) -> bool:
         if tid not in kept or not is_flagged(level.get(tid)):
             return False
-        return not (late and where.get(tid) in _PRE_TRAINING)
+        return not (late and where.get(tid) in PRE_TRAINING_STAGES)
 
     return name_peers(
         data.nodes,
@@ -777,12 +471,14 @@ def _peers(
     )
 
 
-def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Analysis:
-    """Run every analysis on one job and fuse the results (see the module docstring)."""
-    events = event_stats(data)
-    nodes = data.nodes
+def _notes(
+    crossjob: FilterResult,
+    spatial: SpatialResult,
+    iterations: IterationResult | None,
+    options: AnalysisOptions,
+) -> tuple[str, ...]:
+    """What the reader should know did not run, or ran on nothing to compare with."""
     notes: list[str] = []
-    crossjob = cross_job(data, events, pool, options)
     if crossjob.no_baseline:
         notes.append(
             "no baseline: no successful job of the same configuration, so cross-job filtering "
@@ -790,31 +486,43 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
             if options.crossjob
             else "cross-job filtering disabled"
         )
-    kept = crossjob.kept_ids
-    spatial, matrix = _spatial(data, events, nodes, kept, options)
     if not spatial.defined:
         notes.append(spatial.note)
+    if iterations is None:
+        notes.append("no iterations found: the temporal comparison of iterations did not run")
+    return tuple(notes)
+
+
+def _lexicon_evidence(
+    data: JobData, crossjob: FilterResult, options: AnalysisOptions
+) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:
+    """(priors, ordering) from the failure lexicon's words: the words order every diagnosis (a
+    consequence after what explains it); with nothing to compare with they are also evidence
+    for a line."""
+    priors, consequences = lexicon_priors(data, default_lexicon(), options)
+    return ({} if not crossjob.no_baseline else priors), consequences
+
+
+def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Analysis:
+    """Run every analysis on one job and fuse the results (see the module docstring)."""
+    events = event_stats(data)
+    nodes = data.nodes
+    crossjob = cross_job(data, events, pool, options)
+    kept = crossjob.kept_ids
+    spatial, matrix = _spatial(data, events, nodes, kept, options)
     stage = _stage(data)
     # The stage the failing record's stack names, reported when no rank printed a marker; the
     # fusion keeps judging "in the failing stage" by the lines' own stages.
     reported = _stage_from_stack(data, stage, events, kept)
     peers = _peers(data, events, kept, stage.stage if stage else None)
-    silence = _silence(data, events, nodes, kept, peers) if len(nodes) >= 2 else None
+    silence = _silence(data, events, nodes, kept, peers, options) if len(nodes) >= 2 else None
     iterations = _iterations(data, kept, options)
-    if iterations is None:
-        notes.append("no iterations found: the temporal comparison of iterations did not run")
     stragglers = _stragglers(data, nodes)
-    slowdown = _slowdown(data, kept, len(nodes))
+    slowdown = _slowdown(data, kept, len(nodes), options)
     events = timed_in_stage(events, data, stage.stage if stage else None)
-    # The lexicon's words order every diagnosis (a consequence after what explains it); with
-    # nothing to compare with they are also evidence for a line.
-    priors, consequences = lexicon_priors(data, default_lexicon())
-    if not crossjob.no_baseline:
-        priors = {}
+    priors, consequences = _lexicon_evidence(data, crossjob, options)
     fusion = (
-        # Kernel and BMC clocks tick in whole seconds and drift from the ranks' clocks: "at the
-        # same moment" is a few seconds wide.
-        Fusion(max_events=options.max_events, root_window=5.0)
+        Fusion(max_events=options.max_events, root_window=options.root_window)
         .fit(
             events,
             nodes,
@@ -825,7 +533,7 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
             stage=stage,
             stragglers=stragglers,
             slowdown=slowdown,
-            discounts=discounts(data, stragglers, slowdown, events, kept),
+            discounts=discounts(data, stragglers, slowdown, events, kept, options),
             peers=peers,
             priors=priors,
             ordering=consequences,
@@ -846,7 +554,7 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
         fusion=fusion,
         slowdown=slowdown,
         peers=peers,
-        notes=tuple(notes),
+        notes=_notes(crossjob, spatial, iterations, options),
         matrix_templates=tuple(e.template_id for e in events),
         matrix=matrix,
     )

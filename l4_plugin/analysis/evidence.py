@@ -1,0 +1,320 @@
+"""Evidence heuristics: what the aggregated tables say for and against each event of a job.
+
+Pure functions of :class:`~l4_plugin.analysis.tables.JobData` and the estimators' results: the
+events' levels and stages (:func:`event_stats`), the evidence *against* an event that noisy-OR
+cannot express (:func:`discounts`: chronic background, boilerplate, low information, reactions),
+the first occurrence within the failing stage (:func:`timed_in_stage`) and the failure lexicon's
+words (:func:`lexicon_priors`). Their tuning is :class:`~l4_plugin.analysis.params.AnalysisOptions`;
+the recipe (:mod:`l4_plugin.analysis.recipe`) runs them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+
+from l4_plugin.analysis.fusion import is_error
+from l4_plugin.analysis.lexicon import Lexicon
+from l4_plugin.analysis.params import DEFAULT_OPTIONS, AnalysisOptions
+from l4_plugin.analysis.results import EventStat, Slowdown, StragglerResult
+from l4_plugin.analysis.tables import JobData
+from l4_plugin.records import Level
+
+# Kernel, BMC and Slurm lines carry no level; these words give them one.
+_ERROR_WORDS = re.compile(
+    r"\b(?:panic|fatal|error|errors|failed|failure|xid|uncorrectable|abort(?:ed|ing)?|killed|"
+    r"segfault|exception|link down|not responding|machine check)\b",
+    re.IGNORECASE,
+)
+_WARN_WORDS = re.compile(
+    r"\b(?:warn(?:ing)?|timeout|timed out|down|retry|retrying|throttled|slowdown|corrected)\b",
+    re.IGNORECASE,
+)
+_WORD = re.compile(r"[A-Za-z]{2,}")
+_MASKS = re.compile(r"<[A-Z_*]+>")
+# A variable other than the rank (masked, or a number masking left as zeros: an error code, a
+# version): the line states a fact of its own.
+_FACT_MASK = re.compile(r"<(?!RANK>)[A-Z_*]+>|\d")
+# An error type or a signal names what happened: a fact, not prose.
+_ERROR_TYPE = re.compile(r"\w(?:Error|Exception|Failure)\b|\bSIG[A-Z]{2,}\b")
+
+
+def inferred_level(text: str) -> str | None:
+    """A level for a line that has none (kernel, BMC, Slurm): ERROR / WARN by its words.
+
+    "Corrected" errors are warnings: a corrected PCIe error is the textbook benign anomaly.
+    """
+    if re.search(r"\bcorrected\b", text, re.IGNORECASE):
+        return Level.WARNING.label
+    if _ERROR_WORDS.search(text):
+        return Level.ERROR.label
+    if _WARN_WORDS.search(text):
+        return Level.WARNING.label
+    return None
+
+
+def _stage_at(data: JobData, node: str, ts: float) -> str | None:
+    """The stage a node's training logs were in at ``ts``: the latest-starting span containing
+    it, else (the line came after the node's last training line: a crash) the last span.
+
+    ``init`` spans are left out: a node's kernel log sits in ``init`` from its first line to its
+    last, so its span covers the whole job and says nothing about when a line was printed.
+    """
+    inside: tuple[float, str] | None = None
+    before: tuple[float, str] | None = None
+    for (n, stage), (first, last, _, _) in data.stage_spans.items():
+        if n != node or stage == "init" or math.isnan(first):
+            continue
+        if first <= ts <= last and (inside is None or first > inside[0]):
+            inside = (first, stage)
+        if last <= ts and (before is None or last > before[0]):
+            before = (last, stage)
+    best = inside or before
+    return best[1] if best else None
+
+
+def event_stats(data: JobData) -> tuple[EventStat, ...]:
+    """One :class:`EventStat` per template of the job: per-node first time and count.
+
+    Lines without a level get one from their words (:func:`inferred_level`). Lines of files with
+    no stage markers (kernel logs) sit in ``init`` for ingest; when such a line comes after its
+    node's start-up, it gets the stage the node's training logs were in at that time.
+    """
+    first: dict[str, dict[str, float]] = {}
+    counts: dict[str, dict[str, int]] = {}
+    positions: dict[str, dict[str, float]] = {}
+    for (node, tid), cell in data.cells.items():
+        first.setdefault(tid, {})[node] = cell.first_ts
+        counts.setdefault(tid, {})[node] = cell.count
+        positions.setdefault(tid, {})[node] = cell.first_pos
+    out = []
+    for tid in sorted(first):
+        info = data.templates.get(tid)
+        level = info.level if info else None
+        if level is None and info is not None:
+            level = inferred_level(info.text or info.message)
+        stage = info.stage if info else None
+        if stage == "init" and data.time_unit == "ts":
+            node, ts = min(first[tid].items(), key=lambda kv: (kv[1], kv[0]))
+            stage = _stage_at(data, node, ts) or stage
+        out.append(
+            EventStat(
+                template_id=tid,
+                level=level,
+                first_seen=first[tid],
+                counts=counts[tid],
+                stage=stage,
+                positions=positions[tid],
+            )
+        )
+    return tuple(out)
+
+
+def boilerplate(data: JobData, options: AnalysisOptions = DEFAULT_OPTIONS) -> set[str]:
+    """Explanatory prose printed as part of another line's block.
+
+    After a watchdog timeout every rank prints "Watchdog caught collective operation timeout:
+    WorkNCCL(SeqNum=…)" and, the same number of times in the same second, "To avoid data
+    inconsistency, we are taking the entire process down." The second line states no fact of
+    its own: it has no variable but the rank (no number, no error code), names no error type,
+    and only ever appears beside the first. Lines printed on a single node are never
+    boilerplate (a root cause's own lines).
+    """
+    per: dict[str, dict[str, tuple[int, float]]] = {}
+    for (node, tid), cell in data.cells.items():
+        per.setdefault(tid, {})[node] = (cell.count, cell.first_ts)
+    groups: dict[tuple[tuple[str, int], ...], list[str]] = {}
+    for tid, cells in per.items():
+        if len(cells) >= 2:
+            key = tuple(sorted((n, c) for n, (c, _) in cells.items()))
+            groups.setdefault(key, []).append(tid)
+    out: set[str] = set()
+    for members in groups.values():
+        if len(members) < 2:
+            continue
+        first = {t: min(f for _, f in per[t].values()) for t in members}
+        text = {t: data.templates[t].text if t in data.templates else "" for t in members}
+        factual = [t for t in members if _FACT_MASK.search(text[t])]
+        for t in members:
+            if t in factual or _ERROR_TYPE.search(text[t]) or not _WORD.search(text[t]):
+                continue
+            if any(abs(first[f] - first[t]) <= options.block_seconds for f in factual):
+                out.add(t)
+    return out
+
+
+def chronic(
+    data: JobData,
+    stragglers: StragglerResult | None,
+    slowdown: Slowdown | None = None,
+    options: AnalysisOptions = DEFAULT_OPTIONS,
+) -> dict[str, tuple[float, str]]:
+    """The *chronic* discounts of :func:`discounts`: templates printed long before the failure
+    and again and again since (benign background), with ``options.chronic_factor``."""
+    out: dict[str, tuple[float, str]] = {}
+    buckets = sorted(data.iteration_spans)
+    slow = {s.node for s in stragglers.stragglers} if stragglers else set()
+    per: dict[str, dict[str, tuple[int, float, float]]] = {}
+    for (node, tid), cell in data.cells.items():
+        per.setdefault(tid, {})[node] = (cell.count, cell.first_ts, cell.last_ts)
+    if len(buckets) > options.chronic_lead:
+        cutoff = buckets[-1 - options.chronic_lead]
+        seen: dict[str, list[int]] = {}
+        for it, tid in data.iteration_cells:
+            seen.setdefault(tid, []).append(it)
+        starts = [t for (_, it), t in data.node_iteration_start.items() if it == cutoff]
+        cut_ts = min(starts) if starts and data.time_unit == "ts" else None
+        onset = set(slowdown.events) if slowdown else set()
+        for tid, cells in per.items():
+            if (slow and set(cells) <= slow) or tid in onset:
+                continue
+            # Kernel / BMC lines are placed on iterations by their own clock (or carry none):
+            # they are judged by time.
+            its = None if tid in data.job.system_templates else seen.get(tid)
+            if its is not None:
+                is_chronic = len(its) >= options.chronic_buckets and min(its) <= cutoff
+            else:
+                first = min(c[1] for c in cells.values())
+                total = sum(c[0] for c in cells.values())
+                is_chronic = (
+                    cut_ts is not None and total >= options.chronic_buckets and first < cut_ts
+                )
+            if is_chronic:
+                out[tid] = (options.chronic_factor, "chronic-before-failure")
+    return out
+
+
+def discounts(
+    data: JobData,
+    stragglers: StragglerResult | None,
+    slowdown: Slowdown | None = None,
+    events: tuple[EventStat, ...] = (),
+    kept: frozenset[str] = frozenset(),
+    options: AnalysisOptions = DEFAULT_OPTIONS,
+) -> dict[str, tuple[float, str]]:
+    """Evidence against events (see ``Fusion.fit``): chronic background, empty lines, reactions.
+
+    *Chronic*: the template was printed in at least ``options.chronic_buckets`` iteration
+    buckets and already ``options.chronic_lead`` buckets before the job's last one — corrected
+    PCIe errors, power-cap and slow-dataloader warnings repeated for hours are background, not
+    the failure.
+    Lines without iteration (kernel logs) are chronic when printed at least that many times
+    and first before that bucket started. A straggler's own slowdown lines are exempt, and so are
+    the lines that start with a job-wide slowdown: they recur because the cause does.
+    *Boilerplate*: see :func:`boilerplate`. *Low information*: a template with fewer than three
+    words of text (``Last error:``, a stack frame); an empty one (a bare header) never counts.
+    *Reaction*: see :func:`reactions` (of ``events``, judged against the ``kept`` errors); the
+    other reasons win where both apply.
+    """
+    out = chronic(data, stragglers, slowdown, options)
+    for tid in boilerplate(data, options):
+        out.setdefault(tid, (options.boilerplate_factor, "boilerplate-of-block"))
+    for tid, info in data.templates.items():
+        # The template text is authoritative once an exemplar was read: a bare header line
+        # ("W0805 09:34:55.000000 55097 run.py:779] ") has an empty template, not its raw text.
+        text = info.text if info.message else info.text or info.message
+        if tid in out:
+            continue
+        if not text.strip():
+            out[tid] = (0.0, "empty")
+        elif len(_WORD.findall(_MASKS.sub(" ", text))) < 3:
+            out[tid] = (options.low_information_factor, "low-information")
+    for tid in reactions(data, events, kept, options):
+        out.setdefault(tid, (options.reaction_factor, "reaction-to-error"))
+    return out
+
+
+def timed_in_stage(
+    events: tuple[EventStat, ...], data: JobData, stage: str | None
+) -> tuple[EventStat, ...]:
+    """Events whose first occurrence is taken within the failing ``stage`` where they occur in it.
+
+    The torchrun agent prints the same warning header at start-up and when it tears the job
+    down; what matters for "which came first" near the failure is the occurrence in the stage
+    the job failed in, not the one at start-up. Nodes that printed the template only outside
+    that stage get the latest in-stage time, so they never make the event look earlier.
+    """
+    if stage is None or not data.stage_first:
+        return events
+    out = []
+    for e in events:
+        inside = {
+            n: data.stage_first[(n, e.template_id, stage)]
+            for n in e.first_seen
+            if (n, e.template_id, stage) in data.stage_first
+        }
+        if not inside or inside == dict(e.first_seen):
+            out.append(e)
+            continue
+        latest = max(inside.values())
+        out.append(replace(e, first_seen={n: inside.get(n, latest) for n in e.first_seen}))
+    return tuple(out)
+
+
+def reactions(
+    data: JobData,
+    events: tuple[EventStat, ...],
+    kept: frozenset[str],
+    options: AnalysisOptions = DEFAULT_OPTIONS,
+) -> set[str]:
+    """Lines a node prints in reaction to its own failure, not about it.
+
+    When a worker dies, torchrun's agent on that node sends SIGTERM to the other local workers
+    ("Sending process N closing signal SIGTERM") a moment later; Slurm says it waits for the job
+    step to finish. Such a line is below ERROR level, printed by less than half of the nodes
+    (a job-wide teardown is the cascade, reported as such), names no peer address (NCCL's "Got
+    completion from peer <IP>" says where the failure is), and on every node that printed it
+    first came ``options.reaction_min_seconds`` to ``options.reaction_max_seconds`` seconds
+    after that node's first error (of the events cross-job filtering kept). A root cause's
+    warning comes before the errors it causes, and a line of the same error block (same second)
+    is not a reaction. Needs wall-clock times.
+    """
+    if data.time_unit != "ts":
+        return set()
+    n_nodes = max(len(data.nodes), 1)
+    first_error: dict[str, float] = {}
+    for e in events:
+        if e.template_id in kept and is_error(e.level):
+            for node, t in e.first_seen.items():
+                first_error[node] = min(first_error.get(node, math.inf), t)
+    out: set[str] = set()
+    for e in events:
+        if e.template_id not in kept or is_error(e.level) or not e.first_seen:
+            continue
+        info = data.templates.get(e.template_id)
+        if len(e.first_seen) >= 0.5 * n_nodes or (info is not None and "<IP>" in info.text):
+            continue
+        if all(
+            node in first_error
+            and first_error[node] + options.reaction_min_seconds
+            < t
+            <= first_error[node] + options.reaction_max_seconds
+            for node, t in e.first_seen.items()
+        ):
+            out.add(e.template_id)
+    return out
+
+
+def lexicon_priors(
+    data: JobData, lexicon: Lexicon, options: AnalysisOptions = DEFAULT_OPTIONS
+) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:
+    """(priors, ordering) of the job's templates from the failure lexicon's words: evidence for
+    a line naming a known failure, and the factor that ranks a consequence's words later.
+
+    The words are those of the template and of its exemplar record
+    (:meth:`~l4_plugin.analysis.lexicon.Lexicon.classify_record`).
+    """
+    priors: dict[str, tuple[float, str]] = {}
+    against: dict[str, tuple[float, str]] = {}
+    for tid, info in data.templates.items():
+        term = lexicon.classify_record(f"{info.text}\n{info.message.strip()}")
+        if term is None:
+            continue
+        if term.cascade:
+            against[tid] = (options.cascade_words_factor, "consequence-words")
+        elif term.benign:
+            against[tid] = (options.benign_words_factor, "benign-words")
+        else:
+            priors[tid] = (options.prior_weight * term.weight, f"failure-words:{term.category}")
+    return priors, against

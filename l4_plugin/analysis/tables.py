@@ -1,0 +1,129 @@
+"""The aggregated tables of one job that the analyses run on, and the baseline pool's statistics.
+
+:mod:`l4_plugin.diagnosis.queries` reads them from the cluster; everything in
+:mod:`l4_plugin.analysis` reads them and nothing here does I/O.
+
+Times are epoch seconds, or line positions when the job had no timestamp at all (``time_unit``
+``position``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class JobDoc:
+    """The ``l4-jobs`` document of a job, reduced to what diagnosis needs."""
+
+    id: str
+    status: str
+    fingerprint: str
+    nodes: tuple[str, ...]
+    lines: int
+    start_ts: float | None
+    end_ts: float | None
+    config: dict[str, Any] = field(default_factory=dict)
+    # Per template (occurrences, nodes) and iterations reached, as ingest recorded them (None for
+    # a job ingested before ingest recorded them).
+    template_stats: dict[str, tuple[int, int]] | None = None
+    iterations: int | None = None
+    # Whether the job had system logs (kern.log, dmesg…) and the templates only they printed
+    system_logs: bool | None = None
+    system_templates: frozenset[str] = frozenset()
+    # Nodes whose ranks printed iteration lines of their own (None: ingested before it was kept)
+    progress_nodes: frozenset[str] | None = None
+    # The job's last complete ingest generation, and the clause selecting its documents
+    generation: str | None = None
+    scope: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def query(self) -> dict[str, Any]:
+        """``scope``, or every document of the job for a JobDoc built by hand."""
+        return self.scope or {"term": {"l4.job.id": self.id}}
+
+
+@dataclass
+class Cell:
+    """One node × template cell: occurrences, first/last time, first position."""
+
+    count: int = 0
+    first_ts: float = math.inf
+    last_ts: float = -math.inf
+    first_pos: float = math.inf
+
+
+@dataclass
+class TemplateInfo:
+    """A template of the job: text, dominant level, dominant stage, one exemplar line."""
+
+    text: str = ""
+    levels: dict[str, int] = field(default_factory=dict)
+    stages: dict[str, int] = field(default_factory=dict)
+    message: str = ""
+
+    @property
+    def level(self) -> str | None:
+        """The level most of its lines carry (None when no line had one)."""
+        return max(self.levels, key=lambda k: (self.levels[k], k)) if self.levels else None
+
+    @property
+    def stage(self) -> str | None:
+        """The stage most of its lines were seen in."""
+        return max(self.stages, key=lambda k: (self.stages[k], k)) if self.stages else None
+
+
+@dataclass
+class JobData:
+    """The aggregated tables of one job (see the module docstring)."""
+
+    job: JobDoc
+    time_unit: str
+    cells: dict[tuple[str, str], Cell]
+    templates: dict[str, TemplateInfo]
+    # (node, stage) → (first time, last time, first position, last position); NaN = no time
+    stage_spans: dict[tuple[str, str], tuple[float, float, float, float]]
+    # (iteration bucket start, template) → (first time, count); spans of the buckets
+    iteration_cells: dict[tuple[int, str], tuple[float, int]]
+    iteration_spans: dict[int, int]
+    # (node, iteration bucket start) → first time on that node
+    node_iteration_start: dict[tuple[str, int], float]
+    node_last_iteration: dict[str, int]
+    # (node, template, stage) → first time of the template on the node in that stage
+    stage_first: dict[tuple[str, str, str], float] = field(default_factory=dict)
+    # (node, iteration bucket start) → seconds per iteration its iteration lines state
+    node_iteration_seconds: dict[tuple[str, int], float] = field(default_factory=dict)
+    # Lines in which a node announces its own addresses (node, line), and lines that may name a
+    # peer by address or host name (node, template, line): the job's address book and what the
+    # failure evidence says of other nodes (:mod:`l4_plugin.analysis.peers`).
+    announcements: tuple[tuple[str, str], ...] = ()
+    peer_lines: tuple[tuple[str, str, str], ...] = ()
+
+    @property
+    def nodes(self) -> list[str]:
+        """Every node that logged anything, sorted."""
+        seen = {n for n, _ in self.cells} | set(self.job.nodes)
+        return sorted(seen)
+
+    @property
+    def iterations_reached(self) -> int:
+        """How many iterations the job got through (0 when no iteration marker was seen)."""
+        if not self.iteration_spans:
+            return 0
+        lo = min(self.iteration_spans)
+        hi = max(k + s - 1 for k, s in self.iteration_spans.items())
+        return hi - lo + 1
+
+
+@dataclass(frozen=True, slots=True)
+class BaselinePool:
+    """Per-template statistics of the baseline jobs, and the jobs themselves.
+
+    ``stats[template] = (jobs printing it, mean node fraction, median count per node, median
+    count per node per iteration)``: one-off lines compare per node, periodic ones per iteration.
+    """
+
+    jobs: tuple[JobDoc, ...]
+    stats: dict[str, tuple[int, float, float, float]]
