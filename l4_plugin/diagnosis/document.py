@@ -95,7 +95,9 @@ def _sample(
 def _events(
     data: JobData, analysis: Analysis, samples: Mapping[str, Mapping[str, Any]]
 ) -> tuple[ReportEvent, ...]:
+    """The fused events, ranked, each with one sample line (cause-telling lines preferred)."""
     texts = {tid: info.text for tid, info in data.templates.items()}
+    # A template's first statistic gives its stage (built in reverse so the first one is kept).
     stages = {e.template_id: e.stage for e in reversed(analysis.events)}
     out = []
     for ev in analysis.fusion.events:
