@@ -47,13 +47,13 @@ def _timed_diagnosis(store: Store, job_id: str, options: AnalysisOptions, write:
     started = time.monotonic()
     d = diagnose_job(store, job_id, options=options, rules=[], write=write)
     total = time.monotonic() - started
-    timings = d.report["timings"]
+    timings = d.report.timings
     steps = ", ".join(f"{k} {v:.2f}" for k, v in timings.items())
     # The report is built before the annotations are written: their time is the remainder.
     rest = total - sum(timings.values())
     print(f"  total {total:.2f} s — {steps}, build report + write annotations {rest:.2f}")
-    top = d.report["nodes"][0]["node"] if d.report["nodes"] else "–"
-    print(f"  {len(d.report['events'])} events, top node {top}, stage {d.report['stage']}")
+    top = d.report.nodes[0].node if d.report.nodes else "–"
+    print(f"  {len(d.report.events)} events, top node {top}, stage {d.report.stage}")
     return total
 
 

@@ -299,7 +299,7 @@ def run_case(url: str, case: Case, root: Path) -> dict[str, Any]:
                 result["errors"][name] = _traceback_summary(exc)
                 continue
             timings[f"diagnose {name}"] = time.monotonic() - t0
-            report = d.report
+            report = d.report.to_json()
             dropped = {x.template_id for x in d.extras.dropped_templates}
             result["methods"][name] = _score(
                 [e["template_id"] for e in report["events"]],

@@ -77,7 +77,7 @@ def test_diagnose_finds_the_faulty_node_and_its_events(
 ) -> None:
     truth = sim["truth"]
     d = diagnose_job(mstore, ingested, rules=[])
-    report = d.report
+    report = d.report.to_json()
     assert set(report) >= _SECTION6_KEYS
     assert report["job_id"] == ingested and report["status"] == "failed"
     assert report["stage"] == "training"
@@ -125,7 +125,7 @@ def test_annotations_are_replaced_not_duplicated(mstore: Store, ingested: str) -
     job = mstore.get(mstore.names.jobs, job_doc_id(ingested))
     assert job is not None and job.source["l4.analysis.state"] == "done"
     report, extras = load_summary(mstore, ingested)
-    assert report["job_id"] == ingested and len(report["events"]) == 2
+    assert report.job_id == ingested and len(report.events) == 2
     assert extras.stage_per_node
 
 
@@ -144,8 +144,8 @@ def test_without_filtering_the_report_says_so(mstore: Store, ingested: str) -> N
     d = diagnose_job(
         mstore, ingested, rules=[], write=False, options=AnalysisOptions(crossjob=False)
     )
-    assert d.report["filtering"]["no_baseline"] is True
-    assert any("disabled" in n for n in d.report["notes"])
+    assert d.report.filtering.no_baseline is True
+    assert any("disabled" in n for n in d.report.notes)
 
 
 def _write_job(root: Path, nodes: dict[str, list[str]], config: str = "m1") -> Path:
@@ -173,10 +173,10 @@ def test_one_node_job_reports_events_without_spatial(tmp_path: Path, store: Stor
     job = _write_job(tmp_path / "one", {"n1": _lines(20, extra=(crash,))})
     job_id = ingest_job(store, job).job.id
     d = diagnose_job(store, job_id, rules=[])
-    assert d.report["spatial"]["defined"] is False
-    assert any("at least two nodes" in n for n in d.report["notes"])
-    assert any("boom" in e["sample"] for e in d.report["events"])
-    assert any("no baseline" in n for n in d.report["notes"])
+    assert d.report.spatial.defined is False
+    assert any("at least two nodes" in n for n in d.report.notes)
+    assert any("boom" in e.sample for e in d.report.events)
+    assert any("no baseline" in n for n in d.report.notes)
 
 
 def test_identical_nodes_and_no_iterations(tmp_path: Path, store: Store) -> None:
@@ -184,9 +184,9 @@ def test_identical_nodes_and_no_iterations(tmp_path: Path, store: Store) -> None
     job = _write_job(tmp_path / "same", {f"n{k}": same for k in range(4)})
     job_id = ingest_job(store, job).job.id
     d = diagnose_job(store, job_id, rules=[])
-    assert all(n["score"] == 0 for n in d.report["nodes"])
-    assert d.report["iterations"] == []
-    assert any("no iterations found" in n for n in d.report["notes"])
+    assert all(n.score == 0 for n in d.report.nodes)
+    assert d.report.iterations == ()
+    assert any("no iterations found" in n for n in d.report.notes)
 
 
 def test_baseline_with_other_fingerprint_needs_force(tmp_path: Path, store: Store) -> None:
@@ -196,10 +196,10 @@ def test_baseline_with_other_fingerprint_needs_force(tmp_path: Path, store: Stor
     base_id = ingest_job(store, other, status="succeeded").job.id
     warnings: list[str] = []
     d = diagnose_job(store, job_id, rules=[], baselines=[base_id], warn=warnings.append)
-    assert d.report["baseline_jobs"] == []
+    assert d.report.baseline_jobs == ()
     assert any("fingerprint" in w and "--force-baseline" in w for w in warnings)
     forced = diagnose_job(store, job_id, rules=[], baselines=[base_id], force_baselines=True)
-    assert forced.report["baseline_jobs"] == [base_id]
+    assert forced.report.baseline_jobs == (base_id,)
 
 
 def test_purged_jobs_are_not_baselines(tmp_path: Path, store: Store) -> None:
@@ -207,11 +207,11 @@ def test_purged_jobs_are_not_baselines(tmp_path: Path, store: Store) -> None:
     good = _write_job(tmp_path / "p2", {"n1": _lines(10)})
     job_id = ingest_job(store, job).job.id
     good_id = ingest_job(store, good, status="succeeded").job.id
-    assert diagnose_job(store, job_id, rules=[]).report["baseline_jobs"] == [good_id]
+    assert diagnose_job(store, job_id, rules=[]).report.baseline_jobs == (good_id,)
     doc = store.get(store.names.jobs, job_doc_id(good_id))
     assert doc is not None
     store.put(store.names.jobs, doc.id, {**doc.source, "l4.retention.purged": 1}, refresh=True)
-    assert diagnose_job(store, job_id, rules=[]).report["baseline_jobs"] == []
+    assert diagnose_job(store, job_id, rules=[]).report.baseline_jobs == ()
 
 
 def test_cli_diagnose_analyze_report(
@@ -308,7 +308,7 @@ def test_a_throttled_node_shows_as_a_job_slowdown_and_its_lines_lead(
     for b in sorted((tmp_path / "baselines").iterdir()):
         ingest_job(store, b, status="succeeded")
     job_id = ingest_job(store, tmp_path / "job").job.id
-    report = diagnose_job(store, job_id, rules=[], write=False).report
+    report = diagnose_job(store, job_id, rules=[], write=False).report.to_json()
     slow = report["slowdown"]
     assert slow is not None and truth.iteration is not None
     assert abs(slow["from_iteration"] - truth.iteration) <= 1

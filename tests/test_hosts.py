@@ -120,7 +120,7 @@ def test_one_stdout_of_three_nodes_becomes_three_nodes(store: Store, tmp_path: P
         ("worker-3", "worker-3"),
     ]
     ingest_job(store, job, job_id="pdsh", status="failed")
-    report = diagnose_job(store, "pdsh", rules=[], write=False).report
+    report = diagnose_job(store, "pdsh", rules=[], write=False).report.to_json()
     assert sorted(n["node"] for n in report["nodes"]) == ["worker-1", "worker-2", "worker-3"]
     assert report["nodes"][0]["node"] == "worker-2"
     top = report["events"][0]
@@ -146,6 +146,6 @@ def test_mpirun_stdout_is_split_by_the_hosts_its_ranks_announce(
     assert [f.node for f in discover(job)] == ["gpu-a", "gpu-b"]
     summary = ingest_job(store, job, job_id="mpi", status="failed")
     assert summary is not None
-    report = diagnose_job(store, "mpi", rules=[], write=False).report
+    report = diagnose_job(store, "mpi", rules=[], write=False).report.to_json()
     bad = next(e for e in report["events"] if "illegal memory access" in e["sample"])
     assert bad["nodes"] == ["gpu-b"]

@@ -96,7 +96,7 @@ def test_one_two_three_workers_write_identical_documents(
             summary = ingest_job(store, job, job_id="j", status="failed", workers=n)
             assert summary.workers == n
             dumps.append(_dump(store))
-            report = dict(diagnose_job(store, "j", rules=[], write=False).report)
+            report = diagnose_job(store, "j", rules=[], write=False).report.to_json()
             report.pop("timings", None)
             reports.append(json.dumps(report, sort_keys=True, default=str))
         finally:

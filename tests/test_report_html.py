@@ -13,8 +13,8 @@ import re
 import shutil
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -26,6 +26,7 @@ from l4_plugin.report import (
     render_html,
     write_html,
 )
+from l4_plugin.report.model import Report
 from l4_plugin.report.plots import downsample
 
 SCRIPT_LINE = "<script>alert(1)</script> rank 17 watchdog fired"
@@ -45,7 +46,7 @@ PLOTS = ("plot-node-scores", "plot-node-histogram", "plot-heatmap", "plot-timeli
 
 def big_report(
     n_nodes: int = 1200, n_events: int = 40, n_iterations: int = 300
-) -> tuple[dict[str, Any], ReportExtras]:
+) -> tuple[Report, ReportExtras]:
     """A realistic failed 1,200-node job: a few bad nodes, an NCCL timeout, a hostile log line."""
     rng = random.Random(7)
     nodes = [f"gpu-node-{i:04d}.cluster.example" for i in range(n_nodes)]
@@ -151,7 +152,8 @@ def big_report(
         timings={"ingest": 41.2, "analysis": 3.8, "rules": 0.4},
         generated_at="2024-05-01T11:02:00Z",
     )
-    return report, extras
+    # Written as the JSON a stored diagnosis holds, with only the keys the HTML uses.
+    return Report.from_json(report), extras
 
 
 # -- pure rendering ------------------------------------------------------------------------------
@@ -195,14 +197,13 @@ def test_renders_with_only_the_section_6_dict() -> None:
     for section in SECTIONS:
         assert f'<section id="{section}">' in html
     assert '<svg id="plot-heatmap"' in html and '<svg id="plot-timeline"' in html
-    minimal = render_html({"job_id": "j", "status": "failed"})
+    minimal = render_html(Report.from_json({"job_id": "j", "status": "failed"}))
     assert 'id="no-baseline"' in minimal and "No failure-indicating events." in minimal
 
 
 def test_no_baseline_is_stated() -> None:
     report, _ = big_report(n_nodes=20, n_events=5)
-    report["baseline_jobs"] = []
-    html = render_html(report, ReportExtras(no_baseline=True))
+    html = render_html(replace(report, baseline_jobs=()), ReportExtras(no_baseline=True))
     assert 'id="no-baseline"' in html and "there was no baseline" in html
 
 

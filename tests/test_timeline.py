@@ -84,7 +84,7 @@ def test_ranks_without_progress_lines_get_the_jobs_stage_and_iteration(
     # Start-up lines stay in init.
     boot = next(v for k, v in by_text.items() if "Bootstrap" in k)
     assert boot["l4.stage"] == "init"
-    report = diagnose_job(store, job_id, rules=[], write=False).report
+    report = diagnose_job(store, job_id, rules=[], write=False).report.to_json()
     assert report["stage"] == "training"
 
 
@@ -165,7 +165,7 @@ def test_a_stopped_node_is_silent_and_one_that_died_loudly_is_not(
         },
     )
     job_id = ingest_job(store, job).job.id
-    report = diagnose_job(store, job_id, rules=[], write=False).report
+    report = diagnose_job(store, job_id, rules=[], write=False).report.to_json()
     assert report["silent_nodes"] == ["n1"]
 
 
@@ -184,7 +184,7 @@ def test_a_save_only_rank_0_announces_puts_the_last_stages_failure_in_checkpoint
     ]
     job = _write(tmp_path / "save", {"n1/rank0.log": rank0, "n2/rank8.log": last})
     job_id = ingest_job(store, job).job.id
-    report = diagnose_job(store, job_id, rules=[], write=False).report
+    report = diagnose_job(store, job_id, rules=[], write=False).report.to_json()
     assert report["stage"] == "checkpointing"
 
 
@@ -223,7 +223,7 @@ def test_a_node_its_peers_name_that_printed_nothing_since_is_silent(
         },
     )
     job_id = ingest_job(store, job).job.id
-    report = diagnose_job(store, job_id, rules=[], write=False).report
+    report = diagnose_job(store, job_id, rules=[], write=False).report.to_json()
     assert report["silent_nodes"] == ["n3"]
     assert report["nodes"][0]["node"] == "n3"
     assert report["verdict"]["evict"] == ["n3"]
@@ -244,7 +244,9 @@ def test_without_a_baseline_the_failure_words_outrank_the_cascade(
         "allocate 2.00 GiB. GPU 0 has a total capacity of 79.15 GiB",
     ]
     job = _write(tmp_path / "pasted", {"n1/rank0.log": lines})
-    report = diagnose_job(store, ingest_job(store, job).job.id, rules=[], write=False).report
+    report = diagnose_job(
+        store, ingest_job(store, job).job.id, rules=[], write=False
+    ).report.to_json()
     assert "out of memory" in report["events"][0]["sample"]
     assert "failure-words:user/config" in report["events"][0]["reasons"]
     assert report["verdict"]["category"] == "user/config" and report["verdict"]["evict"] == []
@@ -253,7 +255,9 @@ def test_without_a_baseline_the_failure_words_outrank_the_cascade(
 def test_a_lone_warning_is_reported_rather_than_nothing(tmp_path: Path, store: Store) -> None:
     line = "[WARNING] [runner.py:196:fetch_hostfile] Unable to find hostfile, will proceed"
     job = _write(tmp_path / "one-line", {"n1/rank0.log": [line]})
-    report = diagnose_job(store, ingest_job(store, job).job.id, rules=[], write=False).report
+    report = diagnose_job(
+        store, ingest_job(store, job).job.id, rules=[], write=False
+    ).report.to_json()
     assert [e["sample"] for e in report["events"]] == [line]
 
 
@@ -283,7 +287,7 @@ def test_a_chained_traceback_is_one_record_named_by_its_last_exception(
     ]
     assert any(t.startswith("OSError") for t in texts)
     assert not any(t.startswith("RuntimeError") for t in texts)
-    report = diagnose_job(store, job_id, rules=[], write=False).report
+    report = diagnose_job(store, job_id, rules=[], write=False).report.to_json()
     top = report["events"][0]
     assert top["sample"].splitlines()[-1].startswith("OSError: [Errno 28]")
     assert "RuntimeError: [enforce fail" in top["sample"]  # the whole chain is its message
@@ -300,7 +304,9 @@ def test_a_pasted_traceback_without_markers_takes_its_stage_from_its_stack(
         "used in producing the loss returned by training_step.",
     ]
     job = _write(tmp_path / "pasted-stack", {"n1/rank0.log": lines})
-    report = diagnose_job(store, ingest_job(store, job).job.id, rules=[], write=False).report
+    report = diagnose_job(
+        store, ingest_job(store, job).job.id, rules=[], write=False
+    ).report.to_json()
     assert report["stage"] == "training"
     assert "RuntimeError" in report["events"][0]["sample"]
 
@@ -336,7 +342,9 @@ def test_ranks_that_never_print_progress_are_not_silent(tmp_path: Path, store: S
             "n4/rank24.log": [*_megatron_last_stage(14), crash],
         },
     )
-    report = diagnose_job(store, ingest_job(store, job).job.id, rules=[], write=False).report
+    report = diagnose_job(
+        store, ingest_job(store, job).job.id, rules=[], write=False
+    ).report.to_json()
     assert report["silent_nodes"] == []
 
 

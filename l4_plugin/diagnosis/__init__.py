@@ -167,6 +167,6 @@ def diagnose_job(
                 store, diagnosis, matches, analyzer_version=ANALYZER_VERSION, discover=discover
             ),
         )
-    if not report["events"] and not matches and result.fusion.no_baseline and warn:
+    if not report.events and not matches and result.fusion.no_baseline and warn:
         warn(f"job {job_id}: nothing stands out (no baseline, no rule match, no outlier)")
     return diagnosis

@@ -19,6 +19,7 @@ from l4_plugin.diagnosis.document import Diagnosis, extras_from_dict, extras_to_
 from l4_plugin.errors import AnalysisError
 from l4_plugin.records import Finding
 from l4_plugin.report.extras import ReportExtras
+from l4_plugin.report.model import Report
 from l4_plugin.rules.engine import RuleMatch
 from l4_plugin.store import Store
 from l4_plugin.store.base import ConflictError
@@ -28,12 +29,12 @@ from l4_plugin.store.jobdoc import update_job
 Discover = Callable[[str, str | None, float | None], str | None]
 
 
-def _first_ts(report: dict[str, Any], finding: Finding) -> float | None:
+def _first_ts(report: Report, finding: Finding) -> float | None:
     if finding.kind != "event":
         return None
-    for ev in report["events"]:
-        if ev["template_id"] == finding.key and ev.get("first_seen"):
-            return datetime.fromisoformat(ev["first_seen"]).timestamp()
+    for ev in report.events:
+        if ev.template_id == finding.key and ev.first_seen:
+            return datetime.fromisoformat(ev.first_seen).timestamp()
     return None
 
 
@@ -74,11 +75,11 @@ def write_annotations(
         job_id=job_id,
         kind="summary",
         key="summary",
-        score=max((e["score"] for e in report["events"]), default=0.0),
+        score=max((e.score for e in report.events), default=0.0),
         rank=0,
         explanation=summary_text(report),
-        nodes=tuple(n["node"] for n in report["nodes"][:5] if n["score"] > 0),
-        stage=report.get("stage"),
+        nodes=tuple(n.node for n in report.nodes[:5] if n.score > 0),
+        stage=report.stage,
     )
     docs.append(
         (
@@ -88,7 +89,7 @@ def write_annotations(
                 analyzer_version=analyzer_version,
                 created_ms=now,
                 discover_url=discover(job_id, None, None) if discover else None,
-                details={"report": report, "extras": extras_to_dict(diagnosis.extras)},
+                details={"report": report.to_json(), "extras": extras_to_dict(diagnosis.extras)},
             ),
         )
     )
@@ -108,28 +109,28 @@ def write_annotations(
     return written
 
 
-def summary_text(report: dict[str, Any]) -> str:
+def summary_text(report: Report) -> str:
     """One paragraph: what failed where, for the summary annotation and dashboards."""
-    parts = [f"job {report['job_id']} ({report['status']}) stopped in stage {report['stage']}"]
-    verdict = report.get("verdict")
+    parts = [f"job {report.job_id} ({report.status}) stopped in stage {report.stage}"]
+    verdict = report.verdict
     if verdict:
-        evict = ", ".join(verdict.get("evict") or []) or "nobody"
+        evict = ", ".join(verdict.evict) or "nobody"
         parts.append(
-            f"verdict {verdict['category']} ({verdict['blame']}): evict {evict}, restart "
-            f"{verdict['restart']}"
+            f"verdict {verdict.category} ({verdict.blame}): evict {evict}, restart "
+            f"{verdict.restart}"
         )
-    if report["rule_matches"]:
-        m = report["rule_matches"][0]
-        parts.append(f"fault rule {m['rule']}: {m['title']} on {', '.join(m['nodes'][:5])}")
-    suspects = [n["node"] for n in report["nodes"][:3] if n["score"] > 0]
+    if report.rule_matches:
+        m = report.rule_matches[0]
+        parts.append(f"fault rule {m.rule}: {m.title} on {', '.join(m.nodes[:5])}")
+    suspects = [n.node for n in report.nodes[:3] if n.score > 0]
     if suspects:
         parts.append(f"most suspect nodes: {', '.join(suspects)}")
-    if report["events"]:
-        parts.append(f"top event: {report['events'][0]['template']}")
-    if report["silent_nodes"]:
-        parts.append(f"silent nodes: {', '.join(report['silent_nodes'][:5])}")
-    if report["iterations"]:
-        parts.append(f"suspect iteration: {report['iterations'][0]['iteration']}")
+    if report.events:
+        parts.append(f"top event: {report.events[0].template}")
+    if report.silent_nodes:
+        parts.append(f"silent nodes: {', '.join(report.silent_nodes[:5])}")
+    if report.iterations:
+        parts.append(f"suspect iteration: {report.iterations[0].iteration}")
     return "; ".join(parts)
 
 
@@ -161,7 +162,7 @@ def record_analysis(
         update_job(store, job_id, change)
 
 
-def load_summary(store: Store, job_id: str) -> tuple[dict[str, Any], ReportExtras]:
+def load_summary(store: Store, job_id: str) -> tuple[Report, ReportExtras]:
     """The latest stored report and extras of a job (``l4 report``)."""
     doc = store.get(store.names.annotations, annotation_id(job_id, "summary", "summary"))
     if doc is None:
@@ -172,4 +173,4 @@ def load_summary(store: Store, job_id: str) -> tuple[dict[str, Any], ReportExtra
     details = source_field(doc.source, "l4.annotation.details") or {}
     if "report" not in details:
         raise AnalysisError(f"the summary annotation of job {job_id!r} has no report")
-    return dict(details["report"]), extras_from_dict(details.get("extras") or {})
+    return Report.from_json(details["report"]), extras_from_dict(details.get("extras") or {})

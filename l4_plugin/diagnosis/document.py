@@ -1,9 +1,10 @@
 """One diagnosis as data: the DESIGN §6 report, the HTML report's extras, and the findings.
 
-The report dict is the contract (``l4 diagnose --json``); :class:`ReportExtras` feeds the plots of
-the HTML report; the :class:`~l4_plugin.records.Finding` list is what goes to ``l4-annotations``.
-All three are built from the same :class:`~l4_plugin.analysis.recipe.Analysis`, so the terminal,
-the JSON, the HTML and the dashboards never disagree.
+The :class:`~l4_plugin.report.model.Report` is the contract (``l4 diagnose --json``, written by
+its ``to_json``); :class:`ReportExtras` feeds the plots of the HTML report; the
+:class:`~l4_plugin.records.Finding` list is what goes to ``l4-annotations``. All three are built
+from the same :class:`~l4_plugin.analysis.recipe.Analysis`, so the terminal, the JSON, the HTML
+and the dashboards never disagree.
 """
 
 from __future__ import annotations
@@ -28,6 +29,18 @@ from l4_plugin.report.extras import (
     NodeEventMatrix,
     ReportExtras,
 )
+from l4_plugin.report.model import (
+    Report,
+    ReportEvent,
+    ReportFiltering,
+    ReportIteration,
+    ReportNode,
+    ReportRuleMatch,
+    ReportSlowdown,
+    ReportSpatial,
+    ReportStraggler,
+    Verdict,
+)
 from l4_plugin.rules.engine import RuleMatch
 from l4_plugin.store.documents import source_field
 
@@ -41,7 +54,7 @@ class Diagnosis:
     """A finished diagnosis: the §6 report, the HTML extras and the annotation findings."""
 
     job: JobDoc
-    report: dict[str, Any]
+    report: Report
     extras: ReportExtras
     findings: tuple[Finding, ...]
     template_texts: Mapping[str, str]
@@ -79,108 +92,92 @@ def _sample(
     return (without_boilerplate(info.message) if info else ""), None
 
 
-def build_report(
-    data: JobData,
-    analysis: Analysis,
-    *,
-    baseline_jobs: Sequence[str],
-    rule_matches: Sequence[RuleMatch],
-    samples: Mapping[str, Mapping[str, Any]],
-    analyzer_version: str,
-    timings: Mapping[str, float] | None = None,
-) -> dict[str, Any]:
-    """The DESIGN §6 JSON report (plus a few documented extra keys)."""
-    fusion = analysis.fusion
-    unit = data.time_unit
+def _events(
+    data: JobData, analysis: Analysis, samples: Mapping[str, Mapping[str, Any]]
+) -> tuple[ReportEvent, ...]:
+    """The fused events, ranked, each with one sample line (cause-telling lines preferred)."""
     texts = {tid: info.text for tid, info in data.templates.items()}
-    events = []
-    for ev in fusion.events:
+    # A template's first statistic gives its stage (built in reverse so the first one is kept).
+    stages = {e.template_id: e.stage for e in reversed(analysis.events)}
+    out = []
+    for ev in analysis.fusion.events:
         sample, sample_node = _sample(ev.template_id, samples, data)
-        stat = next((e for e in analysis.events if e.template_id == ev.template_id), None)
-        events.append(
-            {
-                "template_id": ev.template_id,
-                "template": texts.get(ev.template_id, ""),
-                "sample": sample,
-                "sample_node": sample_node,
-                "score": round(ev.score, 4),
-                "nodes": list(ev.nodes),
-                "count": ev.count,
-                "first_seen": iso(ev.first_seen, unit),
-                "level": ev.level,
-                "stage": stat.stage if stat else None,
-                "reasons": list(ev.reasons),
-            }
+        out.append(
+            ReportEvent(
+                template_id=ev.template_id,
+                template=texts.get(ev.template_id, ""),
+                sample=sample,
+                sample_node=sample_node,
+                score=round(ev.score, 4),
+                nodes=tuple(ev.nodes),
+                count=ev.count,
+                first_seen=iso(ev.first_seen, data.time_unit),
+                level=ev.level,
+                stage=stages.get(ev.template_id),
+                reasons=tuple(ev.reasons),
+            )
         )
-    nodes = [
-        {
-            "node": n.node,
-            "score": round(n.score, 4),
-            "events": list(n.events),
-            "reasons": list(n.reasons),
-        }
-        for n in fusion.nodes
-    ]
+    return tuple(out)
+
+
+def _iterations(analysis: Analysis) -> tuple[ReportIteration, ...]:
+    fusion = analysis.fusion
     top = max((s.distance for s in fusion.iterations), default=0.0)
     iterations = [
-        {
-            "iteration": s.iteration,
-            "score": round(s.distance / top, 4) if top > 0 else 0.0,
-            "why": "dtw",
-            "distance": round(s.distance, 4),
-            "threshold": None if s.threshold is None else round(s.threshold, 4),
-            "events": list(s.new_events),
-            "missing_events": list(s.missing_events),
-        }
+        ReportIteration(
+            iteration=s.iteration,
+            score=round(s.distance / top, 4) if top > 0 else 0.0,
+            why="dtw",
+            distance=round(s.distance, 4),
+            threshold=None if s.threshold is None else round(s.threshold, 4),
+            events=tuple(s.new_events),
+            missing_events=tuple(s.missing_events),
+        )
         for s in fusion.iterations
     ]
     slow = analysis.slowdown
-    slowdown = None
-    if slow is not None:
-        slowdown = {
-            "from_iteration": slow.first_iteration,
-            "reference_seconds": round(slow.reference, 4),
-            "ratio": round(slow.ratio, 3),
-            "events": list(slow.events),
-            "nodes": list(slow.nodes),
-        }
-        # Where the job started to slow down comes first: the DTW suspect is then mostly where
-        # the slowed job finally failed.
-        iterations = [
-            it for it in iterations if it["iteration"] != slow.first_iteration
-        ] or iterations
-        iterations.insert(
-            0,
-            {
-                "iteration": slow.first_iteration,
-                "score": 1.0,
-                "why": "slowdown",
-                "distance": None,
-                "threshold": None,
-                "slowdown": round(slow.ratio, 3),
-                "events": list(slow.events),
-                "missing_events": [],
-            },
-        )
-    stragglers = (
-        [
-            {
-                "node": s.node,
-                "from_iteration": s.first_iteration,
-                "slowdown": round(s.slowdown, 3),
-            }
-            for s in analysis.stragglers.stragglers
-        ]
-        if analysis.stragglers
-        else []
+    if slow is None:
+        return tuple(iterations)
+    # Where the job started to slow down comes first: the DTW suspect is then mostly where
+    # the slowed job finally failed.
+    iterations = [it for it in iterations if it.iteration != slow.first_iteration] or iterations
+    first = ReportIteration(
+        iteration=slow.first_iteration,
+        score=1.0,
+        why="slowdown",
+        distance=None,
+        threshold=None,
+        slowdown=round(slow.ratio, 3),
+        events=tuple(slow.events),
+        missing_events=(),
     )
-    kept = len(analysis.crossjob.kept)
-    dropped = len(analysis.crossjob.dropped)
-    stage = analysis.stage
-    verdict = decide(
+    return (first, *iterations)
+
+
+def _slowdown(analysis: Analysis) -> ReportSlowdown | None:
+    slow = analysis.slowdown
+    if slow is None:
+        return None
+    return ReportSlowdown(
+        from_iteration=slow.first_iteration,
+        reference_seconds=round(slow.reference, 4),
+        ratio=round(slow.ratio, 3),
+        events=tuple(slow.events),
+        nodes=tuple(slow.nodes),
+    )
+
+
+def _verdict(
+    data: JobData,
+    analysis: Analysis,
+    events: Sequence[ReportEvent],
+    rule_matches: Sequence[RuleMatch],
+) -> Verdict:
+    fusion = analysis.fusion
+    decided = decide(
         [
             VerdictEvent(
-                text=f"{texts.get(ev.template_id, '')}\n{e['sample']}",
+                text=f"{e.template}\n{e.sample}",
                 nodes=ev.nodes,
                 reasons=ev.reasons,
                 score=ev.score,
@@ -195,39 +192,74 @@ def build_report(
         default_lexicon(),
         len(data.nodes),
     )
-    return {
-        "job_id": data.job.id,
-        "status": data.job.status,
-        "stage": fusion.stage,
-        "baseline_jobs": list(baseline_jobs),
-        "rule_matches": [m.to_report() for m in rule_matches],
-        "events": events,
-        "nodes": nodes,
-        "iterations": iterations,
-        "silent_nodes": list(fusion.silent_nodes),
-        "verdict": verdict.to_json(),
-        "stragglers": stragglers,
-        "slowdown": slowdown,
-        "lagging_nodes": list(stage.lagging) if stage else [],
-        "filtering": {
-            "no_baseline": analysis.crossjob.no_baseline,
-            "templates": kept + dropped,
-            "kept": kept,
-            "dropped": dropped,
-            "lines_dropped": sum(
-                e.count for e in analysis.events if e.template_id not in analysis.crossjob.kept_ids
-            ),
-        },
-        "spatial": {
-            "defined": analysis.spatial.defined,
-            "method": analysis.spatial.method,
-            "suspects": list(analysis.spatial.suspects),
-        },
-        "notes": list(analysis.notes),
-        "time_unit": "timestamp" if unit == "ts" else "line position",
-        "analyzer_version": analyzer_version,
-        "timings": {k: round(v, 3) for k, v in (timings or {}).items()},
-    }
+    return Verdict(
+        category=decided.category,
+        blame=decided.blame,
+        evict=tuple(decided.evict),
+        restart=decided.restart,
+        confidence=round(decided.confidence, 3),
+        why=tuple(decided.why),
+    )
+
+
+def _filtering(analysis: Analysis) -> ReportFiltering:
+    crossjob = analysis.crossjob
+    kept = len(crossjob.kept)
+    dropped = len(crossjob.dropped)
+    return ReportFiltering(
+        no_baseline=crossjob.no_baseline,
+        templates=kept + dropped,
+        kept=kept,
+        dropped=dropped,
+        lines_dropped=sum(
+            e.count for e in analysis.events if e.template_id not in crossjob.kept_ids
+        ),
+    )
+
+
+def build_report(
+    data: JobData,
+    analysis: Analysis,
+    *,
+    baseline_jobs: Sequence[str],
+    rule_matches: Sequence[RuleMatch],
+    samples: Mapping[str, Mapping[str, Any]],
+    analyzer_version: str,
+    timings: Mapping[str, float] | None = None,
+) -> Report:
+    """The DESIGN §6 report (plus a few documented extra sections) of one analysed job."""
+    fusion = analysis.fusion
+    events = _events(data, analysis, samples)
+    stragglers = analysis.stragglers.stragglers if analysis.stragglers else ()
+    return Report(
+        job_id=data.job.id,
+        status=data.job.status,
+        stage=fusion.stage,
+        baseline_jobs=tuple(baseline_jobs),
+        # The rule engine owns the shape of a match's JSON; the report keeps it as written.
+        rule_matches=tuple(ReportRuleMatch.from_json(m.to_report()) for m in rule_matches),
+        events=events,
+        nodes=tuple(
+            ReportNode(n.node, round(n.score, 4), tuple(n.events), tuple(n.reasons))
+            for n in fusion.nodes
+        ),
+        iterations=_iterations(analysis),
+        silent_nodes=tuple(fusion.silent_nodes),
+        verdict=_verdict(data, analysis, events, rule_matches),
+        stragglers=tuple(
+            ReportStraggler(s.node, s.first_iteration, round(s.slowdown, 3)) for s in stragglers
+        ),
+        slowdown=_slowdown(analysis),
+        lagging_nodes=tuple(analysis.stage.lagging) if analysis.stage else (),
+        filtering=_filtering(analysis),
+        spatial=ReportSpatial(
+            analysis.spatial.defined, analysis.spatial.method, tuple(analysis.spatial.suspects)
+        ),
+        notes=tuple(analysis.notes),
+        time_unit="timestamp" if data.time_unit == "ts" else "line position",
+        analyzer_version=analyzer_version,
+        timings={k: round(v, 3) for k, v in (timings or {}).items()},
+    )
 
 
 def build_extras(
@@ -329,101 +361,115 @@ def extras_from_dict(raw: Mapping[str, Any]) -> ReportExtras:
     )
 
 
-def _event_text(ev: Mapping[str, Any]) -> str:
-    where = ", ".join(ev["nodes"][:3]) + (" …" if len(ev["nodes"]) > 3 else "")
+def _event_text(ev: ReportEvent) -> str:
+    where = ", ".join(ev.nodes[:3]) + (" …" if len(ev.nodes) > 3 else "")
     return (
-        f"{ev.get('level') or 'line'} {ev['template']!r} on {len(ev['nodes'])} node(s) ({where}), "
-        f"{ev['count']} time(s), first {ev.get('first_seen') or 'at an unknown time'}; "
-        f"why: {', '.join(ev['reasons'])}"
+        f"{ev.level or 'line'} {ev.template!r} on {len(ev.nodes)} node(s) ({where}), "
+        f"{ev.count} time(s), first {ev.first_seen or 'at an unknown time'}; "
+        f"why: {', '.join(ev.reasons)}"
     )
 
 
-def findings(report: Mapping[str, Any], rule_matches: Sequence[RuleMatch]) -> list[Finding]:
+def _event_findings(report: Report) -> list[Finding]:
+    return [
+        Finding(
+            job_id=report.job_id,
+            kind="event",
+            key=ev.template_id,
+            score=float(ev.score),
+            rank=k,
+            explanation=_event_text(ev),
+            template_id=ev.template_id,
+            nodes=ev.nodes,
+            stage=ev.stage,
+            reasons=ev.reasons,
+        )
+        for k, ev in enumerate(report.events, 1)
+    ]
+
+
+def _node_findings(report: Report) -> list[Finding]:
+    return [
+        Finding(
+            job_id=report.job_id,
+            kind="node",
+            key=n.node,
+            score=float(n.score),
+            rank=k,
+            explanation=(
+                f"node {n.node} ranks {k} of {len(report.nodes)} (score "
+                f"{n.score:.2f}); why: {', '.join(n.reasons) or 'nothing stands out'}"
+            ),
+            nodes=(n.node,),
+            reasons=n.reasons,
+        )
+        for k, n in enumerate(report.nodes, 1)
+        if not (n.score <= 0 and k > 10)
+    ]
+
+
+def _iteration_text(it: ReportIteration) -> str:
+    if it.why == "slowdown":
+        return (
+            f"the job runs {it.slowdown or 0.0:.2f}× slower from iteration {it.iteration} "
+            f"on than before it; events that start with it: {len(it.events)}"
+        )
+    return (
+        f"iteration {it.iteration} departs from the 10 before it (DTW "
+        f"{it.distance or 0.0:.2f} > three-sigma {it.threshold}); new events: "
+        f"{len(it.events)}, missing: {len(it.missing_events)}"
+    )
+
+
+def _iteration_findings(report: Report) -> list[Finding]:
+    return [
+        Finding(
+            job_id=report.job_id,
+            kind="iteration",
+            key=str(it.iteration),
+            score=float(it.score),
+            rank=k,
+            explanation=_iteration_text(it),
+            iteration=int(it.iteration),
+            reasons=tuple(f"new:{t}" for t in it.events[:10]),
+        )
+        for k, it in enumerate(report.iterations, 1)
+    ]
+
+
+def _verdict_finding(report: Report, verdict: Verdict) -> Finding:
+    evict = verdict.evict
+    return Finding(
+        job_id=report.job_id,
+        kind="verdict",
+        key="verdict",
+        score=float(verdict.confidence or 0.0),
+        rank=1,
+        explanation=(
+            f"{verdict.category} fault ({verdict.blame}); evict "
+            f"{', '.join(evict) if evict else 'no node'}; restart {verdict.restart}; "
+            f"because {'; '.join(verdict.why) or 'nothing supports one'}"
+        ),
+        nodes=evict,
+        stage=report.stage,
+        reasons=(
+            f"category:{verdict.category}",
+            f"blame:{verdict.blame}",
+            f"restart:{verdict.restart}",
+        ),
+    )
+
+
+def findings(report: Report, rule_matches: Sequence[RuleMatch]) -> list[Finding]:
     """The annotation findings of one report: rule matches, events, nodes, iterations, stage."""
-    job_id = str(report["job_id"])
+    job_id = report.job_id
     out: list[Finding] = [m.to_finding(job_id, k) for k, m in enumerate(rule_matches, 1)]
-    for k, ev in enumerate(report["events"], 1):
-        out.append(
-            Finding(
-                job_id=job_id,
-                kind="event",
-                key=ev["template_id"],
-                score=float(ev["score"]),
-                rank=k,
-                explanation=_event_text(ev),
-                template_id=ev["template_id"],
-                nodes=tuple(ev["nodes"]),
-                stage=ev.get("stage"),
-                reasons=tuple(ev["reasons"]),
-            )
-        )
-    for k, n in enumerate(report["nodes"], 1):
-        if n["score"] <= 0 and k > 10:
-            continue
-        out.append(
-            Finding(
-                job_id=job_id,
-                kind="node",
-                key=n["node"],
-                score=float(n["score"]),
-                rank=k,
-                explanation=(
-                    f"node {n['node']} ranks {k} of {len(report['nodes'])} (score "
-                    f"{n['score']:.2f}); why: {', '.join(n['reasons']) or 'nothing stands out'}"
-                ),
-                nodes=(n["node"],),
-                reasons=tuple(n["reasons"]),
-            )
-        )
-    for k, it in enumerate(report["iterations"], 1):
-        if it.get("why") == "slowdown":
-            explanation = (
-                f"the job runs {it['slowdown']:.2f}× slower from iteration {it['iteration']} "
-                f"on than before it; events that start with it: {len(it['events'])}"
-            )
-        else:
-            explanation = (
-                f"iteration {it['iteration']} departs from the 10 before it (DTW "
-                f"{it['distance']:.2f} > three-sigma {it['threshold']}); new events: "
-                f"{len(it['events'])}, missing: {len(it['missing_events'])}"
-            )
-        out.append(
-            Finding(
-                job_id=job_id,
-                kind="iteration",
-                key=str(it["iteration"]),
-                score=float(it["score"]),
-                rank=k,
-                explanation=explanation,
-                iteration=int(it["iteration"]),
-                reasons=tuple(f"new:{t}" for t in it["events"][:10]),
-            )
-        )
-    verdict = report.get("verdict")
-    if verdict:
-        evict = list(verdict.get("evict") or [])
-        out.append(
-            Finding(
-                job_id=job_id,
-                kind="verdict",
-                key="verdict",
-                score=float(verdict.get("confidence") or 0.0),
-                rank=1,
-                explanation=(
-                    f"{verdict['category']} fault ({verdict['blame']}); evict "
-                    f"{', '.join(evict) if evict else 'no node'}; restart {verdict['restart']}; "
-                    f"because {'; '.join(verdict.get('why') or []) or 'nothing supports one'}"
-                ),
-                nodes=tuple(evict),
-                stage=report.get("stage"),
-                reasons=(
-                    f"category:{verdict['category']}",
-                    f"blame:{verdict['blame']}",
-                    f"restart:{verdict['restart']}",
-                ),
-            )
-        )
-    if report.get("stage"):
+    out += _event_findings(report)
+    out += _node_findings(report)
+    out += _iteration_findings(report)
+    if report.verdict is not None:
+        out.append(_verdict_finding(report, report.verdict))
+    if report.stage:
         out.append(
             Finding(
                 job_id=job_id,
@@ -431,10 +477,10 @@ def findings(report: Mapping[str, Any], rule_matches: Sequence[RuleMatch]) -> li
                 key="stage",
                 score=1.0,
                 rank=1,
-                explanation=f"the job failed in stage {report['stage']}",
-                stage=report["stage"],
-                nodes=tuple(report.get("lagging_nodes", [])),
-                reasons=tuple("lagging:" + n for n in report.get("lagging_nodes", [])),
+                explanation=f"the job failed in stage {report.stage}",
+                stage=report.stage,
+                nodes=report.lagging_nodes,
+                reasons=tuple("lagging:" + n for n in report.lagging_nodes),
             )
         )
     return out

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from l4_plugin.config import Settings
 from l4_plugin.dashboards.links import (
@@ -20,6 +19,7 @@ from l4_plugin.diagnosis.document import Diagnosis
 from l4_plugin.display import JSON_ESCAPES
 from l4_plugin.errors import L4Error
 from l4_plugin.report import ReportExtras, write_html
+from l4_plugin.report.model import Report
 
 
 def discover_linker(settings: Settings) -> Callable[[str, str | None, float | None], str | None]:
@@ -47,7 +47,7 @@ def discover_linker(settings: Settings) -> Callable[[str, str | None, float | No
 
 
 def write_report_files(
-    report: Mapping[str, Any],
+    report: Report,
     extras: ReportExtras | None,
     *,
     json_out: Path | None,
@@ -56,7 +56,7 @@ def write_report_files(
     """Write the JSON report (``-`` = stdout) and/or the HTML report."""
     try:
         if json_out is not None:
-            text = json.dumps(report, indent=2, ensure_ascii=False) + "\n"
+            text = json.dumps(report.to_json(), indent=2, ensure_ascii=False) + "\n"
             if str(json_out) == "-":
                 sys.stdout.write(text.translate(JSON_ESCAPES))
             else:

@@ -1,6 +1,6 @@
 """The self-contained HTML diagnosis report: one file, inline CSS and SVG, no scripts, no network.
 
-Input is the DESIGN §6 report dict plus optional :class:`ReportExtras`. Every string that comes
+Input is the DESIGN §6 :class:`Report` plus optional :class:`ReportExtras`. Every string that comes
 from a log (sample lines, templates, node names, rule text) is escaped: a log line containing
 ``<script>`` shows as text. Large jobs are summarised, never drawn in full: the top
 ``TOP_NODES`` nodes as bars plus a histogram of all of them, a heat map of the top nodes × top
@@ -10,11 +10,12 @@ events, and tables capped with a "… and N more" row.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from l4_plugin.report.extras import IterationPoint, NodeEventMatrix, ReportExtras
+from l4_plugin.report.model import Report, ReportIteration
 from l4_plugin.report.plots import bar_chart, esc, fmt, heat_map, histogram, short, timeline
 
 TOP_NODES = 25
@@ -73,25 +74,25 @@ def _num(value: Any) -> float:
         return 0.0
 
 
-def _template_texts(report: Mapping[str, Any], extras: ReportExtras) -> dict[str, str]:
+def _template_texts(report: Report, extras: ReportExtras) -> dict[str, str]:
     texts = {d.template_id: d.text for d in extras.dropped_templates}
-    for event in report.get("events") or []:
-        texts[str(event.get("template_id"))] = str(event.get("template", ""))
+    for event in report.events:
+        texts[event.template_id] = event.template
     return texts
 
 
-def _verdict(report: Mapping[str, Any]) -> str:
+def _verdict(report: Report) -> str:
     """The verdict first: the kind of fault and whose, whom to evict, whether to restart."""
-    v = report.get("verdict")
-    if not v:
+    v = report.verdict
+    if v is None:
         return ""
-    evict = list(v.get("evict") or [])
+    evict = v.evict
     cards = [
-        ("Category", v.get("category", "unknown"), str(v.get("category")) != "unknown"),
-        ("Blame", v.get("blame", "unknown"), False),
+        ("Category", v.category, v.category != "unknown"),
+        ("Blame", v.blame, False),
         ("Evict", ", ".join(evict) if evict else "none", bool(evict)),
-        ("Restart", v.get("restart", "?"), False),
-        ("Confidence", fmt(_num(v.get("confidence"))), False),
+        ("Restart", v.restart, False),
+        ("Confidence", fmt(_num(v.confidence)), False),
     ]
     html = ['<section id="verdict"><h2>Verdict</h2><div class="cards">']
     html += [
@@ -99,7 +100,7 @@ def _verdict(report: Mapping[str, Any]) -> str:
         for k, val, bad in cards
     ]
     html.append("</div>")
-    why = [str(w) for w in v.get("why") or []]
+    why = v.why
     if why:
         html.append(
             '<ul class="note">' + "".join(f"<li>{esc(short(w, 300))}</li>" for w in why) + "</ul>"
@@ -108,26 +109,18 @@ def _verdict(report: Mapping[str, Any]) -> str:
     return "".join(html)
 
 
-def _summary(report: Mapping[str, Any], extras: ReportExtras) -> str:
-    nodes = report.get("nodes") or []
-    suspects = [n for n in nodes if _num(n.get("score")) > 0 and n.get("events")]
-    baseline = report.get("baseline_jobs") or []
+def _summary(report: Report, extras: ReportExtras) -> str:
+    nodes = report.nodes
+    suspects = [n for n in nodes if _num(n.score) > 0 and n.events]
+    baseline = report.baseline_jobs
     cards = [
-        ("Status", report.get("status", "unknown"), report.get("status") == "failed"),
-        ("Stage reached", report.get("stage") or "unknown", False),
+        ("Status", report.status, report.status == "failed"),
+        ("Stage reached", report.stage or "unknown", False),
         ("Nodes", f"{len(nodes):,}", False),
         ("Suspect nodes", f"{len(suspects):,}", bool(suspects)),
-        ("Failure-indicating events", f"{len(report.get('events') or []):,}", False),
-        (
-            "Rule matches",
-            f"{len(report.get('rule_matches') or []):,}",
-            bool(report.get("rule_matches")),
-        ),
-        (
-            "Silent nodes",
-            f"{len(report.get('silent_nodes') or []):,}",
-            bool(report.get("silent_nodes")),
-        ),
+        ("Failure-indicating events", f"{len(report.events):,}", False),
+        ("Rule matches", f"{len(report.rule_matches):,}", bool(report.rule_matches)),
+        ("Silent nodes", f"{len(report.silent_nodes):,}", bool(report.silent_nodes)),
         ("Baseline jobs", f"{len(baseline):,}", False),
     ]
     html = ['<section id="summary"><h2>Summary</h2><div class="cards">']
@@ -144,18 +137,16 @@ def _summary(report: Mapping[str, Any], extras: ReportExtras) -> str:
         )
     else:
         html.append(f'<p class="note">Baseline jobs: {_list(baseline)}</p>')
-    top = [n for n in nodes[:5] if _num(n.get("score")) > 0]
+    top = [n for n in nodes[:5] if _num(n.score) > 0]
     if top:
         html.append(
             '<p class="note">Most suspect: '
-            + ", ".join(
-                f"<b>{esc(n.get('node'))}</b> ({esc(fmt(_num(n.get('score'))))})" for n in top
-            )
+            + ", ".join(f"<b>{esc(n.node)}</b> ({esc(fmt(_num(n.score)))})" for n in top)
             + "</p>"
         )
-    if report.get("events"):
-        first = report["events"][0]
-        text = esc(short(str(first.get("template")), 200))
+    if report.events:
+        first = report.events[0]
+        text = esc(short(first.template, 200))
         html.append(f'<p class="note">Top event: <code>{text}</code></p>')
     if extras.timings:
         html.append(
@@ -167,14 +158,14 @@ def _summary(report: Mapping[str, Any], extras: ReportExtras) -> str:
     return "".join(html)
 
 
-def _nodes_section(report: Mapping[str, Any]) -> str:
-    nodes = report.get("nodes") or []
+def _nodes_section(report: Report) -> str:
+    nodes = report.nodes
     html = ['<section id="nodes"><h2>Node suspicion scores</h2>']
     if not nodes:
         return html[0] + '<p class="note">No node scores.</p></section>'
     top = nodes[:TOP_NODES]
-    suspect = {str(n.get("node")) for n in nodes if n.get("events")}
-    items = [(str(n.get("node")), _num(n.get("score")), str(n.get("node")) in suspect) for n in top]
+    suspect = {n.node for n in nodes if n.events}
+    items = [(n.node, _num(n.score), n.node in suspect) for n in top]
     cutoff = min((v for _, v, _ in items), default=None) if len(nodes) > TOP_NODES else None
     html.append('<div class="row">')
     html.append(
@@ -189,13 +180,13 @@ def _nodes_section(report: Mapping[str, Any]) -> str:
         histogram(
             "plot-node-histogram",
             f"All {len(nodes):,} nodes",
-            [_num(n.get("score")) for n in nodes],
+            [_num(n.score) for n in nodes],
             cutoff=cutoff,
             x_label="suspicion score (red: range of the top nodes)",
         )
     )
     html.append("</div>")
-    silent = report.get("silent_nodes") or []
+    silent = report.silent_nodes
     if silent:
         html.append(
             f'<p id="silent-nodes">Silent nodes (logging stopped before the others): '
@@ -205,25 +196,25 @@ def _nodes_section(report: Mapping[str, Any]) -> str:
     return "".join(html)
 
 
-def _matrix(report: Mapping[str, Any], extras: ReportExtras) -> NodeEventMatrix | None:
+def _matrix(report: Report, extras: ReportExtras) -> NodeEventMatrix | None:
     if extras.matrix is not None:
         return extras.matrix
     # Without counts, show which top node has which event (1 = present).
-    events = [str(e.get("template_id")) for e in (report.get("events") or [])[:HEAT_EVENTS]]
-    nodes = [n for n in report.get("nodes") or [] if n.get("events")][:HEAT_NODES]
+    events = [e.template_id for e in report.events[:HEAT_EVENTS]]
+    nodes = [n for n in report.nodes if n.events][:HEAT_NODES]
     if not events or not nodes:
         return None
-    rows = tuple(tuple(1 if t in set(n.get("events") or []) else 0 for t in events) for n in nodes)
-    return NodeEventMatrix(tuple(str(n.get("node")) for n in nodes), tuple(events), rows)
+    rows = tuple(tuple(1 if t in set(n.events) else 0 for t in events) for n in nodes)
+    return NodeEventMatrix(tuple(n.node for n in nodes), tuple(events), rows)
 
 
-def _heat_section(report: Mapping[str, Any], extras: ReportExtras) -> str:
+def _heat_section(report: Report, extras: ReportExtras) -> str:
     html = ['<section id="heatmap"><h2>Nodes × failure-indicating events</h2>']
     matrix = _matrix(report, extras)
     if matrix is None:
         return html[0] + '<p class="note">No events to show.</p></section>'
-    rank = {str(n.get("node")): i for i, n in enumerate(report.get("nodes") or [])}
-    event_rank = {str(e.get("template_id")): i for i, e in enumerate(report.get("events") or [])}
+    rank = {n.node: i for i, n in enumerate(report.nodes)}
+    event_rank = {e.template_id: i for i, e in enumerate(report.events)}
     totals = [sum(row[j] for row in matrix.counts) for j in range(len(matrix.template_ids))]
     cols = sorted(
         range(len(matrix.template_ids)),
@@ -256,14 +247,39 @@ def _heat_section(report: Mapping[str, Any], extras: ReportExtras) -> str:
     return "".join(html)
 
 
-def _timeline_section(report: Mapping[str, Any], extras: ReportExtras) -> str:
+def _iteration_table(reported: Sequence[ReportIteration]) -> str:
+    html = [
+        '<table id="suspect-iterations"><thead><tr><th>Iteration</th>'
+        "<th>Score</th><th>Why</th><th>Events</th></tr></thead><tbody>"
+    ]
+    for it in reported[: MAX_LIST * 2]:
+        if it.why == "slowdown":
+            why = f"job {fmt(_num(it.slowdown))}× slower from here"
+        else:
+            why = f"DTW {fmt(_num(it.distance))} > {fmt(_num(it.threshold))}"
+        html.append(
+            f'<tr><td class="num">{esc(it.iteration)}</td>'
+            f'<td class="num">{esc(fmt(_num(it.score)))}</td>'
+            f"<td>{esc(why)}</td>"
+            f"<td>{_list(it.events, 8)}</td></tr>"
+        )
+    if len(reported) > MAX_LIST * 2:
+        html.append(
+            f'<tr><td colspan="4" class="note">… and {len(reported) - MAX_LIST * 2:,}'
+            " more</td></tr>"
+        )
+    html.append("</tbody></table>")
+    return "".join(html)
+
+
+def _timeline_section(report: Report, extras: ReportExtras) -> str:
     html = ['<section id="timeline"><h2>Iterations</h2>']
     points: Sequence[IterationPoint] = extras.iterations
     y_label = "DTW distance"
     if not points:
         points = [
-            IterationPoint(int(_num(i.get("iteration"))), _num(i.get("score")), None, True)
-            for i in report.get("iterations") or []
+            IterationPoint(int(_num(i.iteration)), _num(i.score), None, True)
+            for i in report.iterations
         ]
         y_label = "iteration score"
     if not points:
@@ -277,38 +293,17 @@ def _timeline_section(report: Mapping[str, Any], extras: ReportExtras) -> str:
             y_label=y_label,
         )
     )
-    reported = report.get("iterations") or []
-    if reported:
-        html.append(
-            '<table id="suspect-iterations"><thead><tr><th>Iteration</th>'
-            "<th>Score</th><th>Why</th><th>Events</th></tr></thead><tbody>"
-        )
-        for it in reported[: MAX_LIST * 2]:
-            if it.get("why") == "slowdown":
-                why = f"job {fmt(_num(it.get('slowdown')))}× slower from here"
-            else:
-                why = f"DTW {fmt(_num(it.get('distance')))} > {fmt(_num(it.get('threshold')))}"
-            html.append(
-                f'<tr><td class="num">{esc(it.get("iteration"))}</td>'
-                f'<td class="num">{esc(fmt(_num(it.get("score"))))}</td>'
-                f"<td>{esc(why)}</td>"
-                f"<td>{_list(it.get('events') or [], 8)}</td></tr>"
-            )
-        if len(reported) > MAX_LIST * 2:
-            html.append(
-                f'<tr><td colspan="4" class="note">… and {len(reported) - MAX_LIST * 2:,}'
-                " more</td></tr>"
-            )
-        html.append("</tbody></table>")
+    if report.iterations:
+        html.append(_iteration_table(report.iterations))
     html.append("</section>")
     return "".join(html)
 
 
-def _stage_section(report: Mapping[str, Any], extras: ReportExtras) -> str:
+def _stage_section(report: Report, extras: ReportExtras) -> str:
     html = ['<section id="stages"><h2>Stage reached per node</h2>']
     per_node = extras.stage_per_node
     if not per_node:
-        stage = report.get("stage")
+        stage = report.stage
         note = f"The job reached stage <b>{esc(stage)}</b>." if stage else "No stage information."
         return html[0] + f'<p class="note">{note}</p></section>'
     counts = Counter(per_node.values())
@@ -335,8 +330,8 @@ def _stage_section(report: Mapping[str, Any], extras: ReportExtras) -> str:
     return "".join(html)
 
 
-def _events_section(report: Mapping[str, Any]) -> str:
-    events = report.get("events") or []
+def _events_section(report: Report) -> str:
+    events = report.events
     html = ['<section id="events"><h2>Failure-indicating events</h2>']
     if not events:
         return html[0] + '<p class="note">No failure-indicating events.</p></section>'
@@ -346,19 +341,19 @@ def _events_section(report: Mapping[str, Any]) -> str:
         "<th>Why</th></tr></thead><tbody>"
     )
     for i, e in enumerate(events[:MAX_EVENTS], start=1):
-        level = str(e.get("level") or "")
-        nodes = e.get("nodes") or []
+        level = e.level or ""
+        nodes = e.nodes
         html.append(
             f'<tr class="event"><td class="num">{i}</td>'
-            f'<td class="num">{esc(fmt(_num(e.get("score"))))}</td>'
-            f'<td><code class="template-id">{esc(e.get("template_id"))}</code> '
-            f"<code>{esc(short(str(e.get('template', '')), 400))}</code>"
-            f'<pre class="sample">{esc(short(str(e.get("sample", "")), 2000))}</pre></td>'
+            f'<td class="num">{esc(fmt(_num(e.score)))}</td>'
+            f'<td><code class="template-id">{esc(e.template_id)}</code> '
+            f"<code>{esc(short(e.template, 400))}</code>"
+            f'<pre class="sample">{esc(short(e.sample, 2000))}</pre></td>'
             f'<td class="lvl-{esc(level.upper())}">{esc(level)}</td>'
-            f'<td class="num">{esc(fmt(_num(e.get("count"))))}</td>'
+            f'<td class="num">{esc(fmt(_num(e.count)))}</td>'
             f"<td>{len(nodes):,}: {_list(nodes, 6)}</td>"
-            f"<td>{esc(e.get('first_seen') or '')}</td>"
-            f"<td>{_list(e.get('reasons') or [])}</td></tr>"
+            f"<td>{esc(e.first_seen or '')}</td>"
+            f"<td>{_list(e.reasons)}</td></tr>"
         )
     if len(events) > MAX_EVENTS:
         html.append(
@@ -369,18 +364,18 @@ def _events_section(report: Mapping[str, Any]) -> str:
     return "".join(html)
 
 
-def _rules_section(report: Mapping[str, Any]) -> str:
-    matches = report.get("rule_matches") or []
+def _rules_section(report: Report) -> str:
+    matches = report.rule_matches
     html = ['<section id="rules"><h2>Rule matches</h2>']
     if not matches:
         return html[0] + '<p class="note">No rule of the fault library matched.</p></section>'
     for m in matches:
-        nodes = m.get("nodes") or []
+        nodes = m.nodes
         html.append(
-            f'<div class="rule"><h3>{esc(m.get("title") or m.get("rule"))} '
-            f'<span class="tag">{esc(m.get("rule"))}</span></h3>'
-            f"<p><b>Diagnosis:</b> {esc(m.get('diagnosis') or '')}</p>"
-            f"<p><b>Remediation:</b> {esc(m.get('remediation') or '')}</p>"
+            f'<div class="rule"><h3>{esc(m.title or m.rule)} '
+            f'<span class="tag">{esc(m.rule)}</span></h3>'
+            f"<p><b>Diagnosis:</b> {esc(m.diagnosis)}</p>"
+            f"<p><b>Remediation:</b> {esc(m.remediation)}</p>"
             + (f'<p class="note">Nodes ({len(nodes):,}): {_list(nodes)}</p>' if nodes else "")
             + "</div>"
         )
@@ -388,10 +383,10 @@ def _rules_section(report: Mapping[str, Any]) -> str:
     return "".join(html)
 
 
-def _filtered_section(report: Mapping[str, Any], extras: ReportExtras) -> str:
+def _filtered_section(report: Report, extras: ReportExtras) -> str:
     html = ['<section id="filtered"><h2>Removed by cross-job filtering</h2>']
     dropped = extras.dropped_templates
-    if extras.no_baseline or not report.get("baseline_jobs"):
+    if extras.no_baseline or not report.baseline_jobs:
         return html[0] + (
             '<p class="note">Nothing removed: there was no baseline to compare with.</p></section>'
         )
@@ -418,10 +413,10 @@ def _filtered_section(report: Mapping[str, Any], extras: ReportExtras) -> str:
     return "".join(html)
 
 
-def render_html(report: Mapping[str, Any], extras: ReportExtras | None = None) -> str:
+def render_html(report: Report, extras: ReportExtras | None = None) -> str:
     """The whole report as one HTML document (UTF-8, no external resources, no scripts)."""
     extras = extras or ReportExtras()
-    job = str(report.get("job_id", "unknown job"))
+    job = report.job_id
     when = f" · generated {esc(extras.generated_at)}" if extras.generated_at else ""
     parts = [
         "<!DOCTYPE html>",
@@ -432,8 +427,8 @@ def render_html(report: Mapping[str, Any], extras: ReportExtras | None = None) -
         "style-src 'unsafe-inline'; img-src data:\">",
         f"<title>L4 diagnosis — {esc(job)}</title><style>{_CSS}</style></head><body>",
         f'<header><h1 id="title">L4 diagnosis — {esc(job)}</h1>'
-        f'<div class="sub">status {esc(report.get("status", "unknown"))} · stage '
-        f"{esc(report.get('stage') or 'unknown')}{when}</div></header><main>",
+        f'<div class="sub">status {esc(report.status)} · stage '
+        f"{esc(report.stage or 'unknown')}{when}</div></header><main>",
         _verdict(report),
         _summary(report, extras),
         _rules_section(report),
@@ -448,7 +443,7 @@ def render_html(report: Mapping[str, Any], extras: ReportExtras | None = None) -
     return "\n".join(parts)
 
 
-def write_html(path: Path, report: Mapping[str, Any], extras: ReportExtras | None = None) -> Path:
+def write_html(path: Path, report: Report, extras: ReportExtras | None = None) -> Path:
     """Render the report and write it to ``path`` (parent folders created); returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)

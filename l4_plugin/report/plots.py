@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from html import escape
 
 from l4_plugin.report.extras import IterationPoint
@@ -210,6 +211,89 @@ def downsample(
     return sorted(kept, key=lambda p: p.iteration)
 
 
+@dataclass(frozen=True, slots=True)
+class _Frame:
+    """Where the timeline's plot area sits and the data range it shows."""
+
+    left: float
+    top: float
+    plot_w: float
+    plot_h: float
+    x0: float
+    x1: float
+    y1: float
+
+    def sx(self, it: float) -> float:
+        return self.left + (it - self.x0) / ((self.x1 - self.x0) or 1) * self.plot_w
+
+    def sy(self, v: float) -> float:
+        return self.top + self.plot_h - v / self.y1 * self.plot_h
+
+
+def _band(f: _Frame, pts: Sequence[IterationPoint]) -> list[str]:
+    """The three-sigma band (0 … threshold) and its upper edge, where thresholds are known."""
+    band = [p for p in pts if p.threshold is not None]
+    if not band:
+        return []
+    upper = " ".join(f"{f.sx(p.iteration):.1f},{f.sy(p.threshold or 0.0):.1f}" for p in band)
+    return [
+        f'<polygon class="band" points="{f.sx(band[0].iteration):.1f},{f.sy(0):.1f} {upper} '
+        f'{f.sx(band[-1].iteration):.1f},{f.sy(0):.1f}" fill="{BAND}">'
+        f"<title>three-sigma band (normal range)</title></polygon>",
+        f'<polyline class="threshold" points="{upper}" fill="none" '
+        f'stroke="#4c9a5b" stroke-dasharray="5 3" stroke-width="1.2"/>',
+    ]
+
+
+def _grid(f: _Frame) -> list[str]:
+    body: list[str] = []
+    for frac in (0.0, 0.25, 0.5, 0.75, 1.0):
+        y = f.sy(f.y1 * frac)
+        body.append(
+            f'<line x1="{f.left}" y1="{y:.1f}" x2="{f.left + f.plot_w}" y2="{y:.1f}" '
+            f'stroke="{GRID}"/>'
+        )
+        body.append(_text(f.left - 6, y + 4, fmt(f.y1 * frac), anchor="end", size=10))
+        it = f.x0 + (f.x1 - f.x0) * frac
+        body.append(
+            _text(f.sx(it), f.top + f.plot_h + 16, fmt(round(it)), anchor="middle", size=10)
+        )
+    return body
+
+
+def _suspects(f: _Frame, pts: Sequence[IterationPoint]) -> list[str]:
+    body: list[str] = []
+    for p in pts:
+        if p.suspect:
+            x = f.sx(p.iteration)
+            body.append(
+                f'<g class="suspect"><title>iteration {p.iteration}: distance '
+                f"{esc(fmt(p.distance))}</title>"
+                f'<line x1="{x:.1f}" y1="{f.top}" x2="{x:.1f}" y2="{f.top + f.plot_h}" '
+                f'stroke="{SUSPECT}" stroke-opacity="0.35"/>'
+                f'<circle cx="{x:.1f}" cy="{f.sy(p.distance):.1f}" r="4" fill="{SUSPECT}"/></g>'
+            )
+    return body
+
+
+def _legend(f: _Frame, y_label: str, height: int) -> list[str]:
+    """Axis titles and the legend (band, suspect iteration, distance line)."""
+    legend_x = f.left + f.plot_w - 330
+    mid = f.top + f.plot_h / 2
+    turn = f'transform="rotate(-90 14 {mid:.1f})"'
+    return [
+        _text(f.left + f.plot_w / 2, height - 8, "iteration", anchor="middle", size=11),
+        _text(14, mid, y_label, anchor="middle", size=11, extra=turn),
+        f'<rect x="{legend_x}" y="6" width="12" height="10" fill="{BAND}" stroke="#4c9a5b"/>',
+        _text(legend_x + 16, 15, "three-sigma band", size=10),
+        f'<circle cx="{legend_x + 130}" cy="11" r="4" fill="{SUSPECT}"/>',
+        _text(legend_x + 138, 15, "suspect iteration", size=10),
+        f'<line x1="{legend_x + 240}" y1="11" x2="{legend_x + 256}" y2="11" '
+        f'stroke="{NORMAL}" stroke-width="2"/>',
+        _text(legend_x + 260, 15, y_label, size=10),
+    ]
+
+
 def timeline(
     plot_id: str,
     label: str,
@@ -221,77 +305,20 @@ def timeline(
 ) -> str:
     """Distance per iteration, the three-sigma band (0 … threshold) and suspect iterations."""
     left, right, top, bottom = 60, 20, 28, 42
-    plot_w, plot_h = width - left - right, height - top - bottom
-    body: list[str] = []
     pts = downsample(sorted(points, key=lambda p: p.iteration))
     if not pts:
-        body.append(_text(width / 2, height / 2, "no iterations", anchor="middle"))
+        body = [_text(width / 2, height / 2, "no iterations", anchor="middle")]
         return _svg(width, height, body, label, plot_id)
-    x0, x1 = pts[0].iteration, pts[-1].iteration
     y1 = max(max(p.distance for p in pts), max((p.threshold or 0.0) for p in pts)) * 1.08 or 1.0
-
-    def sx(it: float) -> float:
-        return left + (it - x0) / ((x1 - x0) or 1) * plot_w
-
-    def sy(v: float) -> float:
-        return top + plot_h - v / y1 * plot_h
-
-    band = [p for p in pts if p.threshold is not None]
-    if band:
-        upper = " ".join(f"{sx(p.iteration):.1f},{sy(p.threshold or 0.0):.1f}" for p in band)
-        body.append(
-            f'<polygon class="band" points="{sx(band[0].iteration):.1f},{sy(0):.1f} {upper} '
-            f'{sx(band[-1].iteration):.1f},{sy(0):.1f}" fill="{BAND}">'
-            f"<title>three-sigma band (normal range)</title></polygon>"
-        )
-        body.append(
-            f'<polyline class="threshold" points="{upper}" fill="none" '
-            f'stroke="#4c9a5b" stroke-dasharray="5 3" stroke-width="1.2"/>'
-        )
-    for frac in (0.0, 0.25, 0.5, 0.75, 1.0):
-        y = sy(y1 * frac)
-        body.append(
-            f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="{GRID}"/>'
-        )
-        body.append(_text(left - 6, y + 4, fmt(y1 * frac), anchor="end", size=10))
-        it = x0 + (x1 - x0) * frac
-        body.append(_text(sx(it), top + plot_h + 16, fmt(round(it)), anchor="middle", size=10))
-    line = " ".join(f"{sx(p.iteration):.1f},{sy(p.distance):.1f}" for p in pts)
-    body.append(
+    x0, x1 = pts[0].iteration, pts[-1].iteration
+    f = _Frame(left, top, width - left - right, height - top - bottom, x0, x1, y1)
+    line = " ".join(f"{f.sx(p.iteration):.1f},{f.sy(p.distance):.1f}" for p in pts)
+    body = [
+        *_band(f, pts),
+        *_grid(f),
         f'<polyline class="distance" points="{line}" fill="none" stroke="{NORMAL}" '
-        f'stroke-width="1.4"/>'
-    )
-    for p in pts:
-        if p.suspect:
-            x = sx(p.iteration)
-            body.append(
-                f'<g class="suspect"><title>iteration {p.iteration}: distance '
-                f"{esc(fmt(p.distance))}</title>"
-                f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + plot_h}" '
-                f'stroke="{SUSPECT}" stroke-opacity="0.35"/>'
-                f'<circle cx="{x:.1f}" cy="{sy(p.distance):.1f}" r="4" fill="{SUSPECT}"/></g>'
-            )
-    body.append(_text(left + plot_w / 2, height - 8, "iteration", anchor="middle", size=11))
-    body.append(
-        _text(
-            14,
-            top + plot_h / 2,
-            y_label,
-            anchor="middle",
-            size=11,
-            extra=f'transform="rotate(-90 14 {top + plot_h / 2:.1f})"',
-        )
-    )
-    legend_x = left + plot_w - 330
-    body.append(
-        f'<rect x="{legend_x}" y="6" width="12" height="10" fill="{BAND}" stroke="#4c9a5b"/>'
-    )
-    body.append(_text(legend_x + 16, 15, "three-sigma band", size=10))
-    body.append(f'<circle cx="{legend_x + 130}" cy="11" r="4" fill="{SUSPECT}"/>')
-    body.append(_text(legend_x + 138, 15, "suspect iteration", size=10))
-    body.append(
-        f'<line x1="{legend_x + 240}" y1="11" x2="{legend_x + 256}" y2="11" '
-        f'stroke="{NORMAL}" stroke-width="2"/>'
-    )
-    body.append(_text(legend_x + 260, 15, y_label, size=10))
+        f'stroke-width="1.4"/>',
+        *_suspects(f, pts),
+        *_legend(f, y_label, height),
+    ]
     return _svg(width, height, body, label, plot_id)

@@ -1,4 +1,4 @@
-"""The terminal rendering of one diagnosis (DESIGN §6 report dict) with rich.
+"""The terminal rendering of one diagnosis (the DESIGN §6 :class:`Report`) with rich.
 
 Order is what an SRE reads first: the verdict (what kind of fault, whom to evict, whether a
 restart helps), matched fault rules (a confirmed pattern leads), then the
@@ -9,11 +9,12 @@ printed as plain text (``markup=False``): a line with ``[bold]`` in it stays as 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Sequence
 
 from rich.console import Console
 from rich.text import Text
+
+from l4_plugin.report.model import Report, ReportEvent, ReportRuleMatch, Verdict
 
 MAX_EVENTS = 10
 MAX_NODES = 8
@@ -31,128 +32,139 @@ def _short(text: str, limit: int = SAMPLE_CHARS) -> str:
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
-def _render_verdict(verdict: Mapping[str, Any], console: Console) -> None:
+def _render_verdict(verdict: Verdict, console: Console) -> None:
     """What to do, before the evidence: category and whose fault, whom to evict, restart."""
-    evict = list(verdict.get("evict") or [])
+    evict = verdict.evict
     console.print(
         Text.assemble(
             ("Verdict: ", "bold"),
-            (str(verdict.get("category", "unknown")), "bold magenta"),
-            f" ({verdict.get('blame', 'unknown')}), evict: ",
+            (verdict.category, "bold magenta"),
+            f" ({verdict.blame}), evict: ",
             (", ".join(evict) if evict else "none", "bold red" if evict else "bold"),
-            f", restart: {verdict.get('restart', '?')}, "
-            f"confidence {float(verdict.get('confidence') or 0):.2f}",
+            f", restart: {verdict.restart}, confidence {float(verdict.confidence or 0):.2f}",
         )
     )
-    for reason in verdict.get("why") or []:
-        console.print(Text(f"  because: {_short(str(reason), 300)}", style="dim"))
+    for reason in verdict.why:
+        console.print(Text(f"  because: {_short(reason, 300)}", style="dim"))
 
 
-def render_terminal(report: Mapping[str, Any], console: Console) -> None:
-    """Print the readable summary of a diagnosis report."""
-    job = report["job_id"]
+def _render_header(report: Report, console: Console) -> None:
+    """The job, its verdict, how much cross-job filtering removed, and the analysis notes."""
     console.print(
         Text.assemble(
             ("job ", "bold"),
-            (str(job), "bold cyan"),
-            f" — {report.get('status', 'unknown')}, stage reached: ",
-            (str(report.get("stage") or "unknown"), "bold"),
+            (report.job_id, "bold cyan"),
+            f" — {report.status}, stage reached: ",
+            (report.stage or "unknown", "bold"),
         )
     )
-    verdict = report.get("verdict")
-    if verdict:
-        _render_verdict(verdict, console)
-    baselines = report.get("baseline_jobs") or []
-    filt = report.get("filtering") or {}
-    if baselines:
+    if report.verdict is not None:
+        _render_verdict(report.verdict, console)
+    filt = report.filtering
+    if report.baseline_jobs:
         console.print(
-            f"cross-job filtering against {len(baselines)} baseline job(s): "
-            f"{filt.get('dropped', 0)} of {filt.get('templates', 0)} templates dropped as normal "
-            f"({filt.get('lines_dropped', 0):,} lines)",
+            f"cross-job filtering against {len(report.baseline_jobs)} baseline job(s): "
+            f"{filt.dropped} of {filt.templates} templates dropped as normal "
+            f"({filt.lines_dropped:,} lines)",
             markup=False,
         )
-    for note in report.get("notes") or []:
+    for note in report.notes:
         console.print(Text(f"note: {note}", style="yellow"))
 
-    matches = report.get("rule_matches") or []
-    if matches:
-        console.print(Text("\nMatched fault patterns", style="bold"))
-        for m in matches:
-            role = "root cause" if m.get("role") == "cause" else "symptom"
-            named: list[str] = list(m.get("nodes", []))
-            where = ", ".join(named[:6]) + (" …" if len(named) > 6 else "")
-            console.print(
-                Text.assemble(
-                    (f"  {m['rule']}", "bold red" if role == "root cause" else "bold"),
-                    f" ({role}, {m.get('severity', '?')}): {m.get('title', '')} — nodes: {where}",
-                )
-            )
-            if m.get("diagnosis"):
-                console.print(Text(f"    {_short(m['diagnosis'], 400)}"))
-            if m.get("remediation"):
-                console.print(Text(f"    fix: {_short(m['remediation'], 400)}", style="green"))
 
-    events = report.get("events") or []
+def _render_rules(matches: Sequence[ReportRuleMatch], console: Console) -> None:
+    if not matches:
+        return
+    console.print(Text("\nMatched fault patterns", style="bold"))
+    for m in matches:
+        role = "root cause" if m.role == "cause" else "symptom"
+        where = ", ".join(m.nodes[:6]) + (" …" if len(m.nodes) > 6 else "")
+        console.print(
+            Text.assemble(
+                (f"  {m.rule}", "bold red" if role == "root cause" else "bold"),
+                f" ({role}, {m.severity or '?'}): {m.title} — nodes: {where}",
+            )
+        )
+        if m.diagnosis:
+            console.print(Text(f"    {_short(m.diagnosis, 400)}"))
+        if m.remediation:
+            console.print(Text(f"    fix: {_short(m.remediation, 400)}", style="green"))
+
+
+def _render_events(events: Sequence[ReportEvent], console: Console) -> None:
     console.print(Text(f"\nFailure-indicating events ({len(events)})", style="bold"))
     if not events:
         console.print("  none stood out")
     for k, ev in enumerate(events[:MAX_EVENTS], 1):
-        nodes: list[str] = list(ev.get("nodes") or [])
+        nodes = ev.nodes
         shown = ", ".join(nodes[:3]) + (f" +{len(nodes) - 3}" if len(nodes) > 3 else "")
         console.print(
             Text.assemble(
-                (f"  {k:>2}. {ev.get('score', 0):.2f} ", "bold"),
-                (f"{ev.get('level') or '-':<5} ", "red" if ev.get("level") == "ERROR" else ""),
-                f"{ev.get('count', 0):>6}× on {len(nodes)} node(s) [{shown}]  first "
-                f"{str(ev.get('first_seen') or '-')[:23]}",
+                (f"  {k:>2}. {ev.score:.2f} ", "bold"),
+                (f"{ev.level or '-':<5} ", "red" if ev.level == "ERROR" else ""),
+                f"{ev.count:>6}× on {len(nodes)} node(s) [{shown}]  first "
+                f"{(ev.first_seen or '-')[:23]}",
             )
         )
-        console.print(Text(f"      {_short(str(ev.get('sample') or ev.get('template') or ''))}"))
-        console.print(Text(f"      why: {', '.join(ev.get('reasons') or [])}", style="dim"))
+        console.print(Text(f"      {_short(ev.sample or ev.template)}"))
+        console.print(Text(f"      why: {', '.join(ev.reasons)}", style="dim"))
     if len(events) > MAX_EVENTS:
         console.print(f"  … and {len(events) - MAX_EVENTS} more (see --json / --html)")
 
-    ranked = [n for n in report.get("nodes") or [] if n.get("score", 0) > 0]
-    console.print(Text(f"\nSuspect nodes (of {len(report.get('nodes') or [])})", style="bold"))
+
+def _render_nodes(report: Report, console: Console) -> None:
+    ranked = [n for n in report.nodes if n.score > 0]
+    console.print(Text(f"\nSuspect nodes (of {len(report.nodes)})", style="bold"))
     if not ranked:
         console.print("  no node stands out")
     for n in ranked[:MAX_NODES]:
         console.print(
-            Text.assemble(
-                (f"  {n['node']:<24}", "bold"),
-                f" {n['score']:.2f}  {', '.join(n.get('reasons') or [])}",
+            Text.assemble((f"  {n.node:<24}", "bold"), f" {n.score:.2f}  {', '.join(n.reasons)}")
+        )
+    if report.silent_nodes:
+        console.print(
+            Text(
+                "\nSilent nodes (stopped logging before their peers): "
+                f"{', '.join(report.silent_nodes[:10])}"
             )
         )
-    silent = report.get("silent_nodes") or []
-    if silent:
+    for s in report.stragglers[:5]:
         console.print(
-            Text(f"\nSilent nodes (stopped logging before their peers): {', '.join(silent[:10])}")
-        )
-    stragglers = report.get("stragglers") or []
-    for s in stragglers[:5]:
-        console.print(
-            f"straggler: {s['node']} from iteration {s['from_iteration']} "
-            f"({s['slowdown']:.2f}x the median iteration time)",
+            f"straggler: {s.node} from iteration {s.from_iteration} "
+            f"({s.slowdown:.2f}x the median iteration time)",
             markup=False,
         )
-    slowdown = report.get("slowdown")
+
+
+def _render_time(report: Report, console: Console) -> None:
+    """The job's slowdown and its suspect iterations."""
+    slowdown = report.slowdown
     if slowdown:
         console.print(
-            f"\nThe job slows down from iteration {slowdown['from_iteration']}: "
-            f"{slowdown['ratio']:.2f}x its earlier {slowdown['reference_seconds']:.2f} s per "
-            f"iteration; {len(slowdown.get('events') or [])} event(s) start with it on "
-            f"{', '.join((slowdown.get('nodes') or [])[:5]) or 'no node'}",
+            f"\nThe job slows down from iteration {slowdown.from_iteration}: "
+            f"{slowdown.ratio:.2f}x its earlier {slowdown.reference_seconds:.2f} s per "
+            f"iteration; {len(slowdown.events)} event(s) start with it on "
+            f"{', '.join(slowdown.nodes[:5]) or 'no node'}",
             markup=False,
         )
-    iterations = report.get("iterations") or []
-    dtw = [i for i in iterations if i.get("why", "dtw") == "dtw"]
+    iterations = report.iterations
+    dtw = [i for i in iterations if i.why == "dtw"]
     if iterations:
-        its = ", ".join(str(i["iteration"]) for i in iterations[:5])
+        its = ", ".join(str(i.iteration) for i in iterations[:5])
         detail = ""
         if dtw:
             first = dtw[0]
             detail = (
-                f" (DTW {first.get('distance')} over the three-sigma threshold "
-                f"{first.get('threshold')}; {len(first.get('events', []))} new events)"
+                f" (DTW {first.distance} over the three-sigma threshold "
+                f"{first.threshold}; {len(first.events)} new events)"
             )
         console.print(f"\nSuspect iterations: {its}{detail}", markup=False)
+
+
+def render_terminal(report: Report, console: Console) -> None:
+    """Print the readable summary of a diagnosis report."""
+    _render_header(report, console)
+    _render_rules(report.rule_matches, console)
+    _render_events(report.events, console)
+    _render_nodes(report, console)
+    _render_time(report, console)

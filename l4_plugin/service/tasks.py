@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from l4_plugin.config import Settings
-from l4_plugin.diagnosis import AnalysisOptions, diagnose_job
+from l4_plugin.diagnosis import AnalysisOptions, Diagnosis, diagnose_job
 from l4_plugin.diagnosis.output import discover_linker
 from l4_plugin.errors import L4Error, StoreError
 from l4_plugin.jobid import job_id_problem
@@ -164,11 +164,11 @@ def diagnose(ctx: TaskContext) -> int:
     return done
 
 
-def diagnose_one(ctx: TaskContext, job_id: str) -> bool:
-    """Claim one job and diagnose it; True when this service analysed it (done or failed)."""
+def _claim(ctx: TaskContext, job_id: str) -> Claim | None:
+    """Claim ``job_id`` for this service (logged and counted); None when it is not ours to run."""
     with ctx.claiming:
         if ctx.stop.is_set():
-            return False
+            return None
         outcome = claims.claim(ctx.store, job_id, ctx.policy)
         ctx.current = outcome.claim
     if outcome.gave_up:
@@ -181,7 +181,7 @@ def diagnose_one(ctx: TaskContext, job_id: str) -> bool:
             task="diagnose",
             job_id=job_id,
         )
-        return False
+        return None
     held = outcome.claim
     if held is None:
         ctx.metrics.add("claims_lost")
@@ -193,7 +193,7 @@ def diagnose_one(ctx: TaskContext, job_id: str) -> bool:
             task="diagnose",
             job_id=job_id,
         )
-        return False
+        return None
     ctx.metrics.add("jobs_claimed")
     if held.previous_owner:
         ctx.metrics.add("leases_taken_over")
@@ -217,6 +217,14 @@ def diagnose_one(ctx: TaskContext, job_id: str) -> bool:
         attempt=held.attempt,
         reason=held.reason,
     )
+    return held
+
+
+def diagnose_one(ctx: TaskContext, job_id: str) -> bool:
+    """Claim one job and diagnose it; True when this service analysed it (done or failed)."""
+    held = _claim(ctx, job_id)
+    if held is None:
+        return False
     heartbeat = Heartbeat(ctx, held)
     heartbeat.start()
     started = time.monotonic()
@@ -246,24 +254,28 @@ def diagnose_one(ctx: TaskContext, job_id: str) -> bool:
         heartbeat.stop()
         claims.finish(ctx.store, held, ctx.policy, generation=diagnosis.job.generation)
         ctx.metrics.add("jobs_diagnosed")
-        report = diagnosis.report
-        log(
-            ctx.logger,
-            logging.INFO,
-            "job.diagnosed",
-            f"diagnosed in {time.monotonic() - started:.1f} s: {len(diagnosis.findings)} "
-            f"findings, {len(report['rule_matches'])} rule matches",
-            task="diagnose",
-            job_id=job_id,
-            attempt=held.attempt,
-            seconds=round(time.monotonic() - started, 3),
-            findings=len(diagnosis.findings),
-            rules=[m["rule"] for m in report["rule_matches"]],
-            stage=report.get("stage"),
-        )
+        _log_diagnosed(ctx, held, diagnosis, time.monotonic() - started)
         return True
     finally:
         ctx.current = None
+
+
+def _log_diagnosed(ctx: TaskContext, held: Claim, diagnosis: Diagnosis, seconds: float) -> None:
+    report = diagnosis.report
+    log(
+        ctx.logger,
+        logging.INFO,
+        "job.diagnosed",
+        f"diagnosed in {seconds:.1f} s: {len(diagnosis.findings)} "
+        f"findings, {len(report.rule_matches)} rule matches",
+        task="diagnose",
+        job_id=held.job_id,
+        attempt=held.attempt,
+        seconds=round(seconds, 3),
+        findings=len(diagnosis.findings),
+        rules=[m.rule for m in report.rule_matches],
+        stage=report.stage,
+    )
 
 
 def _reachable(store: Store) -> bool:
