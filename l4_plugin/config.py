@@ -29,6 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.errors import ConfigError
 from l4_plugin.ingest.jobdir import MAX_FILE_SIZE, MAX_JOB_SIZE
 from l4_plugin.yamldoc import compose, read_document, read_text
@@ -183,6 +184,24 @@ class Settings(BaseSettings):
     def redacted_url(self) -> str:
         """The cluster URL without any user:password part, safe to print."""
         return redact_url(self.es_url) if self.es_url else "embedded"
+
+    def analysis_options(self) -> AnalysisOptions:
+        """The analysis parameters these settings ask for (``analysis:`` plus ``random_state``).
+
+        One conversion for ``l4 diagnose`` / ``l4 analyze`` and the service, so that a setting in
+        the file's ``analysis:`` section means the same in both.
+        """
+        a = self.analysis
+        return AnalysisOptions(
+            crossjob=a.filter,
+            filter_threshold=a.filter_threshold,
+            spatial_method=a.spatial,
+            dtw_backend=a.dtw,
+            window=a.window,
+            sigma=a.sigma,
+            random_state=self.random_state,
+            max_events=a.max_events,
+        )
 
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.config import load_settings, redact_url
 from l4_plugin.errors import ConfigError
 
@@ -158,3 +159,27 @@ def test_bad_section_env_value_and_unknown_section_key(
     cfg.write_text("analysis: fast\n")
     with pytest.raises(ConfigError, match=r"invalid setting analysis \(config file .*:1\)"):
         load_settings(cfg)
+
+
+def test_analysis_section_reaches_the_options_cli_and_service_share(
+    tmp_path: Path, clean_env: pytest.MonkeyPatch
+) -> None:
+    # l4 analyze and l4 serve both build their AnalysisOptions with Settings.analysis_options;
+    # a value in the file's analysis: section must arrive there, and the defaults must not move.
+    assert load_settings(None).analysis_options() == AnalysisOptions()
+    cfg = tmp_path / "l4.yaml"
+    cfg.write_text(
+        "random_state: 7\nanalysis:\n  spatial: iforest\n  filter: false\n  sigma: 2.5\n"
+        "  window: 4\n  max-events: 9\n  filter-threshold: 0.25\n  dtw: tslearn\n"
+    )
+    opts = load_settings(cfg).analysis_options()
+    assert opts == AnalysisOptions(
+        crossjob=False,
+        filter_threshold=0.25,
+        spatial_method="iforest",
+        dtw_backend="tslearn",
+        window=4,
+        sigma=2.5,
+        random_state=7,
+        max_events=9,
+    )

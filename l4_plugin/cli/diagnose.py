@@ -92,7 +92,7 @@ def _run_diagnosis(
     force_baseline: bool,
     dry_run: bool,
 ) -> None:
-    from l4_plugin.diagnosis import AnalysisOptions, diagnose_job
+    from l4_plugin.diagnosis import diagnose_job
     from l4_plugin.diagnosis.output import discover_linker, write_outputs
     from l4_plugin.report.terminal import render_terminal
 
@@ -103,16 +103,7 @@ def _run_diagnosis(
         diagnosis = diagnose_job(
             store,
             job_id,
-            options=AnalysisOptions(
-                crossjob=analysis.filter,
-                filter_threshold=analysis.filter_threshold,
-                spatial_method=analysis.spatial,
-                dtw_backend=analysis.dtw,
-                window=analysis.window,
-                sigma=analysis.sigma,
-                random_state=settings.random_state,
-                max_events=analysis.max_events,
-            ),
+            options=settings.analysis_options(),
             baselines=baselines,
             force_baselines=force_baseline,
             rules=None if analysis.rules else [],

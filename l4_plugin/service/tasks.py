@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from l4_plugin.config import Settings
-from l4_plugin.diagnosis import AnalysisOptions, Diagnosis, diagnose_job
+from l4_plugin.diagnosis import Diagnosis, diagnose_job
 from l4_plugin.diagnosis.output import discover_linker
 from l4_plugin.errors import L4Error, StoreError
 from l4_plugin.jobid import job_id_problem
@@ -232,7 +232,7 @@ def diagnose_one(ctx: TaskContext, job_id: str) -> bool:
         diagnosis = diagnose_job(
             ctx.store,
             job_id,
-            options=AnalysisOptions(random_state=ctx.settings.random_state),
+            options=ctx.settings.analysis_options(),
             rules=ctx.rules if ctx.options.rules else [],
             discover=discover_linker(ctx.settings),
             warn=lambda msg: log(
