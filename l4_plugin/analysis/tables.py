@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from l4_plugin.store import fields as F
+
 
 @dataclass(frozen=True, slots=True)
 class JobDoc:
@@ -42,7 +44,7 @@ class JobDoc:
     @property
     def query(self) -> dict[str, Any]:
         """``scope``, or every document of the job for a JobDoc built by hand."""
-        return self.scope or {"term": {"l4.job.id": self.id}}
+        return self.scope or {"term": {F.JOB_ID: self.id}}
 
 
 @dataclass

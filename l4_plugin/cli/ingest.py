@@ -20,6 +20,7 @@ from l4_plugin.cli.common import (
 )
 from l4_plugin.display import SafeConsole, safe_print
 from l4_plugin.errors import L4Error
+from l4_plugin.store import fields as F
 from l4_plugin.store import open_cluster
 
 
@@ -48,11 +49,11 @@ from l4_plugin.store import open_cluster
 @click.option(
     "--from-index", metavar="PATTERN", help="Read lines a shipper indexed instead of JOB_DIR."
 )
-@click.option("--job-field", default="l4.job.id", show_default=True, help="--from-index: job id.")
+@click.option("--job-field", default=F.JOB_ID, show_default=True, help="--from-index: job id.")
 @click.option("--node-field", default="host.name", show_default=True, help="--from-index: node.")
 @click.option(
     "--rank-field",
-    default="l4.rank",
+    default=F.RANK,
     show_default=True,
     help="--from-index: rank (if absent: from the file name).",
 )

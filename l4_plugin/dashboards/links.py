@@ -15,6 +15,7 @@ from urllib.parse import quote
 
 from l4_plugin.dashboards.objects import data_view_id
 from l4_plugin.errors import ConfigError
+from l4_plugin.store import fields as F
 
 #: Kibana 8.x Discover (OpenSearch Dashboards 2.x redirects this legacy form to its own Discover).
 DEFAULT_DISCOVER_URL_TEMPLATE = (
@@ -47,7 +48,7 @@ def _iso(value: datetime | str) -> str:
 
 def discover_query(job_id: str, node: str | None = None) -> str:
     """The KQL query of a Discover link: the job, and the node when there is one."""
-    query = f"l4.job.id:{_kql_quote(job_id)}"
+    query = f"{F.JOB_ID}:{_kql_quote(job_id)}"
     if node:
         query += f" and host.name:{_kql_quote(node)}"
     return query

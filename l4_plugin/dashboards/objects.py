@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
+from l4_plugin.store import fields as F
+
 Flavour = Literal["kibana", "opensearch-dashboards"]
 FLAVOURS: tuple[Flavour, ...] = ("kibana", "opensearch-dashboards")
 
@@ -117,7 +119,7 @@ class _Builder:
     def index_pattern(self, kind: str) -> Json:
         field_formats: Json = {}
         if kind == "annotations":
-            field_formats["l4.annotation.discover_url"] = {
+            field_formats[F.ANNOTATION_DISCOVER_URL] = {
                 "id": "url",
                 "params": {
                     "type": "a",
@@ -166,13 +168,13 @@ class _Builder:
                 "search-verdicts",
                 "L4 verdicts",
                 "annotations",
-                'l4.annotation.kind:"verdict"',
+                f'{F.ANNOTATION_KIND}:"verdict"',
                 [
-                    "l4.job.id",
+                    F.JOB_ID,
                     "message",
-                    "l4.annotation.nodes",
-                    "l4.annotation.reasons",
-                    "l4.annotation.score",
+                    F.ANNOTATION_NODES,
+                    F.ANNOTATION_REASONS,
+                    F.ANNOTATION_SCORE,
                 ],
                 "What to do about each failed job: the fault's category and whose it is, the "
                 "nodes to evict (none for a user fault) and whether a restart helps.",
@@ -182,19 +184,19 @@ class _Builder:
                 "L4 failure-indicating lines",
                 "lines",
                 "",
-                ["host.name", "l4.rank", "l4.stage", "l4.iteration", "log.level", "message"],
+                ["host.name", F.RANK, F.STAGE, F.ITERATION, "log.level", "message"],
                 "Raw lines L4 keeps for a job: rare, error-level or absent from the baseline.",
             ),
             self._search(
                 "search-rule-matches",
                 "L4 rule matches",
                 "annotations",
-                'l4.annotation.kind:"rule_match"',
+                f'{F.ANNOTATION_KIND}:"rule_match"',
                 [
-                    "l4.rule.title",
-                    "l4.rule.severity",
-                    "l4.rule.category",
-                    "l4.annotation.nodes",
+                    F.RULE_TITLE,
+                    F.RULE_SEVERITY,
+                    F.RULE_CATEGORY,
+                    F.ANNOTATION_NODES,
                     "message",
                 ],
                 "Fault-library rules that matched, with the rendered diagnosis and remediation.",
@@ -203,15 +205,15 @@ class _Builder:
                 "search-findings",
                 "L4 findings",
                 "annotations",
-                'l4.annotation.kind:("event" or "node" or "iteration" or "stage")',
+                f'{F.ANNOTATION_KIND}:("event" or "node" or "iteration" or "stage")',
                 [
-                    "l4.annotation.kind",
-                    "l4.annotation.rank",
-                    "l4.annotation.score",
+                    F.ANNOTATION_KIND,
+                    F.ANNOTATION_RANK,
+                    F.ANNOTATION_SCORE,
                     "host.name",
-                    "l4.template.text",
+                    F.TEMPLATE_TEXT,
                     "message",
-                    "l4.annotation.discover_url",
+                    F.ANNOTATION_DISCOVER_URL,
                 ],
                 "Ranked findings with a link to the job's lines around each one.",
             ),
@@ -219,14 +221,14 @@ class _Builder:
                 "search-failed-jobs",
                 "L4 failed jobs",
                 "jobs",
-                'l4.job.status:"failed"',
+                f'{F.JOB_STATUS}:"failed"',
                 [
-                    "l4.job.id",
-                    "l4.job.status",
-                    "l4.ingest.state",
-                    "l4.analysis.state",
-                    "l4.analysis.error",
-                    "l4.job.node_count",
+                    F.JOB_ID,
+                    F.JOB_STATUS,
+                    F.INGEST_STATE,
+                    F.ANALYSIS_STATE,
+                    F.ANALYSIS_ERROR,
+                    F.JOB_NODE_COUNT,
                 ],
                 "Failed jobs and how far their ingest and diagnosis got.",
             ),
@@ -299,7 +301,7 @@ class _Builder:
                     "enabled": True,
                     "type": "max",
                     "schema": "metric",
-                    "params": {"field": "l4.annotation.score", "customLabel": "Suspicion score"},
+                    "params": {"field": F.ANNOTATION_SCORE, "customLabel": "Suspicion score"},
                 },
                 {
                     "id": "2",
@@ -353,7 +355,7 @@ class _Builder:
             "L4 suspect nodes by score",
             state,
             "annotations",
-            'l4.annotation.kind:"node"',
+            f'{F.ANNOTATION_KIND}:"node"',
         )
 
     def _heatmap(self) -> Json:
@@ -365,7 +367,7 @@ class _Builder:
                     "enabled": True,
                     "type": "max",
                     "schema": "metric",
-                    "params": {"field": "l4.annotation.score", "customLabel": "Event score"},
+                    "params": {"field": F.ANNOTATION_SCORE, "customLabel": "Event score"},
                 },
                 {
                     "id": "2",
@@ -373,7 +375,7 @@ class _Builder:
                     "type": "terms",
                     "schema": "segment",
                     "params": {
-                        "field": "l4.template.id",
+                        "field": F.TEMPLATE_ID,
                         "size": 15,
                         "order": "desc",
                         "orderBy": "1",
@@ -388,7 +390,7 @@ class _Builder:
                     "type": "terms",
                     "schema": "group",
                     "params": {
-                        "field": "l4.annotation.nodes",
+                        "field": F.ANNOTATION_NODES,
                         "size": 25,
                         "order": "desc",
                         "orderBy": "1",
@@ -432,7 +434,7 @@ class _Builder:
             "L4 nodes × failure-indicating events",
             state,
             "annotations",
-            'l4.annotation.kind:"event"',
+            f'{F.ANNOTATION_KIND}:"event"',
         )
 
     def _iterations(self) -> Json:
@@ -460,15 +462,15 @@ class _Builder:
                             "index": events,
                             "body": {
                                 "size": 0,
-                                "query": context([{"exists": {"field": "l4.iteration"}}]),
+                                "query": context([{"exists": {"field": F.ITERATION}}]),
                                 "aggs": {
                                     "it": {
                                         "histogram": {
-                                            "field": "l4.iteration",
+                                            "field": F.ITERATION,
                                             "interval": 1,
                                             "min_doc_count": 1,
                                         },
-                                        "aggs": {"n": {"sum": {"field": "l4.count"}}},
+                                        "aggs": {"n": {"sum": {"field": F.COUNT}}},
                                     }
                                 },
                             },
@@ -491,8 +493,8 @@ class _Builder:
                             "index": annotations,
                             "body": {
                                 "size": 0,
-                                "query": context([{"term": {"l4.annotation.kind": "iteration"}}]),
-                                "aggs": {"it": {"terms": {"field": "l4.iteration", "size": 200}}},
+                                "query": context([{"term": {F.ANNOTATION_KIND: "iteration"}}]),
+                                "aggs": {"it": {"terms": {"field": F.ITERATION, "size": 200}}},
                             },
                         },
                         "format": {"property": "aggregations.it.buckets"},
@@ -520,7 +522,7 @@ class _Builder:
                     "type": "terms",
                     "schema": "bucket",
                     "params": {
-                        "field": "l4.analysis.state",
+                        "field": F.ANALYSIS_STATE,
                         "size": 10,
                         "order": "desc",
                         "orderBy": "1",
@@ -546,7 +548,7 @@ class _Builder:
             "L4 failed jobs by diagnosis state",
             state,
             "jobs",
-            'l4.job.status:"failed"',
+            f'{F.JOB_STATUS}:"failed"',
         )
 
     def _job_control(self) -> Json:
@@ -559,7 +561,7 @@ class _Builder:
                         "id": "job",
                         "type": "list",
                         "label": "Job",
-                        "fieldName": "l4.job.id",
+                        "fieldName": F.JOB_ID,
                         "indexPatternRefName": "control_0_index_pattern",
                         "parent": "",
                         "options": {
@@ -662,7 +664,7 @@ class _Builder:
                             "width": "medium",
                             "explicitInput": {
                                 "id": control_id,
-                                "fieldName": "l4.job.id",
+                                "fieldName": F.JOB_ID,
                                 "title": "Job",
                                 "singleSelect": True,
                                 "selectedOptions": [],

@@ -22,6 +22,7 @@ from l4_plugin.report.extras import ReportExtras
 from l4_plugin.report.model import Report
 from l4_plugin.rules.engine import RuleMatch
 from l4_plugin.store import Store
+from l4_plugin.store import fields as F
 from l4_plugin.store.base import ConflictError
 from l4_plugin.store.documents import annotation_document, annotation_id, source_field
 from l4_plugin.store.jobdoc import update_job
@@ -99,7 +100,7 @@ def write_annotations(
         index,
         {
             "bool": {
-                "filter": [{"term": {"l4.job.id": job_id}}],
+                "filter": [{"term": {F.JOB_ID: job_id}}],
                 "must_not": [{"ids": {"values": [d for d, _ in docs]}}],
             }
         },
@@ -146,16 +147,16 @@ def record_analysis(
     """
 
     def change(source: dict[str, Any]) -> dict[str, Any] | None:
-        claimed = source_field(source, "l4.analysis.claimed_by")
-        if claimed and source_field(source, "l4.analysis.state") == "running":
+        claimed = source_field(source, F.ANALYSIS_CLAIMED_BY)
+        if claimed and source_field(source, F.ANALYSIS_STATE) == "running":
             return None
-        source["l4.analysis.state"] = state
-        source["l4.analysis.version"] = analyzer_version
-        source["l4.analysis.updated"] = int(time.time() * 1000)
+        source[F.ANALYSIS_STATE] = state
+        source[F.ANALYSIS_VERSION] = analyzer_version
+        source[F.ANALYSIS_UPDATED] = int(time.time() * 1000)
         if error:
-            source["l4.analysis.error"] = error[:8000]
+            source[F.ANALYSIS_ERROR] = error[:8000]
         else:
-            source.pop("l4.analysis.error", None)
+            source.pop(F.ANALYSIS_ERROR, None)
         return source
 
     with contextlib.suppress(ConflictError):
@@ -170,7 +171,7 @@ def load_summary(store: Store, job_id: str) -> tuple[Report, ReportExtras]:
             f"job {job_id!r} has no stored diagnosis in {store.names.annotations} — hint: run "
             f"`l4 analyze {job_id}` first"
         )
-    details = source_field(doc.source, "l4.annotation.details") or {}
+    details = source_field(doc.source, F.ANNOTATION_DETAILS) or {}
     if "report" not in details:
         raise AnalysisError(f"the summary annotation of job {job_id!r} has no report")
     return Report.from_json(details["report"]), extras_from_dict(details.get("extras") or {})

@@ -17,6 +17,7 @@ from l4_plugin.ingest.jobdir import ReadLimits, discover, job_meta
 from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_job
 from l4_plugin.ingest.sources import files_generation
 from l4_plugin.store import Store, generations
+from l4_plugin.store import fields as F
 from l4_plugin.store.documents import job_doc_id, source_field
 
 
@@ -164,7 +165,7 @@ def baseline_templates(store: Store, job_ids: list[str], *, fingerprint: str) ->
         str(b["key"]["t"])
         for b in store.composite(
             store.names.events,
-            [{"t": {"terms": {"field": "l4.template.id"}}}],
+            [{"t": {"terms": {"field": F.TEMPLATE_ID}}}],
             query={"bool": {"should": scopes, "minimum_should_match": 1}},
             page_size=5000,
         )

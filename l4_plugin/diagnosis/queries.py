@@ -31,6 +31,7 @@ from l4_plugin.analysis.tables import BaselinePool, Cell, JobData, JobDoc, Templ
 from l4_plugin.errors import AnalysisError
 from l4_plugin.records import level_label
 from l4_plugin.store import Store, generations
+from l4_plugin.store import fields as F
 from l4_plugin.store.documents import job_doc_id, source_field
 
 _PAGE = 50_000
@@ -41,22 +42,22 @@ def _seconds(value: Any) -> float | None:
 
 
 def _job_from_source(source: dict[str, Any]) -> JobDoc:
-    nodes = source_field(source, "l4.job.nodes") or []
-    job_id = str(source_field(source, "l4.job.id"))
+    nodes = source_field(source, F.JOB_NODES) or []
+    job_id = str(source_field(source, F.JOB_ID))
     return JobDoc(
         id=job_id,
-        status=str(source_field(source, "l4.job.status") or "unknown"),
-        fingerprint=str(source_field(source, "l4.job.fingerprint") or ""),
+        status=str(source_field(source, F.JOB_STATUS) or "unknown"),
+        fingerprint=str(source_field(source, F.JOB_FINGERPRINT) or ""),
         nodes=tuple(str(n) for n in (nodes if isinstance(nodes, list) else [nodes])),
-        lines=int(source_field(source, "l4.job.lines") or 0),
-        start_ts=_seconds(source_field(source, "l4.job.start_ts")),
-        end_ts=_seconds(source_field(source, "l4.job.end_ts")),
-        config=dict(source_field(source, "l4.job.config") or {}),
-        template_stats=_template_stats(source_field(source, "l4.job.template_stats")),
-        iterations=_int_or_none(source_field(source, "l4.job.iterations")),
-        system_logs=_bool_or_none(source_field(source, "l4.job.system_logs")),
-        system_templates=frozenset(source_field(source, "l4.job.system_templates") or ()),
-        progress_nodes=_progress_nodes(source_field(source, "l4.job.progress_nodes")),
+        lines=int(source_field(source, F.JOB_LINES) or 0),
+        start_ts=_seconds(source_field(source, F.JOB_START_TS)),
+        end_ts=_seconds(source_field(source, F.JOB_END_TS)),
+        config=dict(source_field(source, F.JOB_CONFIG) or {}),
+        template_stats=_template_stats(source_field(source, F.JOB_TEMPLATE_STATS)),
+        iterations=_int_or_none(source_field(source, F.JOB_ITERATIONS)),
+        system_logs=_bool_or_none(source_field(source, F.JOB_SYSTEM_LOGS)),
+        system_templates=frozenset(source_field(source, F.JOB_SYSTEM_TEMPLATES) or ()),
+        progress_nodes=_progress_nodes(source_field(source, F.JOB_PROGRESS_NODES)),
         generation=generations.complete_generation(source),
         scope=generations.scope(job_id, source),
     )
@@ -117,13 +118,13 @@ def find_jobs(store: Store, *, fingerprint: str, status: str) -> list[JobDoc]:
         "query": {
             "bool": {
                 "filter": [
-                    {"term": {"l4.job.fingerprint": fingerprint}},
-                    {"term": {"l4.job.status": status}},
+                    {"term": {F.JOB_FINGERPRINT: fingerprint}},
+                    {"term": {F.JOB_STATUS: status}},
                 ],
                 # A job whose rollups retention deleted has nothing left to compare with, nor one
                 # whose only ingest never completed.
                 "must_not": [
-                    {"exists": {"field": "l4.retention.purged"}},
+                    {"exists": {"field": F.RETENTION_PURGED}},
                     {
                         "bool": {
                             "filter": [{"exists": {"field": f"{generations.WRITING}.generation"}}],
@@ -172,7 +173,7 @@ def read_job_tables(store: Store, job_id: str) -> JobData:
     templates = _template_infos(store, query)
     _read_exemplars(store, query, templates)
     stage_spans = _stage_spans(store, query)
-    it_query = {"bool": {"filter": [query, {"exists": {"field": "l4.iteration"}}]}}
+    it_query = {"bool": {"filter": [query, {"exists": {"field": F.ITERATION}}]}}
     iteration_cells, iteration_spans = _iteration_cells(store, it_query)
     node_iteration_start, node_iteration_seconds, node_last_iteration = _node_iterations(
         store, it_query
@@ -205,16 +206,16 @@ def _node_template_cells(
 ) -> tuple[dict[tuple[str, str], Cell], dict[tuple[str, str, str], float]]:
     """Node × template cells, and each template's first time per (node, stage)."""
     times = {
-        "n": {"sum": {"field": "l4.count"}},
-        "f": {"min": {"field": "l4.first_ts"}},
-        "l": {"max": {"field": "l4.last_ts"}},
-        "p": {"min": {"field": "l4.first_pos"}},
+        "n": {"sum": {"field": F.COUNT}},
+        "f": {"min": {"field": F.FIRST_TS}},
+        "l": {"max": {"field": F.LAST_TS}},
+        "p": {"min": {"field": F.FIRST_POS}},
     }
     cells: dict[tuple[str, str], Cell] = {}
     stage_first: dict[tuple[str, str, str], float] = {}
     for b in _walk(
         store,
-        [_terms("node", "host.name"), _terms("t", "l4.template.id"), _terms("st", "l4.stage")],
+        [_terms("node", "host.name"), _terms("t", F.TEMPLATE_ID), _terms("st", F.STAGE)],
         query,
         times,
     ):
@@ -238,12 +239,12 @@ def _template_infos(store: Store, query: dict[str, Any]) -> dict[str, TemplateIn
     for b in _walk(
         store,
         [
-            _terms("t", "l4.template.id"),
+            _terms("t", F.TEMPLATE_ID),
             _terms("lvl", "log.level", missing=True),
-            _terms("st", "l4.stage", missing=True),
+            _terms("st", F.STAGE, missing=True),
         ],
         query,
-        {"n": {"sum": {"field": "l4.count"}}},
+        {"n": {"sum": {"field": F.COUNT}}},
     ):
         info = templates[str(b["key"]["t"])]
         n = int(_value(b, "n") or 0)
@@ -263,13 +264,13 @@ def _stage_spans(
     stage_spans: dict[tuple[str, str], tuple[float, float, float, float]] = {}
     for b in _walk(
         store,
-        [_terms("node", "host.name"), _terms("st", "l4.stage")],
+        [_terms("node", "host.name"), _terms("st", F.STAGE)],
         query,
         {
-            "f": {"min": {"field": "l4.first_ts"}},
-            "l": {"max": {"field": "l4.last_ts"}},
-            "fp": {"min": {"field": "l4.first_pos"}},
-            "lp": {"max": {"field": "l4.last_pos"}},
+            "f": {"min": {"field": F.FIRST_TS}},
+            "l": {"max": {"field": F.LAST_TS}},
+            "fp": {"min": {"field": F.FIRST_POS}},
+            "lp": {"max": {"field": F.LAST_POS}},
         },
     ):
         f, last = _seconds(_value(b, "f")), _seconds(_value(b, "l"))
@@ -290,12 +291,12 @@ def _iteration_cells(
     iteration_spans: dict[int, int] = {}
     for b in _walk(
         store,
-        [_terms("it", "l4.iteration"), _terms("t", "l4.template.id")],
+        [_terms("it", F.ITERATION), _terms("t", F.TEMPLATE_ID)],
         it_query,
         {
-            "f": {"min": {"field": "l4.first_ts"}},
-            "n": {"sum": {"field": "l4.count"}},
-            "s": {"max": {"field": "l4.iteration_span"}},
+            "f": {"min": {"field": F.FIRST_TS}},
+            "n": {"sum": {"field": F.COUNT}},
+            "s": {"max": {"field": F.ITERATION_SPAN}},
         },
     ):
         it = int(b["key"]["it"])
@@ -318,12 +319,12 @@ def _node_iterations(
     node_last_iteration: dict[str, int] = {}
     for b in _walk(
         store,
-        [_terms("node", "host.name"), _terms("it", "l4.iteration")],
+        [_terms("node", "host.name"), _terms("it", F.ITERATION)],
         it_query,
         {
-            "f": {"min": {"field": "l4.first_ts"}},
-            "s": {"max": {"field": "l4.iteration_span"}},
-            "d": {"max": {"field": "l4.iteration_seconds"}},
+            "f": {"min": {"field": F.FIRST_TS}},
+            "s": {"max": {"field": F.ITERATION_SPAN}},
+            "d": {"max": {"field": F.ITERATION_SECONDS}},
         },
     ):
         node, it = str(b["key"]["node"]), int(b["key"]["it"])
@@ -377,14 +378,14 @@ def _read_node_lines(
     if not template_ids:
         return []
     index = store.names.lines if lines else store.names.events
-    query = {"bool": {"filter": [job, {"terms": {"l4.template.id": template_ids}}]}}
+    query = {"bool": {"filter": [job, {"terms": {F.TEMPLATE_ID: template_ids}}]}}
     if lines and not store.count(index, job):
         return []
-    sort_field = "@timestamp" if lines else "l4.first_ts"
+    sort_field = "@timestamp" if lines else F.FIRST_TS
     out: list[tuple[str, str, str]] = []
     for b in store.composite(
         index,
-        [_terms("node", "host.name"), _terms("t", "l4.template.id")],
+        [_terms("node", "host.name"), _terms("t", F.TEMPLATE_ID)],
         query=query,
         aggs={
             "x": {
@@ -427,14 +428,14 @@ def _read_exemplars(store: Store, job: dict[str, Any], templates: dict[str, Temp
     """Template text and one exemplar line per template (one document each, any node)."""
     for b in _walk(
         store,
-        [_terms("t", "l4.template.id")],
+        [_terms("t", F.TEMPLATE_ID)],
         job,
         {
             "x": {
                 "top_hits": {
                     "size": 1,
-                    "sort": [{"l4.first_ts": {"order": "asc", "missing": "_last"}}],
-                    "_source": ["message", "l4.template.text"],
+                    "sort": [{F.FIRST_TS: {"order": "asc", "missing": "_last"}}],
+                    "_source": ["message", F.TEMPLATE_TEXT],
                 }
             }
         },
@@ -444,7 +445,7 @@ def _read_exemplars(store: Store, job: dict[str, Any], templates: dict[str, Temp
             continue
         src = hits[0].get("_source", {})
         info = templates[str(b["key"]["t"])]
-        info.text = str(source_field(src, "l4.template.text") or "")
+        info.text = str(source_field(src, F.TEMPLATE_TEXT) or "")
         info.message = str(source_field(src, "message") or "")
 
 
@@ -498,11 +499,11 @@ def _aggregate_pool_counts(
         work[j] = 1
     for b in _walk(
         store,
-        [_terms("j", "l4.job.id")],
-        {"bool": {"filter": [query, {"exists": {"field": "l4.iteration"}}]}},
+        [_terms("j", F.JOB_ID)],
+        {"bool": {"filter": [query, {"exists": {"field": F.ITERATION}}]}},
         {
-            "lo": {"min": {"field": "l4.iteration"}},
-            "hi": {"max": {"field": "l4.iteration"}},
+            "lo": {"min": {"field": F.ITERATION}},
+            "hi": {"max": {"field": F.ITERATION}},
         },
     ):
         lo, hi = _value(b, "lo"), _value(b, "hi")
@@ -510,9 +511,9 @@ def _aggregate_pool_counts(
             work[str(b["key"]["j"])] = max(int(hi) - int(lo) + 1, 1)
     for b in _walk(
         store,
-        [_terms("t", "l4.template.id"), _terms("j", "l4.job.id")],
+        [_terms("t", F.TEMPLATE_ID), _terms("j", F.JOB_ID)],
         query,
-        {"n": {"sum": {"field": "l4.count"}}, "nodes": {"cardinality": {"field": "host.name"}}},
+        {"n": {"sum": {"field": F.COUNT}}, "nodes": {"cardinality": {"field": "host.name"}}},
     ):
         per[str(b["key"]["t"])].append(
             (str(b["key"]["j"]), int(_value(b, "n") or 0), int(_value(b, "nodes") or 0))
@@ -560,12 +561,12 @@ def find_sample_lines(
             break
         filters: list[dict[str, Any]] = [
             job.query,
-            {"terms": {"l4.template.id": todo}},
+            {"terms": {F.TEMPLATE_ID: todo}},
         ]
         filters += [f for f in (node_filter, time_filter) if f is not None]
         for b in store.composite(
             store.names.lines,
-            [_terms("t", "l4.template.id")],
+            [_terms("t", F.TEMPLATE_ID)],
             query={"bool": {"filter": filters}},
             aggs={
                 "x": {
@@ -573,15 +574,15 @@ def find_sample_lines(
                         "size": 1 if telling is None else _TELLING_CHOICES,
                         "sort": [
                             {"@timestamp": {"order": "asc", "missing": "_last"}},
-                            {"l4.line": {"order": "asc"}},
+                            {F.LINE: {"order": "asc"}},
                         ],
                         "_source": [
                             "message",
                             "host.name",
-                            "l4.rank",
+                            F.RANK,
                             "@timestamp",
                             "log.file.path",
-                            "l4.line",
+                            F.LINE,
                         ],
                     }
                 }

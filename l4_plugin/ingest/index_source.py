@@ -30,6 +30,7 @@ from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_streams
 from l4_plugin.ingest.sources import LogStream
 from l4_plugin.jobid import check_job_id
 from l4_plugin.store import Store
+from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
 
 PAGE_SIZE = 5000
@@ -46,9 +47,9 @@ class RawFields:
     timestamp order.
     """
 
-    job: str = "l4.job.id"
+    job: str = F.JOB_ID
     node: str = "host.name"
-    rank: str | None = "l4.rank"
+    rank: str | None = F.RANK
     message: str = "message"
     timestamp: str = "@timestamp"
     path: str | None = "log.file.path"

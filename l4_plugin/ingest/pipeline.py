@@ -44,6 +44,7 @@ from l4_plugin.ingest.workers import chunks as _chunks
 from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.records import Template
 from l4_plugin.store import ConflictError, Store, generations
+from l4_plugin.store import fields as F
 from l4_plugin.store.documents import job_doc_id, source_field
 
 # Running (sum in ns, lines) of an event document's iteration durations while groups merge into it;
@@ -101,14 +102,14 @@ def record_progress(store: Store, meta: JobMeta, p: ScanProgress) -> None:
     try:
         if existing is None:
             doc = {
-                "l4.job.id": meta.id,
-                "l4.job.status": meta.status,
-                "l4.ingest.state": "running",
-                "l4.ingest.progress": fields,
+                F.JOB_ID: meta.id,
+                F.JOB_STATUS: meta.status,
+                F.INGEST_STATE: "running",
+                F.INGEST_PROGRESS: fields,
             }
             store.put(store.names.jobs, job_doc_id(meta.id), doc, create=True)
         else:
-            doc = {**existing.source, "l4.ingest.progress": fields}
+            doc = {**existing.source, F.INGEST_PROGRESS: fields}
             store.put(
                 store.names.jobs,
                 job_doc_id(meta.id),
@@ -131,7 +132,7 @@ def load_known_templates(store: Store) -> list[Template]:
         return known
     after: list[Any] | None = None
     while True:
-        body: dict[str, Any] = {"size": 5000, "sort": [{"l4.template.id": "asc"}]}
+        body: dict[str, Any] = {"size": 5000, "sort": [{F.TEMPLATE_ID: "asc"}]}
         if after:
             body["search_after"] = after
         hits = store.search(store.names.templates, body)["hits"]["hits"]
@@ -140,8 +141,8 @@ def load_known_templates(store: Store) -> list[Template]:
             known.append(
                 template_from_dict(
                     {
-                        "id": source_field(src, "l4.template.id"),
-                        "text": source_field(src, "l4.template.text"),
+                        "id": source_field(src, F.TEMPLATE_ID),
+                        "text": source_field(src, F.TEMPLATE_TEXT),
                     },
                     where=f"{store.names.templates}/{hit['_id']}",
                 )
@@ -324,11 +325,11 @@ def _write_full_lines(
             "message": raw,
             "host.name": node,
             "log.file.path": path,
-            "l4.job.id": meta.id,
-            "l4.template.id": template.id,
-            "l4.stage": stage,
-            "l4.line": pos,
-            "l4.generation": generation,
+            F.JOB_ID: meta.id,
+            F.TEMPLATE_ID: template.id,
+            F.STAGE: stage,
+            F.LINE: pos,
+            F.GENERATION: generation,
         }
         ms = clock.ms(ts_ref, cache=False)
         if ms is not None:
@@ -336,13 +337,13 @@ def _write_full_lines(
         if kind.level:
             doc["log.level"] = kind.level
         if rank is not None:
-            doc["l4.rank"] = rank
+            doc[F.RANK] = rank
         if iteration is not None:
-            doc["l4.iteration"] = iteration
+            doc[F.ITERATION] = iteration
         if offset is not None:
             doc["log.offset"] = offset
         if pos in long_lines:
-            doc["l4.flags"] = ["truncated"]
+            doc[F.FLAGS] = ["truncated"]
         docs.append((_doc_id(meta.id, generation, node, path, pos), doc))
         if len(docs) >= FULL_CHUNK:
             nonlocal written
@@ -468,22 +469,22 @@ def _write(
                         "message": kept.message,
                         "host.name": node,
                         "log.file.path": kept.path,
-                        "l4.job.id": meta.id,
-                        "l4.template.id": template.id,
-                        "l4.stage": stage,
-                        "l4.line": kept.line,
-                        "l4.generation": generation,
+                        F.JOB_ID: meta.id,
+                        F.TEMPLATE_ID: template.id,
+                        F.STAGE: stage,
+                        F.LINE: kept.line,
+                        F.GENERATION: generation,
                     }
                     if ms is not None:
                         line_doc["@timestamp"] = ms
                     if kind.level:
                         line_doc["log.level"] = kind.level
                     if kept.rank is not None:
-                        line_doc["l4.rank"] = kept.rank
+                        line_doc[F.RANK] = kept.rank
                     if it is not None:
-                        line_doc["l4.iteration"] = it
+                        line_doc[F.ITERATION] = it
                     if kept.flags:
-                        line_doc["l4.flags"] = list(kept.flags)
+                        line_doc[F.FLAGS] = list(kept.flags)
                     if kept.offset is not None:
                         line_doc["log.offset"] = kept.offset
                     if full_streams is not None:
@@ -491,15 +492,15 @@ def _write(
                     else:
                         writer.add(store.names.lines, doc_id, line_doc)
             for key, d in merged.items():
-                d["l4.ranks"] = sorted(d["l4.ranks"])
-                ranks.update(d["l4.ranks"])
+                d[F.RANKS] = sorted(d[F.RANKS])
+                ranks.update(d[F.RANKS])
                 if _SECONDS in d:
                     total_ns, n = d.pop(_SECONDS)
-                    d["l4.iteration_seconds"] = total_ns / n / 1e9
-                if d.get("l4.first_ts") is not None:
-                    times.append(d["l4.first_ts"])
-                if d.get("l4.last_ts") is not None:
-                    ends.append(d["l4.last_ts"])
+                    d[F.ITERATION_SECONDS] = total_ns / n / 1e9
+                if d.get(F.FIRST_TS) is not None:
+                    times.append(d[F.FIRST_TS])
+                if d.get(F.LAST_TS) is not None:
+                    ends.append(d[F.LAST_TS])
                 writer.add(store.names.events, _doc_id(meta.id, generation, *key), d)
         written = writer.close()
     summary.events_docs = written.get(store.names.events, 0)
@@ -521,11 +522,11 @@ def _write(
                 t.id,
                 {
                     "@timestamp": now,
-                    "l4.template.id": t.id,
-                    "l4.template.text": t.text,
-                    "l4.template.first_job": meta.id,
-                    "l4.template.level": levels.get(t.id),
-                    "l4.template.occurrences": totals.get(t.id, 0),
+                    F.TEMPLATE_ID: t.id,
+                    F.TEMPLATE_TEXT: t.text,
+                    F.TEMPLATE_FIRST_JOB: meta.id,
+                    F.TEMPLATE_LEVEL: levels.get(t.id),
+                    F.TEMPLATE_OCCURRENCES: totals.get(t.id, 0),
                 },
             )
             for t in new
@@ -535,65 +536,63 @@ def _write(
     for index in (store.names.events, store.names.lines, store.names.templates):
         store.refresh(index)
     job_doc: dict[str, Any] = {
-        "l4.job.id": meta.id,
-        "l4.job.status": meta.status,
-        "l4.job.fingerprint": meta.fingerprint,
-        "l4.job.config": meta.config,
-        "l4.job.nodes": sorted(rollups),
+        F.JOB_ID: meta.id,
+        F.JOB_STATUS: meta.status,
+        F.JOB_FINGERPRINT: meta.fingerprint,
+        F.JOB_CONFIG: meta.config,
+        F.JOB_NODES: sorted(rollups),
         # Nodes with a rank that printed iteration lines of its own: a node without one is
         # quiet by role (Megatron's earlier pipeline stages), not silent.
-        "l4.job.progress_nodes": sorted(
-            n for n, r in rollups.items() if r.last_iteration is not None
-        ),
-        "l4.job.node_count": len(rollups),
-        "l4.job.lines": summary.lines,
-        "l4.job.ranks": len(ranks),
-        "l4.ingest.state": "done",
-        "l4.ingest.updated": now,
-        "l4.ingest.files": summary.files,
-        "l4.ingest.source": source,
-        "l4.ingest.events_docs": summary.events_docs,
-        "l4.ingest.lines_docs": summary.lines_docs,
-        "l4.job.registered": now,
+        F.JOB_PROGRESS_NODES: sorted(n for n, r in rollups.items() if r.last_iteration is not None),
+        F.JOB_NODE_COUNT: len(rollups),
+        F.JOB_LINES: summary.lines,
+        F.JOB_RANKS: len(ranks),
+        F.INGEST_STATE: "done",
+        F.INGEST_UPDATED: now,
+        F.INGEST_FILES: summary.files,
+        F.INGEST_SOURCE: source,
+        F.INGEST_EVENTS_DOCS: summary.events_docs,
+        F.INGEST_LINES_DOCS: summary.lines_docs,
+        F.JOB_REGISTERED: now,
         # Per template [occurrences, nodes]: what a later diagnosis needs of this job as a
         # baseline, read with the job document instead of an aggregation over its rollups.
-        "l4.job.template_stats": {t: [n, node_counts[t]] for t, n in totals.items()},
-        "l4.job.iterations": (
+        F.JOB_TEMPLATE_STATS: {t: [n, node_counts[t]] for t, n in totals.items()},
+        F.JOB_ITERATIONS: (
             max(iterations) - first_iteration + 1
             if iterations and first_iteration is not None
             else 0
         ),
         # Whether the job came with system logs, and which templates only they printed: a
         # baseline without kernel logs says nothing about a kernel line's absence.
-        "l4.job.system_logs": system_logs,
-        "l4.job.system_templates": sorted(set(totals) - from_rank_logs),
-        "l4.job.skipped_files": summary.skipped_files,
+        F.JOB_SYSTEM_LOGS: system_logs,
+        F.JOB_SYSTEM_TEMPLATES: sorted(set(totals) - from_rank_logs),
+        F.JOB_SKIPPED_FILES: summary.skipped_files,
     }
     if summary.progress is not None:
-        job_doc["l4.ingest.progress"] = {**summary.progress.fields(), "updated": now}
+        job_doc[F.INGEST_PROGRESS] = {**summary.progress.fields(), "updated": now}
     if summary.problems:
-        job_doc["l4.ingest.problems"] = "\n".join(summary.problems[:100])
+        job_doc[F.INGEST_PROBLEMS] = "\n".join(summary.problems[:100])
     if times:
-        job_doc["@timestamp"] = job_doc["l4.job.start_ts"] = min(times)
-        job_doc["l4.job.end_ts"] = max(ends)
+        job_doc["@timestamp"] = job_doc[F.JOB_START_TS] = min(times)
+        job_doc[F.JOB_END_TS] = max(ends)
 
     def build(existing: dict[str, Any]) -> dict[str, Any]:
         # Keep what the analysis service recorded about this job, and a status registered with
         # `l4 job register` when neither job.yaml nor a flag gives one. New logs (another
         # source) make a finished analysis due again; an unchanged re-ingest does not.
-        before = source_field(existing, "l4.ingest.source") or source_field(
-            existing, "l4.ingest.generation"
+        before = source_field(existing, F.INGEST_SOURCE) or source_field(
+            existing, F.INGEST_GENERATION
         )
         grown = before not in (None, source)
         new = dict(job_doc)
         for k, v in existing.items():
-            if k.startswith("l4.analysis.") and not (
-                grown and k in ("l4.analysis.state", "l4.analysis.version")
+            if k.startswith(F.ANALYSIS + ".") and not (
+                grown and k in (F.ANALYSIS_STATE, F.ANALYSIS_VERSION)
             ):
                 new[k] = v
-        registered = source_field(existing, "l4.job.status")
+        registered = source_field(existing, F.JOB_STATUS)
         if meta.status == "unknown" and registered:
-            new["l4.job.status"] = registered
+            new[F.JOB_STATUS] = registered
         return new
 
     generations.complete(store, meta.id, generation, build)
@@ -606,10 +605,10 @@ def _begin(store: Store, meta: JobMeta, files: int) -> str:
         meta.id,
         files=files,
         new_job={
-            "l4.job.id": meta.id,
-            "l4.job.status": meta.status,
-            "l4.job.fingerprint": meta.fingerprint,
-            "l4.job.config": meta.config,
+            F.JOB_ID: meta.id,
+            F.JOB_STATUS: meta.status,
+            F.JOB_FINGERPRINT: meta.fingerprint,
+            F.JOB_CONFIG: meta.config,
         },
     )
 
@@ -631,40 +630,40 @@ def _event_doc(
         "message": group.message[:8191],
         "host.name": node,
         "log.file.path": group.path,
-        "l4.job.id": job_id,
-        "l4.template.id": template.id,
-        "l4.template.text": template.text,
-        "l4.count": group.count,
-        "l4.first_pos": group.first_pos,
-        "l4.last_pos": group.last_pos,
-        "l4.ranks": set(group.ranks),
-        "l4.stage": stage,
-        "l4.generation": generation,
-        "l4.bucket": f"it:{start}+{span}" if start is not None else f"stage:{stage}",
+        F.JOB_ID: job_id,
+        F.TEMPLATE_ID: template.id,
+        F.TEMPLATE_TEXT: template.text,
+        F.COUNT: group.count,
+        F.FIRST_POS: group.first_pos,
+        F.LAST_POS: group.last_pos,
+        F.RANKS: set(group.ranks),
+        F.STAGE: stage,
+        F.GENERATION: generation,
+        F.BUCKET: f"it:{start}+{span}" if start is not None else f"stage:{stage}",
     }
     if kind.level:
         doc["log.level"] = kind.level
     if start is not None:
-        doc["l4.iteration"] = start
-        doc["l4.iteration_span"] = span
+        doc[F.ITERATION] = start
+        doc[F.ITERATION_SPAN] = span
     if group.seconds_n:
         doc[_SECONDS] = (group.seconds_ns, group.seconds_n)
     if first_ms is not None:
-        doc["@timestamp"] = doc["l4.first_ts"] = first_ms
+        doc["@timestamp"] = doc[F.FIRST_TS] = first_ms
     if last_ms is not None:
-        doc["l4.last_ts"] = last_ms
+        doc[F.LAST_TS] = last_ms
     return doc
 
 
 def _merge(doc: dict[str, Any], group: Group, first_ms: int | None, last_ms: int | None) -> None:
-    doc["l4.count"] += group.count
+    doc[F.COUNT] += group.count
     if group.seconds_n:
         total_ns, n = doc.get(_SECONDS, (0, 0))
         doc[_SECONDS] = (total_ns + group.seconds_ns, n + group.seconds_n)
-    doc["l4.ranks"] |= group.ranks
-    doc["l4.first_pos"] = min(doc["l4.first_pos"], group.first_pos)
-    doc["l4.last_pos"] = max(doc["l4.last_pos"], group.last_pos)
-    if first_ms is not None and (doc.get("l4.first_ts") is None or first_ms < doc["l4.first_ts"]):
-        doc["@timestamp"] = doc["l4.first_ts"] = first_ms
-    if last_ms is not None and (doc.get("l4.last_ts") is None or last_ms > doc["l4.last_ts"]):
-        doc["l4.last_ts"] = last_ms
+    doc[F.RANKS] |= group.ranks
+    doc[F.FIRST_POS] = min(doc[F.FIRST_POS], group.first_pos)
+    doc[F.LAST_POS] = max(doc[F.LAST_POS], group.last_pos)
+    if first_ms is not None and (doc.get(F.FIRST_TS) is None or first_ms < doc[F.FIRST_TS]):
+        doc["@timestamp"] = doc[F.FIRST_TS] = first_ms
+    if last_ms is not None and (doc.get(F.LAST_TS) is None or last_ms > doc[F.LAST_TS]):
+        doc[F.LAST_TS] = last_ms

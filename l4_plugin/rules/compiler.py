@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from l4_plugin.rules.model import FieldMatcher, Selection
+from l4_plugin.store import fields as F
 
 Query = dict[str, Any]
 TemplateResolver = Callable[[FieldMatcher], Sequence[str]]
@@ -25,16 +26,16 @@ LINE_FIELDS = {
     "message": "message.keyword",
     "log.level": "log.level",
     "host.name": "host.name",
-    "l4.stage": "l4.stage",
-    "l4.rank": "l4.rank",
-    "l4.iteration": "l4.iteration",
-    "l4.template.id": "l4.template.id",
+    F.STAGE: F.STAGE,
+    F.RANK: F.RANK,
+    F.ITERATION: F.ITERATION,
+    F.TEMPLATE_ID: F.TEMPLATE_ID,
     "log.file.path": "log.file.path",
 }
-TEMPLATE_TEXT_FIELD = "l4.template.text"
+TEMPLATE_TEXT_FIELD = F.TEMPLATE_TEXT
 _LUCENE_RESERVED = set('@&<>#~"')
 _RANGE_OPS = {"gt": "gt", "gte": "gte", "lt": "lt", "lte": "lte"}
-MATCH_NOTHING: Query = {"terms": {"l4.template.id": []}}
+MATCH_NOTHING: Query = {"terms": {F.TEMPLATE_ID: []}}
 
 
 class RegexTranslationError(ValueError):
@@ -230,7 +231,7 @@ def matcher_query(
     """
     if matcher.field == "template":
         ids = sorted(set(resolve(matcher)))
-        return {"terms": {"l4.template.id": ids}} if ids else MATCH_NOTHING
+        return {"terms": {F.TEMPLATE_ID: ids}} if ids else MATCH_NOTHING
     return _combine(
         [_resolved_or_direct(matcher, v, resolve_value) for v in matcher.values], matcher.all_
     )
@@ -267,7 +268,7 @@ def facts_aggregations(queries: Mapping[str, Query]) -> dict[str, Any]:
 
 def job_filter(job_id: str) -> Query:
     """The clause that restricts any l4 index to one job."""
-    return {"term": {"l4.job.id": job_id}}
+    return {"term": {F.JOB_ID: job_id}}
 
 
 def candidate_query(scope: Query, queries: Mapping[str, Query]) -> Query:
@@ -309,7 +310,7 @@ def samples_body(
                         "top_hits": {
                             "size": size,
                             "sort": [{"@timestamp": {"order": "asc", "missing": "_last"}}],
-                            "_source": ["message", "host.name", "l4.rank", "@timestamp"],
+                            "_source": ["message", "host.name", F.RANK, "@timestamp"],
                         }
                     }
                 },

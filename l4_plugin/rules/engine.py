@@ -40,6 +40,7 @@ from l4_plugin.rules.port import RuleStorePort
 from l4_plugin.rules.render import render
 from l4_plugin.rules.resolver import MessageResolver, TextValue, needs_resolution
 from l4_plugin.rules.schema import SEVERITIES
+from l4_plugin.store import fields as F
 from l4_plugin.store import generations
 
 _NODE_SOURCE = [{"node": {"terms": {"field": "host.name"}}}]
@@ -186,7 +187,7 @@ class JobFacts:
         if matcher not in self._templates:
             buckets = self.store.composite(
                 self.store.names.templates,
-                [{"id": {"terms": {"field": "l4.template.id"}}}],
+                [{"id": {"terms": {"field": F.TEMPLATE_ID}}}],
                 query=template_text_query(matcher),
             )
             self._templates[matcher] = [str(b["key"]["id"]) for b in buckets]
@@ -209,7 +210,7 @@ class JobFacts:
     def node_last_ts(self) -> dict[str, float]:
         """Last time each node logged: ``l4-events`` rollups, or ``l4-lines`` if there are none."""
         if self._last_ts is None:
-            last = self._node_max(self.store.names.events, "l4.last_ts")
+            last = self._node_max(self.store.names.events, F.LAST_TS)
             self._last_ts = last or self._node_max(self.store.names.lines, "@timestamp")
         return self._last_ts
 
@@ -234,7 +235,7 @@ class JobFacts:
         src = self._job_source()
         if src is None:
             return None
-        nodes = src.get("l4.job.nodes", src.get("l4", {}).get("job", {}).get("nodes"))
+        nodes = src.get(F.JOB_NODES, src.get(F.ROOT, {}).get("job", {}).get("nodes"))
         return [str(n) for n in nodes] if isinstance(nodes, list) and nodes else None
 
     def total_nodes(self) -> int:
@@ -281,7 +282,7 @@ class JobFacts:
                     "bool": {
                         "filter": [
                             self.scope,
-                            {"range": {"l4.last_ts": {"gt": int(cutoff)}}},
+                            {"range": {F.LAST_TS: {"gt": int(cutoff)}}},
                         ]
                     }
                 },
@@ -298,7 +299,7 @@ class JobFacts:
             self.store.names.events,
             _NODE_SOURCE,
             query={"bool": {"filter": [self.scope, {"terms": {"host.name": quiet}}]}},
-            aggs={"last": {"max": {"field": "l4.last_ts"}}},
+            aggs={"last": {"max": {"field": F.LAST_TS}}},
             page_size=_NODE_PAGE,
         ):
             ts = _seconds(bucket["last"]["value"])
@@ -310,8 +311,8 @@ class JobFacts:
         """The job's last ``l4.last_ts`` in ``l4-events`` (epoch ms), None without rollups."""
         body = {
             "size": 1,
-            "query": {"bool": {"filter": [self.scope, {"exists": {"field": "l4.last_ts"}}]}},
-            "sort": [{"l4.last_ts": {"order": "desc"}}],
+            "query": {"bool": {"filter": [self.scope, {"exists": {"field": F.LAST_TS}}]}},
+            "sort": [{F.LAST_TS: {"order": "desc"}}],
             "_source": False,
         }
         try:
@@ -409,7 +410,7 @@ def _sample_rows(response: Mapping[str, Any], name: str) -> tuple[dict[str, Any]
     for hit in hits.get("hits", {}).get("hits", []):
         src = hit.get("_source", {})
         host = src.get("host", {}).get("name") if "host" in src else src.get("host.name")
-        rank = src.get("l4", {}).get("rank") if "l4" in src else src.get("l4.rank")
+        rank = src.get(F.ROOT, {}).get("rank") if F.ROOT in src else src.get(F.RANK)
         rows.append(
             {
                 "message": src.get("message", ""),

@@ -19,6 +19,7 @@ from l4_plugin.errors import L4Error, StoreError
 from l4_plugin.records import Level
 from l4_plugin.rules.compiler import job_filter
 from l4_plugin.rules.port import RuleStorePort
+from l4_plugin.store import fields as F
 from l4_plugin.store import generations
 from l4_plugin.store.documents import source_field
 
@@ -68,7 +69,7 @@ def _scope(store: RuleStorePort, job_id: str) -> dict[str, Any]:
 
 
 def _template(store: RuleStorePort, template_id: str) -> dict[str, Any]:
-    body = {"size": 1, "query": {"term": {"l4.template.id": template_id}}}
+    body = {"size": 1, "query": {"term": {F.TEMPLATE_ID: template_id}}}
     hits = _hits(store, store.names.templates, body)
     return dict(hits[0].get("_source", {})) if hits else {}
 
@@ -77,10 +78,10 @@ def _first_line(store: RuleStorePort, job_id: str, template_id: str) -> dict[str
     body = {
         "size": 1,
         "query": {
-            "bool": {"filter": [_scope(store, job_id), {"term": {"l4.template.id": template_id}}]}
+            "bool": {"filter": [_scope(store, job_id), {"term": {F.TEMPLATE_ID: template_id}}]}
         },
         "sort": [{"@timestamp": {"order": "asc", "missing": "_last"}}],
-        "_source": ["message", "log.level", "l4.stage", "host.name"],
+        "_source": ["message", "log.level", F.STAGE, "host.name"],
     }
     hits = _hits(store, store.names.lines, body)
     return dict(hits[0].get("_source", {})) if hits else {}
@@ -90,18 +91,18 @@ def _event(
     store: RuleStorePort, job_id: str, template_id: str, text: str | None, nodes: list[str]
 ) -> dict[str, Any] | None:
     template = _template(store, template_id)
-    text = text or source_field(template, "l4.template.text")
+    text = text or source_field(template, F.TEMPLATE_TEXT)
     if not isinstance(text, str) or not text:
         return None
     line = _first_line(store, job_id, template_id)
     event: dict[str, Any] = {"template": text, "template_id": template_id, "nodes": nodes}
-    level = source_field(template, "l4.template.level") or source_field(line, "log.level")
+    level = source_field(template, F.TEMPLATE_LEVEL) or source_field(line, "log.level")
     if isinstance(level, str) and level:
         event["level"] = level
     sample = source_field(line, "message")
     if isinstance(sample, str) and sample:
         event["sample"] = sample
-    stage = source_field(line, "l4.stage")
+    stage = source_field(line, F.STAGE)
     if isinstance(stage, str) and stage:
         event["stage"] = stage
     if not nodes and isinstance(source_field(line, "host.name"), str):
@@ -112,8 +113,8 @@ def _event(
 def _annotations(store: RuleStorePort, job_id: str, kind: str, size: int) -> list[dict[str, Any]]:
     body = {
         "size": size,
-        "query": {"bool": {"filter": [job_filter(job_id), {"term": {"l4.annotation.kind": kind}}]}},
-        "sort": [{"l4.annotation.rank": {"order": "asc", "missing": "_last"}}],
+        "query": {"bool": {"filter": [job_filter(job_id), {"term": {F.ANNOTATION_KIND: kind}}]}},
+        "sort": [{F.ANNOTATION_RANK: {"order": "asc", "missing": "_last"}}],
     }
     return [dict(h.get("_source", {})) for h in _hits(store, store.names.annotations, body)]
 
@@ -121,11 +122,11 @@ def _annotations(store: RuleStorePort, job_id: str, kind: str, size: int) -> lis
 def _from_annotations(store: RuleStorePort, job_id: str) -> dict[str, Any] | None:
     events: list[dict[str, Any]] = []
     for ann in _annotations(store, job_id, "event", 4 * MAX_EVENTS):
-        template_id = source_field(ann, "l4.template.id") or source_field(ann, "l4.annotation.key")
+        template_id = source_field(ann, F.TEMPLATE_ID) or source_field(ann, F.ANNOTATION_KEY)
         if not isinstance(template_id, str):
             continue
-        nodes = [str(n) for n in source_field(ann, "l4.annotation.nodes") or []]
-        text = source_field(ann, "l4.template.text")
+        nodes = [str(n) for n in source_field(ann, F.ANNOTATION_NODES) or []]
+        text = source_field(ann, F.TEMPLATE_TEXT)
         event = _event(store, job_id, template_id, text if isinstance(text, str) else None, nodes)
         if event is not None:
             explanation = source_field(ann, "message")
@@ -138,13 +139,13 @@ def _from_annotations(store: RuleStorePort, job_id: str) -> dict[str, Any] | Non
         return None
     facts: dict[str, Any] = {"job_id": job_id, "events": events}
     stages = _annotations(store, job_id, "stage", 1)
-    stage = source_field(stages[0], "l4.stage") if stages else None
+    stage = source_field(stages[0], F.STAGE) if stages else None
     if isinstance(stage, str) and stage:
         facts["stage"] = stage
     suspects = [
         str(n)
         for ann in _annotations(store, job_id, "node", 5)
-        for n in (source_field(ann, "l4.annotation.nodes") or [])
+        for n in (source_field(ann, F.ANNOTATION_NODES) or [])
     ]
     if suspects:
         facts["suspect_nodes"] = suspects
@@ -163,7 +164,7 @@ def _from_lines(store: RuleStorePort, job_id: str) -> dict[str, Any] | None:
         "aggs": {
             "t": {
                 # One shard per L4 index, so ascending counts are exact.
-                "terms": {"field": "l4.template.id", "size": 1000, "order": {"_count": "asc"}},
+                "terms": {"field": F.TEMPLATE_ID, "size": 1000, "order": {"_count": "asc"}},
                 "aggs": {
                     "first": {"min": {"field": "@timestamp"}},
                     "nodes": {"terms": {"field": "host.name", "size": 20}},

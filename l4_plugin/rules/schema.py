@@ -19,6 +19,7 @@ from l4_plugin.rules.compiler import RegexTranslationError, python_re_to_lucene
 from l4_plugin.rules.condition import ConditionSyntaxError, Expr, parse_condition
 from l4_plugin.rules.model import FieldMatcher, Rule, RuleTest, Selection, Silence
 from l4_plugin.rules.render import TemplateProblem, check_template
+from l4_plugin.store import fields as F
 
 CATEGORIES = FAULT_CATEGORIES
 SEVERITIES = ("info", "low", "medium", "high", "critical")
@@ -30,13 +31,13 @@ FIELDS = (
     "template",
     "log.level",
     "host.name",
-    "l4.stage",
-    "l4.rank",
-    "l4.iteration",
-    "l4.template.id",
+    F.STAGE,
+    F.RANK,
+    F.ITERATION,
+    F.TEMPLATE_ID,
     "log.file.path",
 )
-NUMERIC_FIELDS = ("l4.rank", "l4.iteration")
+NUMERIC_FIELDS = (F.RANK, F.ITERATION)
 KIND_MODIFIERS = ("contains", "startswith", "endswith", "re", "gt", "gte", "lt", "lte")
 FLAG_MODIFIERS = ("all", "cased")
 MODIFIERS = KIND_MODIFIERS + FLAG_MODIFIERS
@@ -174,7 +175,7 @@ def _matcher(
         c.add(kp, f"modifier {kind!r} needs a text field; {field!r} is numeric (use gt/gte/lt/lte)")
         ok = False
     if not numeric and kind in NUMERIC_KINDS and field in FIELDS:
-        c.add(kp, f"modifier {kind!r} needs a numeric field (l4.rank, l4.iteration)")
+        c.add(kp, f"modifier {kind!r} needs a numeric field ({F.RANK}, {F.ITERATION})")
         ok = False
     if numeric and "cased" in flags:
         c.add(kp, f"modifier 'cased' has no meaning on numeric field {field!r}")

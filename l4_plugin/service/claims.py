@@ -31,17 +31,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from l4_plugin.store import Store, generations
+from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
 from l4_plugin.store.jobdoc import update_job
 
-STATE = "l4.analysis.state"
-OWNER = "l4.analysis.claimed_by"
-LEASE = "l4.analysis.lease_until"
-ATTEMPTS = "l4.analysis.attempts"
-ERROR = "l4.analysis.error"
-UPDATED = "l4.analysis.updated"
-VERSION = "l4.analysis.version"
-CHECKPOINT = "l4.analysis.watch_checkpoint"
+STATE = F.ANALYSIS_STATE
+OWNER = F.ANALYSIS_CLAIMED_BY
+LEASE = F.ANALYSIS_LEASE_UNTIL
+ATTEMPTS = F.ANALYSIS_ATTEMPTS
+ERROR = F.ANALYSIS_ERROR
+UPDATED = F.ANALYSIS_UPDATED
+VERSION = F.ANALYSIS_VERSION
+CHECKPOINT = F.ANALYSIS_WATCH_CHECKPOINT
 
 _ERROR_CHARS = 8000
 
@@ -97,7 +98,7 @@ def _int(value: Any) -> int:
 def pending_reason(source: dict[str, Any], policy: ClaimPolicy, now: int) -> str | None:
     """Why the job's analysis is due (``new``, ``released``, ``retry``, ``outdated``,
     ``lease-expired``), or None when it is not (not failed, not ingested, done, or claimed)."""
-    if source_field(source, "l4.job.status") != "failed":
+    if source_field(source, F.JOB_STATUS) != "failed":
         return None
     if not generations.has_complete(source):
         return None
@@ -121,7 +122,7 @@ def discovery_query(policy: ClaimPolicy, now: int) -> dict[str, Any]:
     return {
         "bool": {
             "filter": [
-                {"term": {"l4.job.status": "failed"}},
+                {"term": {F.JOB_STATUS: "failed"}},
                 # A re-ingest in progress (or dead) leaves the last complete generation readable
                 generations.complete_clause(),
             ],
@@ -161,14 +162,14 @@ def find_pending(store: Store, policy: ClaimPolicy, *, limit: int) -> list[tuple
     body = {
         "size": limit,
         "query": discovery_query(policy, now),
-        "sort": [{"l4.job.registered": {"order": "asc", "unmapped_type": "date"}}],
+        "sort": [{F.JOB_REGISTERED: {"order": "asc", "unmapped_type": "date"}}],
     }
     hits = store.search(store.names.jobs, body)["hits"]["hits"]
     found: list[tuple[str, str]] = []
     for hit in hits:
         reason = pending_reason(hit["_source"], policy, now)
         if reason is not None:
-            found.append((str(source_field(hit["_source"], "l4.job.id")), reason))
+            found.append((str(source_field(hit["_source"], F.JOB_ID)), reason))
     return found
 
 

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from l4_plugin.display import safe_text
+from l4_plugin.store import fields as F
 
 LOGGER_NAME = "l4.service"
 
@@ -39,7 +40,7 @@ class JsonFormatter(logging.Formatter):
         if event:
             doc["event.action"] = event
         for key, value in fields.items():
-            doc[f"l4.{key}"] = value
+            doc[f"{F.ROOT}.{key}"] = value
         if record.exc_info:
             doc["error.stack_trace"] = self.formatException(record.exc_info)
         return json.dumps(doc, default=str)

@@ -15,6 +15,7 @@ from l4_plugin.errors import ConfigError
 from l4_plugin.jobid import check_job_id
 from l4_plugin.service.claims import now_ms, update_job
 from l4_plugin.store import ConflictError, Store, generations
+from l4_plugin.store import fields as F
 from l4_plugin.store.documents import job_doc_id, source_field
 
 JOB_STATUSES = ("running", "failed", "succeeded", "unknown")
@@ -40,20 +41,20 @@ class JobState:
 
     @classmethod
     def from_source(cls, source: dict[str, Any]) -> JobState:
-        attempts = source_field(source, "l4.analysis.attempts")
+        attempts = source_field(source, F.ANALYSIS_ATTEMPTS)
         return cls(
-            job_id=str(source_field(source, "l4.job.id")),
-            status=str(source_field(source, "l4.job.status") or "unknown"),
-            fingerprint=source_field(source, "l4.job.fingerprint"),
-            ingest=source_field(source, "l4.ingest.state"),
-            analysis=source_field(source, "l4.analysis.state"),
+            job_id=str(source_field(source, F.JOB_ID)),
+            status=str(source_field(source, F.JOB_STATUS) or "unknown"),
+            fingerprint=source_field(source, F.JOB_FINGERPRINT),
+            ingest=source_field(source, F.INGEST_STATE),
+            analysis=source_field(source, F.ANALYSIS_STATE),
             attempts=int(attempts) if isinstance(attempts, int | float) else 0,
-            claimed_by=source_field(source, "l4.analysis.claimed_by"),
-            error=source_field(source, "l4.analysis.error"),
-            version=source_field(source, "l4.analysis.version"),
+            claimed_by=source_field(source, F.ANALYSIS_CLAIMED_BY),
+            error=source_field(source, F.ANALYSIS_ERROR),
+            version=source_field(source, F.ANALYSIS_VERSION),
             generation=generations.complete_generation(source),
             writing=generations.writing(source),
-            progress=_mapping(source_field(source, "l4.ingest.progress")),
+            progress=_mapping(source_field(source, F.INGEST_PROGRESS)),
         )
 
 
@@ -78,13 +79,13 @@ def register_job(
     now = now_ms()
     doc: dict[str, Any] = {
         "@timestamp": now,
-        "l4.job.id": job_id,
-        "l4.job.status": status,
-        "l4.job.source": "registered",
-        "l4.job.registered": now,
+        F.JOB_ID: job_id,
+        F.JOB_STATUS: status,
+        F.JOB_SOURCE: "registered",
+        F.JOB_REGISTERED: now,
     }
     if fingerprint:
-        doc["l4.job.fingerprint"] = fingerprint
+        doc[F.JOB_FINGERPRINT] = fingerprint
     try:
         written = store.put(store.names.jobs, job_doc_id(job_id), doc, create=True, refresh=True)
         return JobState.from_source(written.source), True
@@ -102,9 +103,9 @@ def set_status(
     check_job_id(job_id, "job id")
 
     def change(source: dict[str, Any]) -> dict[str, Any]:
-        source["l4.job.status"] = status
+        source[F.JOB_STATUS] = status
         if fingerprint:
-            source["l4.job.fingerprint"] = fingerprint
+            source[F.JOB_FINGERPRINT] = fingerprint
         return source
 
     written = update_job(store, job_id, change)

@@ -43,6 +43,7 @@ from l4_plugin.service.claims import Claim, ClaimPolicy
 from l4_plugin.service.health import Metrics
 from l4_plugin.service.logs import log
 from l4_plugin.store import ConflictError, Store, generations
+from l4_plugin.store import fields as F
 from l4_plugin.store.documents import annotation_document, annotation_id, job_doc_id, source_field
 
 DAY_MS = 86_400_000
@@ -392,7 +393,7 @@ def release_current(ctx: TaskContext) -> str | None:
 
 # -- watch -----------------------------------------------------------------------------------
 def _mark(source: dict[str, Any]) -> int | None:
-    for name in ("l4.job.end_ts", "l4.ingest.updated"):
+    for name in (F.JOB_END_TS, F.INGEST_UPDATED):
         value = source_field(source, name)
         if isinstance(value, int | float):
             return int(value)
@@ -410,12 +411,12 @@ def watch(ctx: TaskContext) -> int:
         "query": {
             "bool": {
                 "filter": [
-                    {"term": {"l4.job.status": "running"}},
+                    {"term": {F.JOB_STATUS: "running"}},
                     generations.complete_clause(),
                 ]
             }
         },
-        "sort": [{"l4.job.registered": {"order": "asc", "unmapped_type": "date"}}],
+        "sort": [{F.JOB_REGISTERED: {"order": "asc", "unmapped_type": "date"}}],
     }
     matched = 0
     for hit in store.search(store.names.jobs, body)["hits"]["hits"]:
@@ -426,7 +427,7 @@ def watch(ctx: TaskContext) -> int:
         checkpoint = source_field(source, claims.CHECKPOINT)
         if mark is not None and isinstance(checkpoint, int | float) and mark <= checkpoint:
             continue
-        if watch_job(ctx, str(source_field(source, "l4.job.id"))):
+        if watch_job(ctx, str(source_field(source, F.JOB_ID))):
             matched += 1
     return matched
 
@@ -436,7 +437,7 @@ def watch_job(ctx: TaskContext, job_id: str) -> bool:
     running (or changed) meanwhile — the next round sees the new state."""
     store = ctx.store
     doc = store.get(store.names.jobs, job_doc_id(job_id))
-    if doc is None or source_field(doc.source, "l4.job.status") != "running":
+    if doc is None or source_field(doc.source, F.JOB_STATUS) != "running":
         return False
     matches = match_job(store, job_id, ctx.rules)
     source = dict(doc.source)
@@ -476,8 +477,8 @@ def watch_job(ctx: TaskContext, job_id: str) -> bool:
         {
             "bool": {
                 "filter": [
-                    {"term": {"l4.job.id": job_id}},
-                    {"term": {"l4.annotation.kind": "rule_match"}},
+                    {"term": {F.JOB_ID: job_id}},
+                    {"term": {F.ANNOTATION_KIND: "rule_match"}},
                 ],
                 "must_not": [{"ids": {"values": [d for d, _ in docs]}}],
             }
@@ -506,18 +507,18 @@ def _annotated_rules(store: Store, job_id: str) -> set[str]:
         return set()
     body = {
         "size": 1000,
-        "_source": ["l4.rule.id"],
+        "_source": [F.RULE_ID],
         "query": {
             "bool": {
                 "filter": [
-                    {"term": {"l4.job.id": job_id}},
-                    {"term": {"l4.annotation.kind": "rule_match"}},
+                    {"term": {F.JOB_ID: job_id}},
+                    {"term": {F.ANNOTATION_KIND: "rule_match"}},
                 ]
             }
         },
     }
     hits = store.search(index, body)["hits"]["hits"]
-    return {str(source_field(h["_source"], "l4.rule.id")) for h in hits}
+    return {str(source_field(h["_source"], F.RULE_ID)) for h in hits}
 
 
 # -- retention -------------------------------------------------------------------------------
@@ -533,9 +534,9 @@ def retention(ctx: TaskContext) -> int:
         "size": _SCAN,
         "query": {
             "bool": {
-                "filter": [{"range": {"l4.ingest.updated": {"lt": cutoff}}}],
+                "filter": [{"range": {F.INGEST_UPDATED: {"lt": cutoff}}}],
                 "must_not": [
-                    {"exists": {"field": "l4.retention.purged"}},
+                    {"exists": {"field": F.RETENTION_PURGED}},
                     {"terms": {claims.STATE: ["running", "pending"]}},
                 ],
             }
@@ -546,17 +547,17 @@ def retention(ctx: TaskContext) -> int:
         if ctx.stop.is_set():
             break
         source = hit["_source"]
-        job_id = str(source_field(source, "l4.job.id"))
+        job_id = str(source_field(source, F.JOB_ID))
         policy = ctx.policy
         if claims.pending_reason(source, policy, claims.now_ms()) is not None:
             continue  # a failed job still waiting for its analysis keeps its data
-        query = {"term": {"l4.job.id": job_id}}
+        query = {"term": {F.JOB_ID: job_id}}
         deleted = store.delete_by_query(store.names.events, query)
         deleted += store.delete_by_query(store.names.lines, query)
 
         def change(src: dict[str, Any], n: int = deleted) -> dict[str, Any]:
-            src["l4.retention.purged"] = claims.now_ms()
-            src["l4.retention.deleted_docs"] = n
+            src[F.RETENTION_PURGED] = claims.now_ms()
+            src[F.RETENTION_DELETED_DOCS] = n
             return src
 
         claims.update_job(store, job_id, change)

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from l4_plugin.records import Finding
+from l4_plugin.store import fields as F
 
 
 def job_doc_id(job_id: str) -> str:
@@ -49,32 +50,32 @@ def annotation_document(
     doc: dict[str, Any] = {
         "@timestamp": created_ms,
         "message": finding.explanation[:8191],
-        "l4.job.id": finding.job_id,
-        "l4.annotation.kind": finding.kind,
-        "l4.annotation.key": finding.key,
-        "l4.annotation.score": float(finding.score),
-        "l4.annotation.rank": int(finding.rank),
-        "l4.annotation.reasons": list(finding.reasons),
-        "l4.annotation.nodes": list(finding.nodes),
-        "l4.analyzer.version": analyzer_version,
-        "l4.review.state": finding.review,
+        F.JOB_ID: finding.job_id,
+        F.ANNOTATION_KIND: finding.kind,
+        F.ANNOTATION_KEY: finding.key,
+        F.ANNOTATION_SCORE: float(finding.score),
+        F.ANNOTATION_RANK: int(finding.rank),
+        F.ANNOTATION_REASONS: list(finding.reasons),
+        F.ANNOTATION_NODES: list(finding.nodes),
+        F.ANALYZER_VERSION: analyzer_version,
+        F.REVIEW_STATE: finding.review,
     }
     if finding.nodes:
         doc["host.name"] = finding.nodes[0]
     if finding.template_id is not None:
-        doc["l4.template.id"] = finding.template_id
+        doc[F.TEMPLATE_ID] = finding.template_id
     if template_text is not None:
-        doc["l4.template.text"] = template_text[:8191]
+        doc[F.TEMPLATE_TEXT] = template_text[:8191]
     if finding.iteration is not None:
-        doc["l4.iteration"] = finding.iteration
+        doc[F.ITERATION] = finding.iteration
     if finding.stage is not None:
-        doc["l4.stage"] = finding.stage
+        doc[F.STAGE] = finding.stage
     if finding.rule_id is not None:
-        doc["l4.rule.id"] = finding.rule_id
+        doc[F.RULE_ID] = finding.rule_id
         for key, value in (rule or {}).items():
-            doc[f"l4.rule.{key}"] = value
+            doc[f"{F.RULE}.{key}"] = value
     if discover_url:
-        doc["l4.annotation.discover_url"] = discover_url
+        doc[F.ANNOTATION_DISCOVER_URL] = discover_url
     if details:
-        doc["l4.annotation.details"] = dict(details)
+        doc[F.ANNOTATION_DETAILS] = dict(details)
     return doc

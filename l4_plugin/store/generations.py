@@ -34,16 +34,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from l4_plugin.errors import IngestError
+from l4_plugin.store import fields as F
 from l4_plugin.store.base import ConflictError, Store
 from l4_plugin.store.documents import job_doc_id, source_field
 from l4_plugin.store.jobdoc import update_job
 
-STATE = "l4.ingest.state"
-GENERATION = "l4.ingest.generation"
-SOURCE = "l4.ingest.source"
-SEQUENCE = "l4.ingest.sequence"
-WRITING = "l4.ingest.writing"
-DOC_FIELD = "l4.generation"
+STATE = F.INGEST_STATE
+GENERATION = F.INGEST_GENERATION
+SOURCE = F.INGEST_SOURCE
+SEQUENCE = F.INGEST_SEQUENCE
+WRITING = F.INGEST_WRITING
+DOC_FIELD = F.GENERATION
 # A generation that matches no document: the scope of a job with no complete ingest.
 _NONE = "-"
 
@@ -73,7 +74,7 @@ def scope(job_id: str, source: Mapping[str, Any] | None) -> Query:
     generation: nothing when an ingest began (``writing``), else every document of the job
     (documents written by hand, e.g. a rule's embedded tests).
     """
-    job = {"term": {"l4.job.id": job_id}}
+    job = {"term": {F.JOB_ID: job_id}}
     generation = complete_generation(source) if source is not None else None
     if generation is None and source is not None and _begun(source):
         generation = _NONE
@@ -114,7 +115,7 @@ def _older(
     must_not = [_is(generation)] + ([_is(keep)] if keep is not None else [])
     return {
         "bool": {
-            "filter": [{"term": {"l4.job.id": job_id}}],
+            "filter": [{"term": {F.JOB_ID: job_id}}],
             "must_not": must_not,
             "should": should,
             "minimum_should_match": 1,
@@ -158,7 +159,7 @@ def begin(store: Store, job_id: str, *, files: int, new_job: Mapping[str, Any]) 
         return source
 
     if update_job(store, job_id, change) is None:
-        fresh = change({**new_job, "l4.job.registered": now})
+        fresh = change({**new_job, F.JOB_REGISTERED: now})
         try:
             store.put(store.names.jobs, job_doc_id(job_id), fresh, create=True, refresh=True)
         except ConflictError:  # created meanwhile (a registration, another ingest)
@@ -194,13 +195,13 @@ def complete(
         new[STATE] = "done"
         new[GENERATION] = generation
         new[SEQUENCE] = source_field(source, SEQUENCE)
-        new["l4.ingest.started"] = mine.get("started")
+        new[F.INGEST_STARTED] = mine.get("started")
         new.pop(WRITING, None)
         return new
 
     doc = update_job(store, job_id, change)
     if doc is None:
-        _delete(store, {"bool": {"filter": [{"term": {"l4.job.id": job_id}}, _is(generation)]}})
+        _delete(store, {"bool": {"filter": [{"term": {F.JOB_ID: job_id}}, _is(generation)]}})
         other = superseded[0].get("generation") if superseded else None
         raise IngestError(
             f"ingest of job {job_id!r} superseded: a newer ingest of it "
