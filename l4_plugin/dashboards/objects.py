@@ -603,6 +603,28 @@ class _Builder:
         ]
 
     def dashboard(self) -> Json:
+        panels, refs = self._dashboard_panels()
+        attributes: Json = {
+            "title": DASHBOARD_TITLE,
+            "description": "Suspect nodes, failure-indicating events, suspect iterations, rule "
+            "matches and failed jobs. Choose a job with the Job control.",
+            "panelsJSON": _dumps(panels),
+            "optionsJSON": _dumps({"useMargins": True, "hidePanelTitles": False}),
+            "timeRestore": True,
+            "timeFrom": "now-30d",
+            "timeTo": "now",
+            "refreshInterval": {"pause": True, "value": 0},
+            "version": 1,
+            "kibanaSavedObjectMeta": _search_source("", with_index=False),
+        }
+        if self.flavour == "kibana":
+            attributes["controlGroupInput"] = self._kibana_control_group(refs)
+        else:
+            attributes["hits"] = 0
+        return self._envelope("dashboard", dashboard_id(self.prefix), attributes, refs)
+
+    def _dashboard_panels(self) -> tuple[list[Json], list[Json]]:
+        """The dashboard's panels in grid order, and the references they need."""
         layout: list[tuple[str, str, int, int, int, int]] = [
             ("search", "search-verdicts", 0, 0, 48, 8),
         ] + [(t, n, x, y + 8, w, h) for t, n, x, y, w, h in self._evidence_layout()]
@@ -629,57 +651,44 @@ class _Builder:
                 panel["version"] = "2.11.0"
                 refs.append({"name": f"panel_{key}", "type": type_, "id": self._id(name)})
             panels.append(panel)
-        attributes: Json = {
-            "title": DASHBOARD_TITLE,
-            "description": "Suspect nodes, failure-indicating events, suspect iterations, rule "
-            "matches and failed jobs. Choose a job with the Job control.",
-            "panelsJSON": _dumps(panels),
-            "optionsJSON": _dumps({"useMargins": True, "hidePanelTitles": False}),
-            "timeRestore": True,
-            "timeFrom": "now-30d",
-            "timeTo": "now",
-            "refreshInterval": {"pause": True, "value": 0},
-            "version": 1,
-            "kibanaSavedObjectMeta": _search_source("", with_index=False),
-        }
-        if self.flavour == "kibana":
-            control_id = "job-control"
-            attributes["controlGroupInput"] = {
-                "controlStyle": "oneLine",
-                "chainingSystem": "HIERARCHICAL",
-                "ignoreParentSettingsJSON": _dumps(
-                    {
-                        "ignoreFilters": False,
-                        "ignoreQuery": False,
-                        "ignoreTimerange": False,
-                        "ignoreValidations": False,
-                    }
-                ),
-                "panelsJSON": _dumps(
-                    {
-                        control_id: {
-                            "type": "optionsListControl",
-                            "order": 0,
-                            "grow": True,
-                            "width": "medium",
-                            "explicitInput": {
-                                "id": control_id,
-                                "fieldName": F.JOB_ID,
-                                "title": "Job",
-                                "singleSelect": True,
-                                "selectedOptions": [],
-                            },
-                        }
-                    }
-                ),
+        return panels, refs
+
+    def _kibana_control_group(self, refs: list[Json]) -> Json:
+        """Kibana's control group with the Job options list; appends the data view it reads."""
+        control_id = "job-control"
+        refs.append(
+            {
+                "name": f"controlGroup_{control_id}:optionsListDataView",
+                "type": "index-pattern",
+                "id": self._dv("annotations"),
             }
-            refs.append(
+        )
+        return {
+            "controlStyle": "oneLine",
+            "chainingSystem": "HIERARCHICAL",
+            "ignoreParentSettingsJSON": _dumps(
                 {
-                    "name": f"controlGroup_{control_id}:optionsListDataView",
-                    "type": "index-pattern",
-                    "id": self._dv("annotations"),
+                    "ignoreFilters": False,
+                    "ignoreQuery": False,
+                    "ignoreTimerange": False,
+                    "ignoreValidations": False,
                 }
-            )
-        else:
-            attributes["hits"] = 0
-        return self._envelope("dashboard", dashboard_id(self.prefix), attributes, refs)
+            ),
+            "panelsJSON": _dumps(
+                {
+                    control_id: {
+                        "type": "optionsListControl",
+                        "order": 0,
+                        "grow": True,
+                        "width": "medium",
+                        "explicitInput": {
+                            "id": control_id,
+                            "fieldName": F.JOB_ID,
+                            "title": "Job",
+                            "singleSelect": True,
+                            "selectedOptions": [],
+                        },
+                    }
+                }
+            ),
+        }
