@@ -10,7 +10,7 @@ from l4_plugin.store import fields as F
 from l4_plugin.store.names import INDEX_KINDS
 from l4_plugin.store.templates import load_template
 
-PACKAGE = Path(__file__).resolve().parents[1] / "l4_plugin"
+PACKAGE = Path(__file__).resolve().parents[2] / "l4_plugin"
 # "l4." followed by a name, or a bare "l4." prefix; not "l4_plugin", a URL host or a file name.
 FIELD_LITERAL = re.compile(r"(?<![\w/.-])l4\.(?:[a-z_]|$)")
 # Strings that look like fields and are not: the exported NDJSON's file name, a logger name.

@@ -186,7 +186,7 @@ def test_bad_fields_are_one_line_errors(store: Store) -> None:
 
 
 def test_cli_ingest_from_index_and_full(store: Store, tmp_path: Path) -> None:
-    from tests.test_cli_foundation import run_l4
+    from tests.l4cli import run_l4
 
     env = {
         "L4_ES_URL": store.url,

@@ -17,7 +17,7 @@ from l4_plugin.rules import ingest_snippet, load_rules, match_job
 from l4_plugin.rules.commands import Draft, write_draft
 from l4_plugin.rules.harvest import suggested_rule_id
 from l4_plugin.store import Store
-from tests.test_cli_foundation import run_l4
+from tests.l4cli import run_l4
 
 IB = "2024-05-01 10:02:00 NCCL WARN NET/IB : Got completion from peer 10.0.0.7<1> with error 12"
 WATCHDOG = "2024-05-01 10:12:00 [rank{r}]:[E501] Watchdog caught collective operation timeout: x"

@@ -21,7 +21,7 @@ import yaml
 from l4_plugin.ingest.header import infer_level, normalise_level, parse_header
 from l4_plugin.ingest.index_source import RawFields
 
-INGEST = Path(__file__).resolve().parents[1] / "ingest"
+INGEST = Path(__file__).resolve().parents[2] / "ingest"
 PIPELINE = json.loads((INGEST / "pipelines" / "l4-training-header.json").read_text())
 
 # The standard patterns the pipeline refers to, as in logstash-patterns-core/patterns/legacy/

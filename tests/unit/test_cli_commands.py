@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.test_cli_foundation import run_l4
+from tests.l4cli import run_l4
 
 
 def test_simulate_then_parse_jsonl(tmp_path: Path) -> None:
@@ -72,7 +72,7 @@ def test_rules_check_library_and_broken_rule(tmp_path: Path) -> None:
 def test_dashboards_export_matches_shipped_files(tmp_path: Path) -> None:
     res = run_l4("dashboards", "export", "--out", str(tmp_path))
     assert res.returncode == 0, res.stderr
-    root = Path(__file__).resolve().parent.parent / "kibana_saved_objects"
+    root = Path(__file__).resolve().parents[2] / "kibana_saved_objects"
     for flavour in ("kibana", "opensearch-dashboards"):
         assert (tmp_path / flavour / "l4.ndjson").read_text() == (
             root / flavour / "l4.ndjson"

@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlparse
 import pytest
 from hatchling.builders.wheel import WheelBuilder
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SIMULATOR = ROOT / "simulate"
 
 

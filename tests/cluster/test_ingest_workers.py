@@ -204,7 +204,7 @@ def test_progress_goes_to_the_job_document(store: Store, tmp_path: Path) -> None
 
 
 def test_cli_ingest_on_two_workers_with_full(store: Store, tmp_path: Path) -> None:
-    from tests.test_cli_foundation import run_l4
+    from tests.l4cli import run_l4
 
     env = {
         "L4_ES_URL": store.url,

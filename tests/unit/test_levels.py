@@ -11,7 +11,7 @@ from l4_plugin.analysis.evidence import inferred_level
 from l4_plugin.ingest import header
 from l4_plugin.records import LEVEL_SPELLINGS, Level, level_label
 
-PACKAGE = Path(__file__).resolve().parents[1] / "l4_plugin"
+PACKAGE = Path(__file__).resolve().parents[2] / "l4_plugin"
 # Words that name a level in some log; a collection literal holding two of them is a vocabulary.
 _LEVEL_WORDS = {w for w in LEVEL_SPELLINGS if len(w) > 2}
 # The one module allowed to spell levels in a collection: the vocabulary itself. (The
