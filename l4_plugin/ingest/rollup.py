@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from l4_plugin.ingest.header import parse_time, rank_prefix
 from l4_plugin.ingest.parser import Block, KindSpec, LineKind
-from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
+from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules, digit_shape
 from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
 
 KEEP_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
@@ -398,12 +398,10 @@ class NodeRollup:
                 if role is not NO_ROLE:
                     before = (stage, iteration)
                     if role.iteration is not None:
-                        number = role.iteration.number_of(raw)
+                        number, seconds = role.iteration.read(raw, digit_shape(raw))
                         if number is not None:
                             iteration = number
                         stage, training = "training", True
-                        if role.iteration.seconds:
-                            seconds = role.iteration.seconds_of(raw)
                     elif role.stage is not None:
                         stage = rules.next_stage(stage, role.stage, training)
                         training = training or stage == "training"
