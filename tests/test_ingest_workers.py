@@ -237,7 +237,7 @@ class _Throttling:
         outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the stdlib's name
+            def do_POST(self) -> None:  # the stdlib's name for it
                 raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
                 ops = [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
                 outer.bodies.append(ops)

@@ -124,6 +124,8 @@ def digit_shape(raw: str) -> bytes:
     """``raw`` with every digit made "0", as bytes: ``bytes.translate`` costs a tenth of
     ``str.translate`` on a short line, and UTF-8 holds digit bytes only for digits."""
     return raw.encode("utf-8", "surrogatepass").translate(_DIGIT_BYTES)
+
+
 _BLIND: dict[tuple[re.Pattern[str], ...], bool] = {}
 _DIGIT_CATEGORIES = frozenset(
     {
