@@ -475,7 +475,8 @@ def test_job_records_its_system_log_templates(store: Store, tmp_path: Path) -> N
 def test_iteration_markers_read_by_digit_shape_give_what_the_regexes_give() -> None:
     import re
 
-    from l4_plugin.ingest.stages import IterationRule, StageRules, digit_blind, digit_shape
+    from l4_plugin.ingest.header import digit_shape
+    from l4_plugin.ingest.stages import IterationRule, StageRules, digit_blind
 
     assert digit_blind(re.compile(r"(?i)\bstep\s*(\d+)[\w.]*\s+[^0-9]"))
     assert not digit_blind(re.compile(r"step 1(\d+)"))  # a digit literal
@@ -501,8 +502,8 @@ def test_iteration_markers_read_by_digit_shape_give_what_the_regexes_give() -> N
 
 
 def test_rank_prefixes_read_by_digit_shape_give_what_rank_prefix_gives() -> None:
-    from l4_plugin.ingest import header
-    from l4_plugin.ingest.stages import digit_blind, digit_shape
+    from l4_plugin.ingest import header, hosts
+    from l4_plugin.ingest.stages import digit_blind
 
     patterns = (
         header._RANK_PREFIX,
@@ -511,6 +512,7 @@ def test_rank_prefixes_read_by_digit_shape_give_what_rank_prefix_gives() -> None
         header._KUBECTL,
         header._RAY,
         header._PREFIX_PART,
+        hosts._HOST_LABEL,  # hosts.plan: whether a line names a host, by digit shape
     )
     assert all(digit_blind(p) for p in patterns)
     lines = [
@@ -529,4 +531,4 @@ def test_rank_prefixes_read_by_digit_shape_give_what_rank_prefix_gives() -> None
         "plain line 1",
     ]
     for raw in lines:
-        assert header.rank_prefix_by_shape(raw, digit_shape(raw)) == header.rank_prefix(raw)
+        assert header.rank_prefix_cached(raw) == header.rank_prefix(raw)

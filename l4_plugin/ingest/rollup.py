@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from l4_plugin.ingest.header import parse_time, rank_prefix_by_shape
+from l4_plugin.ingest.header import digit_shape, parse_time, rank_prefix_cached
 from l4_plugin.ingest.parser import Block, KindSpec, LineKind
-from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules, digit_shape
+from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
 from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
 
 KEEP_LEVELS = frozenset({"WARNING", "ERROR", "CRITICAL"})
@@ -332,7 +332,7 @@ class NodeRollup:
                 line_rank = rank
                 prefix_end = 0
                 if kind.rank_prefix:
-                    prefix_rank, prefix_end = rank_prefix_by_shape(raw, digit_shape(raw))
+                    prefix_rank, prefix_end = rank_prefix_cached(raw)
                     if prefix_rank is not None:
                         line_rank = prefix_rank
                 # A line absorbed into the record it continues: a traceback's frames, or the

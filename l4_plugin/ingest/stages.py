@@ -116,16 +116,6 @@ class IterationRule:
 _Spans = tuple[tuple[int, int], tuple[tuple[tuple[int, int], str], ...]]
 #: Digit shapes cached per rule before the cache starts over (a job has a few hundred).
 MAX_SHAPES = 4096
-#: A line's digit shape: its UTF-8 bytes with every ASCII digit made "0" (``digit_shape``).
-_DIGIT_BYTES = bytes.maketrans(b"123456789", b"000000000")
-
-
-def digit_shape(raw: str) -> bytes:
-    """``raw`` with every digit made "0", as bytes: ``bytes.translate`` costs a tenth of
-    ``str.translate`` on a short line, and UTF-8 holds digit bytes only for digits."""
-    return raw.encode("utf-8", "surrogatepass").translate(_DIGIT_BYTES)
-
-
 _BLIND: dict[tuple[re.Pattern[str], ...], bool] = {}
 _DIGIT_CATEGORIES = frozenset(
     {
