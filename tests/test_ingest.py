@@ -532,3 +532,6 @@ def test_rank_prefixes_read_by_digit_shape_give_what_rank_prefix_gives() -> None
     ]
     for raw in lines:
         assert header.rank_prefix_cached(raw) == header.rank_prefix(raw)
+        if raw.startswith("["):  # hosts.plan's shortcut: such a line names no host
+            assert hosts.line_label(raw)[0] is None
+    assert hosts.line_label("[pod/trainer-3/pytorch] x")[0] == "trainer-3"

@@ -100,8 +100,12 @@ def plan(lines: Iterable[str], sample: int = _SAMPLE) -> HostRouter | None:
         seen += 1
         # Most lines name no host: known from the line's digit shape after its first line
         # (``line_label``'s regexes treat all digits alike), a dict lookup instead of regexes.
-        shape = digit_shape(line)
-        unlabelled = _UNLABELLED.get(shape)
+        if line[:1] == "[" and not line.startswith("[pod/"):
+            unlabelled: bool | None = True  # a launcher's "[rank3]:": no host label starts so
+            shape = b""
+        else:
+            shape = digit_shape(line)
+            unlabelled = _UNLABELLED.get(shape)
         host = None if unlabelled else line_label(line)[0]
         if unlabelled is None:
             if len(_UNLABELLED) >= _MAX_SHAPES:
