@@ -188,12 +188,68 @@ def rank_prefix(line: str) -> tuple[int | None, int]:
     A collector's labels before it (:func:`outer_labels`) are skipped; ``(None, end of the
     labels)`` when the line has no rank prefix.
     """
+    return _rank_of(line, _rank_spans(line))
+
+
+#: A line's digit shape: its UTF-8 bytes with every ASCII digit made "0" (``digit_shape``).
+_DIGIT_BYTES = bytes.maketrans(b"123456789", b"000000000")
+
+
+def digit_shape(raw: str) -> bytes:
+    """``raw`` with every digit made "0", as bytes: two lines of one shape differ only in their
+    digits. ``bytes.translate`` costs a tenth of ``str.translate`` on a short line, and UTF-8
+    holds digit bytes only for digits."""
+    return raw.encode("utf-8", "surrogatepass").translate(_DIGIT_BYTES)
+
+
+#: Where ``rank_prefix`` found its rank, by digit shape (``rank_prefix_cached``).
+_RANK_SHAPES: dict[bytes, tuple[int, int, int, int]] = {}
+_MAX_RANK_SHAPES = 65_536
+
+
+def rank_prefix_cached(line: str) -> tuple[int | None, int]:
+    """``rank_prefix(line)``, its regexes run once per digit shape of the line (``digit_shape``).
+    Lines of one shape differ only in their digits, and every test ``rank_prefix`` makes (the
+    prefix regexes, ``isdecimal``, ``isdigit``) treats all digits alike (``tests/test_ingest.py``
+    checks the regexes), so the rank sits at the same span in each of them and only its value is
+    read per line."""
+    if line.startswith("[rank"):
+        # "[rankN]:" alone costs less than the line's shape.
+        end = line.find("]:", 5)
+        if 5 < end < 12 and line[5:end].isdecimal() and line[end + 2 : end + 3] != "[":
+            return int(line[5:end]), end + 2
+    shape = digit_shape(line)
+    spans = _RANK_SHAPES.get(shape)
+    if spans is None:
+        if len(_RANK_SHAPES) >= _MAX_RANK_SHAPES:
+            _RANK_SHAPES.clear()
+        spans = _RANK_SHAPES[shape] = _rank_spans(line)
+    return _rank_of(line, spans)
+
+
+def _rank_spans(line: str) -> tuple[int, int, int, int]:
+    """``(how, start, end, prefix end)`` of the rank in ``line``: how 0 no rank, 1 the number
+    at ``line[start:end]``, 2 the rank of the launcher prefix text ``line[start:end]``."""
     if line.startswith("[rank"):
         # The common case, "[rankN]:" alone, without the regexes (every such line pays this).
         end = line.find("]:", 5)
         if 5 < end < 12 and line[5:end].isdecimal() and line[end + 2 : end + 3] != "[":
-            return int(line[5:end]), end + 2
-    return _rank_at(line, outer_labels(line)[2] if line[:1] in _OUTER_FIRST else 0)
+            return 1, 5, end, end + 2
+    start = outer_labels(line)[2] if line[:1] in _OUTER_FIRST else 0
+    m = _RANK_PREFIX.match(line, start)
+    if m is None:
+        sm = _SRUN_PREFIX.match(line, start)
+        return (1, sm.start(1), sm.end(1), sm.end()) if sm else (0, 0, 0, start)
+    return 2, m.start(1), m.end(1), m.end()
+
+
+def _rank_of(line: str, spans: tuple[int, int, int, int]) -> tuple[int | None, int]:
+    how, a, b, end = spans
+    if how == 1:
+        return int(line[a:b]), end
+    if how == 2:
+        return _prefix_rank(line[a:b]), end
+    return None, end
 
 
 _OUTER_FIRST = frozenset("0123456789[(")
@@ -224,7 +280,11 @@ def _rank_at(line: str, start: int, srun: bool = True) -> tuple[int | None, int]
     if m is None:
         sm = _SRUN_PREFIX.match(line, start) if srun else None
         return (int(sm.group(1)), sm.end()) if sm else (None, start)
-    text = m.group(1)
+    return _prefix_rank(m.group(1)), m.end()
+
+
+def _prefix_rank(text: str) -> int | None:
+    """The rank named by a run of launcher prefixes (the global rank wins)."""
     rank = _PREFIX_RANKS.get(text)
     if rank is None:
         for kind, number, mpi in _PREFIX_PART.findall(text):
@@ -234,7 +294,7 @@ def _rank_at(line: str, start: int, srun: bool = True) -> tuple[int | None, int]
                 rank = int(number)
         if len(_PREFIX_RANKS) < 65_536:  # a job has a few prefixes per rank
             _PREFIX_RANKS[text] = rank
-    return rank, m.end()
+    return rank
 
 
 def parse_header(line: str, default_year: int | None = None) -> Header:

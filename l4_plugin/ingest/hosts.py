@@ -22,7 +22,7 @@ from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from l4_plugin.ingest.header import outer_labels, rank_prefix
+from l4_plugin.ingest.header import digit_shape, outer_labels, rank_prefix, rank_prefix_cached
 from l4_plugin.ingest.parser import Block
 
 # A host name as launchers print it: with a digit, a dot or a hyphen (never a level word such as
@@ -43,6 +43,8 @@ _SAMPLE = 5000
 _LOOK = 64  # lines after which a file none of whose lines is labelled is one node's
 _LABELLED_SHARE = 0.8
 _MIN_LINES_PER_HOST = 2
+_UNLABELLED: dict[bytes, bool] = {}  # by digit shape: the line names no host
+_MAX_SHAPES = 65_536
 
 
 def line_label(line: str) -> tuple[str | None, int | None, int]:
@@ -96,12 +98,24 @@ def plan(lines: Iterable[str], sample: int = _SAMPLE) -> HostRouter | None:
         if not line.strip():
             continue
         seen += 1
-        host, _, _ = line_label(line)
+        # Most lines name no host: known from the line's digit shape after its first line
+        # (``line_label``'s regexes treat all digits alike), a dict lookup instead of regexes.
+        if line[:1] == "[" and not line.startswith("[pod/"):
+            unlabelled: bool | None = True  # a launcher's "[rank3]:": no host label starts so
+            shape = b""
+        else:
+            shape = digit_shape(line)
+            unlabelled = _UNLABELLED.get(shape)
+        host = None if unlabelled else line_label(line)[0]
+        if unlabelled is None:
+            if len(_UNLABELLED) >= _MAX_SHAPES:
+                _UNLABELLED.clear()
+            _UNLABELLED[shape] = host is None
         if host is not None:
             labelled += 1
             hosts[host] += 1
             continue
-        rank, after = rank_prefix(line)
+        rank, after = rank_prefix_cached(line)
         if rank is not None:
             ranked += 1
             m = _NCCL_HOST.match(line, after)

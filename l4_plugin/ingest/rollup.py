@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from l4_plugin.ingest.header import parse_time, rank_prefix
+from l4_plugin.ingest.header import digit_shape, parse_time, rank_prefix_cached
 from l4_plugin.ingest.parser import Block, KindSpec, LineKind
 from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
 from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
@@ -333,7 +333,7 @@ class NodeRollup:
                 line_rank = rank
                 prefix_end = 0
                 if kind.rank_prefix:
-                    prefix_rank, prefix_end = rank_prefix(raw)
+                    prefix_rank, prefix_end = rank_prefix_cached(raw)
                     if prefix_rank is not None:
                         line_rank = prefix_rank
                 # A line absorbed into the record it continues: a traceback's frames, or the
@@ -399,12 +399,10 @@ class NodeRollup:
                 if role is not NO_ROLE:
                     before = (stage, iteration)
                     if role.iteration is not None:
-                        number = role.iteration.number_of(raw)
+                        number, seconds = role.iteration.read(raw, digit_shape(raw))
                         if number is not None:
                             iteration = number
                         stage, training = "training", True
-                        if role.iteration.seconds:
-                            seconds = role.iteration.seconds_of(raw)
                     elif role.stage is not None:
                         stage = rules.next_stage(stage, role.stage, training)
                         training = training or stage == "training"

@@ -8,7 +8,9 @@ markers, whose number is read from the raw line.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+import re._constants as _sre  # the parsed form of a pattern (``digit_blind``)
+import re._parser as _sre_parse
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -31,6 +33,9 @@ class IterationRule:
     number: re.Pattern[str]
     #: (pattern, unit) pairs reading the iteration's duration; unit ms, s or per_s (a rate).
     seconds: tuple[tuple[re.Pattern[str], str], ...] = ()
+    #: Where ``number`` and ``seconds`` matched, by the line's digit shape (``digit_shape``);
+    #: only used when every pattern treats all digits alike (``digit_blind``).
+    _spans: dict[bytes, _Spans] = field(default_factory=dict, compare=False, repr=False)
 
     def number_of(self, raw: str) -> int | None:
         m = self.number.search(raw)
@@ -46,12 +51,138 @@ class IterationRule:
                 value = float(m.group(1))
             except ValueError:
                 continue
-            if unit == "ms":
-                return value / 1000.0
-            if unit == "per_s":
-                return 1.0 / value if value > 0 else None
-            return value
+            return _in_seconds(value, unit)
         return None
+
+    def read(self, raw: str, shape: bytes) -> tuple[int | None, float | None]:
+        """``(number_of(raw), seconds_of(raw))``, the regexes run once per digit shape.
+
+        Two lines of the same shape (``digit_shape``) differ only in which
+        digits they have; patterns that treat every digit alike (no digit literal, no digit
+        range, no back-reference: ``digit_blind``) then match both at the same spans, so the
+        spans are cached and only the values are read from each line. Marker lines repeat a
+        handful of shapes ("step 1234 | loss 2.3456 | …"): this skips three regex searches per
+        iteration line, the most common line of a training log.
+        """
+        spans = self._spans.get(shape)
+        if spans is None:
+            if not self._blind():
+                return self.number_of(raw), self.seconds_of(raw)
+            spans = self._spans_of(raw)
+            if len(self._spans) >= MAX_SHAPES:
+                self._spans.clear()
+            self._spans[shape] = spans
+        (a, b), seconds = spans
+        number = int(raw[a:b]) if a >= 0 else None
+        for (c, d), unit in seconds:
+            try:
+                value = float(raw[c:d])
+            except ValueError:
+                continue
+            return number, _in_seconds(value, unit)
+        return number, None
+
+    def _blind(self) -> bool:
+        patterns = (self.number, *(p for p, _ in self.seconds))
+        blind = _BLIND.get(patterns)
+        if blind is None:
+            blind = _BLIND[patterns] = all(digit_blind(p) for p in patterns)
+        return blind
+
+    def _spans_of(self, raw: str) -> _Spans:
+        m = self.number.search(raw)
+        number = m.span(1) if m is not None else (-1, -1)
+        if m is not None and number[0] < 0:  # the group did not take part: as number_of would
+            raise TypeError("int() argument must be a string, not 'NoneType'")
+        seconds = []
+        for pattern, unit in self.seconds:
+            s = pattern.search(raw)
+            if s is not None:
+                if s.start(1) < 0:
+                    raise TypeError("float() argument must be a string, not 'NoneType'")
+                seconds.append((s.span(1), unit))
+        return number, tuple(seconds)
+
+
+_Spans = tuple[tuple[int, int], tuple[tuple[tuple[int, int], str], ...]]
+#: Digit shapes cached per rule before the cache starts over (a job has a few hundred).
+MAX_SHAPES = 4096
+_BLIND: dict[tuple[re.Pattern[str], ...], bool] = {}
+_DIGIT_CATEGORIES = frozenset(
+    {
+        _sre.CATEGORY_DIGIT,
+        _sre.CATEGORY_NOT_DIGIT,
+        _sre.CATEGORY_SPACE,
+        _sre.CATEGORY_NOT_SPACE,
+        _sre.CATEGORY_WORD,
+        _sre.CATEGORY_NOT_WORD,
+    }
+)
+_ZERO, _NINE = ord("0"), ord("9")
+
+
+def digit_blind(pattern: re.Pattern[str]) -> bool:
+    """True when ``pattern`` cannot tell one ASCII digit from another: no digit literal, no
+    character range that holds some digits but not all, no back-reference; the classes
+    ``\\d \\w \\s`` (and their negations), ``.``, anchors and word boundaries are fine."""
+    try:
+        return _blind_items(_sre_parse.parse(pattern.pattern, pattern.flags))
+    except Exception:  # pragma: no cover - a pattern re.compile took is parsed again
+        return False
+
+
+def _blind_items(items: Any) -> bool:
+    for op, arg in items:
+        if op in (_sre.LITERAL, _sre.NOT_LITERAL):
+            if _ZERO <= arg <= _NINE:
+                return False
+        elif op is _sre.IN:
+            if not _blind_set(arg):
+                return False
+        elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT):
+            if not _blind_items(arg[2]):
+                return False
+        elif op is _sre.SUBPATTERN:
+            if not _blind_items(arg[3]):
+                return False
+        elif op is _sre.BRANCH:
+            if not all(_blind_items(alt) for alt in arg[1]):
+                return False
+        elif op in (_sre.ASSERT, _sre.ASSERT_NOT):
+            if not _blind_items(arg[1]):
+                return False
+        elif op is _sre.ATOMIC_GROUP:
+            if not _blind_items(arg):
+                return False
+        elif op not in (_sre.ANY, _sre.AT):
+            return False  # back-references, conditionals, anything unforeseen
+    return True
+
+
+def _blind_set(items: Any) -> bool:
+    for op, arg in items:
+        if op is _sre.LITERAL:
+            if _ZERO <= arg <= _NINE:
+                return False
+        elif op is _sre.RANGE:
+            lo, hi = arg
+            inside = max(lo, _ZERO) <= min(hi, _NINE)
+            if inside and not (lo <= _ZERO and hi >= _NINE):
+                return False
+        elif op is _sre.CATEGORY:
+            if arg not in _DIGIT_CATEGORIES:
+                return False
+        elif op is not _sre.NEGATE:
+            return False
+    return True
+
+
+def _in_seconds(value: float, unit: str) -> float | None:
+    if unit == "ms":
+        return value / 1000.0
+    if unit == "per_s":
+        return 1.0 / value if value > 0 else None
+    return value
 
 
 @dataclass(frozen=True, slots=True)

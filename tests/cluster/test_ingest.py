@@ -470,3 +470,68 @@ def test_job_records_its_system_log_templates(store: Store, tmp_path: Path) -> N
     xid = next(e["l4.template.id"] for e in events if "Xid" in e["l4.template.text"])
     hello = next(e["l4.template.id"] for e in events if "hello" in e["l4.template.text"])
     assert doc.source["l4.job.system_templates"] == [xid] and hello != xid
+
+
+def test_iteration_markers_read_by_digit_shape_give_what_the_regexes_give() -> None:
+    import re
+
+    from l4_plugin.ingest.header import digit_shape
+    from l4_plugin.ingest.stages import IterationRule, StageRules, digit_blind
+
+    assert digit_blind(re.compile(r"(?i)\bstep\s*(\d+)[\w.]*\s+[^0-9]"))
+    assert not digit_blind(re.compile(r"step 1(\d+)"))  # a digit literal
+    assert not digit_blind(re.compile(r"step ([0-5]+)"))  # a range holding some digits
+    assert not digit_blind(re.compile(r"(\d)\1"))  # a back-reference
+    rules = StageRules.load()
+    assert all(r._blind() for r in rules.iterations)  # the shipped rules get the cache
+    lines = [
+        "step 7 | loss 3.1 | step_time 5.463s",
+        "step 8 | loss 3.1 | step_time 0.s",  # same shape as the next: the values differ
+        "step 9 | loss 3.1 | step_time ..s",
+        "step 19 | loss 2.0 | step_time 412ms",
+        "step 12 | loss 2.0 | step_time 999ms",
+        " 50%|#####     | 500/1000 [00:10<00:10, 0.0it/s]",
+        " 60%|######    | 600/1000 [00:10<00:10, 2.5it/s]",
+    ]
+    for rule in rules.iterations:
+        for raw in lines:
+            assert rule.read(raw, digit_shape(raw)) == (rule.number_of(raw), rule.seconds_of(raw))
+    picky = IterationRule("picky", re.compile("x"), re.compile(r"step 1(\d)"))
+    assert picky.read("step 12", digit_shape("step 12")) == (2, None)
+    assert picky.read("step 22", digit_shape("step 22")) == (None, None)
+
+
+def test_rank_prefixes_read_by_digit_shape_give_what_rank_prefix_gives() -> None:
+    from l4_plugin.ingest import header, hosts
+    from l4_plugin.ingest.stages import digit_blind
+
+    patterns = (
+        header._RANK_PREFIX,
+        header._SRUN_PREFIX,
+        header._CRI,
+        header._KUBECTL,
+        header._RAY,
+        header._PREFIX_PART,
+        hosts._HOST_LABEL,  # hosts.plan: whether a line names a host, by digit shape
+    )
+    assert all(digit_blind(p) for p in patterns)
+    lines = [
+        "[rank3]: x",
+        "[rank4]: y",
+        "[rank12] [2025-01-01 00:00:00] z",
+        "[rank34] [2025-01-01 00:00:00] z",
+        "[default3]:[rank27]: w",
+        "[default4]:[rank21]: w",
+        "[1,7]<stdout>:hello",
+        "[1,8]<stdout>:hello",
+        "12: srun line",
+        "34: srun line",
+        "2024-05-03T10:11:12.123456789Z stdout F [rank5]: cri",
+        "2024-05-03T10:11:12.923456789Z stdout F [rank6]: cri",
+        "plain line 1",
+    ]
+    for raw in lines:
+        assert header.rank_prefix_cached(raw) == header.rank_prefix(raw)
+        if raw.startswith("["):  # hosts.plan's shortcut: such a line names no host
+            assert hosts.line_label(raw)[0] is None
+    assert hosts.line_label("[pod/trainer-3/pytorch] x")[0] == "trainer-3"

@@ -223,3 +223,75 @@ def test_cli_ingest_on_two_workers_with_full(store: Store, tmp_path: Path) -> No
     assert res.returncode == 0 and "ingest done" in res.stdout, res.stdout
     res = run_l4("ingest", job, "--workers", "0", env=env)
     assert res.returncode == 2 and "--workers" in res.stderr
+
+
+class _Throttling:
+    """A tiny HTTP server that answers the first bulk request with 429, the second with a
+    per-document 429 for every other document, and accepts everything after that."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        self.bodies: list[list[dict[str, Any]]] = []
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # the stdlib's name for it
+                raw = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                ops = [json.loads(line) for line in raw.decode().splitlines() if line.strip()]
+                outer.bodies.append(ops)
+                n = len(outer.bodies)
+                if n == 1:
+                    self._reply(429, {"error": {"type": "es_rejected_execution_exception"}})
+                    return
+                items = []
+                for i, op in enumerate(ops[::2]):
+                    status = 429 if n == 2 and i % 2 else 201
+                    items.append({"index": {"_id": op["index"]["_id"], "status": status}})
+                self._reply(200, {"took": 1, "errors": n == 2, "items": items})
+
+            def _reply(self, status: int, body: dict[str, Any]) -> None:
+                data = json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_bulk_writes_are_retried_with_back_off_when_the_cluster_throttles() -> None:
+    server = _Throttling()
+    try:
+        store = OpenSearchStore(server.url, IndexNames("l4-"), max_retries=3, retry_backoff=0.01)
+        with BulkWriter(store, batch_docs=10) as writer:
+            for i in range(6):
+                writer.add("l4-events", f"d{i}", {"n": i})
+            written = writer.close()
+    finally:
+        server.server.shutdown()
+    assert written == {"l4-events": 6}
+    ids = [[op["index"]["_id"] for op in ops[::2]] for ops in server.bodies]
+    # The whole request again after its 429, then only the documents throttled one by one.
+    assert ids == [[f"d{i}" for i in range(6)]] * 2 + [["d1", "d3", "d5"]]
+
+
+def test_bulk_requests_are_sized_by_bytes() -> None:
+    server = _Throttling()
+    server.bodies.append([])  # past the throttled start: every request is accepted
+    server.bodies.append([])
+    try:
+        store = OpenSearchStore(server.url, IndexNames("l4-"), retry_backoff=0.01)
+        docs = [(f"d{i}", {"text": "x" * 1000}) for i in range(10)]
+        assert store.bulk_index("l4-lines", docs, chunk_bytes=3000) == 10
+    finally:
+        server.server.shutdown()
+    sizes = [len(ops) // 2 for ops in server.bodies[2:]]
+    assert sum(sizes) == 10 and max(sizes) <= 3, sizes
