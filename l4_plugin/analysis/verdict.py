@@ -1,4 +1,4 @@
-"""The verdict (DESIGN §6): what an SRE or a recovery controller acts on.
+"""The verdict (ARCHITECTURE.md, *The report*): what an SRE or a recovery controller acts on.
 
 Four answers: which machines to take out (``evict``, the smallest set the evidence supports: the
 culprit, not its neighbours), what kind of fault it was (``category``) and so whose (``blame``),
@@ -68,7 +68,7 @@ class VerdictRule:
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """DESIGN §6 ``verdict``."""
+    """ARCHITECTURE.md, *The report* ``verdict``."""
 
     category: str
     blame: str

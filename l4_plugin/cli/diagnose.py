@@ -28,7 +28,7 @@ def _diagnosis_options(f: Any) -> Any:
             "--json",
             "json_out",
             type=click.Path(path_type=Path, dir_okay=False),
-            help="Write the DESIGN §6 JSON report here ('-' = stdout).",
+            help="Write the ARCHITECTURE.md, *The report* JSON report here ('-' = stdout).",
         ),
         click.option(
             "--html",

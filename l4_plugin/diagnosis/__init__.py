@@ -1,4 +1,6 @@
-"""Diagnose one job that is in the cluster: rules, analyses, report, annotations (DESIGN §1).
+"""Diagnose one job that is in the cluster: rules, analyses, report, annotations.
+
+ARCHITECTURE.md, *The path of one diagnosis*, draws the whole path.
 
 ``diagnose_job(store, job_id)`` is what ``l4 diagnose`` / ``l4 analyze`` and the service run:
 

@@ -1,4 +1,6 @@
-"""One diagnosis as data: the DESIGN §6 report, the HTML report's extras, and the findings.
+"""One diagnosis as data: the report, the HTML report's extras, and the findings.
+
+ARCHITECTURE.md, *The report*, describes the first.
 
 The :class:`~l4_plugin.report.model.Report` is the contract (``l4 diagnose --json``, written by
 its ``to_json``); :class:`ReportExtras` feeds the plots of the HTML report; the
@@ -227,7 +229,7 @@ def build_report(
     analyzer_version: str,
     timings: Mapping[str, float] | None = None,
 ) -> Report:
-    """The DESIGN §6 report (plus a few documented extra sections) of one analysed job."""
+    """The report of one analysed job (ARCHITECTURE.md, *The report*), extra sections included."""
     fusion = analysis.fusion
     events = _events(data, analysis, samples)
     stragglers = analysis.stragglers.stragglers if analysis.stragglers else ()

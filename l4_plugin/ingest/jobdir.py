@@ -1,6 +1,7 @@
 """A job directory: which files are logs, which node and rank each belongs to, and ``job.yaml``.
 
-Layouts (DESIGN §3): ``JOB/<node>/<any>.log[.gz]`` (node = first directory level) and
+Layouts (ARCHITECTURE.md, *Job directories*): ``JOB/<node>/<any>.log[.gz]`` (node = first
+directory level) and
 ``JOB/<node>[-_.]rank<k>.log[.gz]``; ``--node-pattern REGEX`` (named groups ``node`` and optionally
 ``rank``, matched against the path relative to the job directory) covers the others. Kernel and
 system logs (``dmesg``, ``kern``, ``syslog``, ``messages``) belong to their node but to no rank.

@@ -1,4 +1,7 @@
-"""What the HTML report's plots need beyond the DESIGN §6 JSON report; every field is optional."""
+"""What the HTML report's plots need beyond the report (ARCHITECTURE.md, *The report*).
+
+Every field is optional.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The self-contained HTML diagnosis report: one file, inline CSS and SVG, no scripts, no network.
 
-Input is the DESIGN §6 :class:`Report` plus optional :class:`ReportExtras`. Every string that comes
+Input is the :class:`Report` (ARCHITECTURE.md, *The report*) plus optional
+:class:`ReportExtras`. Every string that comes
 from a log (sample lines, templates, node names, rule text) is escaped: a log line containing
 ``<script>`` shows as text. Large jobs are summarised, never drawn in full: the top
 ``TOP_NODES`` nodes as bars plus a histogram of all of them, a heat map of the top nodes × top

@@ -1,4 +1,4 @@
-"""The diagnosis report of DESIGN §6 as frozen, typed records.
+"""The diagnosis report of ARCHITECTURE.md, *The report* as frozen, typed records.
 
 :class:`Report` is what ``build_report`` returns and what the terminal, HTML, annotation, service
 and CLI code read. Its JSON form — ``l4 diagnose --json``, the ``summary`` annotation, the input of
@@ -356,7 +356,9 @@ class ReportSpatial:
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """One diagnosis (DESIGN §6): verdict, rule matches, events, nodes, iterations, stage.
+    """One diagnosis: verdict, rule matches, events, nodes, iterations, stage.
+
+    ARCHITECTURE.md, *The report*, says who makes and who reads it.
 
     Lists are ranked, most suspect first. ``stage`` is the stage the job reached; ``time_unit``
     says whether ``first_seen`` values are times (``timestamp``) or line positions.

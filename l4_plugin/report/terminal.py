@@ -1,4 +1,4 @@
-"""The terminal rendering of one diagnosis (the DESIGN §6 :class:`Report`) with rich.
+"""The terminal rendering of one diagnosis (a :class:`Report`, ARCHITECTURE.md *The report*).
 
 Order is what an SRE reads first: the verdict (what kind of fault, whom to evict, whether a
 restart helps), matched fault rules (a confirmed pattern leads), then the

@@ -1,4 +1,4 @@
-"""The fault-pattern rule engine and the confirmed fault library (DESIGN.md §7).
+"""The fault-pattern rule engine and the confirmed fault library (ARCHITECTURE.md, *Rules*).
 
 Rules are YAML files (``rules/<category>/<id>.yaml``) validated with located errors, compiled to
 plain Elasticsearch/OpenSearch queries and evaluated on aggregated facts; see ``rules/README.md``.

@@ -92,7 +92,7 @@ def matches_for(store: Store, job_id: str, rules: Sequence[Rule]) -> list[RuleMa
 
 
 def matches_json(matches: Sequence[RuleMatch]) -> str:
-    """The ``rule_matches`` list of the JSON report (DESIGN §6)."""
+    """The ``rule_matches`` list of the JSON report (ARCHITECTURE.md, *The report*)."""
     return json.dumps([m.to_report() for m in matches], indent=2, ensure_ascii=False)
 
 

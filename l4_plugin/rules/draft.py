@@ -1,7 +1,7 @@
 """Turning a confirmed diagnosis into a draft rule (the paper's "confirm a fault pattern" step).
 
 ``draft_rule`` takes the facts an SRE confirmed for one job — typically the top ``events`` of the
-JSON report (DESIGN.md §6) — and writes the YAML of a ``status: draft`` rule: one
+JSON report (ARCHITECTURE.md, *The report*) — and writes the YAML of a ``status: draft`` rule: one
 ``template|contains`` selection per event (masked variables become ``*`` wildcards), the level
 when the sample line names it, ``all of event_*`` as the condition, the sample lines as a positive
 test and a benign line as a negative test. The draft is validated before it is returned.

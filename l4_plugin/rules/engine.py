@@ -75,7 +75,10 @@ class RuleMatch:
     evict: bool | None = None
 
     def to_report(self) -> dict[str, Any]:
-        """The ``rule_matches`` entry of the JSON report (DESIGN.md §6) plus the extra facts."""
+        """The ``rule_matches`` entry of the report's JSON plus the extra facts.
+
+        (ARCHITECTURE.md, *The report*.)
+        """
         return {
             "rule": self.rule_id,
             "title": self.title,

@@ -1,6 +1,7 @@
 """What ``l4 rules new --from-job`` drafts from: a job's diagnosis, read back from the cluster.
 
-The diagnosis of a job lives in ``l4-annotations`` (DESIGN §4): ``event`` annotations ranked by
+The diagnosis of a job lives in ``l4-annotations`` (ARCHITECTURE.md, *Documents*): ``event``
+annotations ranked by
 ``l4.annotation.rank`` (template id and text, nodes, explanation), ``stage`` and ``node``
 annotations. ``job_diagnosis_facts`` turns the top events into the ``diagnosis_facts`` that
 ``draft_rule`` takes, with a sample line and level per event from ``l4-lines``/``l4-templates``.

@@ -1,4 +1,6 @@
-"""``l4 serve``: the scheduled diagnosis service (DESIGN §1) and job registration.
+"""``l4 serve``: the scheduled diagnosis service and job registration.
+
+ARCHITECTURE.md, *The path of one diagnosis*, shows where it sits.
 
 ``claims`` (exactly-once claims with leases on ``l4-jobs``), ``registry`` (``l4 job``),
 ``tasks`` (discover, diagnose, watch, retention), ``scheduler`` (APScheduler wiring, backoff,
