@@ -330,7 +330,7 @@ def test_service_skips_jobs_with_invalid_ids(
     import logging
 
     from l4_plugin.service import tasks
-    from tests.test_service_claims import context, put_job
+    from tests.cluster.test_service_claims import context, put_job
 
     put_job(store, "bad\x1b[2Jid")
     put_job(store, "good")
