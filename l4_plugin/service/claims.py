@@ -33,7 +33,7 @@ from typing import Any
 from l4_plugin.store import Store, generations
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
-from l4_plugin.store.jobdoc import update_job
+from l4_plugin.store.jobs import update_job
 
 STATE = F.ANALYSIS_STATE
 OWNER = F.ANALYSIS_CLAIMED_BY

@@ -34,7 +34,8 @@ def _tuple(value: Any) -> tuple[Any, ...] | None:
 def _stats(value: Any) -> dict[str, tuple[int, int]] | None:
     if not isinstance(value, Mapping):
         return None
-    return {str(k): (v[0], v[1]) for k, v in value.items() if isinstance(v, list | tuple)}
+    pairs = {str(k): v for k, v in value.items() if isinstance(v, list | tuple) and len(v) == 2}
+    return {k: (v[0], v[1]) for k, v in pairs.items()}
 
 
 def _dict(value: Any) -> dict[str, Any] | None:
