@@ -325,15 +325,18 @@ def create_job(store: Store, record: JobRecord, *, refresh: bool = False) -> Ver
     )
 
 
-def put_if_unchanged(store: Store, doc: VersionedDoc, record: JobRecord) -> VersionedDoc:
+def put_if_unchanged(
+    store: Store, doc: VersionedDoc, record: JobRecord, *, refresh: bool = False
+) -> VersionedDoc:
     """Write ``record`` over ``doc`` only if the document is still the version read
-    (``ConflictError`` otherwise); no refresh."""
+    (``ConflictError`` otherwise)."""
     return store.put(
         store.names.jobs,
         doc.id,
         record.to_source(),
         if_seq_no=doc.seq_no,
         if_primary_term=doc.primary_term,
+        refresh=refresh,
     )
 
 
