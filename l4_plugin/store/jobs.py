@@ -162,9 +162,8 @@ class JobRecord(_Part):
     status: str | None = field(default=None, metadata=_m(F.JOB_STATUS))
     fingerprint: str | None = field(default=None, metadata=_m(F.JOB_FINGERPRINT))
     config: dict[str, Any] | None = field(default=None, metadata=_m(F.JOB_CONFIG, _dict))
-    origin: str | None = field(
-        default=None, metadata=_m(F.JOB_SOURCE)
-    )  # ``registered``: created by ``l4 job register``
+    # ``registered``: the document was created by ``l4 job register``
+    origin: str | None = field(default=None, metadata=_m(F.JOB_SOURCE))
     registered: int | None = field(default=None, metadata=_m(F.JOB_REGISTERED))
     timestamp: int | None = field(default=None, metadata=_m(TIMESTAMP))
     purged: int | None = field(default=None, metadata=_m(F.RETENTION_PURGED))
