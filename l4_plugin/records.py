@@ -1,6 +1,6 @@
 """Frozen records that the stages of L4 hand to each other.
 
-Ingest produces ``ParsedLine`` (for ``l4 parse``), ``JobInfo``, ``EventRollup`` and ``LineRecord``;
+Ingest produces ``ParsedLine`` (for ``l4 parse``), ``EventRollup`` and ``LineRecord``;
 the analyses and the rule engine produce ``Finding`` objects that end up in ``Diagnosis``. The
 store turns them into index documents (``l4_plugin.store.documents``); nothing else knows the
 document layout. The vocabularies every stage shares live here too: the log levels
@@ -9,7 +9,7 @@ document layout. The vocabularies every stage shares live here too: the log leve
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import IntEnum
 from typing import Literal
 
@@ -129,22 +129,6 @@ class Template:
 
     id: str
     text: str
-
-
-@dataclass(frozen=True, slots=True)
-class JobInfo:
-    """What L4 knows about one job: identity, outcome, configuration and size."""
-
-    id: str
-    status: JobStatus
-    fingerprint: str
-    config: dict[str, str] = field(default_factory=dict)
-    nodes: tuple[str, ...] = ()
-    ranks: int = 0
-    lines: int = 0
-    start_ts: float | None = None
-    end_ts: float | None = None
-    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)

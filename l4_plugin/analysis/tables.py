@@ -18,7 +18,11 @@ from l4_plugin.store import fields as F
 
 @dataclass(frozen=True, slots=True)
 class JobDoc:
-    """The ``l4-jobs`` document of a job, reduced to what diagnosis needs."""
+    """What the analyses need of a job's ``l4-jobs`` document.
+
+    The document itself is ``store.jobs.JobRecord``; ``diagnosis.queries.job_doc`` reduces a
+    record to this (``analysis`` never imports the store).
+    """
 
     id: str
     status: str

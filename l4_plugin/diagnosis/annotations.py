@@ -25,7 +25,7 @@ from l4_plugin.store import Store
 from l4_plugin.store import fields as F
 from l4_plugin.store.base import ConflictError
 from l4_plugin.store.documents import annotation_document, annotation_id, source_field
-from l4_plugin.store.jobdoc import update_job
+from l4_plugin.store.jobs import update_job
 
 Discover = Callable[[str, str | None, float | None], str | None]
 

@@ -16,9 +16,8 @@ from l4_plugin.diagnosis.queries import find_jobs, read_job
 from l4_plugin.ingest.jobdir import ReadLimits, discover, job_meta
 from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_job
 from l4_plugin.ingest.sources import files_generation
-from l4_plugin.store import Store, generations
+from l4_plugin.store import Store, generations, jobs
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import job_doc_id, source_field
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,16 +55,17 @@ def already_ingested(
     An ingest that began later and did not complete (it died, or is still writing) makes the
     directory due again: the new ingest supersedes it (``store.generations``).
     """
-    doc = store.get(store.names.jobs, job_doc_id(job_id))
-    if doc is None or generations.writing(doc.source) is not None:
+    record = jobs.get_job(store, job_id)
+    if record is None or record.ingest.writing is not None:
         return False
-    complete = generations.complete_generation(doc.source)
-    read = source_field(doc.source, generations.SOURCE) or complete
+    complete = record.ingest.generation or None
+    read = record.ingest.source or complete
     if complete is None or read != files_generation(discover(job_dir, node_pattern, limits)):
         return False
-    if not store.count(store.names.events, generations.scope(job_id, doc.source)):
+    source = record.to_source()
+    if not store.count(store.names.events, generations.scope(job_id, source)):
         return False
-    generations.sweep(store, job_id, doc.source)
+    generations.sweep(store, job_id, source)
     return True
 
 

@@ -30,9 +30,10 @@ from l4_plugin.analysis.fusion import is_flagged
 from l4_plugin.analysis.tables import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
 from l4_plugin.errors import AnalysisError
 from l4_plugin.records import level_label
-from l4_plugin.store import Store, generations
+from l4_plugin.store import Store, generations, jobs
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import job_doc_id, source_field
+from l4_plugin.store.documents import source_field
+from l4_plugin.store.jobs import JobRecord
 
 _PAGE = 50_000
 
@@ -41,46 +42,34 @@ def _seconds(value: Any) -> float | None:
     return float(value) / 1000.0 if isinstance(value, int | float) else None
 
 
-def _job_from_source(source: dict[str, Any]) -> JobDoc:
-    nodes = source_field(source, F.JOB_NODES) or []
-    job_id = str(source_field(source, F.JOB_ID))
+def job_doc(record: JobRecord) -> JobDoc:
+    """What the analyses need of a job document (``analysis`` never reads the store)."""
+    summary = record.summary
+    stats = summary.template_stats
+    progress = summary.progress_nodes
     return JobDoc(
-        id=job_id,
-        status=str(source_field(source, F.JOB_STATUS) or "unknown"),
-        fingerprint=str(source_field(source, F.JOB_FINGERPRINT) or ""),
-        nodes=tuple(str(n) for n in (nodes if isinstance(nodes, list) else [nodes])),
-        lines=int(source_field(source, F.JOB_LINES) or 0),
-        start_ts=_seconds(source_field(source, F.JOB_START_TS)),
-        end_ts=_seconds(source_field(source, F.JOB_END_TS)),
-        config=dict(source_field(source, F.JOB_CONFIG) or {}),
-        template_stats=_template_stats(source_field(source, F.JOB_TEMPLATE_STATS)),
-        iterations=_int_or_none(source_field(source, F.JOB_ITERATIONS)),
-        system_logs=_bool_or_none(source_field(source, F.JOB_SYSTEM_LOGS)),
-        system_templates=frozenset(source_field(source, F.JOB_SYSTEM_TEMPLATES) or ()),
-        progress_nodes=_progress_nodes(source_field(source, F.JOB_PROGRESS_NODES)),
-        generation=generations.complete_generation(source),
-        scope=generations.scope(job_id, source),
+        id=record.id,
+        status=record.status_or_unknown,
+        fingerprint=str(record.fingerprint or ""),
+        nodes=tuple(str(n) for n in summary.nodes or ()),
+        lines=int(summary.lines or 0),
+        start_ts=_seconds(summary.start_ts),
+        end_ts=_seconds(summary.end_ts),
+        config=dict(record.config or {}),
+        template_stats=(
+            {t: (int(n), int(k)) for t, (n, k) in stats.items()} if stats is not None else None
+        ),
+        iterations=_int_or_none(summary.iterations),
+        system_logs=_bool_or_none(summary.system_logs),
+        system_templates=frozenset(summary.system_templates or ()),
+        progress_nodes=frozenset(str(n) for n in progress) if progress is not None else None,
+        generation=record.ingest.generation or None,
+        scope=generations.scope(record.id, record.to_source()),
     )
-
-
-def _progress_nodes(value: Any) -> frozenset[str] | None:
-    if value is None:
-        return None
-    return frozenset(str(n) for n in (value if isinstance(value, list) else [value]))
 
 
 def _bool_or_none(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
-
-
-def _template_stats(raw: Any) -> dict[str, tuple[int, int]] | None:
-    if not isinstance(raw, dict):
-        return None
-    out: dict[str, tuple[int, int]] = {}
-    for tid, pair in raw.items():
-        if isinstance(pair, list | tuple) and len(pair) == 2:
-            out[str(tid)] = (int(pair[0]), int(pair[1]))
-    return out
 
 
 def _int_or_none(value: Any) -> int | None:
@@ -89,14 +78,14 @@ def _int_or_none(value: Any) -> int | None:
 
 def read_job(store: Store, job_id: str) -> JobDoc:
     """The job's ``l4-jobs`` document; ``AnalysisError`` naming the job when it is not there."""
-    doc = store.get(store.names.jobs, job_doc_id(job_id))
-    if doc is None:
+    record = jobs.get_job(store, job_id)
+    if record is None:
         raise AnalysisError(
             f"job {job_id!r} is not in the cluster (no document in {store.names.jobs}) — "
             "hint: ingest it first (`l4 ingest DIR`), or use `l4 diagnose DIR`"
         )
-    writing = generations.writing(doc.source)
-    if writing is not None and generations.complete_generation(doc.source) is None:
+    writing = record.ingest.writing
+    if writing is not None and not record.ingest.generation:
         started = writing.get("started")
         when = (
             time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started / 1000))
@@ -108,37 +97,13 @@ def read_job(store: Store, job_id: str) -> JobDoc:
             f"(generation {writing.get('generation')}, by {writing.get('owner')}) has not "
             "completed — hint: wait for it, or ingest again (`l4 ingest DIR`, `l4 diagnose DIR`)"
         )
-    return _job_from_source(doc.source)
+    return job_doc(record)
 
 
 def find_jobs(store: Store, *, fingerprint: str, status: str) -> list[JobDoc]:
-    """Jobs of one configuration fingerprint and status, sorted by id (not purged ones)."""
-    body = {
-        "size": 1000,
-        "query": {
-            "bool": {
-                "filter": [
-                    {"term": {F.JOB_FINGERPRINT: fingerprint}},
-                    {"term": {F.JOB_STATUS: status}},
-                ],
-                # A job whose rollups retention deleted has nothing left to compare with, nor one
-                # whose only ingest never completed.
-                "must_not": [
-                    {"exists": {"field": F.RETENTION_PURGED}},
-                    {
-                        "bool": {
-                            "filter": [{"exists": {"field": f"{generations.WRITING}.generation"}}],
-                            "must_not": [{"exists": {"field": generations.GENERATION}}],
-                        }
-                    },
-                ],
-            }
-        },
-    }
-    if not store.count(store.names.jobs):
-        return []
-    hits = store.search(store.names.jobs, body)["hits"]["hits"]
-    return sorted((_job_from_source(h["_source"]) for h in hits), key=lambda j: j.id)
+    """Jobs of one configuration fingerprint and status, sorted by id: those with documents to
+    compare with (not purged by retention, not only ever begun)."""
+    return [job_doc(r) for r in jobs.find_jobs(store, fingerprint=fingerprint, status=status)]
 
 
 def _walk(

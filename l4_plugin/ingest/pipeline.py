@@ -19,8 +19,8 @@ import hashlib
 import math
 import time
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -43,9 +43,10 @@ from l4_plugin.ingest.workers import ScanProgress, scan_streams
 from l4_plugin.ingest.workers import chunks as _chunks
 from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.records import Template
-from l4_plugin.store import ConflictError, Store, generations
+from l4_plugin.store import Store, generations, jobs
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import job_doc_id, source_field
+from l4_plugin.store.documents import source_field
+from l4_plugin.store.jobs import JobRecord
 
 # Running (sum in ns, lines) of an event document's iteration durations while groups merge into it;
 # replaced by their mean, ``l4.iteration_seconds``, just before the documents are written.
@@ -98,27 +99,7 @@ def record_progress(store: Store, meta: JobMeta, p: ScanProgress) -> None:
     """Write an ingest's progress into its job document, leaving every other field as it is
     (a new job gets a document with ``l4.ingest.state: running``); a concurrent write wins."""
     fields = {**p.fields(), "updated": int(time.time() * 1000)}
-    existing = store.get(store.names.jobs, job_doc_id(meta.id))
-    try:
-        if existing is None:
-            doc = {
-                F.JOB_ID: meta.id,
-                F.JOB_STATUS: meta.status,
-                F.INGEST_STATE: "running",
-                F.INGEST_PROGRESS: fields,
-            }
-            store.put(store.names.jobs, job_doc_id(meta.id), doc, create=True)
-        else:
-            doc = {**existing.source, F.INGEST_PROGRESS: fields}
-            store.put(
-                store.names.jobs,
-                job_doc_id(meta.id),
-                doc,
-                if_seq_no=existing.seq_no,
-                if_primary_term=existing.primary_term,
-            )
-    except ConflictError:
-        pass  # the job was registered or written meanwhile: the next report has it
+    jobs.put_progress(store, jobs.JobRecord(id=meta.id, status=meta.status), fields)
 
 
 def _doc_id(*parts: object) -> str:
@@ -362,6 +343,308 @@ def _write_full_lines(
     return written
 
 
+Doc = tuple[str, dict[str, Any]]  # (``_id``, ``_source``) of a document to write
+
+
+@dataclass
+class Survey:
+    """What the documents of a job depend on across its nodes, gathered before any is built."""
+
+    refs: set[str] = field(default_factory=set)  # reference lines whose times are needed
+    totals: dict[str, int] = field(default_factory=lambda: defaultdict(int))  # per template
+    iterations: list[int] = field(default_factory=list)  # each node's last iteration
+    first_iteration: int | None = None
+    node_counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    from_rank_logs: set[str] = field(default_factory=set)  # seen in a training log, not kern.log
+    system_logs: bool = False
+
+
+def survey(rollups: dict[str, NodeRollup], timeline: Timeline) -> Survey:
+    """Per-template totals, node counts, iterations and the time references of the rollups."""
+    out = Survey()
+    for rollup in rollups.values():
+        out.refs.update(run.after for run in rollup.runs if run.after is not None)
+        seen: set[str] = set()
+        for (kind, stage, it), group in rollup.groups.items():
+            assert kind.template is not None
+            out.totals[kind.template.id] += group.count
+            seen.add(kind.template.id)
+            if is_system_log(group.path):
+                out.system_logs = True
+            else:
+                out.from_rank_logs.add(kind.template.id)
+            for ref in (group.first_ts_ref, group.last_ts_ref):
+                if ref is not None:
+                    out.refs.add(ref)
+            if it is not None and not stage.startswith(UNPLACED):
+                first = out.first_iteration
+                out.first_iteration = it if first is None else min(first, it)
+        for tid in seen:
+            out.node_counts[tid] += 1
+        if rollup.last_iteration is not None:
+            out.iterations.append(rollup.last_iteration)
+    out.refs.update(timeline.marks.values())
+    return out
+
+
+@dataclass(frozen=True)
+class DocContext:
+    """What building one node's documents needs of the whole job."""
+
+    job_id: str
+    generation: str
+    clock: _Clock
+    timeline: Timeline  # resolved
+    bucket_of: Callable[[int], tuple[int, int]]
+    totals: dict[str, int]
+    rare_limit: int  # a template printed at most this often keeps every line
+    baseline_templates: set[str] | None
+
+
+def doc_context(
+    job_id: str,
+    generation: str,
+    rollups: dict[str, NodeRollup],
+    found: Survey,
+    timeline: Timeline,
+    baseline_templates: set[str] | None,
+) -> DocContext:
+    """Parse the reference times, place the timeline, size the iteration buckets."""
+    clock = _Clock(found.refs)
+    timeline.resolve(clock.seconds)
+    return DocContext(
+        job_id,
+        generation,
+        clock,
+        timeline,
+        _buckets(found.iterations, found.first_iteration),
+        found.totals,
+        max(20, len(rollups)),
+        baseline_templates,
+    )
+
+
+def _group_times(
+    ctx: DocContext, rollup: NodeRollup, stage: str, it: int | None, group: Group
+) -> tuple[int | None, int | None, int | None]:
+    """(first ms, last ms, moved): ``moved`` is the time a timeless run took from its next
+    stamp's line, which its kept lines carry too."""
+    clock = ctx.clock
+    first_ms, last_ms = clock.ms(group.first_ts_ref), clock.ms(group.last_ts_ref)
+    moved: int | None = None
+    if stage.startswith(UNPLACED):
+        ref = time_ref(rollup, it, group)
+        if ref is not group.first_ts_ref:
+            first_ms = moved = clock.ms(ref)
+            after = it is not None and ref is rollup.runs[-1 - it].after
+            if first_ms is not None and after:
+                # Printed before the stamped line whose time it takes: a millisecond earlier
+                # keeps the two in the order they were written.
+                first_ms = moved = first_ms - 1
+            last_ms = max(last_ms or 0, first_ms or 0) or None
+    return first_ms, last_ms, moved
+
+
+def _keeps_all(ctx: DocContext, kind: LineKind, template: Template) -> bool:
+    """Whether every kept line of the template's groups becomes an ``l4-lines`` document."""
+    return (
+        kind.level in KEEP_LEVELS
+        or kind.emitter in KEEP_EMITTERS
+        or ctx.totals[template.id] <= ctx.rare_limit
+        or (ctx.baseline_templates is not None and template.id not in ctx.baseline_templates)
+    )
+
+
+def _kept_line_docs(
+    ctx: DocContext,
+    node: str,
+    kind: LineKind,
+    template: Template,
+    stage: str,
+    it: int | None,
+    group: Group,
+    moved: int | None,
+) -> list[Doc]:
+    """The ``l4-lines`` documents of a group's kept lines."""
+    docs: list[Doc] = []
+    for kept in group.kept:
+        ms = moved if moved is not None else ctx.clock.ms(kept.ts_ref)
+        doc: dict[str, Any] = {
+            "message": kept.message,
+            "host.name": node,
+            "log.file.path": kept.path,
+            F.JOB_ID: ctx.job_id,
+            F.TEMPLATE_ID: template.id,
+            F.STAGE: stage,
+            F.LINE: kept.line,
+            F.GENERATION: ctx.generation,
+        }
+        if ms is not None:
+            doc["@timestamp"] = ms
+        if kind.level:
+            doc["log.level"] = kind.level
+        if kept.rank is not None:
+            doc[F.RANK] = kept.rank
+        if it is not None:
+            doc[F.ITERATION] = it
+        if kept.flags:
+            doc[F.FLAGS] = list(kept.flags)
+        if kept.offset is not None:
+            doc["log.offset"] = kept.offset
+        docs.append((_doc_id(ctx.job_id, ctx.generation, node, kept.path, kept.line), doc))
+    return docs
+
+
+def node_documents(ctx: DocContext, node: str, rollup: NodeRollup) -> tuple[list[Doc], list[Doc]]:
+    """One node's ``l4-events`` rollups and ``l4-lines`` kept lines: (events, lines).
+
+    Groups of the same template, stage and iteration bucket merge into one event document (the
+    node is in its key, so a node's event documents are complete here).
+    """
+    merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
+    lines: list[Doc] = []
+    for (kind, stage, it), group in rollup.groups.items():
+        template = kind.template
+        assert template is not None
+        first_ms, last_ms, moved = _group_times(ctx, rollup, stage, it, group)
+        first_s = first_ms / 1000.0 if first_ms is not None else None
+        if stage.startswith(UNPLACED):
+            stage, it = ctx.timeline.place(stage[1:], first_s)
+        else:
+            stage = ctx.timeline.refine(stage, it, first_s)
+        start, span = ctx.bucket_of(it) if it is not None else (None, 0)
+        key = (node, template.id, stage, start)
+        doc = merged.get(key)
+        if doc is None:
+            merged[key] = _event_doc(
+                ctx.job_id, node, template, kind, stage, start, span, group, first_ms, last_ms,
+                ctx.generation,
+            )  # fmt: skip
+        else:
+            _merge(doc, group, first_ms, last_ms)
+        if _keeps_all(ctx, kind, template):
+            lines.extend(_kept_line_docs(ctx, node, kind, template, stage, it, group, moved))
+    events = [
+        (_doc_id(ctx.job_id, ctx.generation, *key), _finish_event(d)) for key, d in merged.items()
+    ]
+    return events, lines
+
+
+def _finish_event(doc: dict[str, Any]) -> dict[str, Any]:
+    """An event document as written: ranks sorted, the iteration durations' mean."""
+    doc[F.RANKS] = sorted(doc[F.RANKS])
+    if _SECONDS in doc:
+        total_ns, n = doc.pop(_SECONDS)
+        doc[F.ITERATION_SECONDS] = total_ns / n / 1e9
+    return doc
+
+
+@dataclass
+class EventTotals:
+    """What the job document says of the event documents written: ranks and time span."""
+
+    ranks: set[int] = field(default_factory=set)
+    times: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+
+    def add(self, events: list[Doc]) -> None:
+        """Count a node's event documents in."""
+        for _, d in events:
+            self.ranks.update(d[F.RANKS])
+            if d.get(F.FIRST_TS) is not None:
+                self.times.append(d[F.FIRST_TS])
+            if d.get(F.LAST_TS) is not None:
+                self.ends.append(d[F.LAST_TS])
+
+
+def template_documents(
+    new: list[Template],
+    levels: dict[str, str | None],
+    totals: dict[str, int],
+    job_id: str,
+    now: int,
+) -> list[Doc]:
+    """The ``l4-templates`` documents of the templates this job saw first."""
+    return [
+        (
+            t.id,
+            {
+                "@timestamp": now,
+                F.TEMPLATE_ID: t.id,
+                F.TEMPLATE_TEXT: t.text,
+                F.TEMPLATE_FIRST_JOB: job_id,
+                F.TEMPLATE_LEVEL: levels.get(t.id),
+                F.TEMPLATE_OCCURRENCES: totals.get(t.id, 0),
+            },
+        )
+        for t in new
+    ]
+
+
+def job_record(
+    summary: IngestSummary,
+    rollups: dict[str, NodeRollup],
+    found: Survey,
+    totals: EventTotals,
+    source: str,
+    now: int,
+) -> JobRecord:
+    """The job document of a completed ingest (before ``completed`` merges the old one in)."""
+    meta = summary.job
+    progressing = sorted(n for n, r in rollups.items() if r.last_iteration is not None)
+    iterations = found.iterations
+    first = found.first_iteration
+    progress = summary.progress
+    return replace(
+        jobs.job_identity(meta.id, meta.status, meta.fingerprint, meta.config),
+        registered=now,
+        timestamp=min(totals.times) if totals.times else None,
+        summary=jobs.JobSummary(
+            nodes=tuple(sorted(rollups)),
+            progress_nodes=tuple(progressing),
+            node_count=len(rollups),
+            lines=summary.lines,
+            ranks=len(totals.ranks),
+            template_stats={t: (n, found.node_counts[t]) for t, n in found.totals.items()},
+            iterations=max(iterations) - first + 1 if iterations and first is not None else 0,
+            system_logs=found.system_logs,
+            system_templates=tuple(sorted(set(found.totals) - found.from_rank_logs)),
+            skipped_files=summary.skipped_files,
+            start_ts=min(totals.times) if totals.times else None,
+            end_ts=max(totals.ends) if totals.times else None,
+        ),
+        ingest=jobs.IngestState(
+            state="done",
+            updated=now,
+            files=summary.files,
+            source=source,
+            events_docs=summary.events_docs,
+            lines_docs=summary.lines_docs,
+            progress={**progress.fields(), "updated": now} if progress is not None else None,
+            problems="\n".join(summary.problems[:100]) if summary.problems else None,
+        ),
+    )  # fmt: skip
+
+
+def completed(job: JobRecord, existing: Mapping[str, Any]) -> dict[str, Any]:
+    """The new job document from ``job`` and the one it replaces (``generations.complete``).
+
+    Keeps what the analysis service recorded about the job, and a status registered with
+    ``l4 job register`` when neither job.yaml nor a flag gives one. New logs (another source)
+    make a finished analysis due again; an unchanged re-ingest does not.
+    """
+    old = JobRecord.from_source(existing)
+    before = old.ingest.source or old.ingest.generation
+    analysis = old.analysis
+    if before not in (None, job.ingest.source):
+        analysis = replace(analysis, state=None, version=None)
+    status = job.status
+    if job.status == "unknown" and old.status:
+        status = old.status
+    kept = {k: v for k, v in old.extra.items() if k.startswith(F.ANALYSIS + ".")}
+    return replace(job, status=status, analysis=analysis, extra=kept).to_source()
+
+
 def _write(
     store: Store,
     summary: IngestSummary,
@@ -372,141 +655,34 @@ def _write(
     full_streams: list[LogStream] | None,
     timeline: Timeline,
 ) -> None:
+    """Build and write every document of the ingest, then make its generation the complete one.
+
+    ``generation`` names the logs as read (their files' names, sizes, times); the documents are
+    written as a new ingest generation (``store.generations``), complete only at the end.
+    """
     meta = summary.job
-    # ``generation`` names the logs as read (their files' names, sizes, times); the documents
-    # are written as a new ingest generation (``store.generations``), complete only at the end.
     source, generation = generation, _begin(store, meta, summary.files)
-    refs: set[str] = set()
-    totals: dict[str, int] = defaultdict(int)
-    iterations: list[int] = []
-    first_iteration: int | None = None
-    node_counts: dict[str, int] = defaultdict(int)  # nodes that printed each template
-    from_rank_logs: set[str] = set()  # templates seen in a training log (not only kern.log…)
-    system_logs = False
-    for rollup in rollups.values():
-        refs.update(run.after for run in rollup.runs if run.after is not None)
-        seen: set[str] = set()
-        for (kind, stage, it), group in rollup.groups.items():
-            assert kind.template is not None
-            totals[kind.template.id] += group.count
-            seen.add(kind.template.id)
-            if is_system_log(group.path):
-                system_logs = True
-            else:
-                from_rank_logs.add(kind.template.id)
-            for ref in (group.first_ts_ref, group.last_ts_ref):
-                if ref is not None:
-                    refs.add(ref)
-            if it is not None and not stage.startswith(UNPLACED):
-                first_iteration = it if first_iteration is None else min(first_iteration, it)
-        for tid in seen:
-            node_counts[tid] += 1
-        if rollup.last_iteration is not None:
-            iterations.append(rollup.last_iteration)
-    refs.update(timeline.marks.values())
-    clock = _Clock(refs)
-    timeline.resolve(clock.seconds)
-    bucket_of = _buckets(iterations, first_iteration)
-    rare_limit = max(20, len(rollups))
-    # Documents go to the cluster from the writer's thread while the next node's are built;
-    # a node's event documents are complete once its groups are merged (the node is in the key).
-    kept_docs: list[tuple[str, dict[str, Any]]] = []  # --full: written after the raw lines
-    times: list[int] = []
-    ends: list[int] = []
-    ranks: set[int] = set()
+    found = survey(rollups, timeline)
+    ctx = doc_context(meta.id, generation, rollups, found, timeline, baseline_templates)
+    kept_docs: list[Doc] = []  # --full: written after the raw lines
+    totals = EventTotals()
+    # Documents go to the cluster from the writer's thread while the next node's are built.
     with BulkWriter(store) as writer:  # stopped (not left waiting) if building fails
         for node, rollup in rollups.items():
-            merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
-            for (kind, stage, it), group in rollup.groups.items():
-                template = kind.template
-                assert template is not None
-                first_ms, last_ms = clock.ms(group.first_ts_ref), clock.ms(group.last_ts_ref)
-                moved: int | None = None  # the time of a timeless run that took its next stamp's
-                if stage.startswith(UNPLACED):
-                    ref = time_ref(rollup, it, group)
-                    if ref is not group.first_ts_ref:
-                        first_ms = moved = clock.ms(ref)
-                        after = it is not None and ref is rollup.runs[-1 - it].after
-                        if first_ms is not None and after:
-                            # Printed before the stamped line whose time it takes: a
-                            # millisecond earlier keeps the two in the order they were written.
-                            first_ms = moved = first_ms - 1
-                        last_ms = max(last_ms or 0, first_ms or 0) or None
-                first_s = first_ms / 1000.0 if first_ms is not None else None
-                if stage.startswith(UNPLACED):
-                    stage, it = timeline.place(stage[1:], first_s)
+            events, lines = node_documents(ctx, node, rollup)
+            for doc_id, doc in lines:
+                if full_streams is not None:
+                    kept_docs.append((doc_id, doc))
                 else:
-                    stage = timeline.refine(stage, it, first_s)
-                start, span = bucket_of(it) if it is not None else (None, 0)
-                key = (node, template.id, stage, start)
-                doc = merged.get(key)
-                if doc is None:
-                    merged[key] = _event_doc(
-                        meta.id,
-                        node,
-                        template,
-                        kind,
-                        stage,
-                        start,
-                        span,
-                        group,
-                        first_ms,
-                        last_ms,
-                        generation,
-                    )
-                else:
-                    _merge(doc, group, first_ms, last_ms)
-                keep_all = (
-                    kind.level in KEEP_LEVELS
-                    or kind.emitter in KEEP_EMITTERS
-                    or totals[template.id] <= rare_limit
-                    or (baseline_templates is not None and template.id not in baseline_templates)
-                )
-                for kept in group.kept if keep_all else ():
-                    ms = moved if moved is not None else clock.ms(kept.ts_ref)
-                    doc_id = _doc_id(meta.id, generation, node, kept.path, kept.line)
-                    line_doc: dict[str, Any] = {
-                        "message": kept.message,
-                        "host.name": node,
-                        "log.file.path": kept.path,
-                        F.JOB_ID: meta.id,
-                        F.TEMPLATE_ID: template.id,
-                        F.STAGE: stage,
-                        F.LINE: kept.line,
-                        F.GENERATION: generation,
-                    }
-                    if ms is not None:
-                        line_doc["@timestamp"] = ms
-                    if kind.level:
-                        line_doc["log.level"] = kind.level
-                    if kept.rank is not None:
-                        line_doc[F.RANK] = kept.rank
-                    if it is not None:
-                        line_doc[F.ITERATION] = it
-                    if kept.flags:
-                        line_doc[F.FLAGS] = list(kept.flags)
-                    if kept.offset is not None:
-                        line_doc["log.offset"] = kept.offset
-                    if full_streams is not None:
-                        kept_docs.append((doc_id, line_doc))
-                    else:
-                        writer.add(store.names.lines, doc_id, line_doc)
-            for key, d in merged.items():
-                d[F.RANKS] = sorted(d[F.RANKS])
-                ranks.update(d[F.RANKS])
-                if _SECONDS in d:
-                    total_ns, n = d.pop(_SECONDS)
-                    d[F.ITERATION_SECONDS] = total_ns / n / 1e9
-                if d.get(F.FIRST_TS) is not None:
-                    times.append(d[F.FIRST_TS])
-                if d.get(F.LAST_TS) is not None:
-                    ends.append(d[F.LAST_TS])
-                writer.add(store.names.events, _doc_id(meta.id, generation, *key), d)
+                    writer.add(store.names.lines, doc_id, doc)
+            totals.add(events)
+            for doc_id, doc in events:
+                writer.add(store.names.events, doc_id, doc)
         written = writer.close()
     summary.events_docs = written.get(store.names.events, 0)
     if full_streams is not None:
         summary.lines_docs = _write_full_lines(
-            store, meta, full_streams, parser, clock, generation, timeline
+            store, meta, full_streams, parser, ctx.clock, generation, timeline
         )
         # Kept lines overwrite their raw-line twins: same ids, joined tracebacks, flags.
         store.bulk_index(store.names.lines, kept_docs)
@@ -516,101 +692,19 @@ def _write(
     now = int(time.time() * 1000)
     levels = {k.template.id: k.level for k in parser.kinds if k.template is not None}
     store.bulk_index(
-        store.names.templates,
-        [
-            (
-                t.id,
-                {
-                    "@timestamp": now,
-                    F.TEMPLATE_ID: t.id,
-                    F.TEMPLATE_TEXT: t.text,
-                    F.TEMPLATE_FIRST_JOB: meta.id,
-                    F.TEMPLATE_LEVEL: levels.get(t.id),
-                    F.TEMPLATE_OCCURRENCES: totals.get(t.id, 0),
-                },
-            )
-            for t in new
-        ],
+        store.names.templates, template_documents(new, levels, found.totals, meta.id, now)
     )
     summary.new_templates = len(new)
     for index in (store.names.events, store.names.lines, store.names.templates):
         store.refresh(index)
-    job_doc: dict[str, Any] = {
-        F.JOB_ID: meta.id,
-        F.JOB_STATUS: meta.status,
-        F.JOB_FINGERPRINT: meta.fingerprint,
-        F.JOB_CONFIG: meta.config,
-        F.JOB_NODES: sorted(rollups),
-        # Nodes with a rank that printed iteration lines of its own: a node without one is
-        # quiet by role (Megatron's earlier pipeline stages), not silent.
-        F.JOB_PROGRESS_NODES: sorted(n for n, r in rollups.items() if r.last_iteration is not None),
-        F.JOB_NODE_COUNT: len(rollups),
-        F.JOB_LINES: summary.lines,
-        F.JOB_RANKS: len(ranks),
-        F.INGEST_STATE: "done",
-        F.INGEST_UPDATED: now,
-        F.INGEST_FILES: summary.files,
-        F.INGEST_SOURCE: source,
-        F.INGEST_EVENTS_DOCS: summary.events_docs,
-        F.INGEST_LINES_DOCS: summary.lines_docs,
-        F.JOB_REGISTERED: now,
-        # Per template [occurrences, nodes]: what a later diagnosis needs of this job as a
-        # baseline, read with the job document instead of an aggregation over its rollups.
-        F.JOB_TEMPLATE_STATS: {t: [n, node_counts[t]] for t, n in totals.items()},
-        F.JOB_ITERATIONS: (
-            max(iterations) - first_iteration + 1
-            if iterations and first_iteration is not None
-            else 0
-        ),
-        # Whether the job came with system logs, and which templates only they printed: a
-        # baseline without kernel logs says nothing about a kernel line's absence.
-        F.JOB_SYSTEM_LOGS: system_logs,
-        F.JOB_SYSTEM_TEMPLATES: sorted(set(totals) - from_rank_logs),
-        F.JOB_SKIPPED_FILES: summary.skipped_files,
-    }
-    if summary.progress is not None:
-        job_doc[F.INGEST_PROGRESS] = {**summary.progress.fields(), "updated": now}
-    if summary.problems:
-        job_doc[F.INGEST_PROBLEMS] = "\n".join(summary.problems[:100])
-    if times:
-        job_doc["@timestamp"] = job_doc[F.JOB_START_TS] = min(times)
-        job_doc[F.JOB_END_TS] = max(ends)
-
-    def build(existing: dict[str, Any]) -> dict[str, Any]:
-        # Keep what the analysis service recorded about this job, and a status registered with
-        # `l4 job register` when neither job.yaml nor a flag gives one. New logs (another
-        # source) make a finished analysis due again; an unchanged re-ingest does not.
-        before = source_field(existing, F.INGEST_SOURCE) or source_field(
-            existing, F.INGEST_GENERATION
-        )
-        grown = before not in (None, source)
-        new = dict(job_doc)
-        for k, v in existing.items():
-            if k.startswith(F.ANALYSIS + ".") and not (
-                grown and k in (F.ANALYSIS_STATE, F.ANALYSIS_VERSION)
-            ):
-                new[k] = v
-        registered = source_field(existing, F.JOB_STATUS)
-        if meta.status == "unknown" and registered:
-            new[F.JOB_STATUS] = registered
-        return new
-
-    generations.complete(store, meta.id, generation, build)
+    job = job_record(summary, rollups, found, totals, source, now)
+    generations.complete(store, meta.id, generation, lambda old: completed(job, old))
 
 
 def _begin(store: Store, meta: JobMeta, files: int) -> str:
     """Record on the job document that a new generation is being written; returns it."""
-    return generations.begin(
-        store,
-        meta.id,
-        files=files,
-        new_job={
-            F.JOB_ID: meta.id,
-            F.JOB_STATUS: meta.status,
-            F.JOB_FINGERPRINT: meta.fingerprint,
-            F.JOB_CONFIG: meta.config,
-        },
-    )
+    identity = jobs.job_identity(meta.id, meta.status, meta.fingerprint, meta.config)
+    return generations.begin(store, meta.id, files=files, new_job=identity.to_source())
 
 
 def _event_doc(

@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
-from l4_plugin.store import Store, generations
+from l4_plugin.store import Store, generations, jobs
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import source_field
-from l4_plugin.store.jobdoc import update_job
+from l4_plugin.store.jobs import AnalysisClaim, JobRecord
+from l4_plugin.store.jobs import update_job as update_job  # the service's other job writes
 
 STATE = F.ANALYSIS_STATE
 OWNER = F.ANALYSIS_CLAIMED_BY
@@ -95,24 +95,25 @@ def _int(value: Any) -> int:
     return int(value) if isinstance(value, int | float) else 0
 
 
-def pending_reason(source: dict[str, Any], policy: ClaimPolicy, now: int) -> str | None:
+def pending_reason(record: JobRecord, policy: ClaimPolicy, now: int) -> str | None:
     """Why the job's analysis is due (``new``, ``released``, ``retry``, ``outdated``,
     ``lease-expired``), or None when it is not (not failed, not ingested, done, or claimed)."""
-    if source_field(source, F.JOB_STATUS) != "failed":
+    if record.status != "failed":
         return None
-    if not generations.has_complete(source):
-        return None
-    state = source_field(source, STATE)
-    version = source_field(source, VERSION)
+    if not (record.ingest.state == "done" or record.ingest.generation):
+        return None  # no complete ingest generation (``generations.has_complete``)
+    state = record.analysis.state
     if state is None:
         return "new"
     if state == "pending":
         return "released"
     if state == "running":
-        return "lease-expired" if _int(source_field(source, LEASE)) < now else None
-    if state in ("done", "failed") and version_older(version, policy.analyzer_version):
+        return "lease-expired" if _int(record.analysis.lease_until) < now else None
+    if state in ("done", "failed") and version_older(
+        record.analysis.version, policy.analyzer_version
+    ):
         return "outdated"
-    if state == "failed" and _int(source_field(source, ATTEMPTS)) < policy.max_attempts:
+    if state == "failed" and _int(record.analysis.attempts) < policy.max_attempts:
         return "retry"
     return None
 
@@ -156,20 +157,17 @@ def discovery_query(policy: ClaimPolicy, now: int) -> dict[str, Any]:
 
 def find_pending(store: Store, policy: ClaimPolicy, *, limit: int) -> list[tuple[str, str]]:
     """Up to ``limit`` jobs whose analysis is due, oldest registration first: (job id, reason)."""
-    if not store.count(store.names.jobs):
-        return []
     now = now_ms()
     body = {
         "size": limit,
         "query": discovery_query(policy, now),
         "sort": [{F.JOB_REGISTERED: {"order": "asc", "unmapped_type": "date"}}],
     }
-    hits = store.search(store.names.jobs, body)["hits"]["hits"]
     found: list[tuple[str, str]] = []
-    for hit in hits:
-        reason = pending_reason(hit["_source"], policy, now)
+    for record in jobs.search_jobs(store, body):
+        reason = pending_reason(record, policy, now)
         if reason is not None:
-            found.append((str(source_field(hit["_source"], F.JOB_ID)), reason))
+            found.append((record.id, reason))
     return found
 
 
@@ -185,31 +183,30 @@ def claim(store: Store, job_id: str, policy: ClaimPolicy) -> ClaimOutcome:
     """Claim the analysis of ``job_id`` if it is still due; see the module docstring."""
     outcome = ClaimOutcome()
 
-    def change(source: dict[str, Any]) -> dict[str, Any] | None:
+    def change(record: JobRecord) -> JobRecord | None:
         outcome.claim = outcome.gave_up = None
         now = now_ms()
-        reason = pending_reason(source, policy, now)
+        reason = pending_reason(record, policy, now)
         if reason is None:
             return None
-        previous = source_field(source, OWNER)
-        attempts = 0 if reason in ("new", "outdated") else _int(source_field(source, ATTEMPTS))
+        held = record.analysis
+        previous = held.claimed_by
+        attempts = 0 if reason in ("new", "outdated") else _int(held.attempts)
         if reason == "lease-expired" and attempts >= policy.max_attempts:
             # Each of those attempts died with its service: stop feeding it new services.
             outcome.gave_up = (
                 f"gave up after {attempts} attempts: the analysis never finished (the service "
                 f"that claimed it last, {previous}, stopped renewing its lease)"
             )
-            _clear_claim(source)
-            source.update({STATE: "failed", ERROR: outcome.gave_up, UPDATED: now})
-            return source
-        source.update(
-            {
-                STATE: "running",
-                OWNER: policy.owner,
-                LEASE: now + int(policy.lease_seconds * 1000),
-                ATTEMPTS: attempts + 1,
-                UPDATED: now,
-            }
+            gave_up = replace(_unclaimed(held), state="failed", error=outcome.gave_up, updated=now)
+            return replace(record, analysis=gave_up)
+        claimed = replace(
+            held,
+            state="running",
+            claimed_by=policy.owner,
+            lease_until=now + int(policy.lease_seconds * 1000),
+            attempts=attempts + 1,
+            updated=now,
         )
         outcome.claim = Claim(
             job_id,
@@ -218,19 +215,18 @@ def claim(store: Store, job_id: str, policy: ClaimPolicy) -> ClaimOutcome:
             reason,
             str(previous) if reason == "lease-expired" and previous else None,
         )
-        return source
+        return replace(record, analysis=claimed)
 
-    update_job(store, job_id, change)
+    jobs.update_record(store, job_id, change)
     return outcome
 
 
-def _holds(source: dict[str, Any], held: Claim) -> bool:
-    return source_field(source, STATE) == "running" and source_field(source, OWNER) == held.owner
+def _holds(record: JobRecord, held: Claim) -> bool:
+    return record.analysis.state == "running" and record.analysis.claimed_by == held.owner
 
 
-def _clear_claim(source: dict[str, Any]) -> None:
-    for key in (OWNER, LEASE):
-        source.pop(key, None)
+def _unclaimed(analysis: AnalysisClaim) -> AnalysisClaim:
+    return replace(analysis, claimed_by=None, lease_until=None)
 
 
 def renew(store: Store, held: Claim, policy: ClaimPolicy) -> str:
@@ -238,19 +234,19 @@ def renew(store: Store, held: Claim, policy: ClaimPolicy) -> str:
     the job now; ``ended`` when it is no longer running (the analysis recorded its result)."""
     result = "ended"
 
-    def change(source: dict[str, Any]) -> dict[str, Any] | None:
+    def change(record: JobRecord) -> JobRecord | None:
         nonlocal result
-        if source_field(source, STATE) != "running":
+        if record.analysis.state != "running":
             result = "ended"
             return None
-        if source_field(source, OWNER) != held.owner:
+        if record.analysis.claimed_by != held.owner:
             result = "lost"
             return None
         result = "renewed"
-        source[LEASE] = now_ms() + int(policy.lease_seconds * 1000)
-        return source
+        lease = now_ms() + int(policy.lease_seconds * 1000)
+        return replace(record, analysis=replace(record.analysis, lease_until=lease))
 
-    update_job(store, held.job_id, change)
+    jobs.update_record(store, held.job_id, change)
     return result
 
 
@@ -263,36 +259,32 @@ def finish(
     meanwhile (a re-ingest), the job is left due again instead (``new``).
     """
 
-    def change(source: dict[str, Any]) -> dict[str, Any]:
-        _clear_claim(source)
-        source.pop(ERROR, None)
-        if generation is not None and generations.complete_generation(source) != generation:
-            for key in (STATE, VERSION, ATTEMPTS):
-                source.pop(key, None)
-            return source
-        source.update({STATE: "done", VERSION: policy.analyzer_version, UPDATED: now_ms()})
-        return source
+    def change(record: JobRecord) -> JobRecord:
+        done = replace(_unclaimed(record.analysis), error=None)
+        if generation is not None and (record.ingest.generation or None) != generation:
+            done = replace(done, state=None, version=None, attempts=None)
+        else:
+            done = replace(done, state="done", version=policy.analyzer_version, updated=now_ms())
+        return replace(record, analysis=done)
 
-    update_job(store, held.job_id, change)
+    jobs.update_record(store, held.job_id, change)
 
 
 def fail(store: Store, held: Claim, policy: ClaimPolicy, error: str) -> bool:
     """Record a failed analysis (``error``) and drop the claim; True when no retry is left."""
 
-    def change(source: dict[str, Any]) -> dict[str, Any]:
-        _clear_claim(source)
-        source.update(
-            {
-                STATE: "failed",
-                VERSION: policy.analyzer_version,
-                ERROR: error[:_ERROR_CHARS],
-                ATTEMPTS: held.attempt,
-                UPDATED: now_ms(),
-            }
+    def change(record: JobRecord) -> JobRecord:
+        failed = replace(
+            _unclaimed(record.analysis),
+            state="failed",
+            version=policy.analyzer_version,
+            error=error[:_ERROR_CHARS],
+            attempts=held.attempt,
+            updated=now_ms(),
         )
-        return source
+        return replace(record, analysis=failed)
 
-    update_job(store, held.job_id, change)
+    jobs.update_record(store, held.job_id, change)
     return held.attempt >= policy.max_attempts
 
 
@@ -301,14 +293,18 @@ def release(store: Store, held: Claim) -> bool:
     the claim was no longer ours."""
     released = False
 
-    def change(source: dict[str, Any]) -> dict[str, Any] | None:
+    def change(record: JobRecord) -> JobRecord | None:
         nonlocal released
-        released = _holds(source, held)
+        released = _holds(record, held)
         if not released:
             return None
-        _clear_claim(source)
-        source.update({STATE: "pending", ATTEMPTS: held.attempt - 1, UPDATED: now_ms()})
-        return source
+        back = replace(
+            _unclaimed(record.analysis),
+            state="pending",
+            attempts=held.attempt - 1,
+            updated=now_ms(),
+        )
+        return replace(record, analysis=back)
 
-    update_job(store, held.job_id, change)
+    jobs.update_record(store, held.job_id, change)
     return released

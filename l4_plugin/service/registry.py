@@ -8,22 +8,21 @@ concurrency, so they never undo a claim or an analysis the service recorded mean
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from l4_plugin.errors import ConfigError
 from l4_plugin.jobid import check_job_id
-from l4_plugin.service.claims import now_ms, update_job
-from l4_plugin.store import ConflictError, Store, generations
-from l4_plugin.store import fields as F
-from l4_plugin.store.documents import job_doc_id, source_field
+from l4_plugin.service.claims import now_ms
+from l4_plugin.store import ConflictError, Store, jobs
+from l4_plugin.store.jobs import JobRecord
 
 JOB_STATUSES = ("running", "failed", "succeeded", "unknown")
 
 
 @dataclass(frozen=True, slots=True)
 class JobState:
-    """What ``l4 job status`` shows about a job."""
+    """What ``l4 job status`` shows about a job: a view of its :class:`JobRecord`."""
 
     job_id: str
     status: str
@@ -40,26 +39,24 @@ class JobState:
     progress: dict[str, Any] | None = None
 
     @classmethod
-    def from_source(cls, source: dict[str, Any]) -> JobState:
-        attempts = source_field(source, F.ANALYSIS_ATTEMPTS)
+    def of(cls, record: JobRecord) -> JobState:
+        """The state shown of a job document."""
+        claim = record.analysis
+        attempts = claim.attempts
         return cls(
-            job_id=str(source_field(source, F.JOB_ID)),
-            status=str(source_field(source, F.JOB_STATUS) or "unknown"),
-            fingerprint=source_field(source, F.JOB_FINGERPRINT),
-            ingest=source_field(source, F.INGEST_STATE),
-            analysis=source_field(source, F.ANALYSIS_STATE),
+            job_id=record.id,
+            status=record.status_or_unknown,
+            fingerprint=record.fingerprint,
+            ingest=record.ingest.state,
+            analysis=claim.state,
             attempts=int(attempts) if isinstance(attempts, int | float) else 0,
-            claimed_by=source_field(source, F.ANALYSIS_CLAIMED_BY),
-            error=source_field(source, F.ANALYSIS_ERROR),
-            version=source_field(source, F.ANALYSIS_VERSION),
-            generation=generations.complete_generation(source),
-            writing=generations.writing(source),
-            progress=_mapping(source_field(source, F.INGEST_PROGRESS)),
+            claimed_by=claim.claimed_by,
+            error=claim.error,
+            version=claim.version,
+            generation=record.ingest.generation or None,
+            writing=record.ingest.writing,
+            progress=record.ingest.progress,
         )
-
-
-def _mapping(value: Any) -> dict[str, Any] | None:
-    return value if isinstance(value, dict) else None
 
 
 def _check_status(status: str) -> None:
@@ -77,18 +74,17 @@ def register_job(
     _check_status(status)
     job_id = check_job_id(job_id, "l4 job register")
     now = now_ms()
-    doc: dict[str, Any] = {
-        "@timestamp": now,
-        F.JOB_ID: job_id,
-        F.JOB_STATUS: status,
-        F.JOB_SOURCE: "registered",
-        F.JOB_REGISTERED: now,
-    }
-    if fingerprint:
-        doc[F.JOB_FINGERPRINT] = fingerprint
+    record = JobRecord(
+        id=job_id,
+        status=status,
+        fingerprint=fingerprint or None,
+        origin="registered",
+        registered=now,
+        timestamp=now,
+    )
     try:
-        written = store.put(store.names.jobs, job_doc_id(job_id), doc, create=True, refresh=True)
-        return JobState.from_source(written.source), True
+        written = jobs.create_job(store, record, refresh=True)
+        return JobState.of(JobRecord.from_source(written.source)), True
     except ConflictError:
         pass  # already registered (or ingested): update it below
     return set_status(store, job_id, status, fingerprint=fingerprint), False
@@ -102,25 +98,22 @@ def set_status(
     _check_status(status)
     check_job_id(job_id, "job id")
 
-    def change(source: dict[str, Any]) -> dict[str, Any]:
-        source[F.JOB_STATUS] = status
-        if fingerprint:
-            source[F.JOB_FINGERPRINT] = fingerprint
-        return source
+    def change(record: JobRecord) -> JobRecord:
+        return replace(record, status=status, fingerprint=fingerprint or record.fingerprint)
 
-    written = update_job(store, job_id, change)
+    written = jobs.update_record(store, job_id, change)
     if written is None:
         raise _unknown(store, job_id)
-    return JobState.from_source(written.source)
+    return JobState.of(written)
 
 
 def job_state(store: Store, job_id: str) -> JobState:
     """The registered state of one job; ``ConfigError`` naming the job when it is absent."""
     check_job_id(job_id, "job id")
-    doc = store.get(store.names.jobs, job_doc_id(job_id))
-    if doc is None:
+    record = jobs.get_job(store, job_id)
+    if record is None:
         raise _unknown(store, job_id)
-    return JobState.from_source(doc.source)
+    return JobState.of(record)
 
 
 def _unknown(store: Store, job_id: str) -> ConfigError:

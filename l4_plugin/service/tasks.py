@@ -42,9 +42,10 @@ from l4_plugin.service import claims
 from l4_plugin.service.claims import Claim, ClaimPolicy
 from l4_plugin.service.health import Metrics
 from l4_plugin.service.logs import log
-from l4_plugin.store import ConflictError, Store, generations
+from l4_plugin.store import ConflictError, Store, generations, jobs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import annotation_document, annotation_id, job_doc_id, source_field
+from l4_plugin.store.jobs import JobRecord
 
 DAY_MS = 86_400_000
 _SCAN = 1000  # jobs read per watch / retention run
@@ -445,14 +446,7 @@ def watch_job(ctx: TaskContext, job_id: str) -> bool:
     try:
         # Only if nothing changed since the read: a job declared failed meanwhile belongs to
         # the diagnose task, whose annotations must not be overwritten by this older match.
-        store.put(
-            store.names.jobs,
-            doc.id,
-            source,
-            if_seq_no=doc.seq_no,
-            if_primary_term=doc.primary_term,
-            refresh=True,
-        )
+        jobs.put_if_unchanged(store, doc, JobRecord.from_source(source), refresh=True)
     except ConflictError:
         return False
     now = claims.now_ms()
@@ -549,7 +543,7 @@ def retention(ctx: TaskContext) -> int:
         source = hit["_source"]
         job_id = str(source_field(source, F.JOB_ID))
         policy = ctx.policy
-        if claims.pending_reason(source, policy, claims.now_ms()) is not None:
+        if claims.pending_reason(JobRecord.from_source(source), policy, claims.now_ms()):
             continue  # a failed job still waiting for its analysis keeps its data
         query = {"term": {F.JOB_ID: job_id}}
         deleted = store.delete_by_query(store.names.events, query)

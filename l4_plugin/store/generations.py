@@ -36,8 +36,8 @@ from typing import Any
 from l4_plugin.errors import IngestError
 from l4_plugin.store import fields as F
 from l4_plugin.store.base import ConflictError, Store
-from l4_plugin.store.documents import job_doc_id, source_field
-from l4_plugin.store.jobdoc import update_job
+from l4_plugin.store.documents import source_field
+from l4_plugin.store.jobs import JobRecord, create_job, update_job
 
 STATE = F.INGEST_STATE
 GENERATION = F.INGEST_GENERATION
@@ -161,7 +161,7 @@ def begin(store: Store, job_id: str, *, files: int, new_job: Mapping[str, Any]) 
     if update_job(store, job_id, change) is None:
         fresh = change({**new_job, F.JOB_REGISTERED: now})
         try:
-            store.put(store.names.jobs, job_doc_id(job_id), fresh, create=True, refresh=True)
+            create_job(store, JobRecord.from_source(fresh), refresh=True)
         except ConflictError:  # created meanwhile (a registration, another ingest)
             update_job(store, job_id, change)
     generation = picked[0]

@@ -24,11 +24,11 @@ from typing import Any
 
 import pytest
 
-from l4_plugin.diagnosis.queries import job_doc_id
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.service import claims
 from l4_plugin.service.registry import set_status
 from l4_plugin.store import EmbeddedCluster, IndexNames, OpenSearchStore, Store
+from l4_plugin.store.documents import job_doc_id
 from l4_simulate import simulate
 
 pytestmark = pytest.mark.slow

@@ -19,7 +19,6 @@ from l4_plugin import cli
 from l4_plugin.config import Settings, load_settings
 from l4_plugin.diagnosis import ANALYZER_VERSION
 from l4_plugin.diagnosis.annotations import record_analysis
-from l4_plugin.diagnosis.queries import job_doc_id
 from l4_plugin.errors import ConfigError, StoreError
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.rules import load_rules
@@ -28,6 +27,8 @@ from l4_plugin.service.claims import ClaimPolicy
 from l4_plugin.service.health import Metrics
 from l4_plugin.service.registry import job_state, register_job, set_status
 from l4_plugin.store import Store, connect
+from l4_plugin.store.documents import job_doc_id
+from l4_plugin.store.jobs import JobRecord
 from l4_simulate import simulate
 
 
@@ -177,7 +178,8 @@ def test_failures_are_retried_a_bounded_number_of_times(store: Store) -> None:
     first = claims.claim(store, "bad", p).claim
     assert first is not None
     assert not claims.fail(store, first, p, "AnalysisError: boom")
-    assert claims.pending_reason(source(store, "bad"), p, claims.now_ms()) == "retry"
+    bad = JobRecord.from_source(source(store, "bad"))
+    assert claims.pending_reason(bad, p, claims.now_ms()) == "retry"
     second = claims.claim(store, "bad", p).claim
     assert second is not None and second.attempt == 2
     assert claims.fail(store, second, p, "AnalysisError: boom again")

@@ -1,0 +1,182 @@
+"""The typed job document (``store/jobs.py``) and the ingest's document builders, no server."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from l4_plugin.ingest.jobdir import ReadLimits, job_meta, scan
+from l4_plugin.ingest.parser import LineParser
+from l4_plugin.ingest.pipeline import (
+    EventTotals,
+    IngestSummary,
+    completed,
+    doc_context,
+    job_record,
+    node_documents,
+    survey,
+    template_documents,
+)
+from l4_plugin.ingest.sources import file_streams
+from l4_plugin.ingest.workers import scan_streams
+from l4_plugin.records import Template
+from l4_plugin.store import fields as F
+from l4_plugin.store.jobs import AnalysisClaim, IngestState, JobRecord, JobSummary
+from l4_simulate import simulate
+
+FULL = JobRecord(
+    id="j1",
+    status="failed",
+    fingerprint="fp",
+    config={"model": "m", "tp": "2"},
+    origin="registered",
+    registered=5,
+    timestamp=7,
+    purged=9,
+    deleted_docs=3,
+    summary=JobSummary(
+        nodes=("a", "b"),
+        progress_nodes=("a",),
+        node_count=2,
+        lines=100,
+        ranks=8,
+        template_stats={"t1": (4, 2), "t2": (1, 1)},
+        iterations=30,
+        system_logs=True,
+        system_templates=("t2",),
+        skipped_files=1,
+        start_ts=7,
+        end_ts=70,
+    ),
+    ingest=IngestState(
+        state="done",
+        updated=80,
+        files=4,
+        source="abc",
+        events_docs=10,
+        lines_docs=20,
+        progress={"files": 4, "files_done": 4},
+        problems="one\ntwo",
+        generation="00000002.aaaaaa",
+        sequence=2,
+        started=60,
+        writing={"generation": "00000003.bbbbbb", "started": 90, "files": 4, "owner": "h:1"},
+    ),
+    analysis=AnalysisClaim(
+        state="running",
+        version="0.3.0",
+        claimed_by="svc",
+        lease_until=100,
+        attempts=2,
+        error="boom",
+        updated=95,
+        watch_checkpoint=12,
+    ),
+    extra={"x.other": 1},
+)
+
+
+def test_record_round_trips() -> None:
+    assert JobRecord.from_source(FULL.to_source()) == FULL
+    bare = JobRecord(id="j2")
+    assert bare.to_source() == {F.JOB_ID: "j2"}
+    assert JobRecord.from_source(bare.to_source()) == bare
+    assert bare.status_or_unknown == "unknown"
+
+
+def test_source_round_trips_and_keeps_unknown_fields() -> None:
+    source = FULL.to_source()
+    assert source[F.JOB_TEMPLATE_STATS] == {"t1": [4, 2], "t2": [1, 1]}
+    assert source[F.JOB_NODES] == ["a", "b"] and source["x.other"] == 1
+    assert JobRecord.from_source(source).to_source() == source
+    # Nested objects (another writer's spelling) read the same as dotted keys.
+    nested: dict[str, Any] = {"l4": {"job": {"id": "n", "status": "failed", "nodes": ["z"]}}}
+    record = JobRecord.from_source(nested)
+    assert (record.id, record.status, record.summary.nodes) == ("n", "failed", ("z",))
+    assert record.extra == {}
+
+
+def _scanned(tmp_path: Path) -> tuple[Any, ...]:
+    simulate(tmp_path, nodes=2, iterations=12, fault="nccl-ib-error", seed=3, baselines=0)
+    job_dir = tmp_path / "job"
+    meta = job_meta(job_dir, job_id="b1")
+    found = scan(job_dir, None, None)
+    streams = file_streams(found.files, ReadLimits().max_file_size)
+    parser = LineParser(known=[])
+    scanned = scan_streams(streams, parser, workers=1)
+    parser.finish()
+    summary = IngestSummary(meta, files=len(streams))
+    summary.lines = sum(r.lines for r in scanned.rollups.values())
+    return meta, summary, scanned, parser
+
+
+def test_builders_make_the_documents_without_a_server(tmp_path: Path) -> None:
+    meta, summary, scanned, parser = _scanned(tmp_path)
+    rollups = scanned.rollups
+    found = survey(rollups, scanned.timeline)
+    assert 0 < sum(found.totals.values()) <= summary.lines  # continuation lines join events
+    ctx = doc_context(meta.id, "00000001.abcdef", rollups, found, scanned.timeline, None)
+    totals = EventTotals()
+    all_events = []
+    for node, rollup in rollups.items():
+        events, lines = node_documents(ctx, node, rollup)
+        totals.add(events)
+        all_events.extend(events)
+        assert all(d[F.JOB_ID] == "b1" and d["host.name"] == node for _, d in events + lines)
+        assert all(d[F.GENERATION] == "00000001.abcdef" for _, d in events + lines)
+        assert lines, "the fault's warning lines are kept"
+    # Every event is in exactly one rollup; ids are unique; ranks are sorted lists.
+    assert sum(d[F.COUNT] for _, d in all_events) == sum(found.totals.values())
+    assert len({i for i, _ in all_events}) == len(all_events)
+    assert all(d[F.RANKS] == sorted(d[F.RANKS]) for _, d in all_events)
+    summary.events_docs = len(all_events)
+    job = job_record(summary, rollups, found, totals, "src1", 1000)
+    assert job.id == "b1" and job.status == meta.status and job.fingerprint == meta.fingerprint
+    assert job.summary.nodes == tuple(sorted(rollups)) and job.summary.node_count == 2
+    assert job.summary.lines == summary.lines and job.ingest.state == "done"
+    assert job.summary.start_ts == min(totals.times) == job.timestamp
+    assert job.summary.template_stats is not None
+    assert set(job.summary.template_stats) == set(found.totals)
+    new = parser.new_templates()
+    templates = template_documents(new, {}, found.totals, "b1", 1000)
+    assert [i for i, _ in templates] == [t.id for t in new]
+
+
+def test_completed_keeps_the_claim_unless_the_logs_grew() -> None:
+    job = replace(FULL, status="unknown", analysis=AnalysisClaim(), ingest=IngestState(source="s1"))
+    old = replace(FULL, status="failed", ingest=IngestState(source="s1"))
+    old_source = {**old.to_source(), F.ANALYSIS + ".extra": 1}
+    same = JobRecord.from_source(completed(job, old_source))
+    assert same.analysis == FULL.analysis and same.status == "failed"
+    assert same.extra == {F.ANALYSIS + ".extra": 1}  # only the old analysis's unknown fields
+    grown = JobRecord.from_source(
+        completed(replace(job, status="failed", ingest=IngestState(source="s2")), old_source)
+    )
+    assert grown.analysis.state is None and grown.analysis.version is None
+    assert grown.analysis.attempts == FULL.analysis.attempts
+
+
+def test_template_documents() -> None:
+    docs = template_documents([Template("t1", "a <*>")], {"t1": "ERROR"}, {"t1": 3}, "j", 5)
+    assert docs == [
+        (
+            "t1",
+            {
+                "@timestamp": 5,
+                F.TEMPLATE_ID: "t1",
+                F.TEMPLATE_TEXT: "a <*>",
+                F.TEMPLATE_FIRST_JOB: "j",
+                F.TEMPLATE_LEVEL: "ERROR",
+                F.TEMPLATE_OCCURRENCES: 3,
+            },
+        )
+    ]
+
+
+@pytest.mark.parametrize("stats", [{"t": [1]}, {"t": "x"}])
+def test_malformed_template_stats_are_dropped(stats: dict[str, Any]) -> None:
+    record = JobRecord.from_source({F.JOB_ID: "j", F.JOB_TEMPLATE_STATS: stats})
+    assert record.summary.template_stats == {}
