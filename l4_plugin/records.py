@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Literal
 
-JobStatus = Literal["succeeded", "failed", "running", "unknown"]
 AnnotationKind = Literal["event", "node", "iteration", "stage", "rule_match", "summary", "verdict"]
 ReviewState = Literal["open", "confirmed", "rejected"]
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -48,10 +49,12 @@ from l4_plugin.analysis.temporal import (
     StageAnalyzer,
     StragglerDetector,
 )
-from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.records import PRE_TRAINING_STAGES, STAGE_ORDER
 
 __all__ = ["Analysis", "analyze", "cross_job"]
+
+# Text of a record (template and exemplar) -> the stage its stack frames name, if any.
+StackStage = Callable[[str], str | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,22 +280,26 @@ def _silence_among(
 
 
 def _stage_from_stack(
-    data: JobData, stage: StageResult | None, events: tuple[EventStat, ...], kept: frozenset[str]
+    data: JobData,
+    stage: StageResult | None,
+    events: tuple[EventStat, ...],
+    kept: frozenset[str],
+    stage_of_stack: StackStage | None,
 ) -> StageResult | None:
     """When no rank printed a stage marker (every line in ``init``: a pasted excerpt), the
     earliest kept error record whose stack names a stage says where the job failed."""
-    if stage is not None and (
-        stage.stage != "init" or any(s != "init" for _, s in data.stage_spans)
+    if stage_of_stack is None or (
+        stage is not None
+        and (stage.stage != "init" or any(s != "init" for _, s in data.stage_spans))
     ):
         return stage
-    rules = default_stage_rules()
     errors = sorted(
         (e for e in events if e.template_id in kept and is_error(e.level)),
         key=lambda e: (e.first if e.first is not None else math.inf, e.template_id),
     )
     for e in errors:
         info = data.templates.get(e.template_id)
-        found = rules.stage_of_stack(f"{info.text}\n{info.message}") if info else None
+        found = stage_of_stack(f"{info.text}\n{info.message}") if info else None
         if found is not None:
             if stage is None:
                 return StageResult(stage=found, order=STAGE_ORDER, nodes=(), lagging=())
@@ -503,8 +510,19 @@ def _lexicon_evidence(
     return ({} if not crossjob.no_baseline else priors), consequences
 
 
-def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Analysis:
-    """Run every analysis on one job and fuse the results (see the module docstring)."""
+def analyze(
+    data: JobData,
+    pool: BaselinePool,
+    options: AnalysisOptions,
+    *,
+    stage_of_stack: StackStage | None = None,
+) -> Analysis:
+    """Run every analysis on one job and fuse the results (see the module docstring).
+
+    ``stage_of_stack`` names the stage a stack trace's frames belong to (the ingest's stage
+    rules, passed in so that the analysis stays pure); without it a job whose ranks printed no
+    stage marker is reported in ``init``.
+    """
     events = event_stats(data)
     nodes = data.nodes
     crossjob = cross_job(data, events, pool, options)
@@ -513,7 +531,7 @@ def analyze(data: JobData, pool: BaselinePool, options: AnalysisOptions) -> Anal
     stage = _stage(data)
     # The stage the failing record's stack names, reported when no rank printed a marker; the
     # fusion keeps judging "in the failing stage" by the lines' own stages.
-    reported = _stage_from_stack(data, stage, events, kept)
+    reported = _stage_from_stack(data, stage, events, kept, stage_of_stack)
     peers = _peers(data, events, kept, stage.stage if stage else None)
     silence = _silence(data, events, nodes, kept, peers, options) if len(nodes) >= 2 else None
     iterations = _iterations(data, kept, options)

@@ -13,8 +13,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from l4_plugin.store import fields as F
-
 
 @dataclass(frozen=True, slots=True)
 class JobDoc:
@@ -43,12 +41,8 @@ class JobDoc:
     progress_nodes: frozenset[str] | None = None
     # The job's last complete ingest generation, and the clause selecting its documents
     generation: str | None = None
+    # (empty for a JobDoc built by hand: ``diagnosis.queries.job_scope`` then selects the job)
     scope: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def query(self) -> dict[str, Any]:
-        """``scope``, or every document of the job for a JobDoc built by hand."""
-        return self.scope or {"term": {F.JOB_ID: self.id}}
 
 
 @dataclass

@@ -23,6 +23,7 @@ from l4_plugin import __version__
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.analysis.recipe import Analysis, analyze
+from l4_plugin.analysis.tables import JobData
 from l4_plugin.diagnosis.annotations import load_summary, write_annotations
 from l4_plugin.diagnosis.document import (
     Diagnosis,
@@ -34,10 +35,12 @@ from l4_plugin.diagnosis.queries import (
     JobDoc,
     find_jobs,
     find_sample_lines,
+    job_scope,
     read_baseline_pool,
     read_job,
     read_job_tables,
 )
+from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.rules import Rule, load_rules, match_job
 from l4_plugin.store import Store
 
@@ -94,6 +97,18 @@ def resolve_baselines(
     return [pool[k] for k in sorted(pool)]
 
 
+def _sample_lines(store: Store, data: JobData, result: Analysis) -> dict[str, dict[str, Any]]:
+    """One telling line per leading event, from the most suspect nodes and the last hour first."""
+    return find_sample_lines(
+        store,
+        data.job,
+        [e.template_id for e in result.fusion.events],
+        [n.node for n in result.fusion.nodes[:5]],
+        recent_from=data.job.end_ts - RECENT_SECONDS if data.job.end_ts else None,
+        telling=says_cause,
+    )
+
+
 def diagnose_job(
     store: Store,
     job_id: str,
@@ -129,21 +144,13 @@ def diagnose_job(
     pool = timed("read baseline pool", lambda: read_baseline_pool(store, base_jobs))
     library = load_rules() if rules is None else list(rules)
     matches = timed(
-        "match fault rules", lambda: match_job(store, job_id, library, scope=data.job.query)
+        "match fault rules", lambda: match_job(store, job_id, library, scope=job_scope(data.job))
     )
-    result: Analysis = timed("analyse", lambda: analyze(data, pool, options))
-    top_nodes = [n.node for n in result.fusion.nodes[:5]]
-    samples = timed(
-        "fetch sample lines",
-        lambda: find_sample_lines(
-            store,
-            data.job,
-            [e.template_id for e in result.fusion.events],
-            top_nodes,
-            recent_from=data.job.end_ts - RECENT_SECONDS if data.job.end_ts else None,
-            telling=says_cause,
-        ),
+    result: Analysis = timed(
+        "analyse",
+        lambda: analyze(data, pool, options, stage_of_stack=default_stage_rules().stage_of_stack),
     )
+    samples = timed("fetch sample lines", lambda: _sample_lines(store, data, result))
     report = build_report(
         data,
         result,

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from l4_plugin.diagnosis.queries import find_jobs, read_job
+from l4_plugin.diagnosis.queries import find_jobs, job_scope, read_job
 from l4_plugin.ingest.jobdir import ReadLimits, discover, job_meta
 from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_job
 from l4_plugin.ingest.sources import files_generation
@@ -160,7 +160,7 @@ def baseline_templates(store: Store, job_ids: list[str], *, fingerprint: str) ->
             jobs[job_id] = read_job(store, job_id)
     if not jobs:
         return None
-    scopes = [jobs[j].query for j in sorted(jobs)]
+    scopes = [job_scope(jobs[j]) for j in sorted(jobs)]
     return {
         str(b["key"]["t"])
         for b in store.composite(

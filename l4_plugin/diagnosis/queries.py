@@ -38,6 +38,12 @@ from l4_plugin.store.jobs import JobRecord
 _PAGE = 50_000
 
 
+def job_scope(job: JobDoc) -> dict[str, Any]:
+    """The query clause selecting a job's documents: its complete generation, or (for a JobDoc
+    built by hand) every document of the job."""
+    return job.scope or {"term": {F.JOB_ID: job.id}}
+
+
 def _seconds(value: Any) -> float | None:
     return float(value) / 1000.0 if isinstance(value, int | float) else None
 
@@ -129,7 +135,7 @@ def _value(bucket: dict[str, Any], name: str) -> Any:
 def read_job_tables(store: Store, job_id: str) -> JobData:
     """Read every table the analyses need for ``job_id`` (see the module docstring)."""
     job = read_job(store, job_id)
-    query = job.query
+    query = job_scope(job)
     if not store.count(store.names.events, query):
         raise AnalysisError(
             f"job {job_id!r} has no event rollups in {store.names.events} — hint: re-ingest it"
@@ -436,7 +442,7 @@ def read_baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
         for tid, (count, n_nodes) in j.template_stats.items():
             per[tid].append((j.id, count, n_nodes))
     if missing:
-        _aggregate_pool_counts(store, missing, {j.id: j.query for j in jobs}, work, per)
+        _aggregate_pool_counts(store, missing, {j.id: job_scope(j) for j in jobs}, work, per)
     stats: dict[str, tuple[int, float, float, float]] = {}
     for tid, rows in per.items():
         fractions = [min(n_nodes / node_count[j], 1.0) for j, _, n_nodes in rows]
@@ -510,7 +516,7 @@ def find_sample_lines(
     exemplar message).
     """
     wanted = list(dict.fromkeys(template_ids))
-    if not wanted or not store.count(store.names.lines, job.query):
+    if not wanted or not store.count(store.names.lines, job_scope(job)):
         return {}
     out: dict[str, dict[str, Any]] = {}
     preferred = list(prefer_nodes)
@@ -525,7 +531,7 @@ def find_sample_lines(
         if not todo:
             break
         filters: list[dict[str, Any]] = [
-            job.query,
+            job_scope(job),
             {"terms": {F.TEMPLATE_ID: todo}},
         ]
         filters += [f for f in (node_filter, time_filter) if f is not None]

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from l4_plugin.diagnosis.jobdirs import already_ingested, prepare
-from l4_plugin.diagnosis.queries import find_jobs, read_job_tables
+from l4_plugin.diagnosis.queries import find_jobs, job_scope, read_job_tables
 from l4_plugin.errors import AnalysisError, IngestError, StoreError
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.rules.engine import JobFacts
@@ -105,7 +105,7 @@ def _job(store: Store, job_id: str) -> dict[str, Any]:
 def read_counts(store: Store, job_id: str) -> Counts:
     """What the analyses read of the job (its complete generation)."""
     data = read_job_tables(store, job_id)
-    scope = data.job.query
+    scope = job_scope(data.job)
     return Counts(
         events=store.count(store.names.events, scope),
         lines=store.count(store.names.lines, scope),
