@@ -1,9 +1,10 @@
 """Frozen records that the stages of L4 hand to each other.
 
-Ingest produces ``ParsedLine`` (for ``l4 parse``), ``EventRollup`` and ``LineRecord``;
-the analyses and the rule engine produce ``Finding`` objects that end up in ``Diagnosis``. The
-store turns them into index documents (``l4_plugin.store.documents``); nothing else knows the
-document layout. The vocabularies every stage shares live here too: the log levels
+Ingest produces ``ParsedLine`` (for ``l4 parse``) and ``Template``; the diagnosis produces
+``Finding`` objects (what goes to ``l4-annotations``), which the store turns into documents
+(``l4_plugin.store.documents``). The rollups and kept lines have no record of their own: the
+ingest's builders (``ingest/pipeline.py``) write them straight from the scan, with the field
+names of ``store/fields.py``. The vocabularies every stage shares live here too: the log levels
 (:class:`Level`, with every spelling logs use) and the order of a run's stages (``STAGE_ORDER``).
 """
 
@@ -13,6 +14,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Literal
 
+#: What a finding (an ``l4-annotations`` document) is about, and where its review stands.
 AnnotationKind = Literal["event", "node", "iteration", "stage", "rule_match", "summary", "verdict"]
 ReviewState = Literal["open", "confirmed", "rejected"]
 
@@ -128,45 +130,6 @@ class Template:
 
     id: str
     text: str
-
-
-@dataclass(frozen=True, slots=True)
-class EventRollup:
-    """Occurrences of one template on one node in one iteration or stage bucket."""
-
-    job_id: str
-    node: str
-    template_id: str
-    template: str
-    count: int
-    first_ts: float | None
-    last_ts: float | None
-    first_pos: int
-    last_pos: int
-    ranks: tuple[int, ...]
-    level: str | None
-    stage: str
-    iteration: int | None
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class LineRecord:
-    """One raw line kept in ``l4-lines`` (rare, error-level or baseline-absent templates)."""
-
-    job_id: str
-    node: str
-    path: str
-    line: int
-    offset: int
-    timestamp: float | None
-    level: str | None
-    rank: int | None
-    template_id: str
-    stage: str
-    iteration: int | None
-    message: str
-    flags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
