@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import signal
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -82,3 +84,32 @@ def any_store(request: pytest.FixtureRequest) -> Store:
     """Both adapters, one after the other."""
     name = "store" if request.param == "opensearch" else "es_store"
     return request.getfixturevalue(name)  # type: ignore[no-any-return]
+
+
+# -- the l4 command in this process (tests/unit and tests/cluster) ---------------------------
+@pytest.fixture
+def state_env(tmp_path: Path) -> dict[str, str]:
+    return {"L4_STATE_DIR": str(tmp_path / "state")}
+
+
+@pytest.fixture
+def in_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> Iterator[Any]:
+    """``l4 ARGS`` in this process with a clean L4_* environment: (exit code, stdout, stderr)."""
+    from l4_plugin import cli
+
+    for key in list(os.environ):
+        if key.startswith("L4_"):
+            monkeypatch.delenv(key)
+    monkeypatch.setenv("L4_STATE_DIR", str(tmp_path / "state"))
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = cli.main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    yield run
+    signal.signal(signal.SIGTERM, previous)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 L4 = [sys.executable, "-m", "l4_plugin.cli"]
 
@@ -23,3 +24,16 @@ def run_l4(
         timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
+
+
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie counts as dead)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes.
+    try:
+        return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") < 0
+    except OSError:
+        return False

@@ -10,18 +10,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.l4cli import L4, run_l4
-
-
-@pytest.fixture
-def state_env(tmp_path: Path) -> dict[str, str]:
-    return {"L4_STATE_DIR": str(tmp_path / "state")}
+from tests.l4cli import L4, alive, run_l4
 
 
 def test_setup_and_status_on_embedded_cluster(state_env: dict[str, str]) -> None:
@@ -58,18 +52,6 @@ def test_tls_failure_is_reported(osmem_url: str) -> None:
     assert "TLS failure" in res.stderr and "Traceback" not in res.stderr
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for our purposes.
-    try:
-        return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") < 0
-    except OSError:
-        return False
-
-
 def test_cluster_up_is_shared_and_stops_cleanly(tmp_path: Path, state_env: dict[str, str]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("L4_")} | state_env
     proc = subprocess.Popen(
@@ -97,9 +79,9 @@ def test_cluster_up_is_shared_and_stops_cleanly(tmp_path: Path, state_env: dict[
             proc.kill()
     assert not (tmp_path / "state" / "cluster.json").exists()
     deadline = time.monotonic() + 5
-    while _alive(server_pid) and time.monotonic() < deadline:
+    while alive(server_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(server_pid)
+    assert not alive(server_pid)
 
 
 def test_sigterm_stops_embedded_cluster(tmp_path: Path, state_env: dict[str, str]) -> None:
@@ -113,9 +95,9 @@ def test_sigterm_stops_embedded_cluster(tmp_path: Path, state_env: dict[str, str
     proc.send_signal(signal.SIGTERM)
     proc.wait(timeout=20)
     deadline = time.monotonic() + 5
-    while _alive(server_pid) and time.monotonic() < deadline:
+    while alive(server_pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(server_pid)
+    assert not alive(server_pid)
 
 
 def test_state_lives_in_the_click_context_not_the_module(
@@ -144,29 +126,6 @@ def test_state_lives_in_the_click_context_not_the_module(
     assert "index prefix: l4-" in again.output
     module = sys.modules["l4_plugin.cli.main"]
     assert not any(isinstance(v, CliState) for v in vars(module).values())
-
-
-@pytest.fixture
-def in_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Iterator[Any]:
-    """``l4 ARGS`` in this process with a clean L4_* environment: (exit code, stdout, stderr)."""
-    from l4_plugin import cli
-
-    for key in list(os.environ):
-        if key.startswith("L4_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("L4_STATE_DIR", str(tmp_path / "state"))
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = cli.main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    yield run
-    signal.signal(signal.SIGTERM, previous)
 
 
 def test_analyze_takes_its_options_from_the_analysis_section(

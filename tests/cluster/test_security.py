@@ -19,13 +19,9 @@ from l4_plugin.rules import render
 from l4_plugin.service.registry import register_job
 from l4_plugin.store import Store
 from l4_plugin.store.documents import job_doc_id, source_field
-
-LOG = "2024-05-01 10:00:00 INFO iteration 1/10 | loss 2.0\n"
+from tests.security_inputs import BOMB, LOG, job_dir, rule_file
 
 # 10 levels of 10 aliases: a few hundred bytes that expand to 10**10 values.
-BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10)
-)
 
 
 @dataclass(frozen=True)
@@ -60,42 +56,11 @@ def l4(
     return run
 
 
-def _job(root: Path, job_yaml: str | bytes | None = None) -> Path:
-    (root / "node-1").mkdir(parents=True)
-    (root / "node-1" / "rank0.log").write_text(LOG * 3)
-    if isinstance(job_yaml, bytes):
-        (root / "job.yaml").write_bytes(job_yaml)
-    elif job_yaml is not None:
-        (root / "job.yaml").write_text(job_yaml)
-    return root
-
-
-def _rule(tmp_path: Path, **fields: str) -> Path:
-    """A valid rule file with some fields replaced (values are YAML text)."""
-    base = {
-        "id": "port-busy",
-        "title": "Port busy",
-        "status": "draft",
-        "category": "user/misoperation",
-        "severity": "low",
-        "description": "x",
-        "role": "cause",
-        "scope": "job",
-        "detection": "\n  busy:\n    message|contains: Address already in use\n  condition: busy",
-        "diagnosis": "'busy on {{ nodes | join(\", \") }}'",
-    }
-    base.update(fields)
-    path = tmp_path / "user" / "misoperation" / "port-busy.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{k}: {v}\n" for k, v in base.items()))
-    return path
-
-
 # -- 3. bounded YAML ------------------------------------------------------------------------------
 def test_job_yaml_alias_bomb_is_a_located_error_before_anything_is_written(
     store: Store, tmp_path: Path
 ) -> None:
-    job = _job(
+    job = job_dir(
         tmp_path / "job", "id: bomb\nstatus: failed\nconfig:\n  " + BOMB.replace("\n", "\n  ")
     )
     with pytest.raises(
@@ -108,7 +73,7 @@ def test_job_yaml_alias_bomb_is_a_located_error_before_anything_is_written(
 
 
 def test_rule_file_alias_bomb_is_reported_by_rules_check(l4: object, tmp_path: Path) -> None:
-    path = _rule(tmp_path)
+    path = rule_file(tmp_path)
     path.write_text(path.read_text() + "bomb:\n  " + BOMB.replace("\n", "\n  "))
     res = l4("rules", "check", str(path))  # type: ignore[operator]
     assert res.returncode == 1
@@ -123,7 +88,7 @@ def test_nested_range_loops_stop_at_the_time_budget(
 ) -> None:
     monkeypatch.setattr(render, "RENDER_SECONDS", 0.05)
     loops = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
-    path = _rule(tmp_path, diagnosis=f"'{loops}'")
+    path = rule_file(tmp_path, diagnosis=f"'{loops}'")
     res = l4("rules", "check", str(path))  # type: ignore[operator]
     assert res.returncode == 1
     assert (
@@ -134,7 +99,7 @@ def test_nested_range_loops_stop_at_the_time_budget(
 
 @pytest.mark.parametrize("bad", ["", " "])
 def test_cli_rejects_blank_job_ids(l4: object, tmp_path: Path, bad: str) -> None:
-    job = _job(tmp_path / "job")
+    job = job_dir(tmp_path / "job")
     for args in (
         ("ingest", str(job), "--job-id", bad),
         ("diagnose", str(job), "--job-id", bad),
@@ -161,7 +126,7 @@ def _hostile_job(root: Path) -> Path:
     """A job whose links point out of it, at /dev/zero, at a FIFO, and once inside it."""
     (root / "outside").mkdir(parents=True)
     (root / "outside" / "shadow").write_text("root:SECRETHASH:19000:0:99999:7:::\n")
-    job = _job(root / "job")
+    job = job_dir(root / "job")
     node = job / "node-1"
     (node / "rank1.log").symlink_to(root / "outside" / "shadow")
     (node / "rank2.log").symlink_to("/dev/zero")
@@ -203,7 +168,7 @@ def test_cli_warns_once_per_skipped_file(l4: object, tmp_path: Path) -> None:
 
 
 def test_size_limits_and_the_flags_that_raise_them(l4: object, tmp_path: Path) -> None:
-    job = _job(tmp_path / "job")
+    job = job_dir(tmp_path / "job")
     (job / "node-1" / "rank1.log").write_text(LOG * 100)  # 5 KB
     res = l4("ingest", str(job), "--job-id", "sized", "--max-file-size", "1K")  # type: ignore[operator]
     assert res.returncode == 0, res.stderr
@@ -225,7 +190,7 @@ def test_size_limits_and_the_flags_that_raise_them(l4: object, tmp_path: Path) -
 def test_size_limit_from_the_environment(
     l4: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    job = _job(tmp_path / "job")
+    job = job_dir(tmp_path / "job")
     monkeypatch.setenv("L4_MAX_JOB_SIZE", "10")
     res = l4("ingest", str(job), "--job-id", "env")  # type: ignore[operator]
     assert res.returncode == 1 and "over the per-job limit of 10 B" in res.stderr
@@ -236,7 +201,7 @@ def test_gzip_is_bounded_by_its_decompressed_size(store: Store, tmp_path: Path) 
 
     from l4_plugin.ingest.jobdir import ReadLimits
 
-    job = _job(tmp_path / "job")
+    job = job_dir(tmp_path / "job")
     with gzip.open(job / "node-1" / "rank1.log.gz", "wt") as fh:
         fh.write(LOG * 20_000)  # 1 MB of text, a few KB on disk
     summary = ingest_job(store, job, job_id="gz", limits=ReadLimits(max_file_size=64 * 1024))
@@ -248,8 +213,8 @@ def test_gzip_is_bounded_by_its_decompressed_size(store: Store, tmp_path: Path) 
 
 
 def test_baseline_directories_are_confined_too(l4: object, tmp_path: Path) -> None:
-    job = _job(tmp_path / "job", "id: failed-1\nstatus: failed\n")
-    base = _job(tmp_path / "base", "id: base-1\nstatus: succeeded\n")
+    job = job_dir(tmp_path / "job", "id: failed-1\nstatus: failed\n")
+    base = job_dir(tmp_path / "base", "id: base-1\nstatus: succeeded\n")
     (tmp_path / "secret").write_text("SECRETHASH\n")
     (base / "node-1" / "rank9.log").symlink_to(tmp_path / "secret")
     res = l4("diagnose", str(job), "--baseline", str(base))  # type: ignore[operator]
@@ -261,7 +226,7 @@ def test_baseline_directories_are_confined_too(l4: object, tmp_path: Path) -> No
 def test_binary_files_are_skipped_and_counted(store: Store, tmp_path: Path) -> None:
     import random
 
-    job = _job(tmp_path / "job")
+    job = job_dir(tmp_path / "job")
     (job / "node-1" / "rank1.log").write_bytes(random.Random(0).randbytes(50_000))
     # Not binary: Latin-1 text, and a crash's hole of NULs in a text log.
     (job / "node-1" / "rank2.log").write_bytes(b"2024-05-01 10:00:02 INFO caf\xe9 ok\n" * 50)
@@ -277,7 +242,7 @@ def test_binary_files_are_skipped_and_counted(store: Store, tmp_path: Path) -> N
 
 
 def test_log_escapes_never_reach_the_terminal(l4: object, store: Store, tmp_path: Path) -> None:
-    job = _job(tmp_path / "job", "id: esc-1\nstatus: failed\n")
+    job = job_dir(tmp_path / "job", "id: esc-1\nstatus: failed\n")
     evil = "2024-05-01 10:00:05 ERROR boom \x1b]0;pwned\x07\x1b[2J\x1b[31mCUDA error\x9b0m\n"
     (job / "node-1" / "rank0.log").write_text(LOG * 3 + evil)
     res = l4("diagnose", str(job), "--json", str(tmp_path / "r.json"))  # type: ignore[operator]
@@ -362,8 +327,8 @@ def test_setup_adds_skipped_files_to_a_jobs_index_of_an_older_l4(store: Store) -
 def test_diagnose_checks_every_job_yaml_before_ingesting_baselines(
     l4: object, store: Store, tmp_path: Path
 ) -> None:
-    job = _job(tmp_path / "job", "id: failed-2\nconfig:\n  " + BOMB.replace("\n", "\n  "))
-    base = _job(tmp_path / "base", "id: base-2\nstatus: succeeded\n")
+    job = job_dir(tmp_path / "job", "id: failed-2\nconfig:\n  " + BOMB.replace("\n", "\n  "))
+    base = job_dir(tmp_path / "base", "id: base-2\nstatus: succeeded\n")
     res = l4("diagnose", str(job), "--baseline", str(base))  # type: ignore[operator]
     assert res.returncode == 1 and "more than 100,000 values" in res.stderr
     assert store.get(store.names.jobs, job_doc_id("base-2")) is None

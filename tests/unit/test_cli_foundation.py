@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import re
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -16,12 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.l4cli import run_l4
-
-
-@pytest.fixture
-def state_env(tmp_path: Path) -> dict[str, str]:
-    return {"L4_STATE_DIR": str(tmp_path / "state")}
+from tests.l4cli import alive, run_l4
 
 
 def test_unreachable_url_one_line_error_no_traceback() -> None:
@@ -85,18 +78,6 @@ def test_crashing_osmem_binary_reports_its_message(
     assert "exited with status 2: panic: address already in use" in res.stderr
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie is dead for our purposes.
-    try:
-        return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") < 0
-    except OSError:
-        return False
-
-
 def test_hanging_osmem_binary_is_killed_no_orphan(
     tmp_path: Path, state_env: dict[str, str]
 ) -> None:
@@ -112,32 +93,9 @@ def test_hanging_osmem_binary_is_killed_no_orphan(
     assert "did not report ready within 1 s" in res.stderr
     pid = int(pidfile.read_text())
     deadline = time.monotonic() + 5
-    while _alive(pid) and time.monotonic() < deadline:
+    while alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not _alive(pid)
-
-
-@pytest.fixture
-def in_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> Iterator[Any]:
-    """``l4 ARGS`` in this process with a clean L4_* environment: (exit code, stdout, stderr)."""
-    from l4_plugin import cli
-
-    for key in list(os.environ):
-        if key.startswith("L4_"):
-            monkeypatch.delenv(key)
-    monkeypatch.setenv("L4_STATE_DIR", str(tmp_path / "state"))
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def run(*args: str) -> tuple[int, str, str]:
-        capsys.readouterr()
-        code = cli.main(list(args))
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    yield run
-    signal.signal(signal.SIGTERM, previous)
+    assert not alive(pid)
 
 
 def test_serve_takes_its_options_from_file_env_and_flags(

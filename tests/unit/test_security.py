@@ -19,44 +19,9 @@ from l4_plugin.ingest.masking import parse_rules
 from l4_plugin.jobid import check_job_id
 from l4_plugin.rules import render
 from l4_plugin.rules.loader import load_file
-
-LOG = "2024-05-01 10:00:00 INFO iteration 1/10 | loss 2.0\n"
+from tests.security_inputs import BOMB, job_dir, rule_file
 
 # 10 levels of 10 aliases: a few hundred bytes that expand to 10**10 values.
-BOMB = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10)
-)
-
-
-def _job(root: Path, job_yaml: str | bytes | None = None) -> Path:
-    (root / "node-1").mkdir(parents=True)
-    (root / "node-1" / "rank0.log").write_text(LOG * 3)
-    if isinstance(job_yaml, bytes):
-        (root / "job.yaml").write_bytes(job_yaml)
-    elif job_yaml is not None:
-        (root / "job.yaml").write_text(job_yaml)
-    return root
-
-
-def _rule(tmp_path: Path, **fields: str) -> Path:
-    """A valid rule file with some fields replaced (values are YAML text)."""
-    base = {
-        "id": "port-busy",
-        "title": "Port busy",
-        "status": "draft",
-        "category": "user/misoperation",
-        "severity": "low",
-        "description": "x",
-        "role": "cause",
-        "scope": "job",
-        "detection": "\n  busy:\n    message|contains: Address already in use\n  condition: busy",
-        "diagnosis": "'busy on {{ nodes | join(\", \") }}'",
-    }
-    base.update(fields)
-    path = tmp_path / "user" / "misoperation" / "port-busy.yaml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(f"{k}: {v}\n" for k, v in base.items()))
-    return path
 
 
 @pytest.mark.parametrize(
@@ -134,7 +99,7 @@ def test_render_at_run_time_reports_the_budget_instead_of_raising() -> None:
 
 
 def test_rule_string_product_fails_to_load(tmp_path: Path) -> None:
-    path = _rule(tmp_path, remediation="\"{{ 'x' * 10**9 }}\"")
+    path = rule_file(tmp_path, remediation="\"{{ 'x' * 10**9 }}\"")
     with pytest.raises(RuleError, match=r"port-busy\.yaml:\d+: remediation: .*'\*' would build"):
         load_file(path)
 
@@ -158,14 +123,14 @@ def test_rule_string_product_fails_to_load(tmp_path: Path) -> None:
     ],
 )
 def test_job_yaml_schema(tmp_path: Path, text: str, message: str) -> None:
-    job = _job(tmp_path / "job", text)
+    job = job_dir(tmp_path / "job", text)
     with pytest.raises(IngestError, match=message):
         job_meta(job)
 
 
 def test_job_yaml_integer_id_and_non_utf8(tmp_path: Path) -> None:
-    assert job_meta(_job(tmp_path / "a", "id: 4242\n")).id == "4242"
-    job = _job(tmp_path / "b", b"id: a\nconfig:\n  model: caf\xe9\n")
+    assert job_meta(job_dir(tmp_path / "a", "id: 4242\n")).id == "4242"
+    job = job_dir(tmp_path / "b", b"id: a\nconfig:\n  model: caf\xe9\n")
     with pytest.raises(IngestError, match=r"job\.yaml is not UTF-8 — .*job\.yaml:3 — byte 0xe9"):
         job_meta(job)
 
@@ -186,14 +151,14 @@ def test_one_job_id_rule(bad: str) -> None:
 )
 def test_job_yaml_links_are_confined(tmp_path: Path, target: str, message: str) -> None:
     (tmp_path / "outside.yaml").write_text("id: stolen\n")
-    job = _job(tmp_path / "job")
+    job = job_dir(tmp_path / "job")
     (job / "job.yaml").symlink_to(tmp_path / "outside.yaml" if target == "outside" else target)
     with pytest.raises(IngestError, match=message):
         job_meta(job)
 
 
 def test_job_yaml_fifo_is_refused(tmp_path: Path) -> None:
-    job = _job(tmp_path / "job")
+    job = job_dir(tmp_path / "job")
     os.mkfifo(job / "job.yaml")
     with pytest.raises(IngestError, match=r"cannot read job\.yaml — .*job\.yaml — not a regular"):
         job_meta(job)
