@@ -29,6 +29,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.jobdir import LogFile
@@ -39,6 +40,8 @@ from l4_plugin.ingest.stages import StageRules
 from l4_plugin.ingest.timeline import Timeline
 
 FEED_LINES = 65_536
+_In = TypeVar("_In")
+_Out = TypeVar("_Out")
 #: A job smaller than this per worker is scanned with fewer workers (a worker process costs
 #: ~0.3 s to start; a small job is done before it would have helped).
 AUTO_BYTES_PER_WORKER = 32 << 20
@@ -279,6 +282,24 @@ def _file_stream(task: _Task) -> LogStream:
     )
 
 
+def _context() -> multiprocessing.context.ForkServerContext:
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["l4_plugin.ingest.workers"])
+    return ctx
+
+
+def map_in_workers(
+    func: Callable[[list[_In]], list[_Out]], chunks: list[list[_In]], workers: int
+) -> list[list[_Out]]:
+    """``[func(chunk) for chunk in chunks]`` in ``workers`` processes (the scan's forkserver:
+    started once, it forks the next pool's processes cheaply), results in order."""
+    with ProcessPoolExecutor(workers, mp_context=_context()) as pool:
+        try:
+            return list(pool.map(func, chunks))
+        except BrokenProcessPool as exc:
+            raise IngestError(f"an ingest worker process died — {exc}") from exc
+
+
 def _sizes(streams: list[LogStream]) -> list[int]:
     sizes = []
     for s in streams:
@@ -402,8 +423,7 @@ def _partials(streams: list[LogStream], sizes: list[int], workers: int) -> Itera
             batch_bytes = 0
         batches[-1].append(_Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.max_bytes))
         batch_bytes += size
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["l4_plugin.ingest.workers"])
+    ctx = _context()
     window = 2 * workers  # batches in flight: bounds the partials waiting in memory
     with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker) as pool:
         pending: deque[Future[list[FilePartial]]] = deque()
