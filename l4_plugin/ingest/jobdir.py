@@ -333,8 +333,9 @@ def _by_host(file: LogFile, hosts: tuple[str, ...] | None) -> list[LogFile]:
 
 #: What ``probe_files`` says of a file: ``_check_file``'s answer, and the hosts interleaved in it.
 Probe = tuple[tuple[Path, int] | str, tuple[str, ...] | None]
-#: A job with less than this many bytes of logs per extra process is probed in this one (a
-#: process costs ~0.1 s from the warm forkserver; probing reads ~30 MB per CPU-second).
+#: A job with less than this many bytes of logs per extra process is probed in this one
+#: (starting the forkserver costs ~0.2 s, a process from it ~0.02 s; probing covers ~55 MB of
+#: logs per CPU-second, more where files are longer than the 5,000 lines ``plan`` reads).
 PROBE_BYTES_PER_WORKER = 32 << 20
 _PROBE_CHUNK = 64  # files per task sent to a probing process
 
