@@ -77,7 +77,9 @@ def realistic_job(cases: Path, out: Path, repeat: int) -> None:
 
 def parse_only(job: Path, workers: int) -> dict[str, float]:
     """Read, mask, scan and Drain every file of ``job`` (no cluster)."""
+    disc0, wall0 = _cpu(), time.monotonic()
     files = discover(job)
+    discovery, discovery_wall = _cpu() - disc0, time.monotonic() - wall0
     size = sum(f.path.stat().st_size for f in files)
     cpu0, t0 = _cpu(), time.monotonic()
     parser = LineParser()
@@ -95,6 +97,8 @@ def parse_only(job: Path, workers: int) -> dict[str, float]:
         "scan_cpu": result.scan_cpu,
         "files": len(files),
         "worker_rss": result.worker_rss_kb / 1024,
+        "discovery": discovery,
+        "discovery_wall": discovery_wall,
     }
 
 
@@ -173,6 +177,14 @@ def main() -> None:
                 f"parallel efficiency vs workers={first[0]}: {efficiency:.0%}; "
                 f"largest worker peak RSS {r['worker_rss']:,.0f} MB"
             )
+            if args.parse_only:
+                # The reducer: this process's CPU less the scan's when workers did the scan.
+                reducer = r["cpu"] - r["scan_cpu"] if n > 1 else float("nan")
+                print(
+                    f"  reducer CPU {reducer:.2f} s; discovery (before the timed part) "
+                    f"{r['discovery_wall']:.2f} s wall, {r['discovery']:.2f} s CPU in this process "
+                    "(a large job's files are probed in worker processes)"
+                )
             if not args.parse_only:
                 print(
                     f"  documents: {r['events']:,.0f} rollups + {r['kept']:,.0f} kept lines + "

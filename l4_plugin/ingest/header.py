@@ -218,6 +218,12 @@ def rank_prefix_cached(line: str) -> tuple[int | None, int]:
         end = line.find("]:", 5)
         if 5 < end < 12 and line[5:end].isdecimal() and line[end + 2 : end + 3] != "[":
             return int(line[5:end]), end + 2
+    elif line.startswith("[default"):
+        # torchrun's "--tee" prefix "[defaultN]:" alone: its rank is N, as for "[rankN]:"
+        # (``_prefix_rank`` of one part); another prefix part would start with "[".
+        end = line.find("]:", 8)
+        if 8 < end < 15 and line[8:end].isdecimal() and line[end + 2 : end + 3] != "[":
+            return int(line[8:end]), end + 2
     shape = digit_shape(line)
     spans = _RANK_SHAPES.get(shape)
     if spans is None:

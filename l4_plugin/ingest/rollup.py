@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from l4_plugin.ingest.header import digit_shape, parse_time, rank_prefix_cached
 from l4_plugin.ingest.parser import Block, KindSpec, LineKind
@@ -143,6 +144,122 @@ class FilePartial:
         default_factory=list
     )
     forced: list[tuple[tuple[str, str, int | None], KeptLine]] = field(default_factory=list)
+
+    def __reduce__(self) -> tuple[Callable[..., FilePartial], tuple[object, ...]]:
+        # Sent from a worker to the reducer: columns of plain values instead of one object per
+        # group and kept line, which the reducer unpickled one constructor call at a time.
+        return _unpack_partial, (
+            self.node,
+            self.kinds,
+            _pack_groups(self.groups),
+            [(r.before, r.before_pos, r.after, r.after_pos) for r in self.runs],
+            self.marks,
+            self.lines,
+            self.last_iteration,
+            self.problems,
+            self.specs,
+            (self.worker, self.size, self.cpu, self.rss_kb, self.files),
+            self.vanished,
+            _pack_forced(self.groups, self.forced),
+        )
+
+
+#: ``FilePartial.groups`` as columns: group keys (kind, stage, iteration), then one column per
+#: ``Group`` field, then the kept lines of every group one after the other (``kept_n`` each) as
+#: one column per ``KeptLine`` field.
+_PackedGroups = tuple[list[Any], ...]
+
+
+def _pack_groups(groups: dict[tuple[str, str, int | None], Group]) -> _PackedGroups:
+    """``groups`` as a tuple of flat lists (see ``_PackedGroups``)."""
+    values = groups.values()
+    kept = [k for g in values for k in g.kept]
+    return (
+        list(groups),
+        [g.count for g in values],
+        [g.first_pos for g in values],
+        [g.last_pos for g in values],
+        [g.first_ts_ref for g in values],
+        [g.last_ts_ref for g in values],
+        [g.message for g in values],
+        [g.path for g in values],
+        [g.ranks for g in values],
+        [g.seconds_ns for g in values],
+        [g.seconds_n for g in values],
+        [len(g.kept) for g in values],
+        [k.path for k in kept],
+        [k.line for k in kept],
+        [k.message for k in kept],
+        [k.ts_ref for k in kept],
+        [k.rank for k in kept],
+        [k.flags for k in kept],
+        [k.offset for k in kept],
+    )
+
+
+def _unpack_groups(packed: _PackedGroups) -> dict[tuple[str, str, int | None], Group]:
+    """The inverse of ``_pack_groups``: new ``Group`` and ``KeptLine`` objects."""
+    keys, *fields, kept_n = packed[:12]
+    kept = list(map(KeptLine, *packed[12:]))
+    groups: dict[tuple[str, str, int | None], Group] = {}
+    at = 0
+    for key, count, fp, lp, fts, lts, msg, path, ranks, sns, sn, n in zip(
+        keys, *fields, kept_n, strict=True
+    ):
+        groups[key] = Group(count, fp, lp, fts, lts, msg, path, ranks, kept[at : at + n], sns, sn)
+        at += n
+    return groups
+
+
+def _pack_forced(
+    groups: dict[tuple[str, str, int | None], Group],
+    forced: list[tuple[tuple[str, str, int | None], KeptLine]],
+) -> list[tuple[tuple[str, str, int | None], int, KeptLine | None]]:
+    """``forced`` with each kept line named by its index in its group's kept lines (the same
+    object after unpacking, as ``absorb`` requires), or carried whole when it is not there."""
+    out: list[tuple[tuple[str, str, int | None], int, KeptLine | None]] = []
+    for key, line in forced:
+        group = groups.get(key)
+        at = next((i for i, k in enumerate(group.kept) if k is line), -1) if group else -1
+        out.append((key, at, None if at >= 0 else line))
+    return out
+
+
+def _unpack_partial(
+    node: str,
+    kinds: list[str],
+    packed: _PackedGroups,
+    runs: list[tuple[str | None, int, str | None, int]],
+    marks: list[tuple[MarkKey, str]],
+    lines: int,
+    last_iteration: int | None,
+    problems: list[str],
+    specs: list[KindSpec],
+    tally: tuple[int, int, float, int, int],
+    vanished: list[tuple[tuple[str, str, int | None], int, str | None, set[int]]],
+    forced: list[tuple[tuple[str, str, int | None], int, KeptLine | None]],
+) -> FilePartial:
+    """A ``FilePartial`` from what its ``__reduce__`` sent."""
+    groups = _unpack_groups(packed)
+    worker, size, cpu, rss_kb, files = tally
+    return FilePartial(
+        node,
+        kinds,
+        groups,
+        [Run(*r) for r in runs],
+        marks,
+        lines,
+        last_iteration,
+        problems,
+        specs,
+        worker,
+        size,
+        cpu,
+        rss_kb,
+        files,
+        vanished,
+        [(key, line if line is not None else groups[key].kept[at]) for key, at, line in forced],
+    )
 
 
 #: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset.

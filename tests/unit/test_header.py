@@ -383,3 +383,26 @@ def test_pasted_collector_and_launcher_prefixes(
 def test_a_status_code_after_a_time_is_not_a_rank() -> None:
     h = parse_header("2024-05-03 10:11:12 404: not found", 2024)
     assert h.rank is None and h.timestamp == T0
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "[default3]:x",
+        "[default12]: y",
+        "[default3]:[rank27]: w",
+        "[default3] [rank27]: w",
+        "[default]:x",
+        "[default3] x",
+        "[default\u0663]:arabic-indic digit",
+        "[default1234567]:x",
+        "[default3]:",
+        "[rank5]:x",
+        "[rank5]:[default2]:x",
+        "[defaults]: not a prefix",
+    ],
+)
+def test_rank_prefix_shortcuts_agree_with_the_regexes(raw: str) -> None:
+    from l4_plugin.ingest.header import rank_prefix, rank_prefix_cached
+
+    assert rank_prefix_cached(raw) == rank_prefix(raw)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -125,3 +126,41 @@ def test_config_overrides() -> None:
     assert parse_config_overrides(["a=1", "b = x=y"]) == {"a": "1", "b": "x=y"}
     with pytest.raises(IngestError, match=r"expected key=value"):
         parse_config_overrides(["nokey"])
+
+
+def test_files_are_probed_alike_in_worker_processes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A large job's files are checked and host-planned in worker processes: the same files,
+    # streams, hosts and skips as probing them here, in the same order.
+    from l4_plugin.ingest import jobdir
+
+    job = tmp_path / "job"
+    simulate(tmp_path, nodes=3, iterations=10, fault="nccl-ib-error", seed=2, baselines=0)
+    (job / "launcher").mkdir()
+    (job / "launcher" / "stdout.log").write_text(
+        "".join(f"worker-{i % 2}: step {i} loss 1.{i}\n" for i in range(40))
+    )
+    (job / "node-x").mkdir()
+    (job / "node-x" / "rank0.log").write_bytes(b"\x00\x01\x02\x03binary" * 50)
+    with gzip.open(job / "node-x" / "rank1.log.gz", "wt") as fh:
+        fh.write("2026-01-01 00:00:00 INFO hello\n")
+    (job / "node-x" / "dmesg.log").write_text("[ 1.0] kernel line\n")
+    serial = jobdir.scan(job)
+    assert any(f.host == "worker-1" for f in serial.files) and serial.skipped
+    monkeypatch.setattr(jobdir, "PROBE_BYTES_PER_WORKER", 1)
+    monkeypatch.setattr(jobdir, "_PROBE_CHUNK", 3)
+    from l4_plugin.ingest import workers
+
+    calls: list[int] = []
+    real = workers.map_in_workers
+
+    def counted(func: Any, chunks: list[Any], n: int) -> Any:
+        calls.append(n)
+        return real(func, chunks, n)
+
+    monkeypatch.setattr(workers, "map_in_workers", counted)
+    monkeypatch.setattr(workers, "default_workers", lambda: 2)
+    pooled = jobdir.scan(job)
+    assert calls == [2]
+    assert pooled == serial

@@ -1,0 +1,98 @@
+"""A partial rollup travels from a worker to the reducer as columns and comes back the same."""
+
+from __future__ import annotations
+
+import gc
+import pickle
+from pathlib import Path
+
+from l4_plugin.ingest.jobdir import discover
+from l4_plugin.ingest.rollup import FilePartial, Group, KeptLine
+from l4_plugin.ingest.sources import file_streams
+from l4_plugin.ingest.workers import Scanner, gc_paused
+
+_LINES = (
+    "2026-01-01 00:00:00 INFO starting\n"
+    "2026-01-01 00:00:01 ERROR disk 1 failed\n"
+    "2026-01-01 00:00:02 ERROR disk 2 failed\n"
+    "2026-01-01 00:00:02 WARNING slow step\n"
+    "timeless error: Error: disk full\n"
+    "2026-01-01 00:00:03 INFO step 4\n"
+    "Traceback (most recent call last):\n"
+    '  File "train.py", line 3, in <module>\n'
+)
+
+
+def _kept(k: KeptLine) -> tuple[object, ...]:
+    return (k.path, k.line, k.message, k.ts_ref, k.rank, k.flags, k.offset)
+
+
+def _group(g: Group) -> tuple[object, ...]:
+    return (
+        g.count,
+        g.first_pos,
+        g.last_pos,
+        g.first_ts_ref,
+        g.last_ts_ref,
+        g.message,
+        g.path,
+        g.ranks,
+        [_kept(k) for k in g.kept],
+        g.seconds_ns,
+        g.seconds_n,
+    )
+
+
+def _partial(tmp_path: Path) -> FilePartial:
+    node = tmp_path / "job" / "node-a"
+    node.mkdir(parents=True)
+    (node / "rank0.log").write_text(_LINES)
+    # The second file ends inside a traceback: its block is a forced kept line.
+    (node / "rank1.log").write_text(_LINES.replace("disk 1", "disk 7"))
+    streams = file_streams(discover(tmp_path / "job"))
+    part = Scanner().scan(streams, [1, 1])
+    assert part.forced and part.runs and any(len(g.kept) > 1 for g in part.groups.values())
+    return part
+
+
+def test_a_partial_survives_pickling_field_for_field(tmp_path: Path) -> None:
+    part = _partial(tmp_path)
+    back = pickle.loads(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+    assert list(back.groups) == list(part.groups)
+    assert [_group(g) for g in back.groups.values()] == [_group(g) for g in part.groups.values()]
+    for name in ("node", "kinds", "marks", "lines", "last_iteration", "problems", "specs"):
+        assert getattr(back, name) == getattr(part, name), name
+    for name in ("worker", "size", "cpu", "rss_kb", "files", "vanished"):
+        assert getattr(back, name) == getattr(part, name), name
+    assert [(r.before, r.before_pos, r.after, r.after_pos) for r in back.runs] == [
+        (r.before, r.before_pos, r.after, r.after_pos) for r in part.runs
+    ]
+    assert [(key, _kept(k)) for key, k in back.forced] == [
+        (key, _kept(k)) for key, k in part.forced
+    ]
+    # ``absorb`` tells a forced line already in its group by identity: it must be that object.
+    for key, kept in back.forced:
+        assert any(k is kept for k in back.groups[key].kept)
+
+
+def test_a_forced_line_missing_from_its_group_travels_whole(tmp_path: Path) -> None:
+    part = _partial(tmp_path)
+    key, kept = part.forced[0]
+    part.groups[key].kept.remove(kept)
+    back = pickle.loads(pickle.dumps(part))
+    assert _kept(back.forced[0][1]) == _kept(kept)
+    assert not any(k is back.forced[0][1] for k in back.groups[key].kept)
+
+
+def test_gc_paused_restores_the_collector() -> None:
+    assert gc.isenabled()
+    with gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with gc_paused():
+            pass
+        assert not gc.isenabled()  # it was off before: it stays off
+    finally:
+        gc.enable()
