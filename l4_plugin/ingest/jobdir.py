@@ -229,9 +229,14 @@ def discover(
 
 
 def scan(
-    job_dir: Path, node_pattern: str | None = None, limits: ReadLimits | None = None
+    job_dir: Path,
+    node_pattern: str | None = None,
+    limits: ReadLimits | None = None,
+    workers: int | None = None,
 ) -> JobFiles:
     """The job's log files (see ``discover``) and the files skipped, one warning line each.
+
+    ``workers`` bounds the processes that probe the files (None: the machine's cores).
 
     A file is skipped when it is not a regular file inside the job directory, is over
     ``limits.max_file_size`` or looks binary; a job whose files together exceed
@@ -283,7 +288,7 @@ def scan(
             rank = None
         found.append((path, relative, node, rank, system))
     for (_path, relative, node, rank, system), (checked, hosts) in zip(
-        found, probe_files([(f[0], f[4]) for f in found], root, limits), strict=True
+        found, probe_files([(f[0], f[4]) for f in found], root, limits, workers), strict=True
     ):
         if isinstance(checked, str):
             skipped.append(f"skipped {relative}: {checked}")
@@ -340,9 +345,11 @@ PROBE_BYTES_PER_WORKER = 32 << 20
 _PROBE_CHUNK = 64  # files per task sent to a probing process
 
 
-def probe_files(files: list[tuple[Path, bool]], root: Path, limits: ReadLimits) -> list[Probe]:
+def probe_files(
+    files: list[tuple[Path, bool]], root: Path, limits: ReadLimits, workers: int | None = None
+) -> list[Probe]:
     """``_check_file`` and (for a file that is no system log) the host plan of each file, in
-    order: in worker processes for a large job (the machine's cores, one per
+    order: in worker processes for a large job (``workers``, else the machine's cores; one per
     ``PROBE_BYTES_PER_WORKER``), since both read the start of every file; else here."""
     sizes = 0
     for path, _ in files:
@@ -350,7 +357,8 @@ def probe_files(files: list[tuple[Path, bool]], root: Path, limits: ReadLimits) 
             sizes += path.stat().st_size
     from l4_plugin.ingest.workers import default_workers, map_in_workers
 
-    workers = min(default_workers(), 1 + sizes // PROBE_BYTES_PER_WORKER, len(files))
+    cap = default_workers() if workers is None else max(1, workers)
+    workers = min(cap, 1 + sizes // PROBE_BYTES_PER_WORKER, len(files))
     tasks = [(path, system, root, limits) for path, system in files]
     if workers <= 1:
         return [_probe(*task) for task in tasks]

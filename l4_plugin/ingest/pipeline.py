@@ -197,7 +197,9 @@ def ingest_job(
     limits: ReadLimits | None = None,
     workers: int | None = None,
 ) -> IngestSummary:
-    """Parse every log file of ``job_dir`` and write the job's documents (DESIGN §4).
+    """Parse every log file of ``job_dir`` and write the job's documents.
+
+    (ARCHITECTURE.md, *Documents*, lists them.)
 
     ``full`` also indexes every raw line into ``l4-lines`` (a second, streamed pass). Files
     ``jobdir.scan`` skips (``limits``) are warnings in the summary and counted on the job.
@@ -205,7 +207,7 @@ def ingest_job(
     the documents are the same for any number.
     """
     meta = job_meta(job_dir, job_id=job_id, status=status, config=config)
-    found = scan(job_dir, node_pattern, limits)
+    found = scan(job_dir, node_pattern, limits, workers)
     return ingest_streams(
         store,
         meta,

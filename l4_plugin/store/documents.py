@@ -1,7 +1,8 @@
 """Index documents built from the shared records: the one place that knows the annotation layout.
 
-``l4-annotations`` (DESIGN §4): one document per finding, ``_id`` derived from the job, the kind
-and what the finding is about, so re-analysing a job overwrites its annotations.
+``l4-annotations`` (ARCHITECTURE.md, *Documents*): one document per finding, ``_id`` derived
+from the job, the kind and what the finding is about, so re-analysing a job overwrites its
+annotations.
 """
 
 from __future__ import annotations

@@ -1,10 +1,13 @@
-"""Index names: the only place that knows what L4's indices are called (DESIGN §4)."""
+"""Index names: the only place that knows what L4's indices are called.
+
+ARCHITECTURE.md, *Documents*, says what each holds.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-#: The index kinds of DESIGN §4; each has a template file ``ingest/index_templates/<kind>.json``.
+#: The index kinds; each has a template file ``ingest/index_templates/<kind>.json``.
 INDEX_KINDS: tuple[str, ...] = ("events", "lines", "jobs", "templates", "annotations")
 
 

@@ -164,3 +164,10 @@ def test_files_are_probed_alike_in_worker_processes(
     pooled = jobdir.scan(job)
     assert calls == [2]
     assert pooled == serial
+    # --workers bounds the probing too: one worker probes here, two (of more cores) use two.
+    monkeypatch.setattr(workers, "default_workers", lambda: 8)
+    calls.clear()
+    assert jobdir.scan(job, workers=1) == serial
+    assert calls == []
+    assert jobdir.scan(job, workers=2) == serial
+    assert calls == [2]
