@@ -246,16 +246,7 @@ def scan(
     if not job_dir.is_dir():
         raise IngestError(f"job directory not found — {job_dir}")
     root = job_dir.resolve()
-    pattern = None
-    if node_pattern:
-        try:
-            pattern = re.compile(node_pattern)
-        except re.error as exc:
-            raise IngestError(f"invalid --node-pattern — {node_pattern!r} — {exc}") from None
-        if "node" not in pattern.groupindex:
-            raise IngestError(
-                f"invalid --node-pattern — {node_pattern!r} — needs a named group (?P<node>...)"
-            )
+    pattern = _node_regex(node_pattern)
     files: list[LogFile] = []
     skipped: list[str] = []
     total = 0
@@ -265,28 +256,9 @@ def scan(
         if stem is None or (path.is_dir() and not path.is_symlink()):
             continue
         relative = path.relative_to(job_dir).as_posix()
-        system = bool(_SYSTEM.search(stem))
-        if pattern is not None:
-            m = pattern.search(relative)
-            if m is None:
-                continue
-            node = m.group("node")
-            rank_text = m.groupdict().get("rank")
-            rank = int(rank_text) if rank_text else _rank_of(stem)
-        elif "/" in relative:
-            node = relative.split("/", 1)[0]
-            rank = _rank_of(stem)
-        else:
-            flat = _FLAT.match(stem)
-            if flat:
-                node, rank = flat.group("node"), int(flat.group("rank"))
-            elif system:
-                node, rank = _SYSTEM.sub("", stem) or stem, None
-            else:
-                node, rank = stem, None
-        if system:
-            rank = None
-        found.append((path, relative, node, rank, system))
+        named = _name_file(relative, stem, pattern)
+        if named is not None:
+            found.append((path, relative, *named))
     for (_path, relative, node, rank, system), (checked, hosts) in zip(
         found, probe_files([(f[0], f[4]) for f in found], root, limits, workers), strict=True
     ):
@@ -312,6 +284,48 @@ def scan(
         key=lambda f: (f.node, f.kind != "rank", f.rank if f.rank is not None else -1, f.relative)
     )
     return JobFiles(files, skipped)
+
+
+def _node_regex(node_pattern: str | None) -> re.Pattern[str] | None:
+    """``--node-pattern`` compiled, or a located error when it is no regex or names no node."""
+    if not node_pattern:
+        return None
+    try:
+        pattern = re.compile(node_pattern)
+    except re.error as exc:
+        raise IngestError(f"invalid --node-pattern — {node_pattern!r} — {exc}") from None
+    if "node" not in pattern.groupindex:
+        raise IngestError(
+            f"invalid --node-pattern — {node_pattern!r} — needs a named group (?P<node>...)"
+        )
+    return pattern
+
+
+def _name_file(
+    relative: str, stem: str, pattern: re.Pattern[str] | None
+) -> tuple[str, int | None, bool] | None:
+    """(node, rank, is a system log) of one file of the job; None when ``pattern`` skips it."""
+    system = bool(_SYSTEM.search(stem))
+    rank: int | None
+    if pattern is not None:
+        m = pattern.search(relative)
+        if m is None:
+            return None
+        node = m.group("node")
+        rank_text = m.groupdict().get("rank")
+        rank = int(rank_text) if rank_text else _rank_of(stem)
+    elif "/" in relative:
+        node = relative.split("/", 1)[0]
+        rank = _rank_of(stem)
+    else:
+        flat = _FLAT.match(stem)
+        if flat:
+            node, rank = flat.group("node"), int(flat.group("rank"))
+        elif system:
+            node, rank = _SYSTEM.sub("", stem) or stem, None
+        else:
+            node, rank = stem, None
+    return node, None if system else rank, system
 
 
 def split_by_host(file: LogFile) -> list[LogFile]:
