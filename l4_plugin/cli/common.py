@@ -45,7 +45,7 @@ class CliState:
 pass_state = click.make_pass_decorator(CliState, ensure=True)
 
 
-def _size_options(f: Any) -> Any:
+def size_options(f: Any) -> Any:
     """``--max-file-size`` / ``--max-job-size``: raise the read limits of a job directory."""
     f = click.option(
         "--max-job-size",
@@ -59,7 +59,7 @@ def _size_options(f: Any) -> Any:
     )(f)
 
 
-def _read_limits(cli: CliState, max_file_size: str | None, max_job_size: str | None) -> Any:
+def read_limits(cli: CliState, max_file_size: str | None, max_job_size: str | None) -> Any:
     """The read limits from flags (set before the settings are first read), env and file."""
     from l4_plugin.ingest.jobdir import ReadLimits
 
@@ -68,7 +68,7 @@ def _read_limits(cli: CliState, max_file_size: str | None, max_job_size: str | N
     return ReadLimits(settings.max_file_size, settings.max_job_size)
 
 
-def _job_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+def checked_job_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     """Click callback: every job id given on the command line passes ``check_job_id``."""
     from l4_plugin.jobid import MAX_JOB_ID, job_id_problem
 
@@ -84,7 +84,7 @@ def _job_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     return value
 
 
-def _workers_option(f: Any) -> Any:
+def workers_option(f: Any) -> Any:
     return click.option(
         "--workers",
         type=click.IntRange(1, 1024),

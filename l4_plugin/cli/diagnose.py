@@ -10,12 +10,12 @@ import click
 
 from l4_plugin.cli.common import (
     CliState,
-    _job_id,
-    _read_limits,
-    _size_options,
-    _workers_option,
+    checked_job_id,
     out,
     pass_state,
+    read_limits,
+    size_options,
+    workers_option,
 )
 from l4_plugin.display import SafeConsole, safe_print
 from l4_plugin.store import open_cluster
@@ -132,12 +132,12 @@ def _run_diagnosis(
     help="A successful job of the same configuration, or a folder of them (repeatable).",
 )
 @click.option(
-    "--job-id", callback=_job_id, help="Job id (default: job.yaml id, else the folder name)."
+    "--job-id", callback=checked_job_id, help="Job id (default: job.yaml id, else the folder name)."
 )
 @click.option("--node-pattern", help="Regex with (?P<node>...) [and (?P<rank>...)] over paths.")
 @click.option("--reingest", is_flag=True, help="Ingest again even if the cluster has the job.")
-@_size_options
-@_workers_option
+@size_options
+@workers_option
 @_diagnosis_options
 @pass_state
 def diagnose(
@@ -157,7 +157,7 @@ def diagnose(
     from l4_plugin.ingest.workers import ScanProgress
 
     _analysis_flags(cli, kwargs)
-    limits = _read_limits(cli, max_file_size, max_job_size)
+    limits = read_limits(cli, max_file_size, max_job_size)
     with open_cluster(cli.settings) as store:
         store.install_templates()
         err = SafeConsole(stderr=True, highlight=False)
@@ -194,12 +194,12 @@ def diagnose(
 
 
 @click.command()
-@click.argument("job_id", callback=_job_id)
+@click.argument("job_id", callback=checked_job_id)
 @click.option(
     "--baseline",
     "baseline_ids",
     multiple=True,
-    callback=_job_id,
+    callback=checked_job_id,
     help="Baseline job id (repeatable).",
 )
 @_diagnosis_options
@@ -212,7 +212,7 @@ def analyze(cli: CliState, job_id: str, baseline_ids: tuple[str, ...], **kwargs:
 
 
 @click.command()
-@click.argument("job_id", callback=_job_id)
+@click.argument("job_id", callback=checked_job_id)
 @click.option("--html", "html_out", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--json", "json_out", type=click.Path(path_type=Path, dir_okay=False))
 @pass_state

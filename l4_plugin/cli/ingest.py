@@ -11,12 +11,12 @@ from rich.table import Table
 
 from l4_plugin.cli.common import (
     CliState,
-    _job_id,
-    _read_limits,
-    _size_options,
-    _workers_option,
+    checked_job_id,
     out,
     pass_state,
+    read_limits,
+    size_options,
+    workers_option,
 )
 from l4_plugin.display import SafeConsole, safe_print
 from l4_plugin.errors import L4Error
@@ -27,7 +27,7 @@ from l4_plugin.store import open_cluster
 @click.command()
 @click.argument("job_dir", type=click.Path(path_type=Path, file_okay=False), required=False)
 @click.option(
-    "--job-id", callback=_job_id, help="Job id (default: job.yaml id, else the folder name)."
+    "--job-id", callback=checked_job_id, help="Job id (default: job.yaml id, else the folder name)."
 )
 @click.option(
     "--status",
@@ -61,8 +61,8 @@ from l4_plugin.store import open_cluster
 @click.option("--timestamp-field", default="@timestamp", show_default=True)
 @click.option("--path-field", default="log.file.path", show_default=True)
 @click.option("--offset-field", default="log.offset", show_default=True)
-@_size_options
-@_workers_option
+@size_options
+@workers_option
 @pass_state
 def ingest(
     cli: CliState,
@@ -87,7 +87,7 @@ def ingest(
     if (job_dir is None) == (from_index is None):
         raise click.UsageError("give either JOB_DIR or --from-index PATTERN")
     overrides = _job_config(config_pairs, old_config_pairs)
-    limits = _read_limits(cli, max_file_size, max_job_size)
+    limits = read_limits(cli, max_file_size, max_job_size)
     n_workers = workers or cli.settings.ingest_workers
     with open_cluster(cli.settings) as store:
         store.install_templates()

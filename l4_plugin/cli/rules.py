@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from l4_plugin.cli.common import CliState, _job_id, out, pass_state
+from l4_plugin.cli.common import CliState, checked_job_id, out, pass_state
 from l4_plugin.display import JSON_ESCAPES, safe_print
 from l4_plugin.store import open_cluster
 
@@ -48,7 +48,7 @@ def rules_test(cli: CliState, paths: tuple[Path, ...]) -> None:
 
 
 @rules.command("match")
-@click.argument("job_id", callback=_job_id)
+@click.argument("job_id", callback=checked_job_id)
 @click.option(
     "--rules",
     "rule_paths",
@@ -76,7 +76,7 @@ def rules_match(cli: CliState, job_id: str, rule_paths: tuple[Path, ...], as_jso
     "--from-job",
     "job_id",
     required=True,
-    callback=_job_id,
+    callback=checked_job_id,
     help="Job whose diagnosis to draft from.",
 )
 @click.option("--id", "rule_id", help="Rule id (kebab-case; default: from the top event).")

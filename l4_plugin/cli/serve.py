@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from l4_plugin.cli.common import CliState, _job_id, out, pass_state
+from l4_plugin.cli.common import CliState, checked_job_id, out, pass_state
 from l4_plugin.store import open_cluster
 
 # The service's flags; their defaults and environment variables are those of the settings'
@@ -153,7 +153,7 @@ def _print_job(state: Any) -> None:
 
 
 @job.command("register")
-@click.argument("job_id", callback=_job_id)
+@click.argument("job_id", callback=checked_job_id)
 @click.option(
     "--status", required=True, type=click.Choice(["running", "failed", "succeeded", "unknown"])
 )
@@ -171,7 +171,7 @@ def job_register(cli: CliState, job_id: str, status: str, fingerprint: str | Non
 
 
 @job.command("status")
-@click.argument("job_id", callback=_job_id)
+@click.argument("job_id", callback=checked_job_id)
 @click.argument(
     "new_status",
     required=False,
