@@ -33,7 +33,6 @@ from typing import Any
 from l4_plugin.store import Store, generations, jobs
 from l4_plugin.store import fields as F
 from l4_plugin.store.jobs import AnalysisClaim, JobRecord
-from l4_plugin.store.jobs import update_job as update_job  # the service's other job writes
 
 STATE = F.ANALYSIS_STATE
 OWNER = F.ANALYSIS_CLAIMED_BY

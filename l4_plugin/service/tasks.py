@@ -45,7 +45,7 @@ from l4_plugin.service.logs import log
 from l4_plugin.store import ConflictError, Store, generations, jobs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import annotation_document, annotation_id, job_doc_id, source_field
-from l4_plugin.store.jobs import JobRecord
+from l4_plugin.store.jobs import JobRecord, update_job
 
 DAY_MS = 86_400_000
 _SCAN = 1000  # jobs read per watch / retention run
@@ -554,7 +554,7 @@ def retention(ctx: TaskContext) -> int:
             src[F.RETENTION_DELETED_DOCS] = n
             return src
 
-        claims.update_job(store, job_id, change)
+        update_job(store, job_id, change)
         purged += 1
         ctx.metrics.add("retention_jobs")
         ctx.metrics.add("retention_deleted_docs", deleted)

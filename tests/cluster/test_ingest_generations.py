@@ -33,6 +33,7 @@ from l4_plugin.service.registry import job_state
 from l4_plugin.store import IndexNames, OpenSearchStore, Store, generations
 from l4_plugin.store.base import BULK_DOCS_ENV, STALL_ENV
 from l4_plugin.store.documents import job_doc_id
+from l4_plugin.store.jobs import update_job
 from l4_simulate import simulate
 
 pytestmark = pytest.mark.slow
@@ -237,7 +238,7 @@ def test_kill_9_of_a_first_ingest_is_never_diagnosed(
     assert state.writing["files"] == len(list(dirs.old.glob("*.log")))
     # The service does not pick it even once it is declared failed.
     policy = claims.ClaimPolicy("t", 60.0, 3, "l4-test")
-    claims.update_job(store, dirs.job_id, lambda s: {**s, "l4.job.status": "failed"})
+    update_job(store, dirs.job_id, lambda s: {**s, "l4.job.status": "failed"})
     assert claims.find_pending(store, policy, limit=10) == []
     fingerprint = _job(store, dirs.job_id)["l4.job.fingerprint"]
     assert find_jobs(store, fingerprint=fingerprint, status="failed") == []  # nor a baseline

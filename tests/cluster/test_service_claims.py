@@ -28,7 +28,7 @@ from l4_plugin.service.health import Metrics
 from l4_plugin.service.registry import job_state, register_job, set_status
 from l4_plugin.store import Store, connect
 from l4_plugin.store.documents import job_doc_id
-from l4_plugin.store.jobs import JobRecord
+from l4_plugin.store.jobs import JobRecord, update_job
 from l4_simulate import simulate
 
 
@@ -216,7 +216,7 @@ def test_register_and_change_status(store: Store) -> None:
     state, created = register_job(store, "p1", "running")
     assert not created and state.fingerprint == "fp"
     # The service's fields survive a status change.
-    claims.update_job(store, "p1", lambda s: {**s, claims.CHECKPOINT: 5})
+    update_job(store, "p1", lambda s: {**s, claims.CHECKPOINT: 5})
     state = set_status(store, "p1", "failed")
     assert state.status == "failed" and source(store, "p1")[claims.CHECKPOINT] == 5
     assert job_state(store, "p1").status == "failed"
@@ -270,7 +270,7 @@ def test_watch_annotates_a_running_job_once_per_new_data(
     assert claims.STATE not in src  # watching does not count as an analysis
     assert tasks.watch(ctx) == 0  # nothing new since the checkpoint
     # New, later events move the mark: the job is matched again.
-    claims.update_job(store, "run-1", lambda s: {**s, "l4.job.end_ts": s["l4.job.end_ts"] + 1})
+    update_job(store, "run-1", lambda s: {**s, "l4.job.end_ts": s["l4.job.end_ts"] + 1})
     announced = ctx.metrics.counters["watch_matches"]
     assert announced == len(found)
     assert tasks.watch(ctx) == 1
@@ -306,7 +306,7 @@ def test_retention_deletes_rollups_and_lines_keeps_annotations(
     kept = len(annotations(store, "old"))
     assert kept > 0
     month_ago = claims.now_ms() - 30 * tasks.DAY_MS
-    claims.update_job(store, "old", lambda s: {**s, "l4.ingest.updated": month_ago})
+    update_job(store, "old", lambda s: {**s, "l4.ingest.updated": month_ago})
     assert tasks.retention(ctx) == 1
     for index in (store.names.events, store.names.lines):
         store.refresh(index)

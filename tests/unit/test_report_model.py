@@ -24,7 +24,7 @@ from l4_plugin.report.model import (
     Verdict,
 )
 
-# DESIGN §6 plus the documented extra sections, in the order ``l4 diagnose --json`` writes them.
+# The report's sections, in the order ``l4 diagnose --json`` writes them.
 REPORT_KEYS = [
     "job_id",
     "status",

@@ -1,4 +1,7 @@
-"""The verdict (DESIGN §6) from rules, events and the node ranking, and the failure lexicon."""
+"""The verdict from rules, events and the node ranking, and the failure lexicon.
+
+ARCHITECTURE.md, *The report*, says where the verdict sits in the report.
+"""
 
 from __future__ import annotations
 
