@@ -470,7 +470,7 @@ class _Builder:
                                             "interval": 1,
                                             "min_doc_count": 1,
                                         },
-                                        "aggs": {"n": {"sum": {"field": F.COUNT}}},
+                                        "aggs": {"n": {"sum": {"field": F.COUNT_ALL}}},
                                     }
                                 },
                             },

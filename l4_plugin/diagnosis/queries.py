@@ -30,7 +30,7 @@ from l4_plugin.analysis.fusion import is_flagged
 from l4_plugin.analysis.tables import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
 from l4_plugin.errors import AnalysisError
 from l4_plugin.records import level_label
-from l4_plugin.store import Store, generations, jobs
+from l4_plugin.store import Store, generations, jobs, packs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
 from l4_plugin.store.jobs import JobRecord
@@ -140,14 +140,17 @@ def read_job_tables(store: Store, job_id: str) -> JobData:
         raise AnalysisError(
             f"job {job_id!r} has no event rollups in {store.names.events} — hint: re-ingest it"
         )
-    cells, stage_first = _node_template_cells(store, query)
-    templates = _template_infos(store, query)
+    shared = packs.read_packs(store, store.names.events, query)
+    own = packs.without_packs(query)
+    cells, stage_first = _node_template_cells(store, own, shared)
+    templates = _template_infos(store, own, shared)
     _read_exemplars(store, query, templates)
-    stage_spans = _stage_spans(store, query)
-    it_query = {"bool": {"filter": [query, {"exists": {"field": F.ITERATION}}]}}
-    iteration_cells, iteration_spans = _iteration_cells(store, it_query)
+    stage_spans = _stage_spans(store, own, shared)
+    it_query = {"bool": {"filter": [own, {"exists": {"field": F.ITERATION}}]}}
+    shared_its = [r for r in shared if r.iteration is not None]
+    iteration_cells, iteration_spans = _iteration_cells(store, it_query, shared_its)
     node_iteration_start, node_iteration_seconds, node_last_iteration = _node_iterations(
-        store, it_query
+        store, it_query, shared_its
     )
     time_unit = "ts" if any(c.first_ts < math.inf for c in cells.values()) else "position"
     if time_unit != "ts":
@@ -173,9 +176,11 @@ def read_job_tables(store: Store, job_id: str) -> JobData:
 
 
 def _node_template_cells(
-    store: Store, query: dict[str, Any]
+    store: Store, query: dict[str, Any], shared: Sequence[packs.NodeRollup]
 ) -> tuple[dict[tuple[str, str], Cell], dict[tuple[str, str, str], float]]:
-    """Node × template cells, and each template's first time per (node, stage)."""
+    """Node × template cells, and each template's first time per (node, stage).
+
+    ``query`` selects the documents of one node each; ``shared`` are the packs' nodes."""
     times = {
         "n": {"sum": {"field": F.COUNT}},
         "f": {"min": {"field": F.FIRST_TS}},
@@ -201,10 +206,24 @@ def _node_template_cells(
         cell.first_pos = min(cell.first_pos, float(_value(b, "p") or 0.0))
         if f is not None:
             stage_first[(node, tid, str(b["key"]["st"]))] = f
+    for r in shared:
+        cell = cells.get((r.node, r.template_id))
+        if cell is None:
+            cell = cells[(r.node, r.template_id)] = Cell()
+        f, last = _seconds(r.first_ts), _seconds(r.last_ts)
+        cell.count += r.count
+        cell.first_ts = min(cell.first_ts, f if f is not None else math.inf)
+        cell.last_ts = max(cell.last_ts, last if last is not None else -math.inf)
+        cell.first_pos = min(cell.first_pos, float(r.first_pos))
+        if f is not None:
+            key = (r.node, r.template_id, r.stage)
+            stage_first[key] = min(f, stage_first.get(key, math.inf))
     return cells, stage_first
 
 
-def _template_infos(store: Store, query: dict[str, Any]) -> dict[str, TemplateInfo]:
+def _template_infos(
+    store: Store, query: dict[str, Any], shared: Sequence[packs.NodeRollup]
+) -> dict[str, TemplateInfo]:
     """Per template, how many of its lines carried each level and each stage."""
     templates: dict[str, TemplateInfo] = defaultdict(TemplateInfo)
     for b in _walk(
@@ -225,14 +244,20 @@ def _template_infos(store: Store, query: dict[str, Any]) -> dict[str, TemplateIn
         if b["key"].get("st") is not None:
             stage = str(b["key"]["st"])
             info.stages[stage] = info.stages.get(stage, 0) + n
+    for r in shared:
+        info = templates[r.template_id]
+        level = level_label(r.level)
+        if level is not None:
+            info.levels[level] = info.levels.get(level, 0) + r.count
+        info.stages[r.stage] = info.stages.get(r.stage, 0) + r.count
     return templates
 
 
 def _stage_spans(
-    store: Store, query: dict[str, Any]
+    store: Store, query: dict[str, Any], shared: Sequence[packs.NodeRollup]
 ) -> dict[tuple[str, str], tuple[float, float, float, float]]:
     """(node, stage) → first and last time (NaN when none), first and last position."""
-    stage_spans: dict[tuple[str, str], tuple[float, float, float, float]] = {}
+    spans: dict[tuple[str, str], list[float | None]] = {}
     for b in _walk(
         store,
         [_terms("node", "host.name"), _terms("st", F.STAGE)],
@@ -244,18 +269,40 @@ def _stage_spans(
             "lp": {"max": {"field": F.LAST_POS}},
         },
     ):
-        f, last = _seconds(_value(b, "f")), _seconds(_value(b, "l"))
-        stage_spans[(str(b["key"]["node"]), str(b["key"]["st"]))] = (
-            f if f is not None else math.nan,
-            last if last is not None else math.nan,
-            float(_value(b, "fp") or 0.0),
-            float(_value(b, "lp") or 0.0),
+        key = (str(b["key"]["node"]), str(b["key"]["st"]))
+        _span_add(spans, key, _value(b, "f"), _value(b, "l"), _value(b, "fp"), _value(b, "lp"))
+    for r in shared:
+        _span_add(spans, (r.node, r.stage), r.first_ts, r.last_ts, r.first_pos, r.last_pos)
+    stage_spans: dict[tuple[str, str], tuple[float, float, float, float]] = {}
+    for key, (f, last, fp, lp) in spans.items():
+        fs, ls = _seconds(f), _seconds(last)
+        stage_spans[key] = (
+            fs if fs is not None else math.nan,
+            ls if ls is not None else math.nan,
+            float(fp or 0.0),
+            float(lp or 0.0),
         )
     return stage_spans
 
 
+def _span_add(
+    spans: dict[tuple[str, str], list[float | None]],
+    key: tuple[str, str],
+    *values: Any,
+) -> None:
+    """Fold (first ms, last ms, first position, last position) into ``spans[key]``."""
+    new = [float(v) if isinstance(v, int | float) else None for v in values]
+    old = spans.get(key)
+    if old is None:
+        spans[key] = new
+        return
+    for i, pick in enumerate((min, max, min, max)):
+        a, b = old[i], new[i]
+        old[i] = b if a is None else a if b is None else pick(a, b)
+
+
 def _iteration_cells(
-    store: Store, it_query: dict[str, Any]
+    store: Store, it_query: dict[str, Any], shared: Sequence[packs.NodeRollup]
 ) -> tuple[dict[tuple[int, str], tuple[float, int]], dict[int, int]]:
     """(iteration bucket, template) → (first time, count), and each bucket's span."""
     iteration_cells: dict[tuple[int, str], tuple[float, int]] = {}
@@ -277,11 +324,18 @@ def _iteration_cells(
             int(_value(b, "n") or 0),
         )
         iteration_spans[it] = max(iteration_spans.get(it, 1), int(_value(b, "s") or 1))
+    for r in shared:
+        assert r.iteration is not None
+        key = (r.iteration, r.template_id)
+        f = _seconds(r.first_ts)
+        first, count = iteration_cells.get(key, (math.inf, 0))
+        iteration_cells[key] = (min(first, f if f is not None else math.inf), count + r.count)
+        iteration_spans[r.iteration] = max(iteration_spans.get(r.iteration, 1), r.span or 1)
     return iteration_cells, iteration_spans
 
 
 def _node_iterations(
-    store: Store, it_query: dict[str, Any]
+    store: Store, it_query: dict[str, Any], shared: Sequence[packs.NodeRollup]
 ) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], float], dict[str, int]]:
     """Per (node, iteration bucket) its first time and stated seconds per iteration, and the
     last iteration each node reached."""
@@ -307,6 +361,17 @@ def _node_iterations(
             node_iteration_seconds[(node, it)] = float(d)
         last = it + max(int(_value(b, "s") or 1), 1) - 1
         node_last_iteration[node] = max(last, node_last_iteration.get(node, last))
+    for r in shared:
+        assert r.iteration is not None
+        key = (r.node, r.iteration)
+        f = _seconds(r.first_ts)
+        if f is not None:
+            node_iteration_start[key] = min(f, node_iteration_start.get(key, math.inf))
+        d = r.seconds
+        if d is not None and math.isfinite(d) and d >= 0:
+            node_iteration_seconds[key] = max(d, node_iteration_seconds.get(key, -math.inf))
+        last = r.iteration + max(r.span or 1, 1) - 1
+        node_last_iteration[r.node] = max(last, node_last_iteration.get(r.node, last))
     return node_iteration_start, node_iteration_seconds, node_last_iteration
 
 
@@ -349,11 +414,12 @@ def _read_node_lines(
     if not template_ids:
         return []
     index = store.names.lines if lines else store.names.events
-    query = {"bool": {"filter": [job, {"terms": {F.TEMPLATE_ID: template_ids}}]}}
+    scope = job if lines else packs.without_packs(job)
+    query = {"bool": {"filter": [scope, {"terms": {F.TEMPLATE_ID: template_ids}}]}}
     if lines and not store.count(index, job):
         return []
     sort_field = "@timestamp" if lines else F.FIRST_TS
-    out: list[tuple[str, str, str]] = []
+    found: dict[tuple[str, str], list[tuple[float, dict[str, Any]]]] = defaultdict(list)
     for b in store.composite(
         index,
         [_terms("node", "host.name"), _terms("t", F.TEMPLATE_ID)],
@@ -363,18 +429,32 @@ def _read_node_lines(
                 "top_hits": {
                     "size": size,
                     "sort": [{sort_field: {"order": "asc", "missing": "_last"}}],
-                    "_source": ["message"],
+                    "_source": ["message", sort_field],
                 }
             }
         },
         page_size=_PAGE,
     ):
-        node, tid = str(b["key"]["node"]), str(b["key"]["t"])
+        key = (str(b["key"]["node"]), str(b["key"]["t"]))
         for hit in b.get("x", {}).get("hits", {}).get("hits", []):
-            message = source_field(hit.get("_source", {}), "message")
+            src = hit.get("_source", {})
+            found[key].append((_sort_time(source_field(src, sort_field)), src))
+    if not lines:
+        for r in packs.read_packs(store, index, job, messages=True, templates=template_ids):
+            found[(r.node, r.template_id)].append((_sort_time(r.first_ts), {"message": r.message}))
+    out: list[tuple[str, str, str]] = []
+    for (node, tid), hits in sorted(found.items()):
+        hits.sort(key=lambda h: h[0])  # stable: the cluster's order among equal times
+        for _, src in hits[:size]:
+            message = source_field(src, "message")
             if message:
                 out.append((node, tid, str(message)))
     return out
+
+
+def _sort_time(value: Any) -> float:
+    """A hit's sort time, missing last (as the searches sort)."""
+    return float(value) if isinstance(value, int | float) else math.inf
 
 
 def _fill_missing_times(cells: dict[tuple[str, str], Cell], unit: str) -> None:
@@ -484,11 +564,21 @@ def _aggregate_pool_counts(
         store,
         [_terms("t", F.TEMPLATE_ID), _terms("j", F.JOB_ID)],
         query,
-        {"n": {"sum": {"field": F.COUNT}}, "nodes": {"cardinality": {"field": "host.name"}}},
+        {
+            # A pack's l4.count is each of its nodes' count; its l4.count_all, theirs together.
+            "own": {
+                "filter": packs.without_packs({"match_all": {}}),
+                "aggs": {"n": {"sum": {"field": F.COUNT}}},
+            },
+            "packed": {
+                "filter": packs.only_packs({"match_all": {}}),
+                "aggs": {"n": {"sum": {"field": F.COUNT_ALL}}},
+            },
+            "nodes": {"cardinality": {"field": "host.name"}},
+        },
     ):
-        per[str(b["key"]["t"])].append(
-            (str(b["key"]["j"]), int(_value(b, "n") or 0), int(_value(b, "nodes") or 0))
-        )
+        n = int(_value(b.get("own", {}), "n") or 0) + int(_value(b.get("packed", {}), "n") or 0)
+        per[str(b["key"]["t"])].append((str(b["key"]["j"]), n, int(_value(b, "nodes") or 0)))
 
 
 _TELLING_CHOICES = 5  # lines of one node and template among which ``telling`` chooses

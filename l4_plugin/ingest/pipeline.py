@@ -43,7 +43,7 @@ from l4_plugin.ingest.workers import ScanProgress, scan_streams
 from l4_plugin.ingest.workers import chunks as _chunks
 from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.records import Template
-from l4_plugin.store import Store, generations, jobs
+from l4_plugin.store import Store, generations, jobs, packs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
 from l4_plugin.store.jobs import JobRecord
@@ -535,6 +535,7 @@ def node_documents(ctx: DocContext, node: str, rollup: NodeRollup) -> tuple[list
 def _finish_event(doc: dict[str, Any]) -> dict[str, Any]:
     """An event document as written: ranks sorted, the iteration durations' mean."""
     doc[F.RANKS] = sorted(doc[F.RANKS])
+    doc[F.COUNT_ALL] = doc[F.COUNT]
     if _SECONDS in doc:
         total_ns, n = doc.pop(_SECONDS)
         doc[F.ITERATION_SECONDS] = total_ns / n / 1e9
@@ -667,6 +668,7 @@ def _write(
     found = survey(rollups, timeline)
     ctx = doc_context(meta.id, generation, rollups, found, timeline, baseline_templates)
     kept_docs: list[Doc] = []  # --full: written after the raw lines
+    all_events: list[Doc] = []
     totals = EventTotals()
     # Documents go to the cluster from the writer's thread while the next node's are built.
     with BulkWriter(store) as writer:  # stopped (not left waiting) if building fails
@@ -678,8 +680,10 @@ def _write(
                 else:
                     writer.add(store.names.lines, doc_id, doc)
             totals.add(events)
-            for doc_id, doc in events:
-                writer.add(store.names.events, doc_id, doc)
+            all_events.extend(events)
+        # The healthy majority's rollups: one document for the nodes that agree (packs.py).
+        for doc_id, doc in packs.pack_events(all_events, _doc_id):
+            writer.add(store.names.events, doc_id, doc)
         written = writer.close()
     summary.events_docs = written.get(store.names.events, 0)
     if full_streams is not None:

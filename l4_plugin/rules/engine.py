@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -41,7 +42,7 @@ from l4_plugin.rules.render import render
 from l4_plugin.rules.resolver import MessageResolver, TextValue, needs_resolution
 from l4_plugin.rules.schema import SEVERITIES
 from l4_plugin.store import fields as F
-from l4_plugin.store import generations
+from l4_plugin.store import generations, packs
 
 _NODE_SOURCE = [{"node": {"terms": {"field": "host.name"}}}]
 # One page for jobs of up to this many nodes: every page re-runs the query and aggregations.
@@ -196,12 +197,12 @@ class JobFacts:
             self._templates[matcher] = [str(b["key"]["id"]) for b in buckets]
         return self._templates[matcher]
 
-    def _node_max(self, index: str, ts_field: str) -> dict[str, float]:
+    def _node_max(self, index: str, ts_field: str, query: Query) -> dict[str, float]:
         out: dict[str, float] = {}
         for bucket in self.store.composite(
             index,
             _NODE_SOURCE,
-            query=self.scope,
+            query=query,
             aggs={"last": {"max": {"field": ts_field}}},
             page_size=_NODE_PAGE,
         ):
@@ -210,11 +211,20 @@ class JobFacts:
                 out[str(bucket["key"]["node"])] = ts
         return out
 
+    def _events_last(self, query: Query) -> dict[str, float]:
+        """Each node's last ``l4.last_ts`` in the rollups ``query`` selects, packs unpacked."""
+        out = self._node_max(self.store.names.events, F.LAST_TS, packs.without_packs(query))
+        for r in packs.read_packs(self.store, self.store.names.events, query):
+            ts = _seconds(r.last_ts)
+            if ts is not None and ts > out.get(r.node, -math.inf):
+                out[r.node] = ts
+        return out
+
     def node_last_ts(self) -> dict[str, float]:
         """Last time each node logged: ``l4-events`` rollups, or ``l4-lines`` if there are none."""
         if self._last_ts is None:
-            last = self._node_max(self.store.names.events, F.LAST_TS)
-            self._last_ts = last or self._node_max(self.store.names.lines, "@timestamp")
+            last = self._events_last(self.scope)
+            self._last_ts = last or self._node_max(self.store.names.lines, "@timestamp", self.scope)
         return self._last_ts
 
     def _registered_nodes(self) -> list[str] | None:
@@ -276,39 +286,19 @@ class JobFacts:
         if registered is None or end is None:
             return self._silent_from_all(min_gap)
         cutoff = end - min_gap * 1000.0
-        active = {
-            str(b["key"]["node"])
-            for b in self.store.composite(
-                self.store.names.events,
-                _NODE_SOURCE,
-                query={
-                    "bool": {
-                        "filter": [
-                            self.scope,
-                            {"range": {F.LAST_TS: {"gt": int(cutoff)}}},
-                        ]
-                    }
-                },
-                page_size=_NODE_PAGE,
-            )
-        }
+        late = {"range": {F.LAST_TS: {"gt": int(cutoff)}}}
+        latest = self._events_last({"bool": {"filter": [self.scope, late]}})
+        active = {n for n, ts in latest.items() if ts > int(cutoff) / 1000.0}  # a pack's nodes
         quiet = [n for n in registered if n not in active]
         if not quiet:
             return {}
         if len(quiet) > _MAX_SAMPLE_NODE_FILTER:
             return self._silent_from_all(min_gap)
-        last: dict[str, float] = {}
-        for bucket in self.store.composite(
-            self.store.names.events,
-            _NODE_SOURCE,
-            query={"bool": {"filter": [self.scope, {"terms": {"host.name": quiet}}]}},
-            aggs={"last": {"max": {"field": F.LAST_TS}}},
-            page_size=_NODE_PAGE,
-        ):
-            ts = _seconds(bucket["last"]["value"])
-            if ts is not None:
-                last[str(bucket["key"]["node"])] = ts
-        return {node: ts for node, ts in last.items() if end / 1000.0 - ts >= min_gap}
+        named = {"terms": {"host.name": quiet}}
+        last = self._events_last({"bool": {"filter": [self.scope, named]}})
+        return {
+            node: ts for node, ts in last.items() if node in quiet and end / 1000.0 - ts >= min_gap
+        }
 
     def _events_end_ms(self) -> float | None:
         """The job's last ``l4.last_ts`` in ``l4-events`` (epoch ms), None without rollups."""

@@ -24,6 +24,10 @@ class RuleStorePort(Protocol):
 
     def count(self, index: str, query: dict[str, Any] | None = None) -> int: ...
 
+    def search_after(
+        self, index: str, body: dict[str, Any], *, page_size: int = ...
+    ) -> Iterator[dict[str, Any]]: ...
+
     def composite(
         self,
         index: str,

@@ -31,6 +31,9 @@ RANKS = "l4.ranks"
 BUCKET = "l4.bucket"
 ITERATION_SPAN = "l4.iteration_span"
 ITERATION_SECONDS = "l4.iteration_seconds"
+COUNT_ALL = "l4.count_all"  # the job-wide count: l4.count x l4.nodes on a pack
+NODES = "l4.nodes"  # on a pack only (store/packs.py): how many nodes it stands for
+PACK = "l4.pack"  # on a pack only: each node's own values (stored, not indexed)
 
 # --- l4-lines: kept raw lines -------------------------------------------------------------------
 RANK = "l4.rank"

@@ -96,7 +96,7 @@ def test_flavour_specific_formats() -> None:
 def test_every_field_the_objects_name_is_found() -> None:
     used = referenced_fields(saved_objects("kibana"))
     assert {"l4.annotation.score", "host.name", "l4.annotation.kind"} <= used["l4-annotations"]
-    assert {"l4.count", "l4.iteration"} <= used["l4-events"]
+    assert {"l4.count_all", "l4.iteration"} <= used["l4-events"]
     assert {"l4.job.status", "l4.analysis.state", "l4.job.id"} <= used["l4-jobs"]
 
 
@@ -104,7 +104,7 @@ def test_every_field_the_objects_name_is_found() -> None:
     ("kind", "path", "new_name"),
     [
         ("annotations", ["l4", "annotation", "score"], "suspicion"),
-        ("events", ["l4", "count"], "n"),
+        ("events", ["l4", "count_all"], "n"),
         ("jobs", ["l4", "analysis", "state"], "status"),
         ("lines", ["host", "name"], "hostname"),
     ],

@@ -1,0 +1,230 @@
+"""Rollups the healthy majority shares: one ``l4-events`` document for many nodes.
+
+A job's nodes mostly print the same thing: every healthy node has an event document for the
+iteration marker in every iteration bucket, with the same count. Written one per node, they make
+the cluster index (and store) N copies of one fact. The write step therefore *packs* the event
+documents of one template, stage and iteration bucket that agree on count and level into one
+document (ARCHITECTURE.md, *Documents*):
+
+* its indexed fields say what the nodes share, and aggregate the rest — ``host.name`` lists the
+  nodes (a terms aggregation buckets the pack under each of them, so a per-node sum of
+  ``l4.count`` stays right), ``l4.nodes`` counts them, ``l4.count_all`` is the job-wide count,
+  the times and positions are the earliest and latest of the nodes, ``message`` is the earliest
+  node's line; Kibana and Dashboards see a normal event document;
+* ``l4.pack`` (an object the cluster stores but does not index) keeps each node's own values —
+  file, exemplar line, first and last time and position, ranks, seconds per iteration — so that
+  unpacking gives back exactly the documents that were packed.
+
+L4's readers that need per-node times or messages aggregate the unpacked documents only
+(:func:`without_packs`) and add each pack's nodes from :func:`read_packs`; what a pack's indexed
+fields already answer exactly (the job's last time, the earliest exemplar of a template, which
+templates a job printed) is read from it directly.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Collection, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from l4_plugin.store import fields as F
+from l4_plugin.store.documents import source_field
+
+Doc = tuple[str, dict[str, Any]]  # (``_id``, ``_source``) of a document to write
+
+# At most this many nodes in one pack document (a 4,096-node job's healthy majority is 16
+# documents per bucket), so that no document grows with the job.
+MAX_PACK_NODES = 256
+
+# What the nodes of a pack share (written once) and what each keeps (``l4.pack``).
+_SHARED = (
+    F.JOB_ID,
+    F.TEMPLATE_ID,
+    F.TEMPLATE_TEXT,
+    F.STAGE,
+    F.GENERATION,
+    F.BUCKET,
+    F.COUNT,
+    "log.level",
+    F.ITERATION,
+    F.ITERATION_SPAN,
+)
+# (field of an event document, key in ``l4.pack``)
+_OWN = (
+    ("host.name", "hosts"),
+    ("log.file.path", "paths"),
+    ("message", "messages"),
+    (F.FIRST_TS, "first"),
+    (F.LAST_TS, "last"),
+    (F.FIRST_POS, "first_pos"),
+    (F.LAST_POS, "last_pos"),
+    (F.RANKS, "ranks"),
+    (F.ITERATION_SECONDS, "seconds"),
+)
+_MESSAGES = f"{F.PACK}.messages"
+
+
+def _signature(doc: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(doc.get(name) for name in _SHARED)
+
+
+def pack_events(events: Iterable[Doc], doc_id: Callable[..., str]) -> list[Doc]:
+    """The event documents to write: those of two or more nodes that agree on every shared
+    field become packs (chunks of ``MAX_PACK_NODES`` nodes, in node order); the rest as given.
+
+    ``doc_id(*parts)`` names a pack from its signature and chunk, as the write step names every
+    document, so the same rollups give the same ids.
+    """
+    groups: dict[tuple[Any, ...], list[Doc]] = defaultdict(list)
+    for doc in events:
+        groups[_signature(doc[1])].append(doc)
+    out: list[Doc] = []
+    for signature, docs in groups.items():
+        if len(docs) < 2:
+            out.extend(docs)
+            continue
+        docs.sort(key=lambda d: str(d[1]["host.name"]))
+        for start in range(0, len(docs), MAX_PACK_NODES):
+            chunk = [d for _, d in docs[start : start + MAX_PACK_NODES]]
+            if len(chunk) == 1:
+                out.append(docs[start])
+                continue
+            out.append((doc_id("pack", *signature, start), _pack(chunk)))
+    return out
+
+
+def _pack(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One document for the nodes of ``docs`` (same signature, sorted by node)."""
+    first = docs[0]
+    out = {name: first[name] for name in _SHARED if name in first}
+    pack: dict[str, list[Any]] = {key: [d.get(name) for d in docs] for name, key in _OWN}
+    out[F.PACK] = pack
+    out["host.name"] = pack["hosts"]
+    out["log.file.path"] = sorted(set(pack["paths"]))
+    out[F.NODES] = len(docs)
+    out[F.COUNT_ALL] = first[F.COUNT] * len(docs)
+    out[F.RANKS] = sorted({r for d in docs for r in d[F.RANKS]})
+    firsts = [(d[F.FIRST_TS], i) for i, d in enumerate(docs) if d.get(F.FIRST_TS) is not None]
+    earliest = docs[min(firsts)[1]] if firsts else min(docs, key=lambda d: d[F.FIRST_POS])
+    out["message"] = earliest["message"]
+    if firsts:
+        out["@timestamp"] = out[F.FIRST_TS] = min(firsts)[0]
+    lasts = [d[F.LAST_TS] for d in docs if d.get(F.LAST_TS) is not None]
+    if lasts:
+        out[F.LAST_TS] = max(lasts)
+    out[F.FIRST_POS] = min(d[F.FIRST_POS] for d in docs)
+    out[F.LAST_POS] = max(d[F.LAST_POS] for d in docs)
+    seconds = [d[F.ITERATION_SECONDS] for d in docs if d.get(F.ITERATION_SECONDS) is not None]
+    if seconds:
+        out[F.ITERATION_SECONDS] = sum(seconds) / len(seconds)
+    return out
+
+
+def without_packs(query: dict[str, Any]) -> dict[str, Any]:
+    """``query`` restricted to the event documents of one node each (no packs)."""
+    return {"bool": {"filter": [query], "must_not": [{"exists": {"field": F.NODES}}]}}
+
+
+def only_packs(query: dict[str, Any]) -> dict[str, Any]:
+    """``query`` restricted to packs."""
+    return {"bool": {"filter": [query, {"exists": {"field": F.NODES}}]}}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRollup:
+    """One node's share of a pack: the fields its own event document would have had."""
+
+    node: str
+    template_id: str
+    template_text: str
+    stage: str
+    level: str | None
+    iteration: int | None
+    span: int | None
+    count: int
+    first_ts: int | None  # epoch ms
+    last_ts: int | None
+    first_pos: int
+    last_pos: int
+    seconds: float | None
+    path: str | None
+    message: str | None  # None unless read with ``messages``
+
+
+class PackReader(Protocol):
+    """What :func:`read_packs` needs of a store (``Store`` and the rule engine's port)."""
+
+    def search_after(
+        self, index: str, body: dict[str, Any], *, page_size: int = ...
+    ) -> Iterator[dict[str, Any]]: ...
+
+
+def read_packs(
+    store: PackReader,
+    index: str,
+    query: dict[str, Any],
+    *,
+    messages: bool = False,
+    templates: Collection[str] | None = None,
+) -> list[NodeRollup]:
+    """Every node's share of the packs ``query`` selects (of ``templates`` only, if given).
+
+    Exemplar lines are read only with ``messages`` (they are most of a pack's bytes).
+    """
+    filters: list[dict[str, Any]] = [only_packs(query)]
+    if templates is not None:
+        if not templates:
+            return []
+        filters.append({"terms": {F.TEMPLATE_ID: sorted(templates)}})
+    body: dict[str, Any] = {"query": {"bool": {"filter": filters}}, "sort": ["_doc"]}
+    if not messages:
+        body["_source"] = {"excludes": [_MESSAGES, "message"]}
+    out: list[NodeRollup] = []
+    for hit in store.search_after(index, body, page_size=1000):
+        out.extend(unpack(hit.get("_source", {})))
+    return out
+
+
+def unpack(src: dict[str, Any]) -> Iterator[NodeRollup]:
+    """The nodes' shares of one pack document's ``_source``."""
+    pack = source_field(src, F.PACK) or {}
+    hosts = pack.get("hosts") or []
+    n = len(hosts)
+
+    def column(key: str) -> list[Any]:
+        values = pack.get(key)
+        return list(values) if isinstance(values, list) and len(values) == n else [None] * n
+
+    cols = {key: column(key) for _, key in _OWN}
+
+    def shared(name: str) -> Any:
+        return source_field(src, name)
+
+    level = shared("log.level")
+    for i, host in enumerate(hosts):
+        yield NodeRollup(
+            node=str(host),
+            template_id=str(shared(F.TEMPLATE_ID)),
+            template_text=str(shared(F.TEMPLATE_TEXT) or ""),
+            stage=str(shared(F.STAGE)),
+            level=None if level is None else str(level),
+            iteration=_int(shared(F.ITERATION)),
+            span=_int(shared(F.ITERATION_SPAN)),
+            count=int(shared(F.COUNT) or 0),
+            first_ts=_int(cols["first"][i]),
+            last_ts=_int(cols["last"][i]),
+            first_pos=int(cols["first_pos"][i] or 0),
+            last_pos=int(cols["last_pos"][i] or 0),
+            seconds=_float(cols["seconds"][i]),
+            path=None if cols["paths"][i] is None else str(cols["paths"][i]),
+            message=None if cols["messages"][i] is None else str(cols["messages"][i]),
+        )
+
+
+def _int(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
+
+
+def _float(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) else None
