@@ -23,6 +23,7 @@ templates a job printed) is read from it directly.
 
 from __future__ import annotations
 
+import struct
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass
@@ -216,7 +217,7 @@ def unpack(src: dict[str, Any]) -> Iterator[NodeRollup]:
             last_ts=_int(cols["last"][i]),
             first_pos=int(cols["first_pos"][i] or 0),
             last_pos=int(cols["last_pos"][i] or 0),
-            seconds=_float(cols["seconds"][i]),
+            seconds=_float32(cols["seconds"][i]),
             path=None if cols["paths"][i] is None else str(cols["paths"][i]),
             message=None if cols["messages"][i] is None else str(cols["messages"][i]),
         )
@@ -226,5 +227,8 @@ def _int(value: Any) -> int | None:
     return int(value) if isinstance(value, int | float) else None
 
 
-def _float(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) else None
+def _float32(value: Any) -> float | None:
+    """As an aggregation reads the field: ``l4.iteration_seconds`` is mapped as a 32-bit float."""
+    if not isinstance(value, int | float):
+        return None
+    return float(struct.unpack("<f", struct.pack("<f", value))[0])

@@ -1,0 +1,95 @@
+"""store/packs.py without a server: which rollups are packed, and unpacking gives them back."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from l4_plugin.store import fields as F
+from l4_plugin.store import packs
+
+
+def _event(node: str, count: int = 3, first: int = 1000, level: str | None = "info") -> Any:
+    doc: dict[str, Any] = {
+        "message": f"iteration 5 on {node}",
+        "host.name": node,
+        "log.file.path": f"/logs/{node}/rank0.log",
+        F.JOB_ID: "j",
+        F.TEMPLATE_ID: "t1",
+        F.TEMPLATE_TEXT: "iteration <*> on <*>",
+        F.COUNT: count,
+        F.COUNT_ALL: count,
+        F.FIRST_POS: first // 10,
+        F.LAST_POS: first // 10 + 5,
+        F.RANKS: [int(node[-1]) * 8, int(node[-1]) * 8 + 1],
+        F.STAGE: "training",
+        F.GENERATION: "g",
+        F.BUCKET: "it:5+1",
+        F.ITERATION: 5,
+        F.ITERATION_SPAN: 1,
+        F.ITERATION_SECONDS: 1.5,
+        "@timestamp": first,
+        F.FIRST_TS: first,
+        F.LAST_TS: first + 7,
+    }
+    if level:
+        doc["log.level"] = level
+    return (f"id-{node}-{count}", doc)
+
+
+def _ids(*parts: object) -> str:
+    return "pack:" + ":".join(str(p) for p in parts)
+
+
+def test_nodes_that_agree_are_one_document_that_unpacks_to_theirs() -> None:
+    events = [_event("n3", first=1300), _event("n1", first=1100), _event("n2", first=900)]
+    out = packs.pack_events(events, _ids)
+    assert len(out) == 1
+    _, pack = out[0]
+    assert pack["host.name"] == ["n1", "n2", "n3"]
+    assert pack[F.NODES] == 3 and pack[F.COUNT] == 3 and pack[F.COUNT_ALL] == 9
+    assert pack[F.FIRST_TS] == 900 and pack[F.LAST_TS] == 1307
+    assert pack["message"] == "iteration 5 on n2"  # the earliest node's line
+    assert pack[F.RANKS] == [8, 9, 16, 17, 24, 25]
+    back = {r.node: r for r in packs.unpack(pack)}
+    for _, doc in events:
+        r = back[doc["host.name"]]
+        assert (r.count, r.first_ts, r.last_ts, r.first_pos, r.last_pos) == (
+            doc[F.COUNT],
+            doc[F.FIRST_TS],
+            doc[F.LAST_TS],
+            doc[F.FIRST_POS],
+            doc[F.LAST_POS],
+        )
+        assert (r.message, r.path, r.stage, r.iteration, r.span, r.level) == (
+            doc["message"],
+            doc["log.file.path"],
+            "training",
+            5,
+            1,
+            "info",
+        )
+        assert r.seconds == pytest.approx(1.5)
+
+
+def test_nodes_that_differ_keep_their_own_documents() -> None:
+    events = [_event("n1"), _event("n2", count=4), _event("n3", level="warning")]
+    assert packs.pack_events(events, _ids) == events
+
+
+def test_packs_are_chunked_and_a_lone_node_keeps_its_document(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(packs, "MAX_PACK_NODES", 2)
+    events = [_event(f"n{i}") for i in range(5)]
+    out = packs.pack_events(events, _ids)
+    assert [d.get(F.NODES) for _, d in out] == [2, 2, None]
+    assert out[2] == events[4]
+    assert len({i for i, _ in out}) == 3
+
+
+def test_reads_exclude_or_select_packs() -> None:
+    q = {"term": {F.JOB_ID: "j"}}
+    assert packs.without_packs(q)["bool"]["must_not"] == [{"exists": {"field": F.NODES}}]
+    assert {"exists": {"field": F.NODES}} in packs.only_packs(q)["bool"]["filter"]
