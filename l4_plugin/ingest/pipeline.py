@@ -31,6 +31,7 @@ from l4_plugin.ingest.parser import LineKind, LineParser
 from l4_plugin.ingest.rollup import (
     KEEP_EMITTERS,
     KEEP_LEVELS,
+    RARE_SAMPLE,
     Group,
     NodeRollup,
     time_ref,
@@ -42,7 +43,7 @@ from l4_plugin.ingest.timeline import UNPLACED, Timeline
 from l4_plugin.ingest.workers import ScanProgress, scan_streams
 from l4_plugin.ingest.workers import chunks as _chunks
 from l4_plugin.ingest.writer import BulkWriter
-from l4_plugin.records import Template
+from l4_plugin.records import Level, Template
 from l4_plugin.store import Store, generations, jobs, packs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
@@ -54,6 +55,10 @@ _SECONDS = "_seconds"
 TAIL_ITERATIONS = 32  # the last iterations of a job keep one bucket each
 MAX_COARSE_BUCKETS = 64  # earlier iterations share buckets: keeps the index compact
 FULL_CHUNK = 2_000  # --full: raw-line documents per bulk request
+# Kept lines of a template below the error level, per node (the event documents keep every count):
+REPEAT_KEPT = 16  # a node's repeated template keeps its first and its last REPEAT_KEPT lines
+MAJORITY = 0.9  # a template this share of the job's nodes prints (at least 2) ...
+MAJORITY_KEPT = RARE_SAMPLE  # ... keeps this many lines per node: it is no node's own anomaly
 PROGRESS_EVERY = 2.0  # seconds between progress updates of the job document
 Progress = Callable[[ScanProgress], None]
 
@@ -357,6 +362,7 @@ class Survey:
     iterations: list[int] = field(default_factory=list)  # each node's last iteration
     first_iteration: int | None = None
     node_counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    texts: dict[str, str] = field(default_factory=dict)  # template id -> text
     from_rank_logs: set[str] = field(default_factory=set)  # seen in a training log, not kern.log
     system_logs: bool = False
 
@@ -370,6 +376,7 @@ def survey(rollups: dict[str, NodeRollup], timeline: Timeline) -> Survey:
         for (kind, stage, it), group in rollup.groups.items():
             assert kind.template is not None
             out.totals[kind.template.id] += group.count
+            out.texts[kind.template.id] = kind.template.text
             seen.add(kind.template.id)
             if is_system_log(group.path):
                 out.system_logs = True
@@ -401,6 +408,9 @@ class DocContext:
     totals: dict[str, int]
     rare_limit: int  # a template printed at most this often keeps every line
     baseline_templates: set[str] | None
+    node_counts: dict[str, int]  # per template, how many nodes printed it
+    nodes: int
+    texts: dict[str, str]  # template texts
 
 
 def doc_context(
@@ -423,6 +433,9 @@ def doc_context(
         found.totals,
         max(20, len(rollups)),
         baseline_templates,
+        found.node_counts,
+        len(rollups),
+        found.texts,
     )
 
 
@@ -497,6 +510,33 @@ def _kept_line_docs(
     return docs
 
 
+def _trim_kept(ctx: DocContext, template_id: str, docs: list[Doc], below_error: bool) -> list[Doc]:
+    """One node's kept lines of a template, as written to ``l4-lines``.
+
+    Error lines and lines without a level are all kept (up to ``MAX_KEPT_PER_GROUP`` per group:
+    the last line of a C++ exception has none). Below the error level, a
+    template nearly every node prints keeps ``MAJORITY_KEPT`` lines per node, and a template the
+    node repeats (a power-cap warning every minute for hours) its first and last ``REPEAT_KEPT``;
+    the event documents still count every line. A line that may name a peer (an address in its
+    template) is never dropped: the peers' analysis reads them.
+    """
+    if not below_error or "<IP>" in ctx.texts.get(template_id, ""):
+        return docs
+    majority = ctx.node_counts[template_id] >= max(2, MAJORITY * ctx.nodes)
+    if not majority and len(docs) <= 2 * REPEAT_KEPT:
+        return docs
+    docs = sorted(docs, key=_line_order)
+    if majority:
+        return docs[:MAJORITY_KEPT]
+    return docs[:REPEAT_KEPT] + docs[-REPEAT_KEPT:]
+
+
+def _line_order(doc: Doc) -> tuple[int, str, int]:
+    """Kept lines in time order (untimed first), then by file and line."""
+    src = doc[1]
+    return (src.get("@timestamp") or 0, src["log.file.path"], src[F.LINE])
+
+
 def node_documents(ctx: DocContext, node: str, rollup: NodeRollup) -> tuple[list[Doc], list[Doc]]:
     """One node's ``l4-events`` rollups and ``l4-lines`` kept lines: (events, lines).
 
@@ -504,7 +544,8 @@ def node_documents(ctx: DocContext, node: str, rollup: NodeRollup) -> tuple[list
     node is in its key, so a node's event documents are complete here).
     """
     merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
-    lines: list[Doc] = []
+    kept: dict[str, list[Doc]] = {}
+    below_error: dict[str, bool] = {}
     for (kind, stage, it), group in rollup.groups.items():
         template = kind.template
         assert template is not None
@@ -525,7 +566,12 @@ def node_documents(ctx: DocContext, node: str, rollup: NodeRollup) -> tuple[list
         else:
             _merge(doc, group, first_ms, last_ms)
         if _keeps_all(ctx, kind, template):
-            lines.extend(_kept_line_docs(ctx, node, kind, template, stage, it, group, moved))
+            docs = _kept_line_docs(ctx, node, kind, template, stage, it, group, moved)
+            kept.setdefault(template.id, []).extend(docs)
+            level = Level.parse(kind.level)
+            below = level is not None and not level.is_error  # says so; no level: may be an error
+            below_error[template.id] = below_error.get(template.id, True) and below
+    lines = [d for tid, docs in kept.items() for d in _trim_kept(ctx, tid, docs, below_error[tid])]
     events = [
         (_doc_id(ctx.job_id, ctx.generation, *key), _finish_event(d)) for key, d in merged.items()
     ]
