@@ -180,3 +180,43 @@ def test_template_documents() -> None:
 def test_malformed_template_stats_are_dropped(stats: dict[str, Any]) -> None:
     record = JobRecord.from_source({F.JOB_ID: "j", F.JOB_TEMPLATE_STATS: stats})
     assert record.summary.template_stats == {}
+
+
+def test_kept_lines_below_error_are_trimmed_but_errors_and_addresses_are_not(
+    tmp_path: Path,
+) -> None:
+    job_dir = tmp_path / "job"
+    for n in range(4):
+        lines = []
+        for i in range(40):
+            ts = f"2024-05-01 10:{i // 60:02d}:{i % 60:02d},000"
+            lines.append(f"{ts} WARNING dataloader slow at step {i}")  # every node: majority
+            lines.append(f"{ts} ERROR allreduce failed at step {i}")  # every node, an error
+            lines.append(f"{ts} WARNING peer 10.0.0.{n + 1} did not answer at step {i}")
+            if n == 0:  # one node repeats a warning: its first and last lines are kept
+                lines += [
+                    f"{ts} WARNING GPU 3 power cap reached, draw {300 + j} W" for j in range(2)
+                ]
+        path = job_dir / f"node-{n}" / "rank0.log"
+        path.parent.mkdir(parents=True)
+        path.write_text("\n".join(lines) + "\n")
+    found = scan(job_dir, None, None)
+    parser = LineParser(known=[])
+    scanned = scan_streams(file_streams(found.files, ReadLimits().max_file_size), parser, workers=1)
+    parser.finish()
+    survey_ = survey(scanned.rollups, scanned.timeline)
+    ctx = doc_context("k", "g", scanned.rollups, survey_, scanned.timeline, None)
+    kept: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for node, rollup in scanned.rollups.items():
+        events, lines = node_documents(ctx, node, rollup)
+        for _, d in lines:
+            kept.setdefault((node, d["message"].split(" ")[3]), []).append(d)
+        assert sum(d[F.COUNT] for _, d in events) == rollup.lines  # events count every line
+    assert {len(kept[(f"node-{n}", "dataloader")]) for n in range(4)} == {3}
+    assert {len(kept[(f"node-{n}", "allreduce")]) for n in range(4)} == {40}
+    assert {len(kept[(f"node-{n}", "peer")]) for n in range(4)} == {40}
+    power = kept[("node-0", "GPU")]
+    assert len(power) == 32
+    assert "step" not in power[0]["message"] and power[0]["message"].endswith("300 W")
+    assert power[0][F.LINE] < power[15][F.LINE] < power[16][F.LINE] < power[-1][F.LINE]
+    assert power[-1]["@timestamp"] == max(d["@timestamp"] for d in power)
