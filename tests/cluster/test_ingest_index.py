@@ -58,6 +58,13 @@ def ship(store: Store, index: str, job_dir: Path, job_id: str, *, multiline: boo
     return len(docs)
 
 
+def _node_file(path: str | list[str]) -> list[str] | list[list[str]]:
+    """node/file of a path (the shipped copy and the job directory differ above them)."""
+    if isinstance(path, list):
+        return [p.rsplit("/", 2)[-2:] for p in path]
+    return path.rsplit("/", 2)[-2:]
+
+
 def _events(store: Store, job_id: str) -> dict[tuple[str, ...], dict[str, Any]]:
     res = store.search(
         store.names.events, {"size": 10000, "query": {"term": {"l4.job.id": job_id}}}
@@ -66,7 +73,9 @@ def _events(store: Store, job_id: str) -> dict[tuple[str, ...], dict[str, Any]]:
     for hit in res["hits"]["hits"]:
         src = dict(hit["_source"])
         src.pop("l4.generation")  # each ingest is a generation of its own (and in the _id)
-        src["log.file.path"] = src["log.file.path"].rsplit("/", 2)[-2:]  # node/file
+        src["log.file.path"] = _node_file(src["log.file.path"])
+        if "l4.pack" in src:  # the healthy majority's rollups, packed (store/packs.py)
+            src["l4.pack"]["paths"] = _node_file(src["l4.pack"]["paths"])
         key = tuple(str(src[k]) for k in ("host.name", "l4.template.id", "l4.stage", "l4.bucket"))
         assert key not in out
         out[key] = src
