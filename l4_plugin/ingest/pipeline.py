@@ -40,7 +40,7 @@ from l4_plugin.ingest.sources import LogStream, file_streams, files_generation
 from l4_plugin.ingest.stages import StageRules
 from l4_plugin.ingest.templates import template_from_dict
 from l4_plugin.ingest.timeline import UNPLACED, Timeline
-from l4_plugin.ingest.workers import ScanProgress, scan_streams
+from l4_plugin.ingest.workers import ScanProgress, map_in_workers, scan_streams
 from l4_plugin.ingest.workers import chunks as _chunks
 from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.records import Level, Template
@@ -55,6 +55,7 @@ _SECONDS = "_seconds"
 TAIL_ITERATIONS = 32  # the last iterations of a job keep one bucket each
 MAX_COARSE_BUCKETS = 64  # earlier iterations share buckets: keeps the index compact
 FULL_CHUNK = 2_000  # --full: raw-line documents per bulk request
+PARALLEL_REFS = 200_000  # reference times parsed in worker processes from this many on
 # Kept lines of a template below the error level, per node (the event documents keep every count):
 REPEAT_KEPT = 16  # a node's repeated template keeps its first and its last REPEAT_KEPT lines
 MAJORITY = 0.9  # a template this share of the job's nodes prints (at least 2) ...
@@ -142,9 +143,13 @@ _UNSEEN = object()
 
 
 class _Clock:
-    """Timestamps of the reference lines, parsed once each, with one year for year-less formats."""
+    """Timestamps of the reference lines, parsed once each, with one year for year-less formats.
 
-    def __init__(self, refs: set[str]) -> None:
+    With ``workers`` > 1 and at least ``PARALLEL_REFS`` references, they are parsed up front in
+    worker processes (a paper-size job has tens of millions: every rollup group's first and
+    last line); the same function with the same year, so the same times."""
+
+    def __init__(self, refs: set[str], workers: int = 1) -> None:
         self.year = time.gmtime().tm_year
         for ref in refs:
             a, b = parse_time(ref, 2000), parse_time(ref, 2001)
@@ -152,6 +157,8 @@ class _Clock:
                 self.year = time.gmtime(a).tm_year
                 break
         self.cache: dict[str, object] = {}
+        if workers > 1 and len(refs) >= PARALLEL_REFS:
+            self.cache = _times_in_workers(list(refs), self.year, workers)
 
     def ms(self, ref: str | None, *, cache: bool = True) -> int | None:
         """Epoch milliseconds of a reference line; ``cache=False`` for one-off lines (--full)."""
@@ -168,6 +175,22 @@ class _Clock:
         """The same time in seconds (what the job timeline works in)."""
         ms = self.ms(ref, cache=cache)
         return ms / 1000.0 if ms is not None else None
+
+
+def _times_in_workers(refs: list[str], year: int, workers: int) -> dict[str, object]:
+    """``{ref: parse_time(ref, year)}`` computed by ``workers`` processes."""
+    size = max(1, -(-len(refs) // (4 * workers)))
+    chunks = [(refs[i : i + size], year) for i in range(0, len(refs), size)]
+    times = map_in_workers(_parse_times, [[c] for c in chunks], workers)
+    out: dict[str, object] = {}
+    for (chunk, _), [parsed] in zip(chunks, times, strict=True):
+        out.update(zip(chunk, parsed, strict=True))
+    return out
+
+
+def _parse_times(tasks: list[tuple[list[str], int]]) -> list[list[float | None]]:
+    """In a worker: the times of each task's reference lines."""
+    return [[parse_time(ref, year) for ref in refs] for refs, year in tasks]
 
 
 def _buckets(
@@ -420,9 +443,11 @@ def doc_context(
     found: Survey,
     timeline: Timeline,
     baseline_templates: set[str] | None,
+    workers: int = 1,
 ) -> DocContext:
-    """Parse the reference times, place the timeline, size the iteration buckets."""
-    clock = _Clock(found.refs)
+    """Parse the reference times (in ``workers`` processes for a large job), place the
+    timeline, size the iteration buckets."""
+    clock = _Clock(found.refs, workers)
     timeline.resolve(clock.seconds)
     return DocContext(
         job_id,
@@ -712,7 +737,9 @@ def _write(
     meta = summary.job
     source, generation = generation, _begin(store, meta, summary.files)
     found = survey(rollups, timeline)
-    ctx = doc_context(meta.id, generation, rollups, found, timeline, baseline_templates)
+    ctx = doc_context(
+        meta.id, generation, rollups, found, timeline, baseline_templates, summary.workers
+    )
     kept_docs: list[Doc] = []  # --full: written after the raw lines
     all_events: list[Doc] = []
     totals = EventTotals()

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from l4_plugin.ingest import pipeline
 from l4_plugin.ingest.jobdir import ReadLimits, job_meta, scan
 from l4_plugin.ingest.parser import LineParser
 from l4_plugin.ingest.pipeline import (
@@ -220,3 +221,17 @@ def test_kept_lines_below_error_are_trimmed_but_errors_and_addresses_are_not(
     assert "step" not in power[0]["message"] and power[0]["message"].endswith("300 W")
     assert power[0][F.LINE] < power[15][F.LINE] < power[16][F.LINE] < power[-1][F.LINE]
     assert power[-1]["@timestamp"] == max(d["@timestamp"] for d in power)
+
+
+def test_reference_times_parsed_in_workers_are_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _, _, scanned, _ = _scanned(tmp_path)
+    found = survey(scanned.rollups, scanned.timeline)
+    refs = set(found.refs) | {"Nov 25 14:00:01 node-1 kernel: a line without a year", "no time"}
+    serial = pipeline._Clock(refs)
+    monkeypatch.setattr(pipeline, "PARALLEL_REFS", 1)
+    parallel = pipeline._Clock(refs, workers=2)
+    assert len(parallel.cache) == len(refs) and parallel.year == serial.year
+    assert {r: parallel.ms(r) for r in refs} == {r: serial.ms(r) for r in refs}
+    assert parallel.ms("no time") is None
