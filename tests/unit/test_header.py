@@ -400,9 +400,21 @@ def test_a_status_code_after_a_time_is_not_a_rank() -> None:
         "[rank5]:x",
         "[rank5]:[default2]:x",
         "[defaults]: not a prefix",
+        "[rank48] [2026-02-21 03:21:51] iteration 8001",
+        "[default0]:[rank3] [2026-02-21 03:21:51] x",
+        "[default4]:[INFO] HCCL(9,python):x",
+        "[default0]:[rank12]:E0127 x",
+        "[rank1]:[12,3]<stdout>: x",
+        "[rank1] [12,3]<stdout>: x",
+        "[rank1] [12x",
+        "[rank1] [\u0663,1]",
+        "[rank1]\t[rank2]:x",
+        "[rank: 4] [rank2]:x",
+        "[default1]:[default2]:x",
     ],
 )
 def test_rank_prefix_shortcuts_agree_with_the_regexes(raw: str) -> None:
     from l4_plugin.ingest.header import rank_prefix, rank_prefix_cached
 
     assert rank_prefix_cached(raw) == rank_prefix(raw)
+
