@@ -262,8 +262,12 @@ def _unpack_partial(
     )
 
 
-#: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset.
-Chunk = tuple[list[str], list[LineKind], Block | None, int]
+#: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset;
+#: optionally (a fifth item) the lines' dedup keys (``LineParser.feed_keyed``; None: none).
+Chunk = (
+    tuple[list[str], list[LineKind], Block | None, int]
+    | tuple[list[str], list[LineKind], Block | None, int, list[str] | None]
+)
 #: Called for every raw line by ``scan(..., sink=...)`` (``--full``): position, raw line, kind,
 #: stage, iteration, timestamp reference, rank, byte offset.
 LineSink = Callable[[int, str, LineKind, str, int | None, str | None, int | None, int | None], None]
@@ -432,10 +436,15 @@ class NodeRollup:
         open_kept: KeptLine | None = None
         open_first = False
         open_lines = 0
-        for lines, kinds, block, base in chunks:
+        for chunk in chunks:
+            lines, kinds, block, base = chunk[:4]
+            # Each line's dedup key, a finer digit shape whose hash is already computed: the
+            # key of the per-shape caches (rank prefixes, iteration markers) when there is one.
+            keys = chunk[4] if len(chunk) > 4 else None
+            shapes: list[str] | list[None] = keys if keys is not None else [None] * len(lines)
             # index of a line in its block: base + pos - first (no enumerate in the hot loop)
             first = pos + 1 - base
-            for raw, kind in zip(lines, kinds, strict=True):
+            for raw, kind, shape in zip(lines, kinds, shapes, strict=True):
                 pos += 1
                 traits = traits_of(kind)
                 if traits is None:
@@ -450,7 +459,7 @@ class NodeRollup:
                 line_rank = rank
                 prefix_end = 0
                 if kind.rank_prefix:
-                    prefix_rank, prefix_end = rank_prefix_cached(raw)
+                    prefix_rank, prefix_end = rank_prefix_cached(raw, shape)
                     if prefix_rank is not None:
                         line_rank = prefix_rank
                 # A line absorbed into the record it continues: a traceback's frames, or the
@@ -516,7 +525,9 @@ class NodeRollup:
                 if role is not NO_ROLE:
                     before = (stage, iteration)
                     if role.iteration is not None:
-                        number, seconds = role.iteration.read(raw, digit_shape(raw))
+                        number, seconds = role.iteration.read(
+                            raw, digit_shape(raw) if shape is None else shape
+                        )
                         if number is not None:
                             iteration = number
                         stage, training = "training", True

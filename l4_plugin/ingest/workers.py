@@ -143,7 +143,8 @@ def chunks(
                                 )
                             lines[i] = line[:MAX_LINE_CHARS]
                 pos += len(lines)
-                yield lines, parser.feed(lines), block, start
+                kinds, keys = parser.feed_keyed(lines)
+                yield lines, kinds, block, start, keys
     except IngestError as exc:
         if problems is not None:
             problems.append(str(exc))
