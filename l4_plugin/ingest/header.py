@@ -363,11 +363,15 @@ def _skip_blanks(line: str, pos: int) -> int:
     return pos
 
 
-def parse_time(line: str, default_year: int | None = None) -> float | None:
+def parse_time(
+    line: str, default_year: int | None = None, shape: bytes | str | None = None
+) -> float | None:
     """``parse_header(line, default_year).timestamp``, without the rest: no level inference
-    (two regex searches over the body) and no rank. What the ingest asks of most lines."""
+    (two regex searches over the body) and no rank. What the ingest asks of most lines.
+    ``shape``: the line's digit shape or a finer key (``rank_prefix_cached``), if known."""
     year = default_year if default_year is not None else time.gmtime().tm_year
-    pos = _skip_blanks(line, rank_prefix(line)[1])
+    end = rank_prefix(line)[1] if shape is None else rank_prefix_cached(line, shape)[1]
+    pos = _skip_blanks(line, end)
     ts, _, _, body, emitter, _ = _dispatch(line, pos, year)
     if ts is None and emitter == "slurm":
         ts = _slurm_time(line, body)

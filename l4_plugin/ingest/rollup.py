@@ -426,6 +426,7 @@ class NodeRollup:
         iteration: int | None = None
         training = False
         ts_ref: str | None = None
+        ts_shape: str | None = None  # the key of ts_ref (None: not known)
         pos = 0
         tb: list[str] | None = None
         tb_start = 0
@@ -451,7 +452,7 @@ class NodeRollup:
                     traits = compute(kind, rules)
                 role, cont, opener, is_tb, keep, open_level = traits
                 if kind.has_timestamp:
-                    ts_ref = raw
+                    ts_ref, ts_shape = raw, shape
                     stamp_pos = pos
                     if open_run is not None:
                         runs[open_run].after, runs[open_run].after_pos = raw, pos
@@ -546,7 +547,7 @@ class NodeRollup:
                     and (keep or pos - slot_pos >= SLOT_EVERY)
                 ):
                     slot_ref, slot_pos = ts_ref, pos
-                    ts = parse_time(ts_ref, _SLOT_YEAR)
+                    ts = parse_time(ts_ref, _SLOT_YEAR, ts_shape)
                     if ts is not None:
                         slot = int(ts)
                 if unplaced:
