@@ -419,7 +419,6 @@ def test_rank_prefix_shortcuts_agree_with_the_regexes(raw: str) -> None:
     assert rank_prefix_cached(raw) == rank_prefix(raw)
 
 
-
 @pytest.mark.parametrize(
     "raw",
     [
