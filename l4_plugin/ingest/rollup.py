@@ -524,7 +524,7 @@ class NodeRollup:
                 then: str | None = None
                 seconds: float | None = None
                 if role is not NO_ROLE:
-                    before = (stage, iteration)
+                    stage_before, iteration_before = stage, iteration
                     if role.iteration is not None:
                         number, seconds = role.iteration.read(
                             raw, digit_shape(raw) if shape is None else shape
@@ -537,7 +537,7 @@ class NodeRollup:
                         training = training or stage == "training"
                         if training and stage == role.stage:
                             then = role.then
-                    if (stage, iteration) != before and stage != "init":
+                    if (iteration != iteration_before or stage != stage_before) and stage != "init":
                         _enter(timeline, entered, stage, iteration, ts_ref)
                 unplaced = iteration is None or stage == "checkpointing"  # _unplaced, inlined
                 if (
@@ -675,10 +675,10 @@ def _enter(
 ) -> None:
     """Record a transition of a file's stage machine: the how-many-th time the file entered
     this (stage, iteration) — a re-entry after a checkpoint save is a transition of its own."""
-    k = entered.get((stage, iteration), 0)
-    entered[(stage, iteration)] = k + 1
-    if ts_ref is not None and (stage, iteration, k) not in timeline.marks:
-        timeline.mark((stage, iteration, k), ts_ref)
+    at = (stage, iteration)
+    k = entered.get(at, 0)
+    entered[at] = k + 1
+    timeline.mark((stage, iteration, k), ts_ref)  # kept by the first file that reaches it
 
 
 def _add(have: Group, later: Group, cap: int) -> None:
