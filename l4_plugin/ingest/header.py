@@ -203,16 +203,17 @@ def digit_shape(raw: str) -> bytes:
 
 
 #: Where ``rank_prefix`` found its rank, by digit shape (``rank_prefix_cached``).
-_RANK_SHAPES: dict[bytes, tuple[int, int, int, int]] = {}
+_RANK_SHAPES: dict[bytes | str, tuple[int, int, int, int]] = {}
 _MAX_RANK_SHAPES = 65_536
 
 
-def rank_prefix_cached(line: str) -> tuple[int | None, int]:
+def rank_prefix_cached(line: str, shape: bytes | str | None = None) -> tuple[int | None, int]:
     """``rank_prefix(line)``, its regexes run once per digit shape of the line (``digit_shape``).
     Lines of one shape differ only in their digits, and every test ``rank_prefix`` makes (the
     prefix regexes, ``isdecimal``, ``isdigit``) treats all digits alike (``tests/test_ingest.py``
     checks the regexes), so the rank sits at the same span in each of them and only its value is
-    read per line."""
+    read per line. ``shape``: the line's shape, or a finer key of it (``LineParser.feed_keyed``:
+    the line with its digits normalised), when the caller has one."""
     if line.startswith("[rank"):
         # "[rankN]:" alone costs less than the line's shape.
         end = line.find("]:", 5)
@@ -224,7 +225,8 @@ def rank_prefix_cached(line: str) -> tuple[int | None, int]:
         end = line.find("]:", 8)
         if 8 < end < 15 and line[8:end].isdecimal() and line[end + 2 : end + 3] != "[":
             return int(line[8:end]), end + 2
-    shape = digit_shape(line)
+    if shape is None:
+        shape = digit_shape(line)
     spans = _RANK_SHAPES.get(shape)
     if spans is None:
         if len(_RANK_SHAPES) >= _MAX_RANK_SHAPES:
@@ -361,11 +363,15 @@ def _skip_blanks(line: str, pos: int) -> int:
     return pos
 
 
-def parse_time(line: str, default_year: int | None = None) -> float | None:
+def parse_time(
+    line: str, default_year: int | None = None, shape: bytes | str | None = None
+) -> float | None:
     """``parse_header(line, default_year).timestamp``, without the rest: no level inference
-    (two regex searches over the body) and no rank. What the ingest asks of most lines."""
+    (two regex searches over the body) and no rank. What the ingest asks of most lines.
+    ``shape``: the line's digit shape or a finer key (``rank_prefix_cached``), if known."""
     year = default_year if default_year is not None else time.gmtime().tm_year
-    pos = _skip_blanks(line, rank_prefix(line)[1])
+    end = rank_prefix(line)[1] if shape is None else rank_prefix_cached(line, shape)[1]
+    pos = _skip_blanks(line, end)
     ts, _, _, body, emitter, _ = _dispatch(line, pos, year)
     if ts is None and emitter == "slurm":
         ts = _slurm_time(line, body)

@@ -14,9 +14,12 @@ nodes and releases.
 from __future__ import annotations
 
 import re
+import re._constants as _sre  # the parsed form of a pattern (``required_texts``)
+import re._parser as _sre_parse
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -26,6 +29,8 @@ from l4_plugin.yamldoc import compose, read_text
 
 _GROUP_REF = re.compile(r"\\(\d+)|\\g<(\w+)>")
 _DIGITS = str.maketrans("123456789", "000000000")
+#: One rule's prefilter: texts of which a match must contain one, for each inner tuple.
+Needs = tuple[tuple[str, ...], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +49,14 @@ class Masker:
     def __init__(self, rules: Sequence[MaskRule], normalise_digits: bool = True) -> None:
         self.rules = tuple(rules)
         self.normalise_digits = normalise_digits
-        compiled: list[tuple[re.Pattern[str], str]] = []
+        # Digits an ASCII text can hold when a rule runs: only "0" once they are normalised,
+        # unless a replacement writes another digit (group references copy the text's own).
+        written = "".join(_GROUP_REF.sub("", rule.replace) for rule in self.rules)
+        digits = "0" if normalise_digits and not _NONZERO.search(written) else "0123456789"
+        compiled: list[tuple[re.Pattern[str], str, Needs]] = []
         for rule in self.rules:
-            compiled.append((_compile(rule), rule.replace))
+            pattern = _compile(rule)
+            compiled.append((pattern, rule.replace, required_texts(pattern, digits)))
         self._compiled = tuple(compiled)
 
     @classmethod
@@ -68,7 +78,20 @@ class Masker:
         """Return ``text`` with every rule applied in order; newlines are never added or removed."""
         if self.normalise_digits:
             text = text.translate(_DIGITS)
-        for pattern, replace in self._compiled:
+        for pattern, replace, needs in self._compiled:
+            # A rule that cannot match is skipped: on ASCII text (``isascii`` is O(1)) every
+            # match holds one of each of its ``needs`` (``required_texts``). Most distinct lines
+            # come a few at a time, and most rules have nothing to mask in them.
+            if needs and text.isascii():
+                for alternatives in needs:
+                    for needed in alternatives:
+                        if needed in text:
+                            break
+                    else:
+                        break
+                else:
+                    text = pattern.sub(replace, text)
+                continue
             text = pattern.sub(replace, text)
         return text
 
@@ -171,3 +194,151 @@ def _compile(rule: MaskRule) -> re.Pattern[str]:
                 f"have{where} — {rule.replace!r}"
             )
     return pattern
+
+
+_NONZERO = re.compile("[1-9]")
+_ASCII = frozenset(map(chr, range(128)))
+#: Alternatives a run of fixed characters may grow to before it is cut (``required_texts``).
+_MAX_ALTERNATIVES = 8
+_SPACE = frozenset(" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f")
+_WORD = frozenset(c for c in _ASCII if c.isalnum() or c == "_")
+_CATEGORIES = {
+    _sre.CATEGORY_DIGIT: frozenset("0123456789"),
+    _sre.CATEGORY_NOT_DIGIT: _ASCII - frozenset("0123456789"),
+    _sre.CATEGORY_SPACE: _SPACE,
+    _sre.CATEGORY_NOT_SPACE: _ASCII - _SPACE,
+    _sre.CATEGORY_WORD: _WORD,
+    _sre.CATEGORY_NOT_WORD: _ASCII - _WORD,
+}
+_REPEATS = (_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT)
+_ZERO_WIDTH = (_sre.AT, _sre.ASSERT, _sre.ASSERT_NOT)
+
+
+def required_texts(pattern: re.Pattern[str], digits: str = "0123456789") -> Needs:
+    """What every match of ``pattern`` in an ASCII text holds: for each tuple, one of its
+    texts (``()``: nothing is known). ``digits`` are the only digits such a text can have.
+
+    Derived from the parsed pattern: a run of items that each match one of a few characters
+    (a literal, ``\\d`` when digits are normalised, ``[-/]``, a fixed repeat of those) is text
+    the match holds verbatim; zero-width items (``\\b``, lookarounds) do not cut a run; a
+    repeated group needed at least once adds what it needs; each branch of an alternation
+    adds its longest needed text. Character classes are taken over ASCII only, with each
+    category widened where Unicode and ASCII readings could differ, so a need is never
+    stricter than the pattern.
+    """
+    if pattern.flags & re.IGNORECASE:
+        return ()
+    allowed = _ASCII - (frozenset("0123456789") - frozenset(digits))
+    any_char = allowed if pattern.flags & re.DOTALL else allowed - {"\n"}
+    needs: list[tuple[str, ...]] = []
+    walk = _Walk(allowed, any_char, needs)
+    walk.items(_sre_parse.parse(pattern.pattern, pattern.flags))
+    walk.cut()
+    # Most selective first (the longest shortest alternative; none at all: a text no ASCII
+    # text holds, such as a digit other than 0 once digits are normalised).
+    unique = sorted(set(needs), key=lambda alternatives: (-_shortest(alternatives), alternatives))
+    return tuple(unique[:4])
+
+
+def _shortest(alternatives: tuple[str, ...]) -> int:
+    return min(map(len, alternatives), default=1 << 30)
+
+
+class _Walk:
+    """One pass over a parsed pattern's items for ``required_texts``."""
+
+    def __init__(self, allowed: frozenset[str], any_char: frozenset[str], needs: list[Any]) -> None:
+        self.allowed = allowed
+        self.any_char = any_char
+        self.needs = needs
+        self.run: set[str] = {""}
+
+    def cut(self) -> None:
+        if "" not in self.run:
+            self.needs.append(tuple(sorted(self.run)))
+        self.run = {""}
+
+    def chars(self, op: Any, av: Any) -> frozenset[str] | None:
+        """The ASCII characters a one-character item matches (None: not such an item)."""
+        if op is _sre.LITERAL:
+            return frozenset({chr(av)}) & self.allowed if av < 128 else frozenset({chr(av)})
+        if op is _sre.ANY:
+            return self.any_char
+        if op is _sre.NOT_LITERAL:
+            return self.allowed - {chr(av)}
+        if op is not _sre.IN:
+            return None
+        found: set[str] = set()
+        negate = False
+        for kind, arg in av:
+            if kind is _sre.NEGATE:
+                negate = True
+            elif kind is _sre.LITERAL:
+                found.add(chr(arg))
+            elif kind is _sre.RANGE:
+                found.update(map(chr, range(arg[0], min(arg[1], 127) + 1)))
+            elif kind is _sre.CATEGORY and arg in _CATEGORIES:
+                found |= _CATEGORIES[arg]
+            else:
+                return self.allowed  # unknown: anything
+        return (self.allowed - found) if negate else (frozenset(found) & self.allowed)
+
+    def extend(self, chars: frozenset[str], times: int) -> None:
+        for _ in range(times):
+            if len(self.run) * len(chars) <= _MAX_ALTERNATIVES:
+                self.run = {r + c for r in self.run for c in chars}
+            else:
+                self.cut()
+                self.run = set(chars) if len(chars) <= _MAX_ALTERNATIVES else {""}
+
+    def items(self, items: Any) -> None:
+        for op, av in items:
+            chars = self.chars(op, av)
+            if chars is not None:
+                self.extend(chars, 1)
+            elif op in _ZERO_WIDTH:
+                continue  # the characters around it are adjacent in the text
+            elif op is _sre.SUBPATTERN:
+                if av[1] & re.IGNORECASE:  # (?i:…)
+                    self.cut()
+                    continue
+                self.items(av[3])
+            elif op in _REPEATS:
+                self.repeat(*av)
+            elif op is _sre.BRANCH:
+                self.branch(av[1])
+            else:
+                self.cut()
+
+    def repeat(self, low: int, high: Any, sub: Any) -> None:
+        if low == 0:
+            self.cut()
+            return
+        if len(sub) == 1:
+            chars = self.chars(*sub[0])
+            if chars is not None:
+                self.extend(chars, low)
+                if high != low:
+                    # More may follow, but the last one is next to what comes after.
+                    self.cut()
+                    self.run = set(chars) if len(chars) <= _MAX_ALTERNATIVES else {""}
+                return
+        self.cut()
+        inner = _Walk(self.allowed, self.any_char, self.needs)
+        inner.items(sub)
+        inner.cut()
+
+    def branch(self, alternatives: Any) -> None:
+        self.cut()
+        best: list[str] = []
+        for alternative in alternatives:
+            found: list[tuple[str, ...]] = []
+            inner = _Walk(self.allowed, self.any_char, found)
+            inner.items(alternative)
+            inner.cut()
+            if not found:
+                return  # one branch needs nothing: neither does the alternation
+            chosen: tuple[str, ...] = max(found, key=_shortest)
+            best.extend(chosen)
+        if len(best) <= 2 * _MAX_ALTERNATIVES:
+            self.needs.append(tuple(sorted(set(best))))

@@ -94,17 +94,28 @@ class LineParser:
 
     def feed(self, lines: list[str]) -> list[LineKind]:
         """Return one ``LineKind`` per input line (lines without their ``\\n``)."""
+        return self.feed_keyed(lines)[0]
+
+    def feed_keyed(self, lines: list[str]) -> tuple[list[LineKind], list[str] | None]:
+        """``feed``, and each line's dedup key (``Masker.key``: its digits normalised) when the
+        keys are those of the lines as given (None when a line is cut or holds a ``\\n``). Two
+        lines with one key differ at most in their digits: a finer key than ``digit_shape``
+        whose hash is already computed, so the scan's per-shape caches take it instead."""
         if not lines:
-            return []
+            return [], []
+        exact = True
         if max(map(len, lines)) > MAX_LINE_CHARS:
             lines = [line[:MAX_LINE_CHARS] for line in lines]
+            exact = False
         keys = self.masker.key("\n".join(lines)).split("\n")
         if len(keys) != len(lines):
             # Only a raw line with an embedded "\n" gets here (callers split on "\n").
             keys = [self.masker.key(line).replace("\n", " ") for line in lines]
+            exact = False
         by_key = self._by_key
         try:
-            return list(map(by_key.__getitem__, keys))  # the hot path: all keys seen before
+            # the hot path: all keys seen before
+            return list(map(by_key.__getitem__, keys)), keys if exact else None
         except KeyError:
             pass
         new = [key for key in dict.fromkeys(keys) if key not in by_key]
@@ -124,7 +135,7 @@ class LineParser:
             # by_key is only a cache in front of by_masked (lines with hex ids or hashes make many
             # keys per kind); dropping it bounds memory without changing any result.
             by_key.clear()
-        return result
+        return result, keys if exact else None
 
     def finish(self) -> None:
         """Resolve ``template`` of every kind to its final Drain template (stable id)."""

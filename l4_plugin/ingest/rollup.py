@@ -262,8 +262,12 @@ def _unpack_partial(
     )
 
 
-#: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset.
-Chunk = tuple[list[str], list[LineKind], Block | None, int]
+#: Lines of one read block with their kinds; ``block.offset(base + i)`` is line i's byte offset;
+#: optionally (a fifth item) the lines' dedup keys (``LineParser.feed_keyed``; None: none).
+Chunk = (
+    tuple[list[str], list[LineKind], Block | None, int]
+    | tuple[list[str], list[LineKind], Block | None, int, list[str] | None]
+)
 #: Called for every raw line by ``scan(..., sink=...)`` (``--full``): position, raw line, kind,
 #: stage, iteration, timestamp reference, rank, byte offset.
 LineSink = Callable[[int, str, LineKind, str, int | None, str | None, int | None, int | None], None]
@@ -422,6 +426,7 @@ class NodeRollup:
         iteration: int | None = None
         training = False
         ts_ref: str | None = None
+        ts_shape: str | None = None  # the key of ts_ref (None: not known)
         pos = 0
         tb: list[str] | None = None
         tb_start = 0
@@ -432,17 +437,22 @@ class NodeRollup:
         open_kept: KeptLine | None = None
         open_first = False
         open_lines = 0
-        for lines, kinds, block, base in chunks:
+        for chunk in chunks:
+            lines, kinds, block, base = chunk[:4]
+            # Each line's dedup key, a finer digit shape whose hash is already computed: the
+            # key of the per-shape caches (rank prefixes, iteration markers) when there is one.
+            keys = chunk[4] if len(chunk) > 4 else None
+            shapes: list[str] | list[None] = keys if keys is not None else [None] * len(lines)
             # index of a line in its block: base + pos - first (no enumerate in the hot loop)
             first = pos + 1 - base
-            for raw, kind in zip(lines, kinds, strict=True):
+            for raw, kind, shape in zip(lines, kinds, shapes, strict=True):
                 pos += 1
                 traits = traits_of(kind)
                 if traits is None:
                     traits = compute(kind, rules)
                 role, cont, opener, is_tb, keep, open_level = traits
                 if kind.has_timestamp:
-                    ts_ref = raw
+                    ts_ref, ts_shape = raw, shape
                     stamp_pos = pos
                     if open_run is not None:
                         runs[open_run].after, runs[open_run].after_pos = raw, pos
@@ -450,7 +460,7 @@ class NodeRollup:
                 line_rank = rank
                 prefix_end = 0
                 if kind.rank_prefix:
-                    prefix_rank, prefix_end = rank_prefix_cached(raw)
+                    prefix_rank, prefix_end = rank_prefix_cached(raw, shape)
                     if prefix_rank is not None:
                         line_rank = prefix_rank
                 # A line absorbed into the record it continues: a traceback's frames, or the
@@ -514,9 +524,11 @@ class NodeRollup:
                 then: str | None = None
                 seconds: float | None = None
                 if role is not NO_ROLE:
-                    before = (stage, iteration)
+                    stage_before, iteration_before = stage, iteration
                     if role.iteration is not None:
-                        number, seconds = role.iteration.read(raw, digit_shape(raw))
+                        number, seconds = role.iteration.read(
+                            raw, digit_shape(raw) if shape is None else shape
+                        )
                         if number is not None:
                             iteration = number
                         stage, training = "training", True
@@ -525,7 +537,7 @@ class NodeRollup:
                         training = training or stage == "training"
                         if training and stage == role.stage:
                             then = role.then
-                    if (stage, iteration) != before and stage != "init":
+                    if (iteration != iteration_before or stage != stage_before) and stage != "init":
                         _enter(timeline, entered, stage, iteration, ts_ref)
                 unplaced = iteration is None or stage == "checkpointing"  # _unplaced, inlined
                 if (
@@ -535,7 +547,7 @@ class NodeRollup:
                     and (keep or pos - slot_pos >= SLOT_EVERY)
                 ):
                     slot_ref, slot_pos = ts_ref, pos
-                    ts = parse_time(ts_ref, _SLOT_YEAR)
+                    ts = parse_time(ts_ref, _SLOT_YEAR, ts_shape)
                     if ts is not None:
                         slot = int(ts)
                 if unplaced:
@@ -663,10 +675,10 @@ def _enter(
 ) -> None:
     """Record a transition of a file's stage machine: the how-many-th time the file entered
     this (stage, iteration) — a re-entry after a checkpoint save is a transition of its own."""
-    k = entered.get((stage, iteration), 0)
-    entered[(stage, iteration)] = k + 1
-    if ts_ref is not None and (stage, iteration, k) not in timeline.marks:
-        timeline.mark((stage, iteration, k), ts_ref)
+    at = (stage, iteration)
+    k = entered.get(at, 0)
+    entered[at] = k + 1
+    timeline.mark((stage, iteration, k), ts_ref)  # kept by the first file that reaches it
 
 
 def _add(have: Group, later: Group, cap: int) -> None:

@@ -35,7 +35,7 @@ class IterationRule:
     seconds: tuple[tuple[re.Pattern[str], str], ...] = ()
     #: Where ``number`` and ``seconds`` matched, by the line's digit shape (``digit_shape``);
     #: only used when every pattern treats all digits alike (``digit_blind``).
-    _spans: dict[bytes, _Spans] = field(default_factory=dict, compare=False, repr=False)
+    _spans: dict[bytes | str, _Spans] = field(default_factory=dict, compare=False, repr=False)
 
     def number_of(self, raw: str) -> int | None:
         m = self.number.search(raw)
@@ -54,7 +54,7 @@ class IterationRule:
             return _in_seconds(value, unit)
         return None
 
-    def read(self, raw: str, shape: bytes) -> tuple[int | None, float | None]:
+    def read(self, raw: str, shape: bytes | str) -> tuple[int | None, float | None]:
         """``(number_of(raw), seconds_of(raw))``, the regexes run once per digit shape.
 
         Two lines of the same shape (``digit_shape``) differ only in which

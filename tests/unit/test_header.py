@@ -400,9 +400,41 @@ def test_a_status_code_after_a_time_is_not_a_rank() -> None:
         "[rank5]:x",
         "[rank5]:[default2]:x",
         "[defaults]: not a prefix",
+        "[rank48] [2026-02-21 03:21:51] iteration 8001",
+        "[default0]:[rank3] [2026-02-21 03:21:51] x",
+        "[default4]:[INFO] HCCL(9,python):x",
+        "[default0]:[rank12]:E0127 x",
+        "[rank1]:[12,3]<stdout>: x",
+        "[rank1] [12,3]<stdout>: x",
+        "[rank1] [12x",
+        "[rank1] [\u0663,1]",
+        "[rank1]\t[rank2]:x",
+        "[rank: 4] [rank2]:x",
+        "[default1]:[default2]:x",
     ],
 )
 def test_rank_prefix_shortcuts_agree_with_the_regexes(raw: str) -> None:
     from l4_plugin.ingest.header import rank_prefix, rank_prefix_cached
 
     assert rank_prefix_cached(raw) == rank_prefix(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "[rank48] [2026-02-21 03:21:51] iteration 8001 | fwd-bwd 6865.1 ms",
+        "[default4]:[INFO] HCCL(99162,python):2025-10-13-14:06:14.044.095 [hccl_comm.cc:213]",
+        "2025-01-27 22:50:31,718 INFO [rank0] init: world_size=176",
+        "W0127 22:49:45.000000 28672 torch/distributed/run.py:793] ",
+        "[default0]:[rank3]:E0127 22:49:45.000000 28672 x.py:1] boom",
+        "[pod/trainer-0/pytorch] 2024-05-03T10:11:12.123456789Z stdout F [rank1]: x",
+    ],
+)
+def test_parse_time_with_the_lines_key_is_the_same(raw: str) -> None:
+    from l4_plugin.ingest.header import digit_shape, parse_time
+    from l4_plugin.ingest.masking import Masker
+
+    key = Masker.load().key(raw)
+    for _ in range(2):  # the shape cache cold, then warm
+        assert parse_time(raw, 2000, key) == parse_time(raw, 2000)
+        assert parse_time(raw, 2000, digit_shape(raw)) == parse_time(raw, 2000)

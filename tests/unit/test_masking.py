@@ -1,11 +1,13 @@
 from __future__ import annotations
 
+import random
+import re
 from pathlib import Path
 
 import pytest
 
 from l4_plugin.errors import ConfigError
-from l4_plugin.ingest.masking import Masker
+from l4_plugin.ingest.masking import Masker, MaskRule
 
 
 @pytest.fixture(scope="module")
@@ -224,3 +226,54 @@ def test_masked_values_are_not_evidence_of_one_event() -> None:
     )
     parser.finish()
     assert kinds[0].template != kinds[1].template
+
+
+def _unfiltered(masker: Masker, text: str) -> str:
+    """``mask`` with every rule run (no prefilter): what ``mask`` must equal."""
+    text = masker.key(text)
+    for pattern, replace, _ in masker._compiled:
+        text = pattern.sub(replace, text)
+    return text
+
+
+def test_required_texts_of_shipped_rules(masker: Masker) -> None:
+    needs = {rule.name: c[2] for rule, c in zip(masker.rules, masker._compiled, strict=True)}
+    assert needs["url"] == (("://",),)
+    assert needs["us-datetime"] == (("00/00/0000",),)
+    assert needs["dmesg-time"][0] == ("0.000000]",)
+    assert needs["path"] == (("/", ":\\"),)  # one of the two alternatives' texts
+    assert needs["hex-id"] == ()  # nothing certain: always run
+
+
+def test_required_texts_edge_cases() -> None:
+    from l4_plugin.ingest.masking import required_texts
+
+    assert required_texts(re.compile("(?i)abc")) == ()
+    assert required_texts(re.compile(r"a\d{2}b"), "0") == (("a00b",),)
+    assert required_texts(re.compile(r"a\d{2}b")) == (("a",), ("b",))  # 100 alternatives: cut
+    assert required_texts(re.compile(r"x(?:ab|cd)?y")) == (("x",), ("y",))
+    assert required_texts(re.compile(r"(?<=[A-Za-z_])\d{2,}\b"), "0") == (("00",), ("0",))
+    assert required_texts(re.compile(r"a5|b"), "0") == (("b",),)  # "a5" never matches
+    assert required_texts(re.compile(r"a5"), "0") == ((),)
+
+
+def test_prefilter_gives_the_rules_result(masker: Masker) -> None:
+    """Skipping a rule whose needed text is absent changes nothing: random lines built from
+    the characters and words the rules look for (ASCII and not), one or two lines at a time."""
+    rng = random.Random(16)
+    pieces = [*"0123456789abcdefABCDEF:-./[] _,<>=xX\\~@+%\t", "://", "<TS>", "rank", "RANK"]
+    pieces += ["default", "May", " 10:11:12", "0x1f", "2024-05-03", "MB", "ms", "s", "B"]
+    pieces += ["localhost", "é", "٣", "bytes", "E1023", "node-a07", ".py", "µs", "Rank 3"]
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 30)))
+        if rng.random() < 0.3:
+            text += "\n" + "".join(rng.choice(pieces) for _ in range(rng.randint(1, 20)))
+        assert masker.mask(text) == _unfiltered(masker, text), text
+
+
+def test_prefilter_digits_a_replacement_writes() -> None:
+    # A replacement that writes "7": later rules may see a 7 although digits are normalised.
+    rules = [MaskRule("seven", "x", "7"), MaskRule("sevens", r"\d7", "<S>")]
+    masker = Masker(rules)
+    assert masker.mask("x1x") == _unfiltered(masker, "x1x") == "7<S>"
+    assert masker.mask("ax") == _unfiltered(masker, "ax") == "a7"

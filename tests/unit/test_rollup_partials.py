@@ -96,3 +96,38 @@ def test_gc_paused_restores_the_collector() -> None:
         assert not gc.isenabled()  # it was off before: it stays off
     finally:
         gc.enable()
+
+
+def test_gc_paused_leaves_the_block_objects_to_the_oldest_generation() -> None:
+    with gc_paused():
+        made = [[i] for i in range(1000)]
+    assert gc.get_count()[0] < 100  # nothing left for a young collection to walk
+    assert gc.is_tracked(made[0]) and not gc.get_freeze_count()  # moved, not frozen
+
+
+def test_scan_with_or_without_the_lines_keys_is_the_same(tmp_path: Path) -> None:
+    """``workers.chunks`` hands the scan each line's dedup key (``LineParser.feed_keyed``); a
+    caller without them (4-item chunks) gets the same rollup: the keys only key caches."""
+    from l4_plugin.ingest.parser import LineParser
+    from l4_plugin.ingest.rollup import NodeRollup
+    from l4_plugin.ingest.stages import StageRules
+
+    lines = [
+        "[rank3] [2026-01-01 00:00:00] iteration 10 | elapsed time per iteration (ms): 812.5",
+        "[default1]:[rank3]: step 11 | loss 2.5",
+        "[rank3] [2026-01-01 00:00:01] iteration 11 | elapsed time per iteration (ms): 799.0",
+        "[rank12]:[W socket.cpp:464] [c10d] The server socket has failed to bind.",
+        *_LINES.splitlines(),
+    ]
+    parser = LineParser()
+    kinds, keys = parser.feed_keyed(lines)
+    assert kinds == parser.feed(lines) and keys == [parser.masker.key(x) for x in lines]
+    assert parser.feed_keyed(["a\nb", "c"])[1] is None  # a line holding "\n": no keys
+    rules = StageRules.load()
+    with_keys, without = NodeRollup("n", rules), NodeRollup("n", rules)
+    with_keys.scan("r.log", 3, [(lines, kinds, None, 0, keys)])
+    without.scan("r.log", 3, [(lines, kinds, None, 0)])
+    assert {k: _group(g) for k, g in with_keys.groups.items()} == {
+        k: _group(g) for k, g in without.groups.items()
+    }
+    assert with_keys.last_iteration == without.last_iteration == 11
