@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import hashlib
 import math
+import multiprocessing
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -56,6 +57,7 @@ TAIL_ITERATIONS = 32  # the last iterations of a job keep one bucket each
 MAX_COARSE_BUCKETS = 64  # earlier iterations share buckets: keeps the index compact
 FULL_CHUNK = 2_000  # --full: raw-line documents per bulk request
 PARALLEL_REFS = 200_000  # reference times parsed in worker processes from this many on
+PARALLEL_GROUPS = 100_000  # documents built in forked processes from this many rollup groups on
 # Kept lines of a template below the error level, per node (the event documents keep every count):
 REPEAT_KEPT = 16  # a node's repeated template keeps its first and its last REPEAT_KEPT lines
 MAJORITY = 0.9  # a template this share of the job's nodes prints (at least 2) ...
@@ -743,10 +745,10 @@ def _write(
     kept_docs: list[Doc] = []  # --full: written after the raw lines
     all_events: list[Doc] = []
     totals = EventTotals()
+    built = _built_documents(ctx, rollups, summary.workers)  # forks before the writer starts
     # Documents go to the cluster from the writer's thread while the next node's are built.
     with BulkWriter(store) as writer:  # stopped (not left waiting) if building fails
-        for node, rollup in rollups.items():
-            events, lines = node_documents(ctx, node, rollup)
+        for events, lines in built:
             for doc_id, doc in lines:
                 if full_streams is not None:
                     kept_docs.append((doc_id, doc))
@@ -778,6 +780,84 @@ def _write(
         store.refresh(index)
     job = job_record(summary, rollups, found, totals, source, now)
     generations.complete(store, meta.id, generation, lambda old: completed(job, old))
+
+
+# What forked builders read (set by the parent just before it forks, cleared after).
+_FORKED: tuple[DocContext, dict[str, NodeRollup]] | None = None
+
+
+def _built_documents(
+    ctx: DocContext, rollups: dict[str, NodeRollup], workers: int
+) -> Iterator[tuple[list[Doc], list[Doc]]]:
+    """Every node's ``node_documents``, in node order.
+
+    A job of at least ``PARALLEL_GROUPS`` rollup groups is built by ``workers`` processes: the
+    nodes are cut into runs of about equal groups; forked children (they share the parent's
+    rollups and clock without copying them) build all runs but the first, which the parent
+    builds meanwhile. The documents are the same as built in one process: each node's depend
+    only on its rollup and the job-wide context."""
+    nodes = list(rollups)
+    groups = [len(rollups[n].groups) for n in nodes]
+    if workers <= 1 or sum(groups) < PARALLEL_GROUPS or len(nodes) < 2 or not _can_fork():
+        return (node_documents(ctx, n, rollups[n]) for n in nodes)
+    runs = _runs(groups, workers)
+    if len(runs) < 2:
+        return (node_documents(ctx, n, rollups[n]) for n in nodes)
+    global _FORKED
+    _FORKED = (ctx, rollups)
+    try:
+        pool = multiprocessing.get_context("fork").Pool(len(runs) - 1)
+    finally:
+        _FORKED = None
+    pending = [pool.apply_async(_build_run, (nodes[a:b],)) for a, b in runs[1:]]
+    pool.close()
+    return _collect(ctx, rollups, nodes[: runs[0][1]], pending, pool)
+
+
+def _collect(
+    ctx: DocContext,
+    rollups: dict[str, NodeRollup],
+    first: list[str],
+    pending: list[Any],
+    pool: Any,
+) -> Iterator[tuple[list[Doc], list[Doc]]]:
+    try:
+        for node in first:
+            yield node_documents(ctx, node, rollups[node])
+        for result in pending:
+            yield from result.get()
+        pool.join()
+    finally:
+        pool.terminate()
+
+
+def _runs(weights: list[int], parts: int) -> list[tuple[int, int]]:
+    """``parts`` consecutive runs (start, end) of about equal total weight, none empty."""
+    parts = max(1, min(parts, len(weights)))
+    total, start, acc = sum(weights), 0, 0
+    out: list[tuple[int, int]] = []
+    for i, w in enumerate(weights):
+        acc += w
+        left = parts - len(out) - 1  # runs still to start after this one
+        if left and acc >= total * (len(out) + 1) / parts and len(weights) - i - 1 >= left:
+            out.append((start, i + 1))
+            start = i + 1
+    out.append((start, len(weights)))
+    return out
+
+
+def _build_run(nodes: list[str]) -> list[tuple[list[Doc], list[Doc]]]:
+    """In a forked child: the documents of a run of nodes."""
+    assert _FORKED is not None  # the parent's, as it was when this process was forked
+    ctx, rollups = _FORKED
+    return [node_documents(ctx, n, rollups[n]) for n in nodes]
+
+
+def _can_fork() -> bool:
+    """Whether the platform forks (Linux). A forked builder runs nothing but ``node_documents``
+    and the pickling of its result: no I/O, logging or import that another thread of the parent
+    (the embedded cluster's reader, the service's scheduler) could hold a lock of."""
+    return "fork" in multiprocessing.get_all_start_methods()
 
 
 def _begin(store: Store, meta: JobMeta, files: int) -> str:

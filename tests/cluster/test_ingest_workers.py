@@ -10,7 +10,7 @@ import pytest
 
 from l4_plugin.diagnosis import diagnose_job
 from l4_plugin.errors import StoreError
-from l4_plugin.ingest import workers
+from l4_plugin.ingest import pipeline, workers
 from l4_plugin.ingest.jobdir import JobMeta, discover
 from l4_plugin.ingest.parser import LineParser
 from l4_plugin.ingest.pipeline import ingest_job, record_progress
@@ -90,6 +90,9 @@ def test_one_two_three_workers_write_identical_documents(
         # Small batches: the workers interleave, finish out of order, and merge a node's files
         # in runs of different lengths (up to 4 and 8 files) before the reducer merges them.
         monkeypatch.setattr(workers, "BATCH_FILES", n - 1 or 1)
+        # Documents built by n processes, reference times parsed by n processes.
+        monkeypatch.setattr(pipeline, "PARALLEL_GROUPS", 1)
+        monkeypatch.setattr(pipeline, "PARALLEL_REFS", 1)
         store = OpenSearchStore(osmem_url, IndexNames(f"tw{n}-{tmp_path.name[-12:]}-l4-"))
         store.install_templates()
         try:

@@ -235,3 +235,18 @@ def test_reference_times_parsed_in_workers_are_the_same(
     assert len(parallel.cache) == len(refs) and parallel.year == serial.year
     assert {r: parallel.ms(r) for r in refs} == {r: serial.ms(r) for r in refs}
     assert parallel.ms("no time") is None
+
+
+def test_documents_built_in_forked_processes_are_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    meta, _, scanned, _ = _scanned(tmp_path)
+    found = survey(scanned.rollups, scanned.timeline)
+    ctx = doc_context(meta.id, "g", scanned.rollups, found, scanned.timeline, None)
+    serial = list(pipeline._built_documents(ctx, scanned.rollups, 1))
+    monkeypatch.setattr(pipeline, "PARALLEL_GROUPS", 1)
+    forked = list(pipeline._built_documents(ctx, scanned.rollups, 3))
+    assert forked == serial and len(serial) == len(scanned.rollups)
+    assert pipeline._runs([5, 1, 1, 1, 5, 1], 3) == [(0, 1), (1, 5), (5, 6)]
+    assert pipeline._runs([1] * 6, 3) == [(0, 2), (2, 4), (4, 6)]
+    assert pipeline._runs([1, 1], 3) == [(0, 1), (1, 2)]
