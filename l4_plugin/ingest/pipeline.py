@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import multiprocessing
+import signal
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
@@ -806,7 +807,7 @@ def _built_documents(
     global _FORKED
     _FORKED = (ctx, rollups)
     try:
-        pool = multiprocessing.get_context("fork").Pool(len(runs) - 1)
+        pool = multiprocessing.get_context("fork").Pool(len(runs) - 1, _forked_builder)
     finally:
         _FORKED = None
     pending = [pool.apply_async(_build_run, (nodes[a:b],)) for a, b in runs[1:]]
@@ -844,6 +845,13 @@ def _runs(weights: list[int], parts: int) -> list[tuple[int, int]]:
             start = i + 1
     out.append((start, len(weights)))
     return out
+
+
+def _forked_builder() -> None:
+    """A forked builder ends on SIGTERM (the parent's handler, a service's graceful stop, would
+    keep it waiting) and leaves Ctrl-C to the parent."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _build_run(nodes: list[str]) -> list[tuple[list[Doc], list[Doc]]]:

@@ -250,3 +250,41 @@ def test_documents_built_in_forked_processes_are_the_same(
     assert pipeline._runs([5, 1, 1, 1, 5, 1], 3) == [(0, 1), (1, 5), (5, 6)]
     assert pipeline._runs([1] * 6, 3) == [(0, 2), (2, 4), (4, 6)]
     assert pipeline._runs([1, 1], 3) == [(0, 1), (1, 2)]
+
+
+def test_forked_builders_end_on_sigterm_whatever_the_parent_handles(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import signal
+    import time
+
+    meta, _, scanned, _ = _scanned(tmp_path)
+    found = survey(scanned.rollups, scanned.timeline)
+    ctx = doc_context(meta.id, "g", scanned.rollups, found, scanned.timeline, None)
+    monkeypatch.setattr(pipeline, "PARALLEL_GROUPS", 1)
+    _, second = list(scanned.rollups)
+    build = pipeline.node_documents
+
+    def slow(ctx: Any, node: str, rollup: Any) -> Any:
+        if node == second:  # the child's node: it is still building when the parent gives up
+            time.sleep(30)
+        return build(ctx, node, rollup)
+
+    monkeypatch.setattr(pipeline, "node_documents", slow)
+
+    def hung(*_: object) -> None:
+        raise TimeoutError("terminating the forked builders hung")
+
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # as the service's graceful stop
+    alarm = signal.signal(signal.SIGALRM, hung)
+    signal.alarm(20)
+    try:
+        started = time.monotonic()
+        built = pipeline._built_documents(ctx, scanned.rollups, 2)
+        next(built)  # the parent's own node
+        built.close()  # gives up early: the pool is terminated and must not wait for the child
+        assert time.monotonic() - started < 10
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, alarm)
+        signal.signal(signal.SIGTERM, previous)
