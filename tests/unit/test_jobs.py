@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -237,12 +239,17 @@ def test_reference_times_parsed_in_workers_are_the_same(
     assert parallel.ms("no time") is None
 
 
+def _context(tmp_path: Path) -> tuple[Any, pipeline.DocContext]:
+    """A scanned two-node job and its documents' context."""
+    meta, _, scanned, _ = _scanned(tmp_path)
+    found = survey(scanned.rollups, scanned.timeline)
+    return scanned, doc_context(meta.id, "g", scanned.rollups, found, scanned.timeline, None)
+
+
 def test_documents_built_in_forked_processes_are_the_same(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    meta, _, scanned, _ = _scanned(tmp_path)
-    found = survey(scanned.rollups, scanned.timeline)
-    ctx = doc_context(meta.id, "g", scanned.rollups, found, scanned.timeline, None)
+    scanned, ctx = _context(tmp_path)
     serial = list(pipeline._built_documents(ctx, scanned.rollups, 1))
     monkeypatch.setattr(pipeline, "PARALLEL_GROUPS", 1)
     forked = list(pipeline._built_documents(ctx, scanned.rollups, 3))
@@ -255,12 +262,7 @@ def test_documents_built_in_forked_processes_are_the_same(
 def test_forked_builders_end_on_sigterm_whatever_the_parent_handles(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import signal
-    import time
-
-    meta, _, scanned, _ = _scanned(tmp_path)
-    found = survey(scanned.rollups, scanned.timeline)
-    ctx = doc_context(meta.id, "g", scanned.rollups, found, scanned.timeline, None)
+    scanned, ctx = _context(tmp_path)
     monkeypatch.setattr(pipeline, "PARALLEL_GROUPS", 1)
     _, second = list(scanned.rollups)
     build = pipeline.node_documents
