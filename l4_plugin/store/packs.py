@@ -149,7 +149,7 @@ class NodeRollup:
     first_pos: int
     last_pos: int
     seconds: float | None
-    path: str | None
+    path: str | None  # None unless read with ``messages``
     message: str | None  # None unless read with ``messages``
 
 
@@ -171,7 +171,7 @@ def read_packs(
 ) -> list[NodeRollup]:
     """Every node's share of the packs ``query`` selects (of ``templates`` only, if given).
 
-    Exemplar lines are read only with ``messages`` (they are most of a pack's bytes).
+    Exemplar lines and files are read only with ``messages`` (most of a pack's bytes).
     """
     filters: list[dict[str, Any]] = [only_packs(query)]
     if templates is not None:
@@ -179,8 +179,11 @@ def read_packs(
             return []
         filters.append({"terms": {F.TEMPLATE_ID: sorted(templates)}})
     body: dict[str, Any] = {"query": {"bool": {"filter": filters}}, "sort": ["_doc"]}
+    # Each node's ranks are never read back; its file and line only with ``messages``.
+    skip = [f"{F.PACK}.ranks", F.RANKS]
     if not messages:
-        body["_source"] = {"excludes": [_MESSAGES, "message"]}
+        skip += [_MESSAGES, f"{F.PACK}.paths", "message", "log.file.path"]
+    body["_source"] = {"excludes": skip}
     out: list[NodeRollup] = []
     for hit in store.search_after(index, body, page_size=1000):
         out.extend(unpack(hit.get("_source", {})))
