@@ -542,11 +542,11 @@ def _trim_kept(ctx: DocContext, template_id: str, docs: list[Doc], below_error: 
     """One node's kept lines of a template, as written to ``l4-lines``.
 
     Error lines and lines without a level are all kept (up to ``MAX_KEPT_PER_GROUP`` per group:
-    the last line of a C++ exception has none). Below the error level, a
-    template nearly every node prints keeps ``MAJORITY_KEPT`` lines per node, and a template the
-    node repeats (a power-cap warning every minute for hours) its first and last ``REPEAT_KEPT``;
-    the event documents still count every line. A line that may name a peer (an address in its
-    template) is never dropped: the peers' analysis reads them.
+    the last line of a C++ exception has none). Below the error level, a template nearly every
+    node prints keeps ``MAJORITY_KEPT`` lines per node, and a template the node repeats (a
+    power-cap warning every minute for hours) its first and last ``REPEAT_KEPT``; the event
+    documents still count every line. A line that may name a peer (an address in its template)
+    is never dropped: the peers' analysis reads them.
     """
     if not below_error or "<IP>" in ctx.texts.get(template_id, ""):
         return docs
