@@ -128,6 +128,7 @@ def end_to_end(job: Path, workers: int) -> dict[str, float]:
             "templates": summary.new_templates,
             "docs": docs,
             "cluster_rss": _peak_rss_mb(cluster.pid or 0),
+            **{f"step {k}": v for k, v in summary.steps.items()},
         }
 
 
@@ -192,6 +193,8 @@ def main() -> None:
                     f"raw line ({r['nodes']:,.0f} nodes); cluster peak RSS "
                     f"{r['cluster_rss']:,.0f} MB"
                 )
+                steps = ", ".join(f"{k[5:]} {v:.2f} s" for k, v in r.items() if k[:5] == "step ")
+                print(f"  wall per step: {steps}")
         me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"L4 peak RSS of this process (reducer, all runs): {me:,.0f} MB")
 

@@ -85,6 +85,10 @@ class IngestSummary:
     progress: ScanProgress | None = None
     scan_cpu: float = 0.0  # CPU seconds of the file scans, all workers
     worker_rss_mb: float = 0.0  # the largest scanning process's peak RSS
+    # Wall seconds of each step: discovery (of a job directory), scan (read, mask, scan, Drain),
+    # build (the documents, until the last is handed to the writer), send (waiting for the
+    # cluster after that), finish (templates, refresh, the job document).
+    steps: dict[str, float] = field(default_factory=dict)
 
 
 class _ProgressReport:
@@ -238,8 +242,10 @@ def ingest_job(
     the documents are the same for any number.
     """
     meta = job_meta(job_dir, job_id=job_id, status=status, config=config)
+    started = time.monotonic()
     found = scan(job_dir, node_pattern, limits, workers)
-    return ingest_streams(
+    discovery = time.monotonic() - started
+    summary = ingest_streams(
         store,
         meta,
         file_streams(found.files, (limits or ReadLimits()).max_file_size),
@@ -251,6 +257,8 @@ def ingest_job(
         skipped=found.skipped,
         workers=workers,
     )
+    summary.steps = {"discovery": discovery, **summary.steps}
+    return summary
 
 
 def ingest_streams(
@@ -285,6 +293,7 @@ def ingest_streams(
     summary.scan_cpu = scanned.scan_cpu
     summary.worker_rss_mb = scanned.worker_rss_kb / 1024
     parser.finish()
+    summary.steps["scan"] = time.monotonic() - started
     summary.nodes = len(rollups)
     summary.lines = sum(r.lines for r in rollups.values())
     if summary.lines == 0:
@@ -737,6 +746,7 @@ def _write(
     ``generation`` names the logs as read (their files' names, sizes, times); the documents are
     written as a new ingest generation (``store.generations``), complete only at the end.
     """
+    started = time.monotonic()
     meta = summary.job
     source, generation = generation, _begin(store, meta, summary.files)
     found = survey(rollups, timeline)
@@ -760,7 +770,10 @@ def _write(
         # The healthy majority's rollups: one document for the nodes that agree (packs.py).
         for doc_id, doc in packs.pack_events(all_events, _doc_id):
             writer.add(store.names.events, doc_id, doc)
+        handed = time.monotonic()
         written = writer.close()
+    summary.steps["build"] = handed - started
+    summary.steps["send"] = time.monotonic() - handed
     summary.events_docs = written.get(store.names.events, 0)
     if full_streams is not None:
         summary.lines_docs = _write_full_lines(
@@ -781,6 +794,9 @@ def _write(
         store.refresh(index)
     job = job_record(summary, rollups, found, totals, source, now)
     generations.complete(store, meta.id, generation, lambda old: completed(job, old))
+    summary.steps["finish"] = (
+        time.monotonic() - started - sum(summary.steps.get(k, 0.0) for k in ("build", "send"))
+    )
 
 
 # What forked builders read (set by the parent just before it forks, cleared after).
