@@ -94,7 +94,7 @@ def plan(lines: Iterable[str], sample: int = _SAMPLE) -> HostRouter | None:
     for read, line in enumerate(head, 1):
         tally.add(line)
         if tally.labelled or tally.ranked:
-            _tally_rest(tally, _fast_prefix(line), head, sample - read)
+            _tally_rest(tally, head, sample - read)
             break
         if tally.seen == _LOOK:
             return None  # the usual file of one node: decided after a few lines, whatever its size
@@ -135,7 +135,7 @@ class _Tally:
             self.labelled += 1
             self.hosts[host] += 1
             return
-        rank, after = rank_prefix_cached(line)
+        rank, after = rank_prefix_cached(line, shape or None)
         if rank is not None:
             self.ranked += 1
             if rank not in self.rank_host:  # else the ``setdefault`` of its host changes nothing
@@ -159,9 +159,7 @@ class _Tally:
 _CHUNK = 512  # lines :func:`plan` counts at a time once some line is labelled or ranked
 
 
-def _tally_rest(
-    tally: _Tally, prefix: tuple[str, int] | None, head: Iterator[str], left: int
-) -> None:
+def _tally_rest(tally: _Tally, head: Iterator[str], left: int) -> None:
     """Count the rest of the sample (at most ``left`` lines), a chunk at a time, and stop early
     once neither share can reach ``_LABELLED_SHARE`` even if every line left counted for it:
     the decision is then None whatever those lines say (and None on the lines counted)."""
@@ -170,25 +168,30 @@ def _tally_rest(
         if not chunk:
             return
         left -= len(chunk)
-        prefix = _tally_chunk(tally, chunk, prefix)
+        _tally_chunk(tally, chunk)
         if max(tally.labelled, tally.ranked) + left < _LABELLED_SHARE * (tally.seen + left):
             return
 
 
-def _tally_chunk(
-    tally: _Tally, chunk: list[str], prefix: tuple[str, int] | None
-) -> tuple[str, int] | None:
-    """``tally.add`` of each line of ``chunk``; returns the launcher prefix of the last line
-    that had one alone (``_fast_prefix``).
+def _tally_chunk(tally: _Tally, chunk: list[str]) -> None:
+    """``tally.add`` of each line of ``chunk``.
 
-    A line that starts with ``prefix`` (a launcher's "[rankN]:" or "[defaultN]:" alone) is one
-    ``add`` would find unlabelled (it starts with "[") and of rank N where the prefix ends, so
-    runs of such lines are counted at once and only the first NCCL prefix of rank N is read;
-    the other lines, found at C speed, are added one by one in their place."""
+    When most lines start with the launcher prefix of the first one, alone ("[rankN]:" or
+    "[defaultN]:", ``_fast_prefix``): ``add`` would find each such line unlabelled (it starts
+    with "[") and of rank N where the prefix ends, so their runs are counted at once and only
+    the first NCCL prefix of rank N is read; the other lines, found at C speed, are added one
+    by one in their place."""
+    prefix = _fast_prefix(chunk[0])
     if prefix is None:
-        return _tally_lines(tally, chunk, prefix)
+        for line in chunk:
+            tally.add(line)
+        return
     text = prefix[0]
     starts = list(map(str.startswith, chunk, repeat(text)))
+    if starts.count(False) > len(chunk) // 16:  # interleaved ranks: line by line
+        for line in chunk:
+            tally.add(line)
+        return
     nested = map(str.startswith, chunk, repeat(text + "["))
     others = sorted(
         itertools.chain(
@@ -201,28 +204,7 @@ def _tally_chunk(
         _tally_run(tally, chunk[done:i], prefix)
         tally.add(chunk[i])
         done = i + 1
-        other = _fast_prefix(chunk[i])  # never ``prefix``: the line does not start with it alone
-        if other is not None:
-            return _tally_lines(tally, chunk[done:], other)
     _tally_run(tally, chunk[done:], prefix)
-    return prefix
-
-
-def _tally_lines(
-    tally: _Tally, lines: list[str], prefix: tuple[str, int] | None
-) -> tuple[str, int] | None:
-    """``_tally_chunk`` a line at a time (for lines whose launcher prefix changes)."""
-    for line in lines:
-        if (
-            prefix is not None
-            and line.startswith(prefix[0])
-            and line[len(prefix[0]) : len(prefix[0]) + 1] != "["
-        ):
-            _tally_run(tally, [line], prefix)
-            continue
-        tally.add(line)
-        prefix = _fast_prefix(line) or prefix
-    return prefix
 
 
 def _tally_run(tally: _Tally, lines: list[str], prefix: tuple[str, int]) -> None:
