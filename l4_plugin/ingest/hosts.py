@@ -17,10 +17,12 @@ into one stream per host.
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import repeat
 
 from l4_plugin.ingest.header import digit_shape, outer_labels, rank_prefix, rank_prefix_cached
 from l4_plugin.ingest.parser import Block
@@ -87,17 +89,35 @@ class HostRouter:
 def plan(lines: Iterable[str], sample: int = _SAMPLE) -> HostRouter | None:
     """A router when the first ``sample`` lines are an interleaved stream of two or more hosts
     (most lines labelled by host, or ranks whose NCCL prefix names their host); else None."""
-    labelled = 0
-    seen = 0
-    hosts: Counter[str] = Counter()
-    rank_host: dict[int, str] = {}
-    ranked = 0
-    for i, line in enumerate(lines):
-        if i >= sample or (seen == _LOOK and not labelled and not ranked):
-            break  # the usual file of one node: decided after a few lines, whatever its size
+    tally = _Tally()
+    head = itertools.islice(lines, sample)
+    for read, line in enumerate(head, 1):
+        tally.add(line)
+        if tally.labelled or tally.ranked:
+            _tally_rest(tally, head, sample - read)
+            break
+        if tally.seen == _LOOK:
+            return None  # the usual file of one node: decided after a few lines, whatever its size
+    return tally.router()
+
+
+class _Tally:
+    """What :func:`plan` counts over the lines it reads."""
+
+    __slots__ = ("hosts", "labelled", "rank_host", "ranked", "seen")
+
+    def __init__(self) -> None:
+        self.seen = 0  # lines that are not blank
+        self.labelled = 0  # lines that name their host
+        self.ranked = 0  # lines that name no host but a rank
+        self.hosts: Counter[str] = Counter()
+        self.rank_host: dict[int, str] = {}  # each rank's host, from its first NCCL prefix
+
+    def add(self, line: str) -> None:
+        """Count one line of the sample."""
         if not line.strip():
-            continue
-        seen += 1
+            return
+        self.seen += 1
         # Most lines name no host: known from the line's digit shape after its first line
         # (``line_label``'s regexes treat all digits alike), a dict lookup instead of regexes.
         if line[:1] == "[" and not line.startswith("[pod/"):
@@ -112,23 +132,110 @@ def plan(lines: Iterable[str], sample: int = _SAMPLE) -> HostRouter | None:
                 _UNLABELLED.clear()
             _UNLABELLED[shape] = host is None
         if host is not None:
-            labelled += 1
-            hosts[host] += 1
-            continue
-        rank, after = rank_prefix_cached(line)
+            self.labelled += 1
+            self.hosts[host] += 1
+            return
+        rank, after = rank_prefix_cached(line, shape or None)
         if rank is not None:
-            ranked += 1
-            m = _NCCL_HOST.match(line, after)
-            if m is not None:
-                rank_host.setdefault(rank, m.group(1))
-    if seen == 0:
+            self.ranked += 1
+            if rank not in self.rank_host:  # else the ``setdefault`` of its host changes nothing
+                m = _NCCL_HOST.match(line, after)
+                if m is not None:
+                    self.rank_host[rank] = m.group(1)
+
+    def router(self) -> HostRouter | None:
+        """The decision over the lines counted."""
+        if self.seen == 0:
+            return None
+        real = tuple(sorted(h for h, n in self.hosts.items() if n >= _MIN_LINES_PER_HOST))
+        if len(real) >= 2 and self.labelled >= _LABELLED_SHARE * self.seen:
+            return HostRouter(real)
+        by_rank = tuple(sorted(set(self.rank_host.values())))
+        if len(by_rank) >= 2 and self.ranked >= _LABELLED_SHARE * self.seen:
+            return HostRouter(by_rank, self.rank_host, by_rank=True)
         return None
-    real = tuple(sorted(h for h, n in hosts.items() if n >= _MIN_LINES_PER_HOST))
-    if len(real) >= 2 and labelled >= _LABELLED_SHARE * seen:
-        return HostRouter(real)
-    by_rank = tuple(sorted(set(rank_host.values())))
-    if len(by_rank) >= 2 and ranked >= _LABELLED_SHARE * seen:
-        return HostRouter(by_rank, rank_host, by_rank=True)
+
+
+_CHUNK = 512  # lines :func:`plan` counts at a time once some line is labelled or ranked
+
+
+def _tally_rest(tally: _Tally, head: Iterator[str], left: int) -> None:
+    """Count the rest of the sample (at most ``left`` lines), a chunk at a time, and stop early
+    once neither share can reach ``_LABELLED_SHARE`` even if every line left counted for it:
+    the decision is then None whatever those lines say (and None on the lines counted)."""
+    while left > 0:
+        chunk = list(itertools.islice(head, min(left, _CHUNK)))
+        if not chunk:
+            return
+        left -= len(chunk)
+        _tally_chunk(tally, chunk)
+        if max(tally.labelled, tally.ranked) + left < _LABELLED_SHARE * (tally.seen + left):
+            return
+
+
+def _tally_chunk(tally: _Tally, chunk: list[str]) -> None:
+    """``tally.add`` of each line of ``chunk``.
+
+    When most lines start with the launcher prefix of the first one, alone ("[rankN]:" or
+    "[defaultN]:", ``_fast_prefix``): ``add`` would find each such line unlabelled (it starts
+    with "[") and of rank N where the prefix ends, so their runs are counted at once and only
+    the first NCCL prefix of rank N is read; the other lines, found at C speed, are added one
+    by one in their place."""
+    prefix = _fast_prefix(chunk[0])
+    if prefix is None:
+        for line in chunk:
+            tally.add(line)
+        return
+    text = prefix[0]
+    starts = list(map(str.startswith, chunk, repeat(text)))
+    if starts.count(False) > len(chunk) // 16:  # interleaved ranks: line by line
+        for line in chunk:
+            tally.add(line)
+        return
+    nested = map(str.startswith, chunk, repeat(text + "["))
+    others = sorted(
+        itertools.chain(
+            itertools.compress(itertools.count(), map(operator.not_, starts)),
+            itertools.compress(itertools.count(), nested),
+        )
+    )
+    done = 0
+    for i in others:
+        _tally_run(tally, chunk[done:i], prefix)
+        tally.add(chunk[i])
+        done = i + 1
+    _tally_run(tally, chunk[done:], prefix)
+
+
+def _tally_run(tally: _Tally, lines: list[str], prefix: tuple[str, int]) -> None:
+    """Count ``lines``, each starting with the launcher prefix ``prefix`` alone: unlabelled, of
+    its rank; the rank's host from the first NCCL prefix after it, as ``_Tally.add`` reads it."""
+    text, rank = prefix
+    tally.seen += len(lines)
+    tally.ranked += len(lines)
+    if rank in tally.rank_host:
+        return
+    for line in lines:
+        if "] NCCL " in line:  # every match of _NCCL_HOST holds it
+            m = _NCCL_HOST.match(line, len(text))
+            if m is not None:
+                tally.rank_host[rank] = m.group(1)
+                return
+
+
+def _fast_prefix(line: str) -> tuple[str, int] | None:
+    """(prefix, N) when ``line`` starts with "[rankN]:" or "[defaultN]:" alone (not followed
+    by another "["): the prefixes ``rank_prefix_cached`` reads without its regexes, with the
+    same tests, so that every line starting with that prefix text has rank N there."""
+    if line.startswith("[rank"):
+        start, most = 5, 12
+    elif line.startswith("[default"):
+        start, most = 8, 15
+    else:
+        return None
+    end = line.find("]:", start)
+    if start < end < most and line[start:end].isdecimal() and line[end + 2 : end + 3] != "[":
+        return line[: end + 2], int(line[start:end])
     return None
 
 

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import random
+from collections import Counter
+
 import pytest
 
-from l4_plugin.ingest.hosts import line_label, plan
+from l4_plugin.ingest.header import rank_prefix
+from l4_plugin.ingest.hosts import _NCCL_HOST, HostRouter, line_label, plan
 
 
 @pytest.mark.parametrize(
@@ -85,3 +89,97 @@ def test_an_mpirun_stream_takes_each_ranks_host_from_its_nccl_prefix() -> None:
 )
 def test_not_an_interleaved_stream(lines: list[str]) -> None:
     assert plan(lines) is None
+
+
+def _plan_line_by_line(lines: list[str], sample: int = 5000) -> HostRouter | None:
+    """``plan`` as it was written before runs of one launcher prefix were counted at once: every
+    line through ``line_label`` and ``rank_prefix``, the NCCL prefix read on every ranked line."""
+    labelled = seen = ranked = 0
+    hosts: Counter[str] = Counter()
+    rank_host: dict[int, str] = {}
+    for i, line in enumerate(lines):
+        if i >= sample or (seen == 64 and not labelled and not ranked):
+            break
+        if not line.strip():
+            continue
+        seen += 1
+        host = line_label(line)[0]
+        if host is not None:
+            labelled += 1
+            hosts[host] += 1
+            continue
+        rank, after = rank_prefix(line)
+        if rank is not None:
+            ranked += 1
+            m = _NCCL_HOST.match(line, after)
+            if m is not None:
+                rank_host.setdefault(rank, m.group(1))
+    if seen == 0:
+        return None
+    real = tuple(sorted(h for h, n in hosts.items() if n >= 2))
+    if len(real) >= 2 and labelled >= 0.8 * seen:
+        return HostRouter(real)
+    by_rank = tuple(sorted(set(rank_host.values())))
+    if len(by_rank) >= 2 and ranked >= 0.8 * seen:
+        return HostRouter(by_rank, rank_host, by_rank=True)
+    return None
+
+
+_PREFIXES = [
+    "[rank3]:",
+    "[rank3]:[E1105 x] ",
+    "[rank5]:",
+    "[default3]:",
+    "[default3]:[rank11]:",
+    "[rank3]:[rank9]:",
+    "[rank3] ",
+    "[1,4]<stdout>:",
+    "3: ",
+    "worker-3: ",
+    "worker-4: ",
+    "10.0.0.5: 3 out: ",
+    "[pod/w-1/c] ",
+    "(RayTrainWorker pid=42, ip=10.0.0.5) ",
+    "",
+    "  ",
+    "[rank: 2] ",
+    "[rank3]:[",
+]
+_BODIES = [
+    "node-a{h}:1{d}:2{d} [3] NCCL INFO x",
+    "hello {d}",
+    "node-b{h}:3:4 [0] NCCL WARN y",
+    "",
+    " ",
+    "[2024-07-13 04:49:26] iteration {d}/ 2000",
+    "host{h}:1:2 [{d}] NCCL ",
+]
+
+
+def _stream(rng: random.Random) -> list[str]:
+    """Runs of one launcher prefix, now and then another line: what per-rank files, merged
+    stdouts and interleaved streams look like, with NCCL prefixes naming a few hosts."""
+    n = rng.choice([10, 70, 513, 1100, 1600, 5200])
+    out: list[str] = []
+    while len(out) < n:
+        prefix = rng.choice(_PREFIXES)
+        for _ in range(int(rng.expovariate(1 / rng.choice([3, 50, 400]))) + 1):
+            body = rng.choice(_BODIES).format(h=rng.randint(1, 3), d=rng.randint(0, 99))
+            out.append((prefix if rng.random() < 0.97 else rng.choice(_PREFIXES)) + body)
+    return out[:n]
+
+
+def test_plan_decides_as_line_by_line_on_random_streams() -> None:
+    rng = random.Random(16)
+    decided = 0
+    for _ in range(300):
+        lines = _stream(rng)
+        sample = rng.choice([5000, 700, 64])
+        want = _plan_line_by_line(lines, sample)
+        got = plan(iter(lines), sample)
+        assert (got, got and list(got.rank_host.items())) == (
+            want,
+            want and list(want.rank_host.items()),
+        )
+        decided += want is not None
+    assert decided > 20  # the streams do hold interleaved ones
