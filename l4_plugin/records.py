@@ -10,6 +10,8 @@ names of ``store/fields.py``. The vocabularies every stage shares live here too:
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Literal
@@ -130,6 +132,24 @@ class Template:
 
     id: str
     text: str
+
+
+def host_shapes(nodes: Iterable[str]) -> frozenset[str]:
+    """The job's host names as template text spells them (lower case, digits masked to 0), both
+    the full name and its first label."""
+    return frozenset(
+        re.sub(r"\d", "0", name) for n in nodes for name in (n.lower(), n.lower().split(".")[0])
+    )
+
+
+def may_name_a_node(template_text: str, shapes: frozenset[str]) -> bool:
+    """Whether a template's lines may name another node: an address (``<IP>``) or one of the
+    job's host names (``host_shapes``) in its text. The peers' analysis reads such lines, so
+    ingest keeps them all."""
+    if "<IP>" in template_text:
+        return True
+    text = template_text.lower()
+    return any(h in text for h in shapes)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,7 +29,7 @@ from typing import Any
 from l4_plugin.analysis.fusion import is_flagged
 from l4_plugin.analysis.tables import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
 from l4_plugin.errors import AnalysisError
-from l4_plugin.records import level_label
+from l4_plugin.records import host_shapes, level_label, may_name_a_node
 from l4_plugin.store import Store, generations, jobs, packs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
@@ -394,12 +394,11 @@ def _read_address_lines(
     the kept raw lines (several ranks of a node may name different peers).
     """
     announce = sorted(t for t, info in templates.items() if _ANNOUNCES.search(info.text))
-    hosts = {re.sub(r"\d", "0", a) for n in nodes for a in (n.lower(), n.lower().split(".")[0])}
+    hosts = host_shapes(nodes)
     peer = sorted(
         t
         for t, info in templates.items()
-        if is_flagged(info.level)
-        and ("<IP>" in info.text or any(h in info.text.lower() for h in hosts))
+        if is_flagged(info.level) and may_name_a_node(info.text, hosts)
     )
     announcements = [(n, m) for n, _, m in _read_node_lines(store, job, announce, 1, lines=False)]
     said = _read_node_lines(store, job, peer, _PEER_HITS, lines=False)

@@ -45,7 +45,7 @@ from l4_plugin.ingest.timeline import UNPLACED, Timeline
 from l4_plugin.ingest.workers import ScanProgress, map_in_workers, scan_streams
 from l4_plugin.ingest.workers import chunks as _chunks
 from l4_plugin.ingest.writer import BulkWriter
-from l4_plugin.records import Level, Template
+from l4_plugin.records import Level, Template, host_shapes, may_name_a_node
 from l4_plugin.store import Store, generations, jobs, packs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
@@ -446,6 +446,7 @@ class DocContext:
     node_counts: dict[str, int]  # per template, how many nodes printed it
     nodes: int
     texts: dict[str, str]  # template texts
+    host_shapes: frozenset[str]  # the nodes' names as template text spells them
 
 
 def doc_context(
@@ -473,6 +474,7 @@ def doc_context(
         found.node_counts,
         len(rollups),
         found.texts,
+        host_shapes(rollups),
     )
 
 
@@ -554,10 +556,11 @@ def _trim_kept(ctx: DocContext, template_id: str, docs: list[Doc], below_error: 
     the last line of a C++ exception has none). Below the error level, a template nearly every
     node prints keeps ``MAJORITY_KEPT`` lines per node, and a template the node repeats (a
     power-cap warning every minute for hours) its first and last ``REPEAT_KEPT``; the event
-    documents still count every line. A line that may name a peer (an address in its template)
-    is never dropped: the peers' analysis reads them.
+    documents still count every line. A line that may name a peer (an address or a host name
+    in its template: ``records.may_name_a_node``) is never dropped: the peers' analysis reads
+    them.
     """
-    if not below_error or "<IP>" in ctx.texts.get(template_id, ""):
+    if not below_error or may_name_a_node(ctx.texts.get(template_id, ""), ctx.host_shapes):
         return docs
     majority = ctx.node_counts[template_id] >= max(2, MAJORITY * ctx.nodes)
     if not majority and len(docs) <= 2 * REPEAT_KEPT:

@@ -196,11 +196,12 @@ def test_kept_lines_below_error_are_trimmed_but_errors_and_addresses_are_not(
             lines.append(f"{ts} WARNING dataloader slow at step {i}")  # every node: majority
             lines.append(f"{ts} ERROR allreduce failed at step {i}")  # every node, an error
             lines.append(f"{ts} WARNING peer 10.0.0.{n + 1} did not answer at step {i}")
+            lines.append(f"{ts} WARNING link to gpu2 flapped at step {i}")  # names a node
             if n == 0:  # one node repeats a warning: its first and last lines are kept
                 lines += [
                     f"{ts} WARNING GPU 3 power cap reached, draw {300 + j} W" for j in range(2)
                 ]
-        path = job_dir / f"node-{n}" / "rank0.log"
+        path = job_dir / f"gpu{n}" / "rank0.log"
         path.parent.mkdir(parents=True)
         path.write_text("\n".join(lines) + "\n")
     found = scan(job_dir, None, None)
@@ -215,10 +216,11 @@ def test_kept_lines_below_error_are_trimmed_but_errors_and_addresses_are_not(
         for _, d in lines:
             kept.setdefault((node, d["message"].split(" ")[3]), []).append(d)
         assert sum(d[F.COUNT] for _, d in events) == rollup.lines  # events count every line
-    assert {len(kept[(f"node-{n}", "dataloader")]) for n in range(4)} == {3}
-    assert {len(kept[(f"node-{n}", "allreduce")]) for n in range(4)} == {40}
-    assert {len(kept[(f"node-{n}", "peer")]) for n in range(4)} == {40}
-    power = kept[("node-0", "GPU")]
+    assert {len(kept[(f"gpu{n}", "dataloader")]) for n in range(4)} == {3}
+    assert {len(kept[(f"gpu{n}", "allreduce")]) for n in range(4)} == {40}
+    assert {len(kept[(f"gpu{n}", "peer")]) for n in range(4)} == {40}
+    assert {len(kept[(f"gpu{n}", "link")]) for n in range(4)} == {40}  # names gpu2: all kept
+    power = kept[("gpu0", "GPU")]
     assert len(power) == 32
     assert "step" not in power[0]["message"] and power[0]["message"].endswith("300 W")
     assert power[0][F.LINE] < power[15][F.LINE] < power[16][F.LINE] < power[-1][F.LINE]
