@@ -818,10 +818,9 @@ def _built_documents(
     only on its rollup and the job-wide context."""
     nodes = list(rollups)
     groups = [len(rollups[n].groups) for n in nodes]
-    if workers <= 1 or sum(groups) < PARALLEL_GROUPS or len(nodes) < 2 or not _can_fork():
-        return (node_documents(ctx, n, rollups[n]) for n in nodes)
-    runs = _runs(groups, workers)
-    if len(runs) < 2:
+    parallel = workers > 1 and sum(groups) >= PARALLEL_GROUPS and _can_fork()
+    runs = _runs(groups, workers if parallel else 1)
+    if len(runs) < 2:  # one process, or one node
         return (node_documents(ctx, n, rollups[n]) for n in nodes)
     global _FORKED
     _FORKED = (ctx, rollups)
