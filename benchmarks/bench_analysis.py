@@ -36,9 +36,11 @@ def _ingest(store: Store, out: Path) -> tuple[str, int, float]:
         b = ingest_job(store, base, status="succeeded")
         print(f"  baseline {b.job.id}: {b.lines:,} lines, {b.files} files, {b.seconds:.1f} s")
     summary = ingest_job(store, out / "job")
+    steps = ", ".join(f"{k} {v:.2f}" for k, v in summary.steps.items())
     print(
         f"  job {summary.job.id}: {summary.lines:,} lines, {summary.files} files, "
-        f"{summary.events_docs:,} rollups, {summary.seconds:.1f} s"
+        f"{summary.events_docs:,} rollups, {summary.lines_docs:,} kept lines, "
+        f"{summary.seconds:.1f} s ({steps})"
     )
     return summary.job.id, summary.lines, time.monotonic() - started
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import math
 import multiprocessing
+import re
 import signal
 import time
 from collections import defaultdict
@@ -63,6 +64,7 @@ PARALLEL_GROUPS = 100_000  # documents built in forked processes from this many 
 REPEAT_KEPT = 16  # a node's repeated template keeps its first and its last REPEAT_KEPT lines
 MAJORITY = 0.9  # a template this share of the job's nodes prints (at least 2) ...
 MAJORITY_KEPT = RARE_SAMPLE  # ... keeps this many lines per node: it is no node's own anomaly
+_DIGITS = re.compile(r"\d+")
 PROGRESS_EVERY = 2.0  # seconds between progress updates of the job document
 Progress = Callable[[ScanProgress], None]
 
@@ -446,7 +448,9 @@ class DocContext:
     node_counts: dict[str, int]  # per template, how many nodes printed it
     nodes: int
     texts: dict[str, str]  # template texts
-    host_shapes: frozenset[str]  # the nodes' names as template text spells them
+    names_a_node: frozenset[str]  # templates whose lines may name a node: kept whole
+    majority: frozenset[str]  # templates (naming no node) that nearly every node prints
+    fold: bool = True  # fold a majority template's lines of several ranks (not with --full)
 
 
 def doc_context(
@@ -457,11 +461,17 @@ def doc_context(
     timeline: Timeline,
     baseline_templates: set[str] | None,
     workers: int = 1,
+    *,
+    fold: bool = True,
 ) -> DocContext:
     """Parse the reference times (in ``workers`` processes for a large job), place the
     timeline, size the iteration buckets."""
     clock = _Clock(found.refs, workers)
     timeline.resolve(clock.seconds)
+    shapes = host_shapes(rollups)
+    named = frozenset(t for t, text in found.texts.items() if may_name_a_node(text, shapes))
+    least = max(2, MAJORITY * len(rollups))
+    majority = frozenset(t for t, n in found.node_counts.items() if n >= least and t not in named)
     return DocContext(
         job_id,
         generation,
@@ -474,7 +484,9 @@ def doc_context(
         found.node_counts,
         len(rollups),
         found.texts,
-        host_shapes(rollups),
+        named,
+        majority,
+        fold,
     )
 
 
@@ -553,22 +565,78 @@ def _trim_kept(ctx: DocContext, template_id: str, docs: list[Doc], below_error: 
     """One node's kept lines of a template, as written to ``l4-lines``.
 
     Error lines and lines without a level are all kept (up to ``MAX_KEPT_PER_GROUP`` per group:
-    the last line of a C++ exception has none). Below the error level, a template nearly every
-    node prints keeps ``MAJORITY_KEPT`` lines per node, and a template the node repeats (a
+    the last line of a C++ exception has none), but a template nearly every node prints has the
+    lines of its several ranks folded into one (``_fold_ranks``). Below the error level, such a
+    template keeps ``MAJORITY_KEPT`` lines per node, and a template the node repeats (a
     power-cap warning every minute for hours) its first and last ``REPEAT_KEPT``; the event
     documents still count every line. A line that may name a peer (an address or a host name
-    in its template: ``records.may_name_a_node``) is never dropped: the peers' analysis reads
-    them.
+    in its template: ``records.may_name_a_node``) is never dropped nor folded: the peers'
+    analysis reads them.
     """
-    if not below_error or may_name_a_node(ctx.texts.get(template_id, ""), ctx.host_shapes):
+    if template_id in ctx.names_a_node:
         return docs
-    majority = ctx.node_counts[template_id] >= max(2, MAJORITY * ctx.nodes)
-    if not majority and len(docs) <= 2 * REPEAT_KEPT:
+    majority = template_id in ctx.majority
+    if majority and ctx.fold:
+        docs = _fold_ranks(docs)
+    if not below_error or (not majority and len(docs) <= 2 * REPEAT_KEPT):
         return docs
     docs = sorted(docs, key=_line_order)
     if majority:
         return docs[:MAJORITY_KEPT]
     return docs[:REPEAT_KEPT] + docs[-REPEAT_KEPT:]
+
+
+def _fold_ranks(docs: list[Doc]) -> list[Doc]:
+    """A majority template's lines of one node, those of its several ranks folded into one.
+
+    The ranks of a node that print the same line of a template nearly every node prints (the
+    watchdog cascade on every rank, a warning each rank prints once) say nothing one rank's
+    line does not: lines of one stage, iteration and level whose messages differ only in
+    their digits (rank numbers, times) and that come from different ranks fold into the
+    earliest, which records how many it stands for (``l4.folded``) and when the last of them
+    was printed (``l4.until``, when later). A rank's k-th such line folds with the other
+    ranks' k-th. The earliest is a timed line if any is: an untimed line takes no time from
+    the others. Counts of rules stay those of the raw lines (``l4.folded`` is added); lines
+    without a rank (the launcher, the kernel) are never folded.
+    """
+    if len(docs) < 2:
+        return docs
+    rounds: dict[tuple[Any, ...], list[Doc]] = {}
+    seen: dict[tuple[Any, ...], int] = defaultdict(int)
+    out: list[Doc] = []
+    for doc in sorted(docs, key=_timed_first):
+        src = doc[1]
+        rank = src.get(F.RANK)
+        if rank is None:
+            out.append(doc)
+            continue
+        key = (
+            src[F.STAGE],
+            src.get(F.ITERATION),
+            src.get("log.level"),
+            tuple(src.get(F.FLAGS, ())),
+            _DIGITS.sub("0", src["message"]),
+        )
+        nth = seen[(*key, rank)]
+        seen[(*key, rank)] = nth + 1
+        rounds.setdefault((*key, nth), []).append(doc)
+    for lines in rounds.values():
+        head_id, head = lines[0]
+        if len(lines) > 1:
+            head = dict(head)
+            head[F.FOLDED] = len(lines) - 1
+            last = max((d[1].get("@timestamp") or 0 for d in lines[1:]), default=0)
+            if last > (head.get("@timestamp") or 0):
+                head[F.UNTIL] = last
+        out.append((head_id, head))
+    return out
+
+
+def _timed_first(doc: Doc) -> tuple[bool, int, str, int]:
+    """Timed lines in time order, then untimed ones: a folded line's time is its earliest."""
+    src = doc[1]
+    ts = src.get("@timestamp")
+    return (ts is None, ts or 0, src["log.file.path"], src[F.LINE])
 
 
 def _line_order(doc: Doc) -> tuple[int, str, int]:
@@ -754,8 +822,9 @@ def _write(
     source, generation = generation, _begin(store, meta, summary.files)
     found = survey(rollups, timeline)
     ctx = doc_context(
-        meta.id, generation, rollups, found, timeline, baseline_templates, summary.workers
-    )
+        meta.id, generation, rollups, found, timeline, baseline_templates, summary.workers,
+        fold=full_streams is None,  # with --full every raw line is a document of its own
+    )  # fmt: skip
     kept_docs: list[Doc] = []  # --full: written after the raw lines
     all_events: list[Doc] = []
     totals = EventTotals()

@@ -16,7 +16,7 @@ from typing import Any
 
 from l4_plugin.store import Store
 
-BATCH_DOCS = 2_000
+BATCH_DOCS = 500
 
 
 class BulkWriter:

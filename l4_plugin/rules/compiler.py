@@ -253,13 +253,19 @@ def selection_query(
 
 
 def facts_aggregations(queries: Mapping[str, Query]) -> dict[str, Any]:
-    """Per-selection sub-aggregations of a per-node composite bucket: count, first, last."""
+    """Per-selection sub-aggregations of a per-node composite bucket: count, first, last.
+
+    A kept line may stand for lines of other ranks folded into it at ingest: their number is
+    ``l4.folded`` (added to the bucket's documents) and the last one's time ``l4.until``.
+    """
     return {
         name: {
             "filter": query,
             "aggs": {
                 "first": {"min": {"field": "@timestamp"}},
                 "last": {"max": {"field": "@timestamp"}},
+                "folded": {"sum": {"field": F.FOLDED}},
+                "until": {"max": {"field": F.UNTIL}},
             },
         }
         for name, query in queries.items()

@@ -341,11 +341,13 @@ class JobFacts:
             for key in live:
                 agg = bucket[key]
                 if agg["doc_count"]:
+                    folded = agg.get("folded", {}).get("value") or 0
+                    lasts = [agg["last"]["value"], agg.get("until", {}).get("value")]
                     self._facts[key][node] = SelectionFacts(
-                        count=int(agg["doc_count"]),
+                        count=int(agg["doc_count"]) + int(folded),
                         nodes=1,
                         first_ts=_seconds(agg["first"]["value"]),
-                        last_ts=_seconds(agg["last"]["value"]),
+                        last_ts=_seconds(max((v for v in lasts if v is not None), default=None)),
                     )
 
     def node_facts(self, queries: Mapping[str, Query]) -> dict[str, dict[str, SelectionFacts]]:

@@ -168,6 +168,7 @@ def _from_lines(store: RuleStorePort, job_id: str) -> dict[str, Any] | None:
                 "terms": {"field": F.TEMPLATE_ID, "size": 1000, "order": {"_count": "asc"}},
                 "aggs": {
                     "first": {"min": {"field": "@timestamp"}},
+                    "folded": {"sum": {"field": F.FOLDED}},  # lines of other ranks folded in
                     "nodes": {"terms": {"field": "host.name", "size": 20}},
                 },
             }
@@ -176,10 +177,10 @@ def _from_lines(store: RuleStorePort, job_id: str) -> dict[str, Any] | None:
     if not store.count(store.names.lines, query):
         return None
     buckets = store.search(store.names.lines, body)["aggregations"]["t"]["buckets"]
-    # Rarest first; among equally rare templates, the earliest.
+    # Rarest first (by raw lines); among equally rare templates, the earliest.
     buckets.sort(
         key=lambda b: (
-            b["doc_count"],
+            b["doc_count"] + (b.get("folded", {}).get("value") or 0),
             b["first"]["value"] if b["first"]["value"] is not None else float("inf"),
         )
     )

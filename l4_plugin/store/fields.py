@@ -39,6 +39,8 @@ PACK = "l4.pack"  # on a pack only: each node's own values (stored, not indexed)
 RANK = "l4.rank"
 LINE = "l4.line"
 FLAGS = "l4.flags"
+FOLDED = "l4.folded"  # lines of other ranks this line stands for (pipeline._fold_ranks)
+UNTIL = "l4.until"  # when the last of them was printed, if later than this line
 
 # --- l4-templates ---------------------------------------------------------------------------------
 TEMPLATE_FIRST_JOB = "l4.template.first_job"

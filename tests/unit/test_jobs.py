@@ -292,3 +292,46 @@ def test_forked_builders_end_on_sigterm_whatever_the_parent_handles(
         signal.alarm(0)
         signal.signal(signal.SIGALRM, alarm)
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_a_majority_templates_lines_of_several_ranks_fold_into_one(tmp_path: Path) -> None:
+    job_dir = tmp_path / "job"
+    for n in range(4):
+        for r in range(4):
+            rank = 4 * n + r
+            lines = [
+                f"2024-05-01 10:00:0{r},000 ERROR [Rank {rank}] Watchdog caught collective "
+                f"operation timeout: SeqNum={100 + rank} ran for 60000{r} ms",
+                f"2024-05-01 10:00:0{r},000 ERROR [Rank {rank}] Watchdog caught collective "
+                f"operation timeout: SeqNum={200 + rank} ran for 60000{r} ms",
+            ]
+            if n == 0 and r == 1:  # another word, not another number: not folded
+                lines.append(f"2024-05-01 10:00:09,000 ERROR [Rank {rank}] Watchdog caught "
+                             "broadcast timeout: SeqNum=7 ran for 5 ms")  # fmt: skip
+            path = job_dir / f"gpu{n}" / f"rank{r}.log"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("\n".join(lines) + "\n")
+        (job_dir / f"gpu{n}" / "agent.log").write_text(
+            "".join(f"2024-05-01 10:00:1{r},000 ERROR worker {r} failed\n" for r in range(3))
+        )
+    found = scan(job_dir, None, None)
+    parser = LineParser(known=[])
+    scanned = scan_streams(file_streams(found.files, ReadLimits().max_file_size), parser, workers=1)
+    parser.finish()
+    survey_ = survey(scanned.rollups, scanned.timeline)
+    ctx = doc_context("k", "g", scanned.rollups, survey_, scanned.timeline, None)
+    for node, rollup in scanned.rollups.items():
+        _, lines = node_documents(ctx, node, rollup)
+        cascade = [d for _, d in lines if "collective" in d["message"]]
+        # Two rounds (each rank's first and second line), one line each for the four ranks.
+        assert len(cascade) == 2 and {d.get(F.FOLDED) for d in cascade} == {3}
+        assert {d[F.RANK] for d in cascade} == {0}  # the earliest rank's line stands for all
+        assert {d[F.UNTIL] - d["@timestamp"] for d in cascade} == {3000}  # the last rank's
+        assert len([d for _, d in lines if "worker" in d["message"]]) == 3  # no rank: as is
+        other = [d for _, d in lines if "broadcast" in d["message"]]
+        assert len(other) == (1 if node == "gpu0" else 0)
+        assert not any(F.FOLDED in d for d in other)
+    # With --full every raw line is indexed: nothing folds.
+    unfolded = replace(ctx, fold=False)
+    _, lines = node_documents(unfolded, "gpu1", scanned.rollups["gpu1"])
+    assert len(lines) == 8 + 3 and not any(F.FOLDED in d for _, d in lines)
