@@ -156,17 +156,20 @@ class _Tally:
         return None
 
 
-_CHUNK = 512  # lines :func:`plan` counts at a time once some line is labelled or ranked
+_CHUNK = 512  # lines :func:`plan` counts at a time once some line is labelled or ranked ...
+_FIRST_CHUNK = 32  # ... after chunks of 32, 64, 128 and 256 (the early stop is checked after each)
 
 
 def _tally_rest(tally: _Tally, head: Iterator[str], left: int) -> None:
     """Count the rest of the sample (at most ``left`` lines), a chunk at a time, and stop early
     once neither share can reach ``_LABELLED_SHARE`` even if every line left counted for it:
     the decision is then None whatever those lines say (and None on the lines counted)."""
+    size = _FIRST_CHUNK  # small first: most files of one node stop after a few dozen lines
     while left > 0:
-        chunk = list(itertools.islice(head, min(left, _CHUNK)))
+        chunk = list(itertools.islice(head, min(left, size)))
         if not chunk:
             return
+        size = min(2 * size, _CHUNK)
         left -= len(chunk)
         _tally_chunk(tally, chunk)
         if max(tally.labelled, tally.ranked) + left < _LABELLED_SHARE * (tally.seen + left):

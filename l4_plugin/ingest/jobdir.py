@@ -180,7 +180,8 @@ def binary_share(path: Path) -> float:
                 sample = fh.read(SAMPLE_BYTES)
     except (OSError, EOFError, zlib.error):
         return 0.0  # unreadable or corrupt: the reader reports it with its lines
-    sample = _NUL_RUN.sub(b"", sample)
+    if b"\x00" * 16 in sample:  # a substring test at C speed: the regex costs ~85 µs a file
+        sample = _NUL_RUN.sub(b"", sample)
     if not sample:
         return 0.0
     controls = len(sample) - len(sample.translate(None, _CONTROL_BYTES))

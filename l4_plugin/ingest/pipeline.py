@@ -25,7 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.header import parse_time
@@ -36,6 +36,7 @@ from l4_plugin.ingest.rollup import (
     KEEP_LEVELS,
     RARE_SAMPLE,
     Group,
+    KeptLine,
     NodeRollup,
     time_ref,
 )
@@ -521,47 +522,64 @@ def _keeps_all(ctx: DocContext, kind: LineKind, template: Template) -> bool:
     )
 
 
-def _kept_line_docs(
-    ctx: DocContext,
-    node: str,
-    kind: LineKind,
-    template: Template,
-    stage: str,
-    it: int | None,
-    group: Group,
-    moved: int | None,
-) -> list[Doc]:
-    """The ``l4-lines`` documents of a group's kept lines."""
-    docs: list[Doc] = []
-    for kept in group.kept:
-        ms = moved if moved is not None else ctx.clock.ms(kept.ts_ref)
-        doc: dict[str, Any] = {
-            "message": kept.message,
-            "host.name": node,
-            "log.file.path": kept.path,
-            F.JOB_ID: ctx.job_id,
-            F.TEMPLATE_ID: template.id,
-            F.STAGE: stage,
-            F.LINE: kept.line,
-            F.GENERATION: ctx.generation,
-        }
-        if ms is not None:
-            doc["@timestamp"] = ms
-        if kind.level:
-            doc["log.level"] = kind.level
-        if kept.rank is not None:
-            doc[F.RANK] = kept.rank
-        if it is not None:
-            doc[F.ITERATION] = it
-        if kept.flags:
-            doc[F.FLAGS] = list(kept.flags)
-        if kept.offset is not None:
-            doc["log.offset"] = kept.offset
-        docs.append((_doc_id(ctx.job_id, ctx.generation, node, kept.path, kept.line), doc))
-    return docs
+class _Kept(NamedTuple):
+    """A kept line on its way to ``l4-lines``: trimmed and folded before it is a document."""
+
+    ms: int | None
+    line: KeptLine
+    level: str | None
+    stage: str
+    it: int | None
+    folded: int = 0  # lines of other ranks it stands for (``_fold_ranks``)
+    until: int | None = None  # the last of them, when later
 
 
-def _trim_kept(ctx: DocContext, template_id: str, docs: list[Doc], below_error: bool) -> list[Doc]:
+def _kept_lines(
+    ctx: DocContext, kind: LineKind, stage: str, it: int | None, group: Group, moved: int | None
+) -> list[_Kept]:
+    """A group's kept lines, with their times."""
+    ms = ctx.clock.ms
+    return [
+        _Kept(moved if moved is not None else ms(k.ts_ref), k, kind.level, stage, it)
+        for k in group.kept
+    ]
+
+
+def _line_doc(ctx: DocContext, node: str, template_id: str, k: _Kept) -> Doc:
+    """The ``l4-lines`` document of a kept line."""
+    kept = k.line
+    doc: dict[str, Any] = {
+        "message": kept.message,
+        "host.name": node,
+        "log.file.path": kept.path,
+        F.JOB_ID: ctx.job_id,
+        F.TEMPLATE_ID: template_id,
+        F.STAGE: k.stage,
+        F.LINE: kept.line,
+        F.GENERATION: ctx.generation,
+    }
+    if k.ms is not None:
+        doc["@timestamp"] = k.ms
+    if k.level:
+        doc["log.level"] = k.level
+    if kept.rank is not None:
+        doc[F.RANK] = kept.rank
+    if k.it is not None:
+        doc[F.ITERATION] = k.it
+    if kept.flags:
+        doc[F.FLAGS] = list(kept.flags)
+    if kept.offset is not None:
+        doc["log.offset"] = kept.offset
+    if k.folded:
+        doc[F.FOLDED] = k.folded
+    if k.until is not None:
+        doc[F.UNTIL] = k.until
+    return _doc_id(ctx.job_id, ctx.generation, node, kept.path, kept.line), doc
+
+
+def _trim_kept(
+    ctx: DocContext, template_id: str, lines: list[_Kept], below_error: bool
+) -> list[_Kept]:
     """One node's kept lines of a template, as written to ``l4-lines``.
 
     Error lines and lines without a level are all kept (up to ``MAX_KEPT_PER_GROUP`` per group:
@@ -574,19 +592,19 @@ def _trim_kept(ctx: DocContext, template_id: str, docs: list[Doc], below_error: 
     analysis reads them.
     """
     if template_id in ctx.names_a_node:
-        return docs
+        return lines
     majority = template_id in ctx.majority
     if majority and ctx.fold:
-        docs = _fold_ranks(docs)
-    if not below_error or (not majority and len(docs) <= 2 * REPEAT_KEPT):
-        return docs
-    docs = sorted(docs, key=_line_order)
+        lines = _fold_ranks(lines)
+    if not below_error or (not majority and len(lines) <= 2 * REPEAT_KEPT):
+        return lines
+    lines = sorted(lines, key=_line_order)
     if majority:
-        return docs[:MAJORITY_KEPT]
-    return docs[:REPEAT_KEPT] + docs[-REPEAT_KEPT:]
+        return lines[:MAJORITY_KEPT]
+    return lines[:REPEAT_KEPT] + lines[-REPEAT_KEPT:]
 
 
-def _fold_ranks(docs: list[Doc]) -> list[Doc]:
+def _fold_ranks(lines: list[_Kept]) -> list[_Kept]:
     """A majority template's lines of one node, those of its several ranks folded into one.
 
     The ranks of a node that print the same line of a template nearly every node prints (the
@@ -599,50 +617,38 @@ def _fold_ranks(docs: list[Doc]) -> list[Doc]:
     the others. Counts of rules stay those of the raw lines (``l4.folded`` is added); lines
     without a rank (the launcher, the kernel) are never folded.
     """
-    if len(docs) < 2:
-        return docs
-    rounds: dict[tuple[Any, ...], list[Doc]] = {}
+    if len(lines) < 2:
+        return lines
+    rounds: dict[tuple[Any, ...], list[_Kept]] = {}
     seen: dict[tuple[Any, ...], int] = defaultdict(int)
-    out: list[Doc] = []
-    for doc in sorted(docs, key=_timed_first):
-        src = doc[1]
-        rank = src.get(F.RANK)
+    out: list[_Kept] = []
+    for k in sorted(lines, key=_timed_first):
+        rank = k.line.rank
         if rank is None:
-            out.append(doc)
+            out.append(k)
             continue
-        key = (
-            src[F.STAGE],
-            src.get(F.ITERATION),
-            src.get("log.level"),
-            tuple(src.get(F.FLAGS, ())),
-            _DIGITS.sub("0", src["message"]),
-        )
+        key = (k.stage, k.it, k.level, k.line.flags, _DIGITS.sub("0", k.line.message))
         nth = seen[(*key, rank)]
         seen[(*key, rank)] = nth + 1
-        rounds.setdefault((*key, nth), []).append(doc)
-    for lines in rounds.values():
-        head_id, head = lines[0]
-        if len(lines) > 1:
-            head = dict(head)
-            head[F.FOLDED] = len(lines) - 1
-            last = max((d[1].get("@timestamp") or 0 for d in lines[1:]), default=0)
-            if last > (head.get("@timestamp") or 0):
-                head[F.UNTIL] = last
-        out.append((head_id, head))
+        rounds.setdefault((*key, nth), []).append(k)
+    for same in rounds.values():
+        head = same[0]
+        if len(same) > 1:
+            last = max((k.ms or 0 for k in same[1:]), default=0)
+            until = last if last > (head.ms or 0) else None
+            head = head._replace(folded=len(same) - 1, until=until)
+        out.append(head)
     return out
 
 
-def _timed_first(doc: Doc) -> tuple[bool, int, str, int]:
+def _timed_first(k: _Kept) -> tuple[bool, int, str, int]:
     """Timed lines in time order, then untimed ones: a folded line's time is its earliest."""
-    src = doc[1]
-    ts = src.get("@timestamp")
-    return (ts is None, ts or 0, src["log.file.path"], src[F.LINE])
+    return (k.ms is None, k.ms or 0, k.line.path, k.line.line)
 
 
-def _line_order(doc: Doc) -> tuple[int, str, int]:
+def _line_order(k: _Kept) -> tuple[int, str, int]:
     """Kept lines in time order (untimed first), then by file and line."""
-    src = doc[1]
-    return (src.get("@timestamp") or 0, src["log.file.path"], src[F.LINE])
+    return (k.ms or 0, k.line.path, k.line.line)
 
 
 def node_documents(ctx: DocContext, node: str, rollup: NodeRollup) -> tuple[list[Doc], list[Doc]]:
@@ -652,7 +658,7 @@ def node_documents(ctx: DocContext, node: str, rollup: NodeRollup) -> tuple[list
     node is in its key, so a node's event documents are complete here).
     """
     merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
-    kept: dict[str, list[Doc]] = {}
+    kept: dict[str, list[_Kept]] = {}
     below_error: dict[str, bool] = {}
     for (kind, stage, it), group in rollup.groups.items():
         template = kind.template
@@ -674,12 +680,15 @@ def node_documents(ctx: DocContext, node: str, rollup: NodeRollup) -> tuple[list
         else:
             _merge(doc, group, first_ms, last_ms)
         if _keeps_all(ctx, kind, template):
-            docs = _kept_line_docs(ctx, node, kind, template, stage, it, group, moved)
-            kept.setdefault(template.id, []).extend(docs)
+            kept.setdefault(template.id, []).extend(_kept_lines(ctx, kind, stage, it, group, moved))
             level = Level.parse(kind.level)
             below = level is not None and not level.is_error  # says so; no level: may be an error
             below_error[template.id] = below_error.get(template.id, True) and below
-    lines = [d for tid, docs in kept.items() for d in _trim_kept(ctx, tid, docs, below_error[tid])]
+    lines = [
+        _line_doc(ctx, node, tid, k)
+        for tid, ks in kept.items()
+        for k in _trim_kept(ctx, tid, ks, below_error[tid])
+    ]
     events = [
         (_doc_id(ctx.job_id, ctx.generation, *key), _finish_event(d)) for key, d in merged.items()
     ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -187,6 +188,32 @@ def test_bulk_writer_writes_every_batch_and_raises_a_rejection(store: Store) -> 
             bad.add(store.names.templates, f"x{i}", {"no.such.field": i})
         bad.close()
     assert not bad._thread.is_alive()
+
+
+def test_bulk_writer_sends_at_once_to_an_idle_cluster_and_gathers_while_it_is_busy(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sizes: list[int] = []
+    real = store.bulk_index
+
+    def slow(index: str, docs: Any, **kw: Any) -> int:
+        docs = list(docs)
+        sizes.append(len(docs))
+        time.sleep(0.3)  # the cluster is busy with this request meanwhile
+        return real(index, docs, **kw)
+
+    monkeypatch.setattr(store, "bulk_index", slow)
+    writer = BulkWriter(store, batch_docs=50, min_docs=5)
+    for i in range(5):
+        writer.add(store.names.templates, f"t{i}", {"l4.template.id": f"t{i}"})
+    deadline = time.monotonic() + 5
+    while not sizes and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert sizes == [5]  # an idle cluster gets the first documents without waiting for more
+    for i in range(5, 105):
+        writer.add(store.names.templates, f"t{i}", {"l4.template.id": f"t{i}"})
+    assert writer.close() == {store.names.templates: 105}
+    assert sizes[1:3] == [50, 50]  # a busy one: full batches
 
 
 def test_progress_goes_to_the_job_document(store: Store, tmp_path: Path) -> None:
