@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -328,3 +329,15 @@ def test_bulk_requests_are_sized_by_bytes() -> None:
         server.server.shutdown()
     sizes = [len(ops) // 2 for ops in server.bodies[2:]]
     assert sum(sizes) == 10 and max(sizes) <= 3, sizes
+
+
+def test_the_forkserver_preloads_the_l4_modules_the_parent_imported() -> None:
+    """Workers forked from the server inherit them: their copy of the parent's main script (which
+    multiprocessing runs in each of them) finds its L4 imports done."""
+    preload = workers._preload()
+    assert preload[0] == "l4_plugin.ingest.workers"
+    assert "l4_plugin.ingest.pipeline" in preload and "l4_simulate" in preload
+    assert all(m.partition(".")[0] in ("l4_plugin", "l4_simulate") for m in preload)
+    assert set(preload[1:]) == {
+        m for m in sys.modules if m.partition(".")[0] in ("l4_plugin", "l4_simulate")
+    }
