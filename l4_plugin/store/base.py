@@ -105,7 +105,8 @@ class Store(ABC):
     def _count(self, index: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
     @abstractmethod
-    def _bulk(self, operations: list[dict[str, Any]], refresh: bool) -> dict[str, Any]: ...
+    def _bulk(self, operations: list[str], refresh: bool) -> dict[str, Any]:
+        """Send NDJSON lines (actions and sources, each serialised once)."""
 
     @abstractmethod
     def _get(self, index: str, doc_id: str) -> dict[str, Any]: ...
@@ -265,16 +266,19 @@ class Store(ABC):
         chunk_docs: int = 2000,
         chunk_bytes: int = 8 * 1024 * 1024,
     ) -> int:
-        """Index ``(id, source)`` pairs (same id overwrites); returns how many were written."""
+        """Index ``(id, source)`` pairs (same id overwrites); returns how many were written.
+
+        Each document is serialised once: the request is sized by the very lines it sends."""
         written = 0
-        ops: list[dict[str, Any]] = []
+        ops: list[str] = []
         size = 0
         if self._bulk_docs is not None:
             chunk_docs = min(chunk_docs, self._bulk_docs)
         for doc_id, source in docs:
-            ops.append({"index": {"_index": index, "_id": doc_id}})
-            ops.append(source)
-            size += len(json.dumps(source, default=str)) + len(doc_id) + 40
+            action = _dumps({"index": {"_index": index, "_id": doc_id}})
+            line = _dumps(source)
+            ops += (action, line)
+            size += len(action) + len(line) + 2
             if len(ops) >= 2 * chunk_docs or size >= chunk_bytes:
                 written += self._bulk_chunk(index, ops, refresh=False)
                 ops, size = [], 0
@@ -284,14 +288,14 @@ class Store(ABC):
             self.refresh(index)
         return written
 
-    def _bulk_chunk(self, index: str, ops: list[dict[str, Any]], *, refresh: bool) -> int:
+    def _bulk_chunk(self, index: str, ops: list[str], *, refresh: bool) -> int:
         pending = ops
         self._before_write(f"bulk write to {index}")
         for attempt in range(self.max_retries + 1):
             res = self._call(f"bulk write to {index}", lambda p=pending: self._bulk(p, refresh))  # type: ignore[misc]
             if not res.get("errors"):
                 return len(ops) // 2
-            retry: list[dict[str, Any]] = []
+            retry: list[str] = []
             fatal: list[str] = []
             for i, item in enumerate(res.get("items", [])):
                 result = next(iter(item.values()))
@@ -540,3 +544,16 @@ def _same_template(existing: dict[str, Any], wanted: dict[str, Any]) -> bool:
         return False
     have_map = have.get("template", {}).get("mappings", {})
     return bool(have_map == wanted["template"].get("mappings", {}))
+
+
+def _json_default(value: object) -> object:
+    """What the clients' serialisers make of the non-JSON values L4 could hand them."""
+    isoformat = getattr(value, "isoformat", None)
+    if callable(isoformat):
+        return isoformat()  # datetime, date
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def _dumps(value: object) -> str:
+    """One compact JSON line, as the clients serialise it."""
+    return json.dumps(value, default=_json_default, ensure_ascii=False, separators=(",", ":"))

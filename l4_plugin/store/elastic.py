@@ -68,8 +68,11 @@ class ElasticsearchStore(Store):
     def _count(self, index: str, body: dict[str, Any]) -> dict[str, Any]:
         return dict(self.client.count(index=index, body=body or None).body)
 
-    def _bulk(self, operations: list[dict[str, Any]], refresh: bool) -> dict[str, Any]:
-        return dict(self.client.bulk(operations=operations, refresh=refresh).body)
+    def _bulk(self, operations: list[str], refresh: bool) -> dict[str, Any]:
+        # Serialised lines, as ``elasticsearch.helpers`` sends them (the NDJSON serialiser
+        # passes strings and bytes through); the stubs only name mappings.
+        body = self.client.bulk(operations=operations, refresh=refresh)  # type: ignore[arg-type]
+        return dict(body.body)
 
     def _get(self, index: str, doc_id: str) -> dict[str, Any]:
         return dict(self.client.get(index=index, id=doc_id).body)

@@ -66,7 +66,7 @@ class OpenSearchStore(Store):
     def _count(self, index: str, body: dict[str, Any]) -> dict[str, Any]:
         return dict(self.client.count(index=index, body=body or None))
 
-    def _bulk(self, operations: list[dict[str, Any]], refresh: bool) -> dict[str, Any]:
+    def _bulk(self, operations: list[str], refresh: bool) -> dict[str, Any]:
         params = {"refresh": "true"} if refresh else None
         return dict(self.client.bulk(body=operations, params=params))
 
