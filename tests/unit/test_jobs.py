@@ -185,6 +185,16 @@ def test_malformed_template_stats_are_dropped(stats: dict[str, Any]) -> None:
     assert record.summary.template_stats == {}
 
 
+def _scanned_dir(job_dir: Path) -> tuple[Any, pipeline.DocContext]:
+    """A job directory scanned in this process, and its documents' context."""
+    found = scan(job_dir, None, None)
+    parser = LineParser(known=[])
+    scanned = scan_streams(file_streams(found.files, ReadLimits().max_file_size), parser, workers=1)
+    parser.finish()
+    survey_ = survey(scanned.rollups, scanned.timeline)
+    return scanned, doc_context("k", "g", scanned.rollups, survey_, scanned.timeline, None)
+
+
 def test_kept_lines_below_error_are_trimmed_but_errors_and_addresses_are_not(
     tmp_path: Path,
 ) -> None:
@@ -204,12 +214,7 @@ def test_kept_lines_below_error_are_trimmed_but_errors_and_addresses_are_not(
         path = job_dir / f"gpu{n}" / "rank0.log"
         path.parent.mkdir(parents=True)
         path.write_text("\n".join(lines) + "\n")
-    found = scan(job_dir, None, None)
-    parser = LineParser(known=[])
-    scanned = scan_streams(file_streams(found.files, ReadLimits().max_file_size), parser, workers=1)
-    parser.finish()
-    survey_ = survey(scanned.rollups, scanned.timeline)
-    ctx = doc_context("k", "g", scanned.rollups, survey_, scanned.timeline, None)
+    scanned, ctx = _scanned_dir(job_dir)
     kept: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for node, rollup in scanned.rollups.items():
         events, lines = node_documents(ctx, node, rollup)
@@ -314,12 +319,7 @@ def test_a_majority_templates_lines_of_several_ranks_fold_into_one(tmp_path: Pat
         (job_dir / f"gpu{n}" / "agent.log").write_text(
             "".join(f"2024-05-01 10:00:1{r},000 ERROR worker {r} failed\n" for r in range(3))
         )
-    found = scan(job_dir, None, None)
-    parser = LineParser(known=[])
-    scanned = scan_streams(file_streams(found.files, ReadLimits().max_file_size), parser, workers=1)
-    parser.finish()
-    survey_ = survey(scanned.rollups, scanned.timeline)
-    ctx = doc_context("k", "g", scanned.rollups, survey_, scanned.timeline, None)
+    scanned, ctx = _scanned_dir(job_dir)
     for node, rollup in scanned.rollups.items():
         _, lines = node_documents(ctx, node, rollup)
         cascade = [d for _, d in lines if "collective" in d["message"]]
