@@ -447,9 +447,6 @@ class DocContext:
     totals: dict[str, int]
     rare_limit: int  # a template printed at most this often keeps every line
     baseline_templates: set[str] | None
-    node_counts: dict[str, int]  # per template, how many nodes printed it
-    nodes: int
-    texts: dict[str, str]  # template texts
     names_a_node: frozenset[str]  # templates whose lines may name a node: kept whole
     majority: frozenset[str]  # templates (naming no node) that nearly every node prints
     fold: bool = True  # fold a majority template's lines of several ranks (not with --full)
@@ -483,9 +480,6 @@ def doc_context(
         found.totals,
         max(20, len(rollups)),
         baseline_templates,
-        found.node_counts,
-        len(rollups),
-        found.texts,
         named,
         majority,
         fold,

@@ -300,15 +300,16 @@ def _preload() -> list[str]:
     """What the forkserver imports once, so that the processes it forks need not.
 
     Each process a forkserver starts runs the parent's main script again (as ``__mp_main__``;
-    multiprocessing's own ``"__main__"`` preload does not reach the server on CPython 3.11-3.13,
+    multiprocessing's own ``"__main__"`` preload does not reach the server on CPython 3.11,
     which asks for a ``main_path`` the preparation data does not carry). What that script imports
     is then imported anew in every worker: ``l4_plugin.cli`` for the ``l4`` command (~0.9 s),
     the analysis with numpy and scikit-learn for a script that diagnoses (~3.6 s). Preloading
     the L4 modules the parent has imported makes those imports of the workers' copies of the
     script cache hits: forked from the server, they have them already.
     """
-    ours = sorted(m for m in sys.modules if m.partition(".")[0] in ("l4_plugin", "l4_simulate"))
-    return ["l4_plugin.ingest.workers", *ours]
+    first = "l4_plugin.ingest.workers"
+    ours = (m for m in sys.modules if m.partition(".")[0] in ("l4_plugin", "l4_simulate"))
+    return [first, *sorted(m for m in ours if m != first)]
 
 
 def map_in_workers(
