@@ -184,8 +184,10 @@ class _Builder:
                 "L4 failure-indicating lines",
                 "lines",
                 "",
-                ["host.name", F.RANK, F.STAGE, F.ITERATION, "log.level", "message"],
-                "Raw lines L4 keeps for a job: rare, error-level or absent from the baseline.",
+                ["host.name", F.RANK, F.FOLDED, F.STAGE, F.ITERATION, "log.level", "message"],
+                "Raw lines L4 keeps for a job: rare, error-level or absent from the baseline. "
+                "l4.folded: how many other ranks of the node printed the line alike (but for "
+                "its digits); l4.until: when the last of them did.",
             ),
             self._search(
                 "search-rule-matches",
