@@ -186,8 +186,8 @@ class _Builder:
                 "",
                 ["host.name", F.RANK, F.FOLDED, F.STAGE, F.ITERATION, "log.level", "message"],
                 "Raw lines L4 keeps for a job: rare, error-level or absent from the baseline. "
-                "l4.folded: how many other ranks of the node printed the line alike (but for "
-                "its digits); l4.until: when the last of them did.",
+                f"{F.FOLDED}: how many other ranks of the node printed the line alike (but for "
+                f"its digits); {F.UNTIL}: when the last of them did.",
             ),
             self._search(
                 "search-rule-matches",
