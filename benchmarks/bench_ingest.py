@@ -8,8 +8,8 @@ Two kinds of job:
 
 ``--workers 1,2`` measures each worker count; ``--parse-only`` skips the cluster. Prints lines,
 MB, wall and CPU seconds (this process and its workers), lines/s, MB/s, lines/s per CPU-second,
-parallel efficiency against the first worker count (by wall time and by CPU), peak RSS of L4 (reducer, largest worker) and
-of the cluster, and index documents per raw line.
+parallel efficiency against the first worker count (by wall time and by CPU), peak RSS of L4
+(reducer, largest worker) and of the cluster, and index documents per raw line.
 Usage: python benchmarks/bench_ingest.py [--nodes 64] [--iterations 2000] [--workers 1,2]
        python benchmarks/bench_ingest.py --realistic /tmp/dev-26 --repeat 20 --parse-only
 """
