@@ -555,5 +555,6 @@ def _json_default(value: object) -> object:
 
 
 def _dumps(value: object) -> str:
-    """One compact JSON line, as the clients serialise it."""
-    return json.dumps(value, default=_json_default, ensure_ascii=False, separators=(",", ":"))
+    """One compact JSON line in ASCII (non-ASCII text escaped), so its length is its size in
+    bytes: ``bulk_index`` sizes requests by it."""
+    return json.dumps(value, default=_json_default, separators=(",", ":"))
