@@ -214,6 +214,11 @@ def rank_prefix_cached(line: str, shape: bytes | str | None = None) -> tuple[int
     checks the regexes), so the rank sits at the same span in each of them and only its value is
     read per line. ``shape``: the line's shape, or a finer key of it (``LineParser.feed_keyed``:
     the line with its digits normalised), when the caller has one."""
+    if shape is not None:
+        # A known shape first: one lookup of a hash already computed, then the rank's digits.
+        spans = _RANK_SHAPES.get(shape)
+        if spans is not None:
+            return _rank_of(line, spans)
     if line.startswith("[rank"):
         # "[rankN]:" alone costs less than the line's shape.
         end = line.find("]:", 5)

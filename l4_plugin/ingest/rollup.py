@@ -17,7 +17,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from l4_plugin.ingest.header import digit_shape, parse_time, rank_prefix_cached
+from l4_plugin.ingest.header import (
+    digit_shape,
+    parse_time,
+    rank_prefix_cached,
+)
 from l4_plugin.ingest.parser import Block, KindSpec, LineKind
 from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
 from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
@@ -273,10 +277,16 @@ Chunk = (
 LineSink = Callable[[int, str, LineKind, str, int | None, str | None, int | None, int | None], None]
 
 
-#: What the scan needs to know of a line kind, computed once per distinct kind: its role, whether
-#: it continues an open error record, opens one though it has no error level, starts a Python
-#: traceback, is kept like an error (``KEEP_LEVELS`` / ``KEEP_EMITTERS``), has an error level.
-Traits = tuple[Role, bool, bool, bool, bool, bool]
+#: What the scan needs to know of a line kind, computed once per distinct kind: its lane in the
+#: scan loop (``_PLAIN``, ``_MARKER`` or 0), its role, whether it continues an open error record,
+#: opens one though it has no error level, starts a Python traceback, is kept like an error
+#: (``KEEP_LEVELS`` / ``KEEP_EMITTERS``), has an error level, has a timestamp, may start with a
+#: rank prefix (the last two: the kind's own attributes).
+Traits = tuple[int, Role, bool, bool, bool, bool, bool, bool, bool]
+#: Lanes: a line of no role and none of the other traits only counts in its group; an iteration
+#: marker of none of them also moves its file's iteration. Any other line takes the general path.
+_PLAIN = 1
+_MARKER = 2
 
 
 class KindCache:
@@ -292,13 +302,28 @@ class KindCache:
         traits = self.traits.get(kind)
         if traits is None:
             body = kind.body
+            role = rules.role(body)
+            cont = rules.continues(body)
+            opener = rules.opens(body)
+            is_tb = body.startswith(_TB_OPENERS)
+            keep = kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS
+            open_level = kind.level in _OPEN_LEVELS
+            lane = 0  # the general path
+            if not (cont or opener or is_tb or keep or open_level):
+                if role is NO_ROLE:
+                    lane = _PLAIN
+                elif role.iteration is not None:
+                    lane = _MARKER
             traits = self.traits[kind] = (
-                rules.role(body),
-                rules.continues(body),
-                rules.opens(body),
-                body.startswith(_TB_OPENERS),
-                kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS,
-                kind.level in _OPEN_LEVELS,
+                lane,
+                role,
+                cont,
+                opener,
+                is_tb,
+                keep,
+                open_level,
+                kind.has_timestamp,
+                kind.rank_prefix,
             )
         return traits
 
@@ -450,19 +475,70 @@ class NodeRollup:
                 traits = traits_of(kind)
                 if traits is None:
                     traits = compute(kind, rules)
-                role, cont, opener, is_tb, keep, open_level = traits
-                if kind.has_timestamp:
+                lane, role, cont, opener, is_tb, keep, open_level, stamped, prefixed = traits
+                if stamped:
                     ts_ref, ts_shape = raw, shape
                     stamp_pos = pos
                     if open_run is not None:
                         runs[open_run].after, runs[open_run].after_pos = raw, pos
                         open_run = None
-                line_rank = rank
-                prefix_end = 0
-                if kind.rank_prefix:
-                    prefix_rank, prefix_end = rank_prefix_cached(raw, shape)
-                    if prefix_rank is not None:
-                        line_rank = prefix_rank
+                if prefixed:
+                    line_rank, prefix_end = rank_prefix_cached(raw, shape)
+                    if line_rank is None:
+                        line_rank = rank
+                else:
+                    line_rank, prefix_end = rank, 0
+                if lane and tb is None and chain is None:
+                    # The simple lane, most lines of a log: a plain line or an iteration marker
+                    # that nothing before it absorbs only adds to its group (what the general
+                    # path below does for such a line, without the cases it cannot be in).
+                    seconds: float | None = None
+                    if lane == _MARKER:
+                        # (the _MARKER lane is the kinds whose role has an iteration rule)
+                        number, seconds = role.iteration.read(  # type: ignore[union-attr]
+                            raw, digit_shape(raw) if shape is None else shape
+                        )
+                        if (number is not None and number != iteration) or stage != "training":
+                            if number is not None:
+                                iteration = number
+                            stage = "training"
+                            _enter(timeline, entered, stage, iteration, ts_ref)
+                        training = True
+                    if iteration is None or stage == "checkpointing":  # _unplaced, inlined
+                        if (
+                            ts_ref is not slot_ref
+                            and ts_ref is not None
+                            and pos - slot_pos >= SLOT_EVERY
+                        ):
+                            slot_ref, slot_pos = ts_ref, pos
+                            ts = parse_time(ts_ref, _SLOT_YEAR, ts_shape)
+                            if ts is not None:
+                                slot = int(ts)
+                        key = (kind, _UNPLACED[stage], slot)
+                    else:
+                        key = (kind, stage, iteration)
+                    group = groups.get(key)
+                    if group is None:
+                        group = groups[key] = Group(1, pos, pos, ts_ref, ts_ref, raw, path)
+                    else:
+                        group.count += 1
+                        group.last_pos = pos
+                        group.last_ts_ref = ts_ref
+                    if line_rank is not None:
+                        group.ranks.add(line_rank)
+                    if seconds is not None:
+                        group.seconds_ns += round(seconds * 1e9)
+                        group.seconds_n += 1
+                    kept = group.kept
+                    if len(kept) < RARE_SAMPLE:
+                        flags = ("truncated",) if long_lines and pos in long_lines else ()
+                        at = block.offset(pos - first) if block is not None else None
+                        kept.append(KeptLine(path, pos, raw, ts_ref, line_rank, flags, at))
+                    open_group = None
+                    if sink is not None:
+                        tag, at_it = _tag(stage, iteration, slot)
+                        sink(pos, raw, kind, tag, at_it, ts_ref, line_rank, _at(block, pos - first))
+                    continue
                 # A line absorbed into the record it continues: a traceback's frames, or the
                 # continuation lines of the error record just before (``continuations``).
                 absorbed = False
@@ -522,7 +598,7 @@ class NodeRollup:
                         sink(pos, raw, kind, tag, at_it, ts_ref, line_rank, at)
                     continue
                 then: str | None = None
-                seconds: float | None = None
+                seconds = None
                 if role is not NO_ROLE:
                     stage_before, iteration_before = stage, iteration
                     if role.iteration is not None:
