@@ -30,6 +30,8 @@ MAX_LINE_CHARS = 16_384
 MAX_CACHED_KEYS = 1_000_000
 _READ_BYTES = 4 << 20
 _FEED_LINES = 65_536
+#: Up to this many new keys in a chunk, ``feed_keyed`` finds each with ``list.index``.
+_FEW_NEW = 16
 
 
 @dataclass(slots=True, eq=False)  # eq=False: hashed and compared by identity (rollup keys)
@@ -118,9 +120,17 @@ class LineParser:
             return list(map(by_key.__getitem__, keys)), keys if exact else None
         except KeyError:
             pass
-        new = [key for key in dict.fromkeys(keys) if key not in by_key]
-        # First raw line of every new key, at C speed: reversed so the earliest occurrence wins.
-        first = dict(zip(reversed(keys), reversed(lines), strict=True))
+        fresh = set(keys).difference(by_key)
+        if len(fresh) <= _FEW_NEW:
+            # The usual case past a job's first lines: a few new keys in a chunk, each found
+            # by one C-level scan (the first occurrence: the order Drain sees them in).
+            at = sorted(map(keys.index, fresh))
+            new = [keys[i] for i in at]
+            first = {keys[i]: lines[i] for i in at}
+        else:
+            new = [key for key in dict.fromkeys(keys) if key in fresh]
+            # First raw line of every new key, at C speed: reversed so the earliest one wins.
+            first = dict(zip(reversed(keys), reversed(lines), strict=True))
         # The regexes run once over all new keys of the chunk, not once per key.
         masked = self.masker.mask("\n".join(new)).split("\n")
         by_masked = self._by_masked
@@ -237,9 +247,12 @@ class Block:
             # The decoded lines are the raw block split on b"\n" (decoding, CR and NUL removal
             # never add or remove a "\n"), so the i-th line starts after the i-th newline.
             # (``(1).__add__`` over ``map(len, …)``: the whole table at C speed, no generator.)
-            table = self._table = list(
-                accumulate(map((1).__add__, map(len, self._data.split(b"\n"))), initial=self._start)
-            )
+            # An ASCII block without CR or NUL decoded to lines of its bytes' lengths: those
+            # are measured without splitting the bytes again.
+            data = self._data
+            plain = data.isascii() and b"\r" not in data and b"\0" not in data
+            lengths = map(len, self.lines if plain else data.split(b"\n"))
+            table = self._table = list(accumulate(map((1).__add__, lengths), initial=self._start))
         return table[i]
 
 
@@ -252,12 +265,17 @@ def read_blocks(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[Block]:
     yields every line that could be read and then raises ``IngestError`` naming the file.
     """
     try:
-        raw: gzip.GzipFile | io.BufferedReader = (
-            gzip.GzipFile(path, "rb") if _is_gzip(path) else open(path, "rb")  # noqa: SIM115
-        )
+        fh = open(path, "rb")  # noqa: SIM115 (closed below, with the gzip reader over it)
     except OSError as exc:
         raise IngestError(f"cannot open log file — {path} — {exc}") from exc
-    with raw:
+    try:
+        # One open per file: the gzip magic is read from the buffer the reads then start from.
+        gz = fh.peek(2)[:2] == b"\x1f\x8b"
+    except OSError as exc:
+        fh.close()
+        raise IngestError(f"cannot open log file — {path} — {exc}") from exc
+    raw: gzip.GzipFile | io.BufferedReader = gzip.GzipFile(fileobj=fh, mode="rb") if gz else fh
+    with fh, raw:
         tail = b""
         start = 0  # byte offset of tail[0] in the (decompressed) stream
         while True:
