@@ -62,7 +62,9 @@ class IterationRule:
         range, no back-reference: ``digit_blind``) then match both at the same spans, so the
         spans are cached and only the values are read from each line. Marker lines repeat a
         handful of shapes ("step 1234 | loss 2.3456 | …"): this skips three regex searches per
-        iteration line, the most common line of a training log.
+        iteration line, the most common line of a training log. Whether a duration's text is a
+        number ``float`` reads depends on its characters other than the digits' values (the
+        same in every line of the shape), so the span it is read from is chosen once too.
         """
         spans = self._spans.get(shape)
         if spans is None:
@@ -72,15 +74,14 @@ class IterationRule:
             if len(self._spans) >= MAX_SHAPES:
                 self._spans.clear()
             self._spans[shape] = spans
-        (a, b), seconds = spans
+        a, b, c, d, unit = spans
         number = int(raw[a:b]) if a >= 0 else None
-        for (c, d), unit in seconds:
-            try:
-                value = float(raw[c:d])
-            except ValueError:
-                continue
-            return number, _in_seconds(value, unit)
-        return number, None
+        if c < 0:
+            return number, None
+        value = float(raw[c:d])
+        if unit == "s":
+            return number, value
+        return number, _in_seconds(value, unit)
 
     def _blind(self) -> bool:
         patterns = (self.number, *(p for p, _ in self.seconds))
@@ -91,20 +92,25 @@ class IterationRule:
 
     def _spans_of(self, raw: str) -> _Spans:
         m = self.number.search(raw)
-        number = m.span(1) if m is not None else (-1, -1)
-        if m is not None and number[0] < 0:  # the group did not take part: as number_of would
+        a, b = m.span(1) if m is not None else (-1, -1)
+        if m is not None and a < 0:  # the group did not take part: as number_of would
             raise TypeError("int() argument must be a string, not 'NoneType'")
-        seconds = []
         for pattern, unit in self.seconds:
             s = pattern.search(raw)
-            if s is not None:
-                if s.start(1) < 0:
-                    raise TypeError("float() argument must be a string, not 'NoneType'")
-                seconds.append((s.span(1), unit))
-        return number, tuple(seconds)
+            if s is None:
+                continue
+            if s.start(1) < 0:
+                raise TypeError("float() argument must be a string, not 'NoneType'")
+            try:
+                float(s.group(1))
+            except ValueError:
+                continue  # as seconds_of: the next pattern's text, if one reads
+            return a, b, s.start(1), s.end(1), unit
+        return a, b, -1, -1, ""
 
 
-_Spans = tuple[tuple[int, int], tuple[tuple[tuple[int, int], str], ...]]
+#: (number start, end, duration start, end, its unit): -1 where the line has none.
+_Spans = tuple[int, int, int, int, str]
 #: Digit shapes cached per rule before the cache starts over (a job has a few hundred).
 MAX_SHAPES = 4096
 _BLIND: dict[tuple[re.Pattern[str], ...], bool] = {}
