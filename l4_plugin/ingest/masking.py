@@ -33,6 +33,11 @@ _DIGITS = str.maketrans("123456789", "000000000")
 Needs = tuple[tuple[str, ...], ...]
 
 
+def digit_key(text: str) -> str:
+    """``text`` with every ASCII digit made "0": ``Masker.key`` when digits are normalised."""
+    return text.translate(_DIGITS)
+
+
 @dataclass(frozen=True, slots=True)
 class MaskRule:
     """One masking rule: every match of ``pattern`` becomes ``replace`` (an ``re.sub`` template)."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.header import parse_header, rank_prefix
-from l4_plugin.ingest.masking import Masker
+from l4_plugin.ingest.masking import Masker, digit_key
 from l4_plugin.ingest.templates import TemplateMiner
 from l4_plugin.records import ParsedLine, Template
 
@@ -98,18 +98,26 @@ class LineParser:
         """Return one ``LineKind`` per input line (lines without their ``\\n``)."""
         return self.feed_keyed(lines)[0]
 
-    def feed_keyed(self, lines: list[str]) -> tuple[list[LineKind], list[str] | None]:
+    def feed_keyed(
+        self, lines: list[str], digit_keys: list[str] | None = None
+    ) -> tuple[list[LineKind], list[str] | None]:
         """``feed``, and each line's dedup key (``Masker.key``: its digits normalised) when the
         keys are those of the lines as given (None when a line is cut or holds a ``\\n``). Two
         lines with one key differ at most in their digits: a finer key than ``digit_shape``
-        whose hash is already computed, so the scan's per-shape caches take it instead."""
+        whose hash is already computed, so the scan's per-shape caches take it instead.
+        ``digit_keys``: the lines' ``digit_key`` s when the caller has them
+        (``Block.digit_keys``), taken as the keys when the masker normalises digits."""
         if not lines:
             return [], []
         exact = True
         if max(map(len, lines)) > MAX_LINE_CHARS:
             lines = [line[:MAX_LINE_CHARS] for line in lines]
             exact = False
-        keys = self.masker.key("\n".join(lines)).split("\n")
+            digit_keys = None
+        if digit_keys is not None and self.masker.normalise_digits:
+            keys = digit_keys
+        else:
+            keys = self.masker.key("\n".join(lines)).split("\n")
         if len(keys) != len(lines):
             # Only a raw line with an embedded "\n" gets here (callers split on "\n").
             keys = [self.masker.key(line).replace("\n", " ") for line in lines]
@@ -219,7 +227,7 @@ class Block:
     (``log.offset``), ``None`` where there is none.
     """
 
-    __slots__ = ("_data", "_start", "_table", "lines")
+    __slots__ = ("_data", "_start", "_table", "_text", "lines")
 
     def __init__(
         self,
@@ -227,9 +235,11 @@ class Block:
         data: bytes | None = None,
         start: int = 0,
         offsets: list[int | None] | None = None,
+        text: str | None = None,
     ) -> None:
         self.lines = lines
         self._data = data
+        self._text = text  # the lines joined by newlines, when the reader has that at hand
         self._start = start
         self._table: Sequence[int | None] | None = offsets
 
@@ -237,6 +247,12 @@ class Block:
     def end(self) -> int | None:
         """Byte offset just past this block's bytes in its file (None for an index block)."""
         return None if self._data is None else self._start + len(self._data)
+
+    def digit_keys(self) -> list[str] | None:
+        """``digit_key`` of each line (None: not known), from the block's text in one pass
+        instead of joining the lines again (asked once: the text is let go)."""
+        text, self._text = self._text, None
+        return digit_key(text).split("\n") if text is not None else None
 
     def offset(self, i: int) -> int | None:
         """Byte offset of ``lines[i]`` in its file (None when unknown)."""
@@ -285,7 +301,7 @@ def read_blocks(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[Block]:
                 block = raw.read1(chunk_bytes)
             except (EOFError, OSError, zlib.error) as exc:
                 if tail:
-                    yield Block(_decode(tail), tail, start)
+                    yield _block(tail, start)
                 raise IngestError(
                     f"log file is truncated or corrupt — {path} — {exc}; "
                     "the lines before the damage were parsed"
@@ -299,10 +315,10 @@ def read_blocks(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[Block]:
                 continue
             tail = block[cut + 1 :]
             data = block[:cut]
-            yield Block(_decode(data), data, start)
+            yield _block(data, start)
             start += cut + 1
         if tail:
-            yield Block(_decode(tail), tail, start)
+            yield _block(tail, start)
 
 
 def read_lines(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[list[str]]:
@@ -311,15 +327,17 @@ def read_lines(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[list[str]
         yield block.lines
 
 
-def _decode(data: bytes) -> list[str]:
+def _block(data: bytes, start: int) -> Block:
+    """The decoded lines of a block of ``data`` that starts at byte ``start`` of its file."""
     text = data.decode("utf-8", errors="replace")
     if "\x00" in text:
         text = text.replace("\x00", "")
     if "\r" not in text:
-        return text.split("\n")
+        return Block(text.split("\n"), data, start, text=text)
     # CRLF ends a line; a lone CR (tqdm redrawing its bar) returns the cursor: the line is what a
     # terminal shows, its last non-empty frame.
-    return [_last_frame(line) if "\r" in line else line for line in text.split("\n")]
+    lines = [_last_frame(line) if "\r" in line else line for line in text.split("\n")]
+    return Block(lines, data, start)
 
 
 def _last_frame(line: str) -> str:

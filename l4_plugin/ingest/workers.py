@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import resource
 import sys
@@ -38,7 +39,7 @@ from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser, kind_s
 from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup
 from l4_plugin.ingest.sources import LogStream, bounded_blocks
 from l4_plugin.ingest.stages import StageRules
-from l4_plugin.ingest.timeline import Timeline
+from l4_plugin.ingest.timeline import MarkKey, Timeline
 
 FEED_LINES = 65_536
 _In = TypeVar("_In")
@@ -131,9 +132,15 @@ def chunks(
     try:
         for block in stream.open():
             chunk = block.lines
+            digit_keys = block.digit_keys()
             for start in range(0, len(chunk), FEED_LINES):
-                lines = chunk[start : start + FEED_LINES]
+                lines = chunk[start : start + FEED_LINES]  # a copy: cut below, never the block's
+                keys = None
+                if digit_keys is not None:
+                    whole = start == 0 and len(chunk) <= FEED_LINES
+                    keys = digit_keys if whole else digit_keys[start : start + FEED_LINES]
                 if lines and max(map(len, lines)) > MAX_LINE_CHARS:
+                    keys = None  # those of the whole lines
                     for i, line in enumerate(lines):
                         if len(line) > MAX_LINE_CHARS:
                             long_lines.add(pos + i + 1)
@@ -144,7 +151,7 @@ def chunks(
                                 )
                             lines[i] = line[:MAX_LINE_CHARS]
                 pos += len(lines)
-                kinds, keys = parser.feed_keyed(lines)
+                kinds, keys = parser.feed_keyed(lines, keys)
                 yield lines, kinds, block, start, keys
     except IngestError as exc:
         if problems is not None:
@@ -163,6 +170,11 @@ class Scanner:
         self.rules = StageRules.load()
         self.cache = KindCache()
         self.reported: set[str] = set()
+        # Timeline transitions this scanner's partials already carried. The reducer merges
+        # partials in job order and keeps a transition's first time, so a later partial of the
+        # same scanner need not carry it again (every node of a job goes through the same
+        # iterations: most marks would otherwise travel once per node).
+        self.marked: set[MarkKey] = set()
         self.worker = os.getpid()
 
     def scan(self, streams: list[LogStream], sizes: list[int]) -> FilePartial:
@@ -186,6 +198,9 @@ class Scanner:
             except OSError as exc:
                 problems.append(f"cannot read {stream.path}: {exc.strerror}")
         part = rollup.partial(order)
+        marked = self.marked
+        part.marks = [mark for mark in part.marks if mark[0] not in marked]
+        marked.update(key for key, _ in part.marks)
         part.problems = problems
         part.worker = self.worker
         part.size = sum(sizes)
@@ -310,6 +325,14 @@ def _preload() -> list[str]:
     first = "l4_plugin.ingest.workers"
     ours = (m for m in sys.modules if m.partition(".")[0] in ("l4_plugin", "l4_simulate"))
     return [first, *sorted(m for m in ours if m != first)]
+
+
+def start_server() -> None:
+    """Start the forkserver now: its imports (``_preload``, ~0.2 s) then run in its own process
+    while this one goes on (discovering the job's files), and the first pool's processes fork
+    from a server that is ready. Without it the first pool waits for them."""
+    _context()
+    multiprocessing.forkserver.ensure_running()
 
 
 def map_in_workers(

@@ -96,3 +96,38 @@ def test_a_redrawn_progress_bar_is_its_last_frame(tmp_path: Path) -> None:
     path.write_bytes(("start\r\n" + "\r".join(frames) + "\r\nRuntimeError: CUDA error\n").encode())
     lines = [line for block in read_blocks(path) for line in block.lines]
     assert lines == ["start", frames[-1], "RuntimeError: CUDA error"]
+
+
+def test_block_keys_are_those_of_the_lines_the_parser_sees(tmp_path: Path) -> None:
+    # The reader hands each block's digit keys to the parser (one pass over the block's text);
+    # a line cut at MAX_LINE_CHARS must be keyed as cut: two lines that differ only past the cut
+    # are one kind, and the keys the scan gets are the cut lines' own.
+    from l4_plugin.ingest.jobdir import discover
+    from l4_plugin.ingest.parser import MAX_LINE_CHARS
+    from l4_plugin.ingest.sources import file_streams
+    from l4_plugin.ingest.workers import chunks
+
+    head = "2024-05-03 10:00:01,000 WARNING payload "
+    long_a = head + "x" * MAX_LINE_CHARS + " tail 1 alpha"
+    long_b = head + "x" * MAX_LINE_CHARS + " other 22 beta"
+    lines = ["2024-05-03 10:00:00,000 INFO step 17 done", long_a, long_b, "plain 3"]
+    (tmp_path / "job" / "n1").mkdir(parents=True)
+    (tmp_path / "job" / "n1" / "rank0.log").write_text("\n".join(lines) + "\n")
+    [stream] = file_streams(discover(tmp_path / "job"))
+    parser = LineParser()
+    problems: list[str] = []
+    got = list(chunks(stream, parser, problems, set()))
+    seen = [line for c in got for line in c[0]]
+    kinds = [kind for c in got for kind in c[1]]
+    keys = [key for c in got for key in (c[4] or [])]
+    assert [len(line) for line in seen[1:3]] == [MAX_LINE_CHARS, MAX_LINE_CHARS]
+    assert kinds[1] is kinds[2] and len(problems) == 2
+    assert keys == [parser.masker.key(line) for line in seen]
+    # Lines that fit: the keys are the ones a parser computes itself, the kinds the same.
+    short = tmp_path / "job" / "n1" / "rank0.log"
+    short.write_text("\n".join([lines[0], lines[3], "step 18 done"]) + "\n")
+    [stream] = file_streams(discover(tmp_path / "job"))
+    fresh = LineParser()
+    [(seen, kinds, _, _, keys)] = list(chunks(stream, fresh, [], set()))
+    assert keys == [fresh.masker.key(line) for line in seen]
+    assert [k.key for k in kinds] == [k.key for k in LineParser().feed(seen)]
