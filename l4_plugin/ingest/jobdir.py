@@ -370,15 +370,18 @@ def probe_files(
     for path, _ in files:
         with contextlib.suppress(OSError):
             sizes += path.stat().st_size
-    from l4_plugin.ingest.workers import default_workers, map_in_workers
+    from l4_plugin.ingest import workers as pool
 
-    cap = default_workers() if workers is None else max(1, workers)
+    cap = pool.default_workers() if workers is None else max(1, workers)
+    scanners = cap if workers is not None else min(cap, 1 + sizes // pool.AUTO_BYTES_PER_WORKER)
+    if min(scanners, len(files)) > 1:
+        pool.start_server()  # the scan will fork its workers: the server starts meanwhile
     workers = min(cap, 1 + sizes // PROBE_BYTES_PER_WORKER, len(files))
     tasks = [(path, system, root, limits) for path, system in files]
     if workers <= 1:
         return [_probe(*task) for task in tasks]
     chunks = [tasks[i : i + _PROBE_CHUNK] for i in range(0, len(tasks), _PROBE_CHUNK)]
-    return [probe for chunk in map_in_workers(_probe_all, chunks, workers) for probe in chunk]
+    return [probe for chunk in pool.map_in_workers(_probe_all, chunks, workers) for probe in chunk]
 
 
 def _probe(path: Path, system: bool, root: Path, limits: ReadLimits) -> Probe:
