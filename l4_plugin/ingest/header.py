@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import calendar
 import re
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from l4_plugin.records import LEVEL_SPELLINGS, Level
@@ -373,9 +375,33 @@ def parse_time(
 ) -> float | None:
     """``parse_header(line, default_year).timestamp``, without the rest: no level inference
     (two regex searches over the body) and no rank. What the ingest asks of most lines.
-    ``shape``: the line's digit shape or a finer key (``rank_prefix_cached``), if known."""
+    ``shape``: the line's digit shape or a finer key (``rank_prefix_cached``), if known.
+
+    Lines of one digit shape take the same path through the formats (every test on the way
+    treats all digits alike, ``tests/unit/test_header.py`` checks the regexes): the first line
+    of a shape finds the one regex match its time comes from (``_time_plan``), the others of
+    the shape make that match alone and convert its groups.
+    """
     year = default_year if default_year is not None else time.gmtime().tm_year
-    end = rank_prefix(line)[1] if shape is None else rank_prefix_cached(line, shape)[1]
+    if shape is None:
+        shape = digit_shape(line)
+    plan = _TIME_PLANS.get(shape)
+    if plan is None:
+        plan = _time_plan(line, year, shape)
+    if plan is not _NO_PLAN:
+        pattern, pos, convert = plan
+        m = pattern.match(line, pos)
+        if m is not None:
+            ts = convert(m, year)
+            if ts is not None:
+                return ts
+    return _parse_time(line, year, shape)
+
+
+def _parse_time(line: str, year: int, shape: bytes | str | None) -> float | None:
+    """``parse_time`` the long way: the rank prefix, the formats tried in turn, then the Slurm
+    and log-collector times for a line whose header holds none."""
+    end = rank_prefix_cached(line, shape)[1]
     pos = _skip_blanks(line, end)
     ts, _, _, body, emitter, _ = _dispatch(line, pos, year)
     if ts is None and emitter == "slurm":
@@ -383,6 +409,68 @@ def parse_time(
     if ts is None and line[:1] in _OUTER_FIRST:
         ts = outer_labels(line)[0]
     return ts
+
+
+#: How the time of a line is read: the regex whose match holds it, where the match starts
+#: and the function of the match (and the default year) that gives it.
+_Plan = tuple[re.Pattern[str], int, Callable[[re.Match[str], int], float | None]]
+_NO_PLAN: _Plan = (re.compile(r"(?!)"), 0, lambda m, year: None)  # the long way, every time
+_TIME_PLANS: dict[bytes | str, _Plan] = {}
+_MAX_TIME_PLANS = 65_536
+_TRACE = threading.local()  # the last time a format read (``_timed``): thread by thread
+
+
+def _time_plan(line: str, year: int, shape: bytes | str) -> _Plan:
+    """The plan of ``line``'s digit shape: the match ``_parse_time`` read the time from, when it
+    read it from one of the ``_timed`` formats (else ``_NO_PLAN``: a line without a time, a
+    Slurm or log-collector time, an epoch stamp whose regex tells digits apart)."""
+    _TRACE.last = None
+    ts = _parse_time(line, year, shape)
+    last = _TRACE.last
+    plan = _NO_PLAN
+    if ts is not None and last is not None and last[3] == ts:
+        plan = last[:3]
+    if len(_TIME_PLANS) >= _MAX_TIME_PLANS:
+        _TIME_PLANS.clear()
+    _TIME_PLANS[shape] = plan
+    return plan
+
+
+def _timed(
+    m: re.Match[str], convert: Callable[[re.Match[str], int], float | None], year: int
+) -> float | None:
+    """The time ``convert`` reads from ``m``, recorded for ``_time_plan``."""
+    ts = convert(m, year)
+    _TRACE.last = (m.re, m.start(), convert, ts)
+    return ts
+
+
+def _t_iso(m: re.Match[str], year: int) -> float | None:
+    return _iso_groups(m.groups())
+
+
+def _t_bracket_iso(m: re.Match[str], year: int) -> float | None:
+    return _iso_groups(m.groups()[:8])
+
+
+def _t_hf(m: re.Match[str], year: int) -> float | None:
+    return _iso_groups(m.groups()[1:9])
+
+
+def _t_glog(m: re.Match[str], year: int) -> float | None:
+    return _glog_groups(m.groups(), year)
+
+
+def _t_cann_module(m: re.Match[str], year: int) -> float | None:
+    return _cann_groups(m.groups()[3:11])
+
+
+def _t_cann_plain(m: re.Match[str], year: int) -> float | None:
+    return _cann_groups(m.groups()[1:9])
+
+
+def _t_cann_code(m: re.Match[str], year: int) -> float | None:
+    return _cann_groups(m.groups()[1:])
 
 
 _Parsed = tuple[float | None, str | None, str | None, int, str, int | None]
@@ -409,7 +497,7 @@ def _bracket(line: str, pos: int, year: int) -> _Parsed:
         m = _BRACKET_ISO.match(line, pos)
         if m is not None:
             g = m.groups()
-            ts = _iso_groups(g[:8])
+            ts = _timed(m, _t_bracket_iso, year)
             level = normalise_level(g[8])
             if level is None:
                 return ts, None, None, m.end(), "megatron", None
@@ -419,7 +507,7 @@ def _bracket(line: str, pos: int, year: int) -> _Parsed:
         m = _GLOG_BRACKET.match(line, pos)
         if m is not None:
             return (
-                _glog_groups(m.groups(), year),
+                _timed(m, _t_glog, year),
                 normalise_level(m[1]),
                 None,
                 m.end(),
@@ -442,16 +530,30 @@ def _bracket(line: str, pos: int, year: int) -> _Parsed:
         m = _CANN_MODULE.match(line, pos)
         if m is not None:
             g = m.groups()
-            return _cann_groups(g[3:11]), normalise_level(g[0]), None, m.end(), "hccl", None
+            return (
+                _timed(m, _t_cann_module, year),
+                normalise_level(g[0]),
+                None,
+                m.end(),
+                "hccl",
+                None,
+            )
         m = _CANN_PLAIN.match(line, pos)
         if m is not None:
             g = m.groups()
             rank = int(g[9]) if g[9] is not None and not g[9].startswith("-") else None
-            return _cann_groups(g[1:9]), normalise_level(g[0]), None, m.end(), "hccl", rank
+            return (
+                _timed(m, _t_cann_plain, year),
+                normalise_level(g[0]),
+                None,
+                m.end(),
+                "hccl",
+                rank,
+            )
         m = _HF_BRACKET.match(line, pos)
         if m is not None:
             g = m.groups()
-            return _iso_groups(g[1:9]), normalise_level(g[0]), None, m.end(), "hf", None
+            return _timed(m, _t_hf, year), normalise_level(g[0]), None, m.end(), "hf", None
         m = _LEVEL_BRACKET.match(line, pos)
         if m is not None:
             return None, normalise_level(m[1]), None, m.end(), "plain", None
@@ -461,7 +563,7 @@ def _bracket(line: str, pos: int, year: int) -> _Parsed:
 def _digit(line: str, pos: int) -> _Parsed:
     m = _ISO_AT.match(line, pos)
     if m is not None:
-        ts = _iso_groups(m.groups())
+        ts = _timed(m, _t_iso, 0)
         end = m.end()
         jm = _JOURNAL.match(line, end)
         if jm is not None:
@@ -493,12 +595,12 @@ def _alpha(line: str, pos: int, year: int) -> _Parsed:
     if c in "IWEF" and line[pos + 1 : pos + 2].isdigit():
         m = _GLOG.match(line, pos)
         if m is not None:
-            return _glog_groups(m.groups(), year), normalise_level(c), None, m.end(), "torch", None
+            return _timed(m, _t_glog, year), normalise_level(c), None, m.end(), "torch", None
     if c in "EW":
         m = _CANN_CODE.match(line, pos)
         if m is not None:
             level = "ERROR" if c == "E" else "WARNING"
-            return _cann_groups(m.groups()[1:]), level, None, m.end(), "hccl", None
+            return _timed(m, _t_cann_code, year), level, None, m.end(), "hccl", None
     if c == "s":
         m = _SLURM.match(line, pos)
         if m is not None:

@@ -438,3 +438,39 @@ def test_parse_time_with_the_lines_key_is_the_same(raw: str) -> None:
     for _ in range(2):  # the shape cache cold, then warm
         assert parse_time(raw, 2000, key) == parse_time(raw, 2000)
         assert parse_time(raw, 2000, digit_shape(raw)) == parse_time(raw, 2000)
+
+
+def test_time_plans_read_what_the_formats_read() -> None:
+    # parse_time reads a line's time with the one regex match the first line of its digit shape
+    # took its time from. That holds because every regex on the way to a planned format treats
+    # all digits alike; the epoch stamp's (which tells 1 from 4) is never planned.
+    import re
+
+    from l4_plugin.ingest import header
+    from l4_plugin.ingest.stages import digit_blind
+
+    patterns = {k: v for k, v in vars(header).items() if isinstance(v, re.Pattern)}
+    assert len(patterns) > 20 and "_BRACKET_ISO" in patterns and "_GLOG" in patterns
+    assert {k for k, v in patterns.items() if not digit_blind(v)} == {"_EPOCH"}
+    header._TIME_PLANS.clear()
+    same_shape = [
+        "[2024-05-03 10:11:12,345] [INFO] [engine.py:1:step] hi",  # plans the shape
+        "[2024-05-03 19:59:42,999] [INFO] [engine.py:7:step] hi",
+        "[2024-13-03 10:11:12,345] [INFO] [engine.py:7:step] hi",  # no such month: no time
+        "E1023 09:13:42.123456 1234 ProcessGroupNCCL.cpp:616] x",
+        "E1323 09:13:42.123456 1234 ProcessGroupNCCL.cpp:616] x",  # month 13: none
+        "[rank3]:[W1105 01:02:03.000000000 Utils.hpp:1] y",
+        "[rank7]:[W1205 21:32:43.500000000 Utils.hpp:9] y",
+        "1714731072.123 epoch stamped",
+        "4714731072.123 epoch stamped",  # the epoch regex takes 1…, 2… and 3… only
+    ]
+    for year in (2023, 2024):
+        planned = [header.parse_time(line, year) for line in same_shape]
+        long_way = [header._parse_time(line, year, None) for line in same_shape]
+        assert planned == long_way
+    assert header.parse_time(same_shape[2], 2024) is None
+    assert header.parse_time(same_shape[4], 2023) is None
+    assert header.parse_time(same_shape[3], 2023) is not None
+    assert header.parse_time(same_shape[8], 2024) is None
+    assert header._TIME_PLANS[header.digit_shape(same_shape[7])] is header._NO_PLAN
+    assert header._TIME_PLANS[header.digit_shape(same_shape[0])][0] is header._BRACKET_ISO
