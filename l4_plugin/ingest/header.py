@@ -220,6 +220,8 @@ def rank_prefix_cached(line: str, shape: bytes | str | None = None) -> tuple[int
         # A known shape first: one lookup of a hash already computed, then the rank's digits.
         spans = _RANK_SHAPES.get(shape)
         if spans is not None:
+            if spans[0] == 1:  # the rank's own digits (``_rank_of``, inlined)
+                return int(line[spans[1] : spans[2]]), spans[3]
             return _rank_of(line, spans)
     if line.startswith("[rank"):
         # "[rankN]:" alone costs less than the line's shape.
@@ -250,6 +252,11 @@ def _rank_spans(line: str) -> tuple[int, int, int, int]:
         end = line.find("]:", 5)
         if 5 < end < 12 and line[5:end].isdecimal() and line[end + 2 : end + 3] != "[":
             return 1, 5, end, end + 2
+    elif line.startswith("[default"):
+        # torchrun's "[defaultN]:" alone: the rank is N (as ``rank_prefix_cached`` reads it).
+        end = line.find("]:", 8)
+        if 8 < end < 15 and line[8:end].isdecimal() and line[end + 2 : end + 3] != "[":
+            return 1, 8, end, end + 2
     start = outer_labels(line)[2] if line[:1] in _OUTER_FIRST else 0
     m = _RANK_PREFIX.match(line, start)
     if m is None:

@@ -529,9 +529,17 @@ def test_rank_prefixes_read_by_digit_shape_give_what_rank_prefix_gives() -> None
         "2024-05-03T10:11:12.123456789Z stdout F [rank5]: cri",
         "2024-05-03T10:11:12.923456789Z stdout F [rank6]: cri",
         "plain line 1",
+        "[default3]: x",
+        "[default4]: x",
+        "[default12]: y",
+        "[default1]:[rank9]: z",
     ]
     for raw in lines:
         assert header.rank_prefix_cached(raw) == header.rank_prefix(raw)
+        for shape in (header.digit_shape(raw), raw.translate(str.maketrans("123456789", "0" * 9))):
+            # by the line's shape or the parser's key: the spans found once, then reused
+            assert header.rank_prefix_cached(raw, shape) == header.rank_prefix(raw)
+            assert header.rank_prefix_cached(raw, shape) == header.rank_prefix(raw)
         if raw.startswith("["):  # hosts.plan's shortcut: such a line names no host
             assert hosts.line_label(raw)[0] is None
     assert hosts.line_label("[pod/trainer-3/pytorch] x")[0] == "trainer-3"
