@@ -106,17 +106,17 @@ class LineParser:
         lines with one key differ at most in their digits: a finer key than ``digit_shape``
         whose hash is already computed, so the scan's per-shape caches take it instead.
         ``digit_keys``: the lines' ``digit_key`` s when the caller has them
-        (``Block.digit_keys``), taken as the keys when the masker normalises digits."""
+        (``Block.digit_keys``; lines it has cut to ``MAX_LINE_CHARS`` already), taken as the
+        keys when the masker normalises digits."""
         if not lines:
             return [], []
         exact = True
-        if max(map(len, lines)) > MAX_LINE_CHARS:
-            lines = [line[:MAX_LINE_CHARS] for line in lines]
-            exact = False
-            digit_keys = None
         if digit_keys is not None and self.masker.normalise_digits:
             keys = digit_keys
         else:
+            if max(map(len, lines)) > MAX_LINE_CHARS:
+                lines = [line[:MAX_LINE_CHARS] for line in lines]
+                exact = False
             keys = self.masker.key("\n".join(lines)).split("\n")
         if len(keys) != len(lines):
             # Only a raw line with an embedded "\n" gets here (callers split on "\n").
