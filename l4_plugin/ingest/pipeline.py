@@ -60,7 +60,7 @@ TAIL_ITERATIONS = 32  # the last iterations of a job keep one bucket each
 MAX_COARSE_BUCKETS = 64  # earlier iterations share buckets: keeps the index compact
 FULL_CHUNK = 2_000  # --full: raw-line documents per bulk request
 PARALLEL_REFS = 200_000  # reference times parsed in worker processes from this many on
-PARALLEL_GROUPS = 100_000  # documents built in forked processes from this many rollup groups on
+PARALLEL_GROUPS = 20_000  # documents built in forked processes from this many rollup groups on
 # Kept lines of a template below the error level, per node (the event documents keep every count):
 REPEAT_KEPT = 16  # a node's repeated template keeps its first and its last REPEAT_KEPT lines
 MAJORITY = 0.9  # a template this share of the job's nodes prints (at least 2) ...
