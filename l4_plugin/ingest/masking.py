@@ -77,7 +77,7 @@ class Masker:
 
     def key(self, text: str) -> str:
         """The cheap dedup key of ``text`` (digits normalised); ``mask(key(x)) == mask(x)``."""
-        return text.translate(_DIGITS) if self.normalise_digits else text
+        return digit_key(text) if self.normalise_digits else text
 
     def mask(self, text: str) -> str:
         """Return ``text`` with every rule applied in order; newlines are never added or removed."""

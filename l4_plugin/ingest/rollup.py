@@ -17,11 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from l4_plugin.ingest.header import (
-    digit_shape,
-    parse_time,
-    rank_prefix_cached,
-)
+from l4_plugin.ingest.header import digit_shape, parse_time, rank_prefix_cached
 from l4_plugin.ingest.parser import Block, KindSpec, LineKind
 from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
 from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
