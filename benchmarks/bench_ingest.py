@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulate"))
 
 from l4_plugin.ingest.jobdir import discover
 from l4_plugin.ingest.parser import LineParser
-from l4_plugin.ingest.pipeline import ingest_job
+from l4_plugin.ingest.pipeline import ingest_job, rare_limit
 from l4_plugin.ingest.sources import file_streams
 from l4_plugin.ingest.workers import scan_streams
 from l4_plugin.store import EmbeddedCluster, IndexNames, OpenSearchStore
@@ -76,14 +76,16 @@ def realistic_job(cases: Path, out: Path, repeat: int) -> None:
 
 
 def parse_only(job: Path, workers: int) -> dict[str, float]:
-    """Read, mask, scan and Drain every file of ``job`` (no cluster)."""
+    """Read, mask, scan and Drain every file of ``job`` (no cluster), as ``l4 ingest`` without
+    baselines does: the scanners keep no samples of the kinds no rare template can have."""
     disc0, wall0 = _cpu(), time.monotonic()
     files = discover(job)
     discovery, discovery_wall = _cpu() - disc0, time.monotonic() - wall0
     size = sum(f.path.stat().st_size for f in files)
     cpu0, t0 = _cpu(), time.monotonic()
     parser = LineParser()
-    result = scan_streams(file_streams(files), parser, workers=workers)
+    limit = rare_limit(len({f.node for f in files}))
+    result = scan_streams(file_streams(files), parser, workers=workers, rare_limit=limit)
     parser.finish()
     wall, reducer = time.monotonic() - t0, _cpu() - cpu0
     # Worker processes are the forkserver's children, not ours: they report their own CPU.

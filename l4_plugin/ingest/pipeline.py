@@ -289,7 +289,11 @@ def ingest_streams(
     summary.skipped_files = len(skipped or [])
     parser = LineParser(known=load_known_templates(store))
     report = _ProgressReport(store, meta, progress)
-    scanned = scan_streams(streams, parser, workers=workers, progress=report)
+    # Without baselines a template's lines below the keep level are written only if it is
+    # rare (``_keeps_all``): the scanners need not keep samples of kinds they count more of.
+    nodes = len({s.node for s in streams})
+    limit = rare_limit(nodes) if baseline_templates is None else None
+    scanned = scan_streams(streams, parser, workers=workers, progress=report, rare_limit=limit)
     rollups, timeline = scanned.rollups, scanned.timeline
     summary.problems.extend(scanned.problems)
     summary.workers = scanned.workers
@@ -478,7 +482,7 @@ def doc_context(
         timeline,
         _buckets(found.iterations, found.first_iteration),
         found.totals,
-        max(20, len(rollups)),
+        rare_limit(len(rollups)),
         baseline_templates,
         named,
         majority,
@@ -505,6 +509,12 @@ def _group_times(
                 first_ms = moved = first_ms - 1
             last_ms = max(last_ms or 0, first_ms or 0) or None
     return first_ms, last_ms, moved
+
+
+def rare_limit(nodes: int) -> int:
+    """How often a template may be printed in a job of ``nodes`` nodes and still be rare: every
+    line of a rare template is written to ``l4-lines``, whatever its level."""
+    return max(20, nodes)
 
 
 def _keeps_all(ctx: DocContext, kind: LineKind, template: Template) -> bool:

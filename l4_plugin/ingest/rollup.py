@@ -292,6 +292,9 @@ class KindCache:
 
     def __init__(self) -> None:
         self.traits: dict[LineKind, Traits] = {}
+        #: Kinds below the keep level whose groups keep no sample lines any more: the owner
+        #: (``workers.Scanner``) knows each is printed too often to be rare in the job.
+        self.frequent: set[LineKind] = set()
 
     def compute(self, kind: LineKind, rules: StageRules) -> Traits:
         """The traits of ``kind`` (cached)."""
@@ -441,6 +444,7 @@ class NodeRollup:
         chain: tuple[GroupKey, Group, KeptLine | None, str, int, int | None, LineKind] | None = None
         traits_of = self.cache.traits.get
         compute = self.cache.compute
+        frequent = self.cache.frequent
         rules = self.rules
         runs = self.runs
         stage = "init"
@@ -526,7 +530,7 @@ class NodeRollup:
                         group.seconds_ns += round(seconds * 1e9)
                         group.seconds_n += 1
                     kept = group.kept
-                    if len(kept) < RARE_SAMPLE:
+                    if len(kept) < RARE_SAMPLE and kind not in frequent:
                         flags = ("truncated",) if long_lines and pos in long_lines else ()
                         at = block.offset(pos - first) if block is not None else None
                         kept.append(KeptLine(path, pos, raw, ts_ref, line_rank, flags, at))
@@ -672,7 +676,9 @@ class NodeRollup:
                     group.seconds_n += 1
                 kept = group.kept
                 n_kept = len(kept)
-                if n_kept < RARE_SAMPLE or (keep and n_kept < MAX_KEPT_PER_GROUP):
+                if (n_kept < RARE_SAMPLE and kind not in frequent) or (
+                    keep and n_kept < MAX_KEPT_PER_GROUP
+                ):
                     flags = ("truncated",) if long_lines and pos in long_lines else ()
                     if joined:
                         offset = tb_offset

@@ -165,10 +165,18 @@ class Scanner:
     across files; ``reported`` remembers which kinds' attributes already went to the reducer.
     """
 
-    def __init__(self, pinned: dict[str, LineKind] | None = None) -> None:
+    def __init__(
+        self, pinned: dict[str, LineKind] | None = None, rare_limit: int | None = None
+    ) -> None:
         self.parser = LineParser(mine=False, pinned=pinned)
         self.rules = StageRules.load()
         self.cache = KindCache()
+        # ``rare_limit``: a template printed at most this often in the job is rare, and only a
+        # rare one's lines below the keep level are written (``pipeline._keeps_all``, in a job
+        # ingested without baselines). A kind this scanner has counted more lines of is no
+        # rare template's: its groups stop keeping sample lines (None: they always keep them).
+        self.rare_limit = rare_limit
+        self.counted: dict[LineKind, int] = {}
         self.reported: set[str] = set()
         # Timeline transitions this scanner's partials already carried. The reducer merges
         # partials in job order and keeps a transition's first time, so a later partial of the
@@ -197,6 +205,8 @@ class Scanner:
                 rollup.scan(stream.path, stream.rank, tracked(), long_lines)
             except OSError as exc:
                 problems.append(f"cannot read {stream.path}: {exc.strerror}")
+        if self.rare_limit is not None:
+            self._drop_samples(rollup, self.rare_limit)
         part = rollup.partial(order)
         marked = self.marked
         part.marks = [mark for mark in part.marks if mark[0] not in marked]
@@ -209,6 +219,23 @@ class Scanner:
         part.specs = [kind_spec(k) for k in order if k.key not in reported]
         reported.update(spec[0] for spec in part.specs)
         return part
+
+    def _drop_samples(self, rollup: NodeRollup, limit: int) -> None:
+        """Count the rollup's lines per kind; the groups of a kind below the keep level that
+        this scanner has now counted more than ``limit`` lines of drop their sample lines (the
+        job prints it more often still), and its later groups keep none (``KindCache.frequent``).
+        What the documents hold is the same: such lines are never written."""
+        counted = self.counted
+        for (kind, _, _), group in rollup.groups.items():
+            counted[kind] = counted.get(kind, 0) + group.count
+        frequent = self.cache.frequent
+        for kind in {kind for kind, _, _ in rollup.groups}:
+            keep = self.cache.compute(kind, self.rules)[5]
+            if kind not in frequent and counted[kind] > limit and not keep:
+                frequent.add(kind)
+        for (kind, _, _), group in rollup.groups.items():
+            if kind in frequent and group.kept:
+                group.kept = []
 
     def scan_all(self, streams: list[LogStream], sizes: list[int]) -> list[FilePartial]:
         """Consecutive files, one partial per run of files of the same node."""
@@ -271,9 +298,9 @@ class _Task:
 _WORKER: Scanner | None = None
 
 
-def _init_worker() -> None:
+def _init_worker(rare_limit: int | None = None) -> None:
     global _WORKER
-    _WORKER = Scanner()
+    _WORKER = Scanner(rare_limit=rare_limit)
 
 
 def _scan_batch(tasks: list[_Task]) -> list[FilePartial]:
@@ -373,9 +400,13 @@ def scan_streams(
     *,
     workers: int | None = None,
     progress: Callable[[ScanProgress], None] | None = None,
+    rare_limit: int | None = None,
 ) -> ScanResult:
     """Scan every stream (in job order) into node rollups; ``parser`` gets the job's kinds in
-    the order a single process would create them (call ``parser.finish()`` afterwards)."""
+    the order a single process would create them (call ``parser.finish()`` afterwards).
+    ``rare_limit``: the job's (``pipeline.rare_limit``) when only rare templates' lines below
+    the keep level will be written, so that the scanners keep no samples of the others
+    (``Scanner``); None when every sample may be written (an ingest with baselines)."""
     sizes = _sizes(streams)
     n_workers = plan_workers(workers, streams, sizes)
     result = ScanResult({}, Timeline(), [], n_workers)
@@ -388,7 +419,7 @@ def scan_streams(
     done = 0
     # No garbage collection while the partials are unpickled (in the pool's thread) and merged.
     with gc_paused():
-        for part in _partials(streams, sizes, n_workers):
+        for part in _partials(streams, sizes, n_workers, rare_limit):
             these = streams[done : done + part.files]
             stale = divergent and any((part.worker, k) in divergent for k in part.kinds)
             if stale or _adopt(parser, part, divergent):
@@ -449,10 +480,12 @@ def _rescan(streams: list[LogStream], sizes: list[int], parser: LineParser) -> F
     return parts[0]
 
 
-def _partials(streams: list[LogStream], sizes: list[int], workers: int) -> Iterator[FilePartial]:
+def _partials(
+    streams: list[LogStream], sizes: list[int], workers: int, rare_limit: int | None = None
+) -> Iterator[FilePartial]:
     """The streams' partials in job order, from ``workers`` processes (1: in this process)."""
     if workers <= 1:
-        scanner = Scanner()
+        scanner = Scanner(rare_limit=rare_limit)
         for a, b in node_runs(streams):
             yield scanner.scan(streams[a:b], sizes[a:b])
         return
@@ -472,7 +505,9 @@ def _partials(streams: list[LogStream], sizes: list[int], workers: int) -> Itera
         batch_bytes += size
     ctx = _context()
     window = 2 * workers  # batches in flight: bounds the partials waiting in memory
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker) as pool:
+    with ProcessPoolExecutor(
+        workers, mp_context=ctx, initializer=_init_worker, initargs=(rare_limit,)
+    ) as pool:
         pending: deque[Future[list[FilePartial]]] = deque()
         todo = iter(batches)
         try:

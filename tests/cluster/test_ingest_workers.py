@@ -151,7 +151,7 @@ def test_a_worker_whose_first_line_of_a_kind_differs_is_rescanned(
     one = LineParser()
     single = scan_streams(streams, one, workers=1)
 
-    def two_workers(streams: list[Any], sizes: list[int], n: int) -> Any:
+    def two_workers(streams: list[Any], sizes: list[int], n: int, limit: int | None) -> Any:
         # Each file on a worker of its own: the second never saw node a's line.
         for i, stream in enumerate(streams):
             scanner = Scanner()

@@ -335,3 +335,41 @@ def test_a_majority_templates_lines_of_several_ranks_fold_into_one(tmp_path: Pat
     unfolded = replace(ctx, fold=False)
     _, lines = node_documents(unfolded, "gpu1", scanned.rollups["gpu1"])
     assert len(lines) == 8 + 3 and not any(F.FOLDED in d for _, d in lines)
+
+
+def test_scanners_keep_no_samples_no_rare_template_can_have(tmp_path: Path) -> None:
+    # Without baselines only a rare template's lines below the keep level are written. A scanner
+    # that has counted more lines of such a kind than the job's rare limit keeps no samples of
+    # it: the documents are the same, the partials smaller.
+    job_dir = tmp_path / "job"
+    for n in range(3):
+        lines = []
+        for i in range(30):
+            ts = f"2024-05-01 10:00:{i:02d},000"
+            lines.append(f"{ts} INFO step {i} consumed 512 samples")  # 90 lines: not rare
+            lines.append(f"{ts} WARNING slow dataloader at step {i}")  # warnings: always kept
+        lines.append("2024-05-01 10:01:00,000 INFO checkpoint 7 written")  # 3 lines: rare
+        path = job_dir / f"gpu{n}" / "rank0.log"
+        path.parent.mkdir(parents=True)
+        path.write_text("\n".join(lines) + "\n")
+    found = scan(job_dir, None, None)
+    limit = pipeline.rare_limit(3)
+    assert limit == 20
+
+    def documents(rare_limit: int | None) -> tuple[list[Any], int]:
+        parser = LineParser(known=[])
+        streams = file_streams(found.files, ReadLimits().max_file_size)
+        scanned = scan_streams(streams, parser, workers=1, rare_limit=rare_limit)
+        parser.finish()
+        survey_ = survey(scanned.rollups, scanned.timeline)
+        ctx = doc_context("k", "g", scanned.rollups, survey_, scanned.timeline, None)
+        kept = sum(len(g.kept) for r in scanned.rollups.values() for g in r.groups.values())
+        return [node_documents(ctx, n, r) for n, r in scanned.rollups.items()], kept
+
+    all_samples, kept_all = documents(None)
+    dropped, kept_fewer = documents(limit)
+    assert dropped == all_samples
+    assert kept_fewer < kept_all
+    lines = [d for _, node_lines in dropped for _, d in node_lines]
+    assert sum("checkpoint" in d["message"] for d in lines) == 3  # the rare one: every line
+    assert not any("consumed" in d["message"] for d in lines)
