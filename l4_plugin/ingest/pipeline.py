@@ -518,7 +518,11 @@ def rare_limit(nodes: int) -> int:
 
 
 def _keeps_all(ctx: DocContext, kind: LineKind, template: Template) -> bool:
-    """Whether every kept line of the template's groups becomes an ``l4-lines`` document."""
+    """Whether every kept line of the template's groups becomes an ``l4-lines`` document.
+
+    The scanners rely on it: without baselines they keep no samples of a kind below the keep
+    level once they have counted more than ``rare_limit`` of its lines (``workers.Scanner``).
+    Another reason to write such a template's lines must be known to them too."""
     return (
         kind.level in KEEP_LEVELS
         or kind.emitter in KEEP_EMITTERS
