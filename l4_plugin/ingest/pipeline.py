@@ -32,12 +32,11 @@ from l4_plugin.ingest.header import parse_time
 from l4_plugin.ingest.jobdir import JobMeta, ReadLimits, is_system_log, job_meta, scan
 from l4_plugin.ingest.parser import LineKind, LineParser
 from l4_plugin.ingest.rollup import (
-    KEEP_EMITTERS,
-    KEEP_LEVELS,
     RARE_SAMPLE,
     Group,
     KeptLine,
     NodeRollup,
+    kept_like_errors,
     time_ref,
 )
 from l4_plugin.ingest.sources import LogStream, file_streams, files_generation
@@ -524,8 +523,7 @@ def _keeps_all(ctx: DocContext, kind: LineKind, template: Template) -> bool:
     level once they have counted more than ``rare_limit`` of its lines (``workers.Scanner``).
     Another reason to write such a template's lines must be known to them too."""
     return (
-        kind.level in KEEP_LEVELS
-        or kind.emitter in KEEP_EMITTERS
+        kept_like_errors(kind)
         or ctx.totals[template.id] <= ctx.rare_limit
         or (ctx.baseline_templates is not None and template.id not in ctx.baseline_templates)
     )

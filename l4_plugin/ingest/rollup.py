@@ -305,7 +305,7 @@ class KindCache:
             cont = rules.continues(body)
             opener = rules.opens(body)
             is_tb = body.startswith(_TB_OPENERS)
-            keep = kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS
+            keep = kept_like_errors(kind)
             open_level = kind.level in _OPEN_LEVELS
             lane = 0  # the general path
             if not (cont or opener or is_tb or keep or open_level):
@@ -772,11 +772,15 @@ def _add(have: Group, later: Group, cap: int) -> None:
         have.kept.extend(later.kept[:room])
 
 
+def kept_like_errors(kind: LineKind) -> bool:
+    """Whether a kind's lines are kept as errors are (up to ``MAX_KEPT_PER_GROUP`` per group,
+    all of them written): an error or warning level, or a kernel, Slurm or syslog line."""
+    return kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS
+
+
 def kept_cap(kind: LineKind) -> int:
     """How many lines a group of this kind keeps (the condition of ``scan``, as a number)."""
-    if kind.level in KEEP_LEVELS or kind.emitter in KEEP_EMITTERS:
-        return MAX_KEPT_PER_GROUP
-    return RARE_SAMPLE
+    return MAX_KEPT_PER_GROUP if kept_like_errors(kind) else RARE_SAMPLE
 
 
 def _after_prefix(raw: str, prefix_end: int) -> str:

@@ -36,7 +36,7 @@ from typing import TypeVar
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.jobdir import LogFile
 from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser, kind_spec
-from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup
+from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup, kept_like_errors
 from l4_plugin.ingest.sources import LogStream, bounded_blocks
 from l4_plugin.ingest.stages import StageRules
 from l4_plugin.ingest.timeline import MarkKey, Timeline
@@ -230,8 +230,7 @@ class Scanner:
             counted[kind] = counted.get(kind, 0) + group.count
         frequent = self.cache.frequent
         for kind in {kind for kind, _, _ in rollup.groups}:
-            keep = self.cache.compute(kind, self.rules)[5]
-            if kind not in frequent and counted[kind] > limit and not keep:
+            if kind not in frequent and counted[kind] > limit and not kept_like_errors(kind):
                 frequent.add(kind)
         for (kind, _, _), group in rollup.groups.items():
             if kind in frequent and group.kept:
