@@ -9,6 +9,12 @@ the parser dedups on ``key`` and runs the regexes (~40 MB/s each on digit-dense 
 for every line) only on distinct keys. The price: digits that no rule masks (``fp16``, ``c10d``,
 versions) read as ``0`` in templates (``fp00``), which also keeps such templates stable across
 nodes and releases.
+
+``normalise_hex`` (on in the shipped rules) goes one step further for the lines that are new:
+every hexadecimal literal written as a word of its own (``0x7f3a…``) reads as ``0x0`` before the
+rules run. The parser looks a new key's folded form up (``Masker.fold``) before it runs the
+regexes: NCCL prints a pointer unique to each rank and communicator in its ``comm 0x…`` lines,
+so without it a job's distinct keys, and its masking, grow with its ranks.
 """
 
 from __future__ import annotations
@@ -28,6 +34,9 @@ from l4_plugin.resources import data_path
 from l4_plugin.yamldoc import compose, read_text
 
 _GROUP_REF = re.compile(r"\\(\d+)|\\g<(\w+)>")
+#: A hexadecimal literal that is a word of its own (``normalise_hex``), and what it reads as.
+_HEX_LITERAL = re.compile(r"\b0[xX][0-9a-fA-F]+\b")
+_HEX_FOLDED = "0x0"
 _DIGITS = str.maketrans("123456789", "000000000")
 #: One rule's prefilter: texts of which a match must contain one, for each inner tuple.
 Needs = tuple[tuple[str, ...], ...]
@@ -51,9 +60,12 @@ class MaskRule:
 class Masker:
     """Applies an ordered list of masking rules to a line or to a newline-joined chunk of lines."""
 
-    def __init__(self, rules: Sequence[MaskRule], normalise_digits: bool = True) -> None:
+    def __init__(
+        self, rules: Sequence[MaskRule], normalise_digits: bool = True, normalise_hex: bool = False
+    ) -> None:
         self.rules = tuple(rules)
         self.normalise_digits = normalise_digits
+        self.normalise_hex = normalise_hex
         # Digits an ASCII text can hold when a rule runs: only "0" once they are normalised,
         # unless a replacement writes another digit (group references copy the text's own).
         written = "".join(_GROUP_REF.sub("", rule.replace) for rule in self.rules)
@@ -72,17 +84,28 @@ class Masker:
         """
         path = path if path is not None else data_path("ingest", "masking.yaml")
         text = read_text(path, ConfigError, "masking rules")
-        rules, normalise_digits = parse_rules(text, str(path))
-        return cls(rules, normalise_digits)
+        rules, normalise_digits, normalise_hex = parse_rules(text, str(path))
+        return cls(rules, normalise_digits, normalise_hex)
 
     def key(self, text: str) -> str:
         """The cheap dedup key of ``text`` (digits normalised); ``mask(key(x)) == mask(x)``."""
         return digit_key(text) if self.normalise_digits else text
 
+    def fold(self, key: str) -> str:
+        """A coarser dedup key of a ``key`` (one regex pass, for keys not seen before): its hex
+        literals read as ``0x0`` when ``normalise_hex``; ``mask(fold(k)) == mask(k)``."""
+        if self.normalise_hex and ("0x" in key or "0X" in key):
+            return _HEX_LITERAL.sub(_HEX_FOLDED, key)
+        return key
+
     def mask(self, text: str) -> str:
         """Return ``text`` with every rule applied in order; newlines are never added or removed."""
         if self.normalise_digits:
             text = text.translate(_DIGITS)
+        return self.mask_folded(self.fold(text))
+
+    def mask_folded(self, text: str) -> str:
+        """``mask`` of a text already normalised (``fold(key(x))``): the rules alone."""
         for pattern, replace, needs in self._compiled:
             # A rule that cannot match is skipped: on ASCII text (``isascii`` is O(1)) every
             # match holds one of each of its ``needs`` (``required_texts``). Most distinct lines
@@ -101,8 +124,9 @@ class Masker:
         return text
 
 
-def parse_rules(text: str, source: str = "<string>") -> tuple[list[MaskRule], bool]:
-    """Parse the YAML text of a masking file into (rules, normalise_digits), validating all."""
+def parse_rules(text: str, source: str = "<string>") -> tuple[list[MaskRule], bool, bool]:
+    """Parse the YAML text of a masking file into (rules, normalise_digits, normalise_hex),
+    validating all."""
     try:
         root = compose(text)
     except yaml.YAMLError as exc:
@@ -113,22 +137,22 @@ def parse_rules(text: str, source: str = "<string>") -> tuple[list[MaskRule], bo
     if not isinstance(root, yaml.MappingNode):
         raise ConfigError(f"masking rules must be a mapping with a 'rules' list — {source}")
     rules_node = None
-    normalise_digits = True
+    switches = {"normalise_digits": True, "normalise_hex": False}
     for key, value in root.value:
         name = key.value if isinstance(key, yaml.ScalarNode) else None
         if name == "rules":
             rules_node = value
-        elif name == "normalise_digits":
+        elif name in switches:
             if not isinstance(value, yaml.ScalarNode) or value.value not in ("true", "false"):
                 raise ConfigError(
-                    f"'normalise_digits' must be true or false — "
+                    f"{name!r} must be true or false — "
                     f"{source}:{value.start_mark.line + 1} — got {value.value!r}"
                 )
-            normalise_digits = value.value == "true"
+            switches[name] = value.value == "true"
         else:
             raise ConfigError(
                 f"unknown key {name!r} in masking rules — {source}:{key.start_mark.line + 1} — "
-                "allowed: normalise_digits, rules"
+                "allowed: normalise_digits, normalise_hex, rules"
             )
     if not isinstance(rules_node, yaml.SequenceNode):
         line = root.start_mark.line + 1
@@ -163,7 +187,7 @@ def parse_rules(text: str, source: str = "<string>") -> tuple[list[MaskRule], bo
         rule = MaskRule(name, fields["pattern"], fields["replace"], where)
         _compile(rule)
         rules.append(rule)
-    return rules, normalise_digits
+    return rules, switches["normalise_digits"], switches["normalise_hex"]
 
 
 def _compile(rule: MaskRule) -> re.Pattern[str]:

@@ -87,6 +87,7 @@ class LineParser:
         self._pinned = pinned
         self._by_key: dict[str, LineKind] = {}
         self._by_masked: dict[str, LineKind] = {}
+        self._by_folded: dict[str, str] = {}  # a folded key's masked line (``_masked``)
         self._handles: list[tuple[LineKind, int]] = []
 
     @property
@@ -139,8 +140,7 @@ class LineParser:
             new = [key for key in dict.fromkeys(keys) if key in fresh]
             # First raw line of every new key, at C speed: reversed so the earliest one wins.
             first = dict(zip(reversed(keys), reversed(lines), strict=True))
-        # The regexes run once over all new keys of the chunk, not once per key.
-        masked = self.masker.mask("\n".join(new)).split("\n")
+        masked = self._masked(new)
         by_masked = self._by_masked
         for key, masked_line in zip(new, masked, strict=True):
             kind = by_masked.get(masked_line)
@@ -154,6 +154,21 @@ class LineParser:
             # keys per kind); dropping it bounds memory without changing any result.
             by_key.clear()
         return result, keys if exact else None
+
+    def _masked(self, new: list[str]) -> list[str]:
+        """The masked line of each new key. Keys the masker folds alike (``Masker.fold``: hex
+        literals) mask alike, so the regexes run once per folded key, over all the chunk's new
+        ones at once."""
+        masker = self.masker
+        folded = masker.fold("\n".join(new)).split("\n")
+        by_folded = self._by_folded
+        if len(by_folded) > MAX_CACHED_KEYS:
+            by_folded.clear()  # a cache too, like by_key
+        todo = [key for key in dict.fromkeys(folded) if key not in by_folded]
+        if todo:
+            masked = masker.mask_folded("\n".join(todo)).split("\n")
+            by_folded.update(zip(todo, masked, strict=True))
+        return list(map(by_folded.__getitem__, folded))
 
     def finish(self) -> None:
         """Resolve ``template`` of every kind to its final Drain template (stable id)."""

@@ -277,3 +277,36 @@ def test_prefilter_digits_a_replacement_writes() -> None:
     masker = Masker(rules)
     assert masker.mask("x1x") == _unfiltered(masker, "x1x") == "7<S>"
     assert masker.mask("ax") == _unfiltered(masker, "ax") == "a7"
+
+
+def test_hex_folding_changes_no_shipped_mask(masker: Masker) -> None:
+    """``normalise_hex`` (on in the shipped rules) only lets the parser mask fewer keys: random
+    lines full of hex literals in every position the rules look at (inside paths, URLs, host
+    names, host:port, NCCL prefixes, next to sizes and units) mask as they do without it."""
+    plain = Masker(masker.rules, masker.normalise_digits, normalise_hex=False)
+    assert masker.normalise_hex and not plain.normalise_hex
+    rng = random.Random(17)
+    pieces = [*"0123456789abcdefABCDEFxX:-./[]_ ,<>=\\@+%\t", "0x", "0X", "0x7f3a2b", "0xDEAD"]
+    pieces += ["0xdeadbeef", "0x1f", "://", "node-", ":29500", " [3] ", ":1234:5678", "MB", "ms"]
+    pieces += [" B", "e+", ".py", ".c", ".cc", "localhost", "rank ", "[rank", "default", "é"]
+    pieces += ["2024-05-03", " 10:11:12", "E1023", "/data/", "May  3", "g", "_"]
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(1, 24)))
+        assert masker.mask(text) == plain.mask(text), text
+    assert masker.fold("comm 0x7f3a2b rank 0 commId 0xDEADbeef0 x0x1") == (
+        "comm 0x0 rank 0 commId 0x0 x0x1"
+    )
+
+
+def test_hex_switch_is_read_and_checked(tmp_path: Path) -> None:
+    path = tmp_path / "masking.yaml"
+    rule = "rules:\n  - name: hex\n    pattern: '0x[0-9a-f]+'\n    replace: '<H>'\n"
+    path.write_text(rule)
+    assert not Masker.load(path).normalise_hex
+    path.write_text("normalise_hex: true\n" + rule)
+    folding = Masker.load(path)
+    assert folding.normalise_hex
+    assert folding.fold("p 0xab12") == "p 0x0" and folding.mask("p 0xab12") == "p <H>"
+    path.write_text("normalise_hex: yes please\n" + rule)
+    with pytest.raises(ConfigError, match=r"'normalise_hex' must be true or false.*yaml:1"):
+        Masker.load(path)

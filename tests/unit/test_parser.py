@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from l4_plugin.errors import IngestError
+from l4_plugin.ingest.masking import Masker
 from l4_plugin.ingest.parser import LineParser, parse_file, read_blocks
 
 
@@ -131,3 +132,36 @@ def test_block_keys_are_those_of_the_lines_the_parser_sees(tmp_path: Path) -> No
     [(seen, kinds, _, _, keys)] = list(chunks(stream, fresh, [], set()))
     assert keys == [fresh.masker.key(line) for line in seen]
     assert [k.key for k in kinds] == [k.key for k in LineParser().feed(seen)]
+
+
+class _CountingMasker(Masker):
+    """The shipped rules, counting the keys the regexes run over."""
+
+    def __init__(self) -> None:
+        shipped = Masker.load()
+        super().__init__(shipped.rules, shipped.normalise_digits, shipped.normalise_hex)
+        self.masked: list[str] = []
+
+    def mask_folded(self, text: str) -> str:
+        self.masked.extend(text.split("\n"))
+        return super().mask_folded(text)
+
+
+def test_keys_that_fold_alike_are_masked_once() -> None:
+    """NCCL's per-rank ``comm 0x…`` pointers: one regex pass for every key that folds alike,
+    the same kinds as masking each key."""
+    lines = [
+        "node-a07:1234:5678 [3] NCCL INFO comm 0x7f3a2b00 rank 3 nranks 16 - Init START",
+        "node-a07:1234:5679 [4] NCCL INFO comm 0x5e1c9d00 rank 4 nranks 16 - Init START",
+        "node-a07:1234:5680 [5] NCCL INFO comm 0xabcdef12 rank 5 nranks 16 - Init START",
+        "node-a07:1234:5681 [6] NCCL INFO comm 0x0 rank 6 nranks 16 - Init START",
+    ]
+    masker = _CountingMasker()
+    parser = LineParser(masker)
+    first = parser.feed(lines[:2])
+    rest = parser.feed(lines[2:])
+    assert len({id(k) for k in first + rest}) == 1
+    # one key (then the body of its one kind), not four
+    assert len(masker.masked) == 2 and "0x0" in masker.masked[0]
+    unfolded = LineParser(Masker(masker.rules, True, False)).feed(lines)
+    assert [k.key for k in first + rest] == [k.key for k in unfolded]
