@@ -40,7 +40,7 @@ from l4_plugin.ingest.rollup import (
     time_ref,
 )
 from l4_plugin.ingest.sources import LogStream, file_streams, files_generation
-from l4_plugin.ingest.stages import StageRules
+from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.ingest.templates import template_from_dict
 from l4_plugin.ingest.timeline import UNPLACED, Timeline
 from l4_plugin.ingest.workers import ScanProgress, map_in_workers, scan_streams
@@ -330,7 +330,7 @@ def _write_full_lines(
     Memory stays bounded: documents go to the cluster in bulk chunks of ``FULL_CHUNK`` as the
     lines are read. Ids are (job, node, file, line): a re-ingest overwrites, never duplicates.
     """
-    rules = StageRules.load()
+    rules = default_stage_rules()
     docs: list[tuple[str, dict[str, Any]]] = []
     written = 0
 

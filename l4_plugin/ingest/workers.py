@@ -38,7 +38,7 @@ from l4_plugin.ingest.jobdir import LogFile
 from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser, kind_spec
 from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup, kept_like_errors
 from l4_plugin.ingest.sources import LogStream, bounded_blocks
-from l4_plugin.ingest.stages import StageRules
+from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.ingest.timeline import MarkKey, Timeline
 
 FEED_LINES = 65_536
@@ -47,9 +47,11 @@ _Out = TypeVar("_Out")
 #: A job smaller than this per worker is scanned with fewer workers (a worker process costs
 #: ~0.3 s to start; a small job is done before it would have helped).
 AUTO_BYTES_PER_WORKER = 32 << 20
-#: Files go to the workers in contiguous batches of about this size (fewer round trips).
+#: Files go to the workers in contiguous batches of about this size (fewer round trips)...
 BATCH_BYTES = 8 << 20
 BATCH_FILES = 256
+#: ...and of at most a share of what is left to batch (``_batches``), no smaller than this.
+MIN_BATCH_BYTES = 256 << 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +171,7 @@ class Scanner:
         self, pinned: dict[str, LineKind] | None = None, rare_limit: int | None = None
     ) -> None:
         self.parser = LineParser(mine=False, pinned=pinned)
-        self.rules = StageRules.load()
+        self.rules = default_stage_rules()
         self.cache = KindCache()
         # ``rare_limit``: a template printed at most this often in the job is rare, and only a
         # rare one's lines below the keep level are written (``pipeline._keeps_all``, in a job
@@ -409,7 +411,7 @@ def scan_streams(
     sizes = _sizes(streams)
     n_workers = plan_workers(workers, streams, sizes)
     result = ScanResult({}, Timeline(), [], n_workers)
-    rules = StageRules.load()
+    rules = default_stage_rules()
     total_bytes = sum(sizes)
     divergent: set[tuple[int, str]] = set()
     lines = done_bytes = 0
@@ -479,6 +481,37 @@ def _rescan(streams: list[LogStream], sizes: list[int], parser: LineParser) -> F
     return parts[0]
 
 
+def _batches(streams: list[LogStream], sizes: list[int], workers: int) -> list[list[_Task]]:
+    """The streams cut into contiguous batches for ``workers`` processes.
+
+    A batch ends at a node's last file when it can: the worker then sends one partial per node
+    (its files merged), not one per file. Batches shrink towards the end (guided scheduling):
+    each holds at most ``BATCH_BYTES`` and half a worker's share of the bytes not yet batched,
+    so that the workers run out of work together instead of one finishing a full batch alone.
+    """
+    left = sum(sizes)
+    limit = _batch_limit(left, workers)
+    batches: list[list[_Task]] = [[]]
+    batch_bytes = 0
+    for s, size in zip(streams, sizes, strict=True):
+        assert s.file is not None
+        batch = batches[-1]
+        full = batch_bytes + size > limit or len(batch) >= BATCH_FILES
+        too_full = batch_bytes + size > 4 * limit or len(batch) >= 4 * BATCH_FILES
+        if batch and ((full and batch[-1].node != s.node) or too_full):
+            batches.append([])
+            batch_bytes = 0
+            limit = _batch_limit(left, workers)
+        batches[-1].append(_Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.max_bytes))
+        batch_bytes += size
+        left -= size
+    return batches
+
+
+def _batch_limit(left: int, workers: int) -> int:
+    return max(MIN_BATCH_BYTES, min(BATCH_BYTES, left // (2 * workers)))
+
+
 def _partials(
     streams: list[LogStream], sizes: list[int], workers: int, rare_limit: int | None = None
 ) -> Iterator[FilePartial]:
@@ -488,20 +521,7 @@ def _partials(
         for a, b in node_runs(streams):
             yield scanner.scan(streams[a:b], sizes[a:b])
         return
-    # Batches end at a node's last file when they can: the worker then sends one partial per
-    # node (its files merged), not one per file.
-    batches: list[list[_Task]] = [[]]
-    batch_bytes = 0
-    for s, size in zip(streams, sizes, strict=True):
-        assert s.file is not None
-        batch = batches[-1]
-        full = batch_bytes + size > BATCH_BYTES or len(batch) >= BATCH_FILES
-        too_full = batch_bytes + size > 4 * BATCH_BYTES or len(batch) >= 4 * BATCH_FILES
-        if batch and ((full and batch[-1].node != s.node) or too_full):
-            batches.append([])
-            batch_bytes = 0
-        batches[-1].append(_Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.max_bytes))
-        batch_bytes += size
+    batches = _batches(streams, sizes, workers)
     ctx = _context()
     window = 2 * workers  # batches in flight: bounds the partials waiting in memory
     with ProcessPoolExecutor(

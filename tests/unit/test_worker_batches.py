@@ -1,0 +1,39 @@
+"""How the scan cuts a job's files into batches for its worker processes."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+from l4_plugin.ingest import workers
+from l4_plugin.ingest.sources import LogStream
+
+
+def _streams(nodes: int, files: int) -> list[LogStream]:
+    return [
+        LogStream(f"n{n:03d}", r, f"n{n:03d}/rank{r}.log", lambda: iter(()), Path(f"/j/{n}/{r}"))
+        for n in range(nodes)
+        for r in range(files)
+    ]
+
+
+def test_batches_keep_order_and_nodes_and_shrink_towards_the_end() -> None:
+    streams = _streams(64, 4)
+    sizes = [1 << 20] * len(streams)  # 256 MB in 1 MB files
+    batches = workers._batches(streams, sizes, 2)
+    assert [t.path for b in batches for t in b] == [s.path for s in streams]
+    # every batch but the last ends at a node's last file
+    assert all(b[-1].node != later[0].node for b, later in itertools.pairwise(batches))
+    mb = [sum(t.size for t in b) >> 20 for b in batches]
+    assert mb[0] == 8  # BATCH_BYTES while much is left
+    assert mb[-1] <= 4 and mb[-2] <= 4  # the last ones a few files each (1 MB per file here)
+    assert mb == sorted(mb, reverse=True)
+    assert len(batches) < 64  # not one batch per node
+
+
+def test_a_small_job_is_cut_into_small_batches() -> None:
+    streams = _streams(8, 2)
+    sizes = [300 << 10] * len(streams)  # 4.7 MB: a share per worker, not one 8 MB batch
+    batches = workers._batches(streams, sizes, 2)
+    assert len(batches) >= 4
+    assert [t.path for b in batches for t in b] == [s.path for s in streams]
