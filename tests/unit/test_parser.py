@@ -134,6 +134,32 @@ def test_block_keys_are_those_of_the_lines_the_parser_sees(tmp_path: Path) -> No
     assert [k.key for k in kinds] == [k.key for k in LineParser().feed(seen)]
 
 
+def test_block_offsets_and_keys_whatever_the_bytes(tmp_path: Path) -> None:
+    """Each line's byte offset and digit key, asked in order, out of order, of ASCII blocks and
+    of blocks with NULs, CRs or bytes that are not UTF-8: what the file's bytes say."""
+    from l4_plugin.ingest.masking import digit_key
+    from l4_plugin.ingest.parser import Block, _block
+
+    bodies = [
+        b"step 12 ok\nstep 345 ok\n\nlast 6",
+        b"nul\x00 7 here\nstep 8\nend 9",
+        b"caf\xc3\xa9 10\nbad \xff\xfe 11\nstep 12",
+        b"crlf 13\r\nbar 14\rbar 15\nend 16",
+    ]
+    for data in bodies:
+        parts = data.split(b"\n")
+        want = [100 + sum(len(x) + 1 for x in parts[:i]) for i in range(len(parts))]
+        block = _block(data, 100)
+        keys = block.digit_keys()
+        if keys is not None:  # a block with CRs: the parser keys its cleaned lines itself
+            assert keys == [digit_key(line) for line in block.lines]
+        assert [block.offset(i) for i in range(len(want))] == want
+        again = _block(data, 100)
+        order = [2, 0, 1, *range(len(want))]
+        assert [again.offset(i) for i in order] == [want[i] for i in order]
+        assert Block(list(block.lines)).offset(0) is None
+
+
 class _CountingMasker(Masker):
     """The shipped rules, counting the keys the regexes run over."""
 
