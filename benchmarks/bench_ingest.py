@@ -10,8 +10,14 @@ Two kinds of job:
 MB, wall and CPU seconds (this process and its workers), lines/s, MB/s, lines/s per CPU-second,
 parallel efficiency against the first worker count (by wall time and by CPU), peak RSS of L4
 (reducer, largest worker) and of the cluster, and index documents per raw line.
+``--rounds R`` measures the worker counts R times, interleaved, and adds their median walls (a
+shared machine's speed wanders by more than the differences measured). ``--ceiling`` (with
+``--parse-only``) measures in each round what the machine itself gives two processes: two
+independent one-worker parses of the job at once, started together, against one alone. Their
+efficiency is the best any split of the work can reach by wall time on these cores.
 Usage: python benchmarks/bench_ingest.py [--nodes 64] [--iterations 2000] [--workers 1,2]
        python benchmarks/bench_ingest.py --realistic /tmp/dev-26 --repeat 20 --parse-only
+       python benchmarks/bench_ingest.py --realistic /tmp/dev-26 --parse-only --rounds 5 --ceiling
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ import argparse
 import gzip
 import os
 import resource
+import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -104,6 +112,40 @@ def parse_only(job: Path, workers: int) -> dict[str, float]:
     }
 
 
+def pair_walls(job: Path) -> list[float]:
+    """Two independent one-worker parses of ``job`` at once (two processes, each discovers the
+    job first, then both start on a signal): the wall of each."""
+    cmd = [sys.executable, __file__, "--pair-child", str(job)]
+    children = [
+        subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    for child in children:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    walls = []
+    for child in children:
+        out, _ = child.communicate()
+        walls.append(float(out.split()[-1]))
+    return walls
+
+
+def _pair_child(job: Path) -> None:
+    files = discover(job)
+    parser = LineParser()
+    limit = rare_limit(len({f.node for f in files}))
+    streams = file_streams(files)
+    print("ready", flush=True)
+    sys.stdin.readline()
+    t0 = time.monotonic()
+    scan_streams(streams, parser, workers=1, rare_limit=limit)
+    parser.finish()
+    print(f"wall {time.monotonic() - t0:.4f}", flush=True)
+
+
 def end_to_end(job: Path, workers: int) -> dict[str, float]:
     """``ingest_job`` into a fresh embedded cluster."""
     files = discover(job)
@@ -143,7 +185,15 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=10, help="--realistic: copies of each file")
     ap.add_argument("--workers", default="1,2", help="worker counts to measure, e.g. 1,2")
     ap.add_argument("--parse-only", action="store_true", help="no cluster: read, mask, scan, Drain")
+    ap.add_argument("--rounds", type=int, default=1, help="measure each worker count N times")
+    ap.add_argument(
+        "--ceiling", action="store_true", help="--parse-only: two one-worker parses at once too"
+    )
+    ap.add_argument("--pair-child", type=Path, help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.pair_child:
+        _pair_child(args.pair_child)
+        return
     with tempfile.TemporaryDirectory(prefix="l4-bench-") as tmp:
         t0 = time.monotonic()
         if args.realistic:
@@ -166,8 +216,15 @@ def main() -> None:
             print(f"simulate: {time.monotonic() - t0:.1f} s")
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         first: tuple[int, float, float] | None = None
-        for n in (int(w) for w in args.workers.split(",")):
+        walls: dict[str, list[float]] = {}
+        counts = [int(w) for w in args.workers.split(",")] * args.rounds
+        for i, n in enumerate(counts):
+            if args.ceiling and args.parse_only and i % (len(counts) // args.rounds) == 0:
+                pair = pair_walls(job)
+                walls.setdefault("pair", []).append(sum(pair) / 2)
+                print(f"two one-worker parses at once: {pair[0]:.2f} s and {pair[1]:.2f} s wall")
             r = parse_only(job, n) if args.parse_only else end_to_end(job, n)
+            walls.setdefault(str(n), []).append(r["wall"])
             rate = r["lines"] / r["wall"]
             first = first or (n, rate, r["cpu"])
             efficiency = rate / (first[1] * n / first[0])
@@ -199,8 +256,36 @@ def main() -> None:
                 )
                 steps = ", ".join(f"{k[5:]} {v:.2f} s" for k, v in r.items() if k[:5] == "step ")
                 print(f"  wall per step: {steps}")
+        if args.rounds > 1 or args.ceiling:
+            _medians(walls, int(counts[0]))
         me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         print(f"L4 peak RSS of this process (reducer, all runs): {me:,.0f} MB")
+
+
+def _medians(walls: dict[str, list[float]], base: int) -> None:
+    """The median wall of each worker count over the rounds, the parallel efficiency from the
+    medians, and the machine's own (two independent parses at once)."""
+    med = {k: statistics.median(v) for k, v in walls.items()}
+    ref = med[str(base)] * base
+    for k, v in walls.items():
+        if k == "pair":
+            continue
+        n = int(k)
+        runs = ", ".join(f"{x:.2f}" for x in v)
+        print(
+            f"median of {len(v)} runs, workers={n}: {med[k]:.2f} s wall (runs: {runs}); "
+            f"parallel efficiency {ref / (n * med[k]):.0%}"
+        )
+    if "pair" in med:
+        ceiling = ref / med["pair"]
+        print(
+            f"median of {len(walls['pair'])} pairs, two one-worker parses at once: "
+            f"{med['pair']:.2f} s wall each; the machine's own efficiency at two processes "
+            f"{ceiling:.0%}"
+        )
+        for k in med:
+            if k not in ("pair", str(base)) and int(k) == 2:
+                print(f"  workers=2 reach {ref / (2 * med[k]) / ceiling:.0%} of it")
 
 
 if __name__ == "__main__":
