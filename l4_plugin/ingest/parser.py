@@ -28,6 +28,7 @@ from l4_plugin.records import ParsedLine, Template
 # and keeping megabyte keys per distinct line would cost memory for nothing.
 MAX_LINE_CHARS = 16_384
 MAX_CACHED_KEYS = 1_000_000
+MAX_FOLDED_KEYS = 250_000  # ``LineParser._masked``'s cache, a second one in front of by_masked
 _READ_BYTES = 4 << 20
 _FEED_LINES = 65_536
 #: Up to this many new keys in a chunk, ``feed_keyed`` finds each with ``list.index``.
@@ -162,8 +163,8 @@ class LineParser:
         masker = self.masker
         folded = masker.fold("\n".join(new)).split("\n")
         by_folded = self._by_folded
-        if len(by_folded) > MAX_CACHED_KEYS:
-            by_folded.clear()  # a cache too, like by_key
+        if len(by_folded) > MAX_FOLDED_KEYS:
+            by_folded.clear()  # a cache too, like by_key: memory stays bounded
         todo = [key for key in dict.fromkeys(folded) if key not in by_folded]
         if todo:
             masked = masker.mask_folded("\n".join(todo)).split("\n")

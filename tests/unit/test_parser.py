@@ -191,3 +191,16 @@ def test_keys_that_fold_alike_are_masked_once() -> None:
     assert len(masker.masked) == 2 and "0x0" in masker.masked[0]
     unfolded = LineParser(Masker(masker.rules, True, False)).feed(lines)
     assert [k.key for k in first + rest] == [k.key for k in unfolded]
+
+
+def test_the_folded_keys_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from l4_plugin.ingest import parser as parser_module
+
+    lines = [f"n:1:{i} [0] NCCL INFO comm 0x{i:x}ab rank {i} - Init START" for i in range(50)]
+    lines += [f"step {i} done" for i in range(50)]
+    kept = LineParser()
+    want = [k.key for k in kept.feed(lines[:60])] + [k.key for k in kept.feed(lines[60:])]
+    monkeypatch.setattr(parser_module, "MAX_FOLDED_KEYS", 1)
+    small = LineParser()
+    got = [k.key for k in small.feed(lines[:60])] + [k.key for k in small.feed(lines[60:])]
+    assert got == want and len(small._by_folded) <= 2 < len(kept._by_folded)
