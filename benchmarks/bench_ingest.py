@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -83,13 +84,18 @@ def realistic_job(cases: Path, out: Path, repeat: int) -> None:
             target.write_bytes(gzip.compress(data, 6) if compressed else data)
 
 
-def parse_only(job: Path, workers: int) -> dict[str, float]:
+def parse_only(
+    job: Path, workers: int, before: Callable[[], object] | None = None
+) -> dict[str, float]:
     """Read, mask, scan and Drain every file of ``job`` (no cluster), as ``l4 ingest`` without
-    baselines does: the scanners keep no samples of the kinds no rare template can have."""
+    baselines does: the scanners keep no samples of the kinds no rare template can have.
+    ``before`` is called between the discovery and the timed part."""
     disc0, wall0 = _cpu(), time.monotonic()
     files = discover(job)
     discovery, discovery_wall = _cpu() - disc0, time.monotonic() - wall0
     size = sum(f.path.stat().st_size for f in files)
+    if before is not None:
+        before()
     cpu0, t0 = _cpu(), time.monotonic()
     parser = LineParser()
     limit = rare_limit(len({f.node for f in files}))
@@ -134,16 +140,11 @@ def pair_walls(job: Path) -> list[float]:
 
 
 def _pair_child(job: Path) -> None:
-    files = discover(job)
-    parser = LineParser()
-    limit = rare_limit(len({f.node for f in files}))
-    streams = file_streams(files)
-    print("ready", flush=True)
-    sys.stdin.readline()
-    t0 = time.monotonic()
-    scan_streams(streams, parser, workers=1, rare_limit=limit)
-    parser.finish()
-    print(f"wall {time.monotonic() - t0:.4f}", flush=True)
+    def ready() -> None:
+        print("ready", flush=True)
+        sys.stdin.readline()
+
+    print(f"wall {parse_only(job, 1, before=ready)['wall']:.4f}", flush=True)
 
 
 def end_to_end(job: Path, workers: int) -> dict[str, float]:
@@ -217,9 +218,10 @@ def main() -> None:
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
         first: tuple[int, float, float] | None = None
         walls: dict[str, list[float]] = {}
-        counts = [int(w) for w in args.workers.split(",")] * args.rounds
+        per_round = [int(w) for w in args.workers.split(",")]
+        counts = per_round * args.rounds
         for i, n in enumerate(counts):
-            if args.ceiling and args.parse_only and i % (len(counts) // args.rounds) == 0:
+            if args.ceiling and args.parse_only and i % len(per_round) == 0:  # a round starts
                 pair = pair_walls(job)
                 walls.setdefault("pair", []).append(sum(pair) / 2)
                 print(f"two one-worker parses at once: {pair[0]:.2f} s and {pair[1]:.2f} s wall")
@@ -283,9 +285,8 @@ def _medians(walls: dict[str, list[float]], base: int) -> None:
             f"{med['pair']:.2f} s wall each; the machine's own efficiency at two processes "
             f"{ceiling:.0%}"
         )
-        for k in med:
-            if k not in ("pair", str(base)) and int(k) == 2:
-                print(f"  workers=2 reach {ref / (2 * med[k]) / ceiling:.0%} of it")
+        if "2" in med and base != 2:
+            print(f"  workers=2 reach {ref / (2 * med['2']) / ceiling:.0%} of it")
 
 
 if __name__ == "__main__":
