@@ -30,7 +30,7 @@ from l4_plugin.analysis.fusion import is_flagged
 from l4_plugin.analysis.tables import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
 from l4_plugin.errors import AnalysisError
 from l4_plugin.records import host_shapes, level_label, may_name_a_node
-from l4_plugin.store import Store, generations, jobs, packs
+from l4_plugin.store import Store, generations, jobs, line_packs, packs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
 from l4_plugin.store.jobs import JobRecord
@@ -583,6 +583,14 @@ def _aggregate_pool_counts(
 _TELLING_CHOICES = 5  # lines of one node and template among which ``telling`` chooses
 
 
+def _filter_nodes(node_filter: dict[str, Any] | None) -> list[str]:
+    """The nodes a ``term``/``terms`` filter on ``host.name`` names, in order."""
+    if node_filter is None:
+        return []
+    value = next(iter(node_filter.values()))["host.name"]
+    return [str(n) for n in value] if isinstance(value, list) else [str(value)]
+
+
 def find_sample_lines(
     store: Store,
     job: JobDoc,
@@ -643,13 +651,18 @@ def find_sample_lines(
                             "@timestamp",
                             "log.file.path",
                             F.LINE,
+                            F.PACK,
+                            F.NODES,
                         ],
                     }
                 }
             },
             page_size=_PAGE,
         ):
-            sources = [h.get("_source", {}) for h in b.get("x", {}).get("hits", {}).get("hits", [])]
+            hits = b.get("x", {}).get("hits", {}).get("hits", [])
+            # A pack (store/line_packs.py) as the line of the node asked for, else its earliest.
+            asked = _filter_nodes(node_filter)
+            sources = [line_packs.own_line(h.get("_source", {}), asked) for h in hits]
             if sources:
                 told = [x for x in sources if telling and telling(str(x.get("message") or ""))]
                 out[str(b["key"]["t"])] = (told or sources)[0]

@@ -47,7 +47,7 @@ from l4_plugin.ingest.workers import ScanProgress, map_in_workers, scan_streams
 from l4_plugin.ingest.workers import chunks as _chunks
 from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.records import Level, Template, host_shapes, may_name_a_node
-from l4_plugin.store import Store, generations, jobs, packs
+from l4_plugin.store import Store, generations, jobs, line_packs, packs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
 from l4_plugin.store.jobs import JobRecord
@@ -658,11 +658,15 @@ def _line_order(k: _Kept) -> tuple[int, str, int]:
     return (k.ms or 0, k.line.path, k.line.line)
 
 
-def node_documents(ctx: DocContext, node: str, rollup: NodeRollup) -> tuple[list[Doc], list[Doc]]:
-    """One node's ``l4-events`` rollups and ``l4-lines`` kept lines: (events, lines).
+def node_documents(
+    ctx: DocContext, node: str, rollup: NodeRollup
+) -> tuple[list[Doc], list[Doc], list[Doc]]:
+    """One node's ``l4-events`` rollups and ``l4-lines`` kept lines: (events, lines, shared).
 
     Groups of the same template, stage and iteration bucket merge into one event document (the
-    node is in its key, so a node's event documents are complete here).
+    node is in its key, so a node's event documents are complete here). ``shared`` are the
+    kept lines below the error level of a template nearly every node prints: the write step
+    packs those of many nodes into one document (``store/line_packs.py``).
     """
     merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
     kept: dict[str, list[_Kept]] = {}
@@ -691,15 +695,17 @@ def node_documents(ctx: DocContext, node: str, rollup: NodeRollup) -> tuple[list
             level = Level.parse(kind.level)
             below = level is not None and not level.is_error  # says so; no level: may be an error
             below_error[template.id] = below_error.get(template.id, True) and below
-    lines = [
-        _line_doc(ctx, node, tid, k)
-        for tid, ks in kept.items()
-        for k in _trim_kept(ctx, tid, ks, below_error[tid])
-    ]
+    lines: list[Doc] = []
+    shared: list[Doc] = []
+    for tid, ks in kept.items():
+        below = below_error[tid]
+        # The majority never holds a template that may name a node (``doc_context``).
+        out = shared if ctx.fold and below and tid in ctx.majority else lines
+        out.extend(_line_doc(ctx, node, tid, k) for k in _trim_kept(ctx, tid, ks, below))
     events = [
         (_doc_id(ctx.job_id, ctx.generation, *key), _finish_event(d)) for key, d in merged.items()
     ]
-    return events, lines
+    return events, lines, shared
 
 
 def _finish_event(doc: dict[str, Any]) -> dict[str, Any]:
@@ -843,11 +849,12 @@ def _write(
     )  # fmt: skip
     kept_docs: list[Doc] = []  # --full: written after the raw lines
     all_events: list[Doc] = []
+    all_shared: list[Doc] = []
     totals = EventTotals()
     built = _built_documents(ctx, rollups, summary.workers)  # forks before the writer starts
     # Documents go to the cluster from the writer's thread while the next node's are built.
     with BulkWriter(store) as writer:  # stopped (not left waiting) if building fails
-        for events, lines in built:
+        for events, lines, shared in built:
             for doc_id, doc in lines:
                 if full_streams is not None:
                     kept_docs.append((doc_id, doc))
@@ -855,7 +862,10 @@ def _write(
                     writer.add(store.names.lines, doc_id, doc)
             totals.add(events)
             all_events.extend(events)
-        # The healthy majority's rollups: one document for the nodes that agree (packs.py).
+            all_shared.extend(shared)  # none with --full (ctx.fold is off)
+        # The healthy majority's lines and rollups: one document for the nodes that agree.
+        for doc_id, doc in line_packs.pack_lines(all_shared, _doc_id):
+            writer.add(store.names.lines, doc_id, doc)
         for doc_id, doc in packs.pack_events(all_events, _doc_id):
             writer.add(store.names.events, doc_id, doc)
         handed = time.monotonic()
@@ -893,7 +903,7 @@ _FORKED: tuple[DocContext, dict[str, NodeRollup]] | None = None
 
 def _built_documents(
     ctx: DocContext, rollups: dict[str, NodeRollup], workers: int
-) -> Iterator[tuple[list[Doc], list[Doc]]]:
+) -> Iterator[tuple[list[Doc], list[Doc], list[Doc]]]:
     """Every node's ``node_documents``, in node order.
 
     A job of at least ``PARALLEL_GROUPS`` rollup groups is built by ``workers`` processes: the
@@ -924,7 +934,7 @@ def _collect(
     first: list[str],
     pending: list[Any],
     pool: Any,
-) -> Iterator[tuple[list[Doc], list[Doc]]]:
+) -> Iterator[tuple[list[Doc], list[Doc], list[Doc]]]:
     try:
         for node in first:
             yield node_documents(ctx, node, rollups[node])
@@ -957,7 +967,7 @@ def _forked_builder() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _build_run(nodes: list[str]) -> list[tuple[list[Doc], list[Doc]]]:
+def _build_run(nodes: list[str]) -> list[tuple[list[Doc], list[Doc], list[Doc]]]:
     """In a forked child: the documents of a run of nodes."""
     assert _FORKED is not None  # the parent's, as it was when this process was forked
     ctx, rollups = _FORKED

@@ -316,7 +316,14 @@ def samples_body(
                         "top_hits": {
                             "size": size,
                             "sort": [{"@timestamp": {"order": "asc", "missing": "_last"}}],
-                            "_source": ["message", "host.name", F.RANK, "@timestamp"],
+                            "_source": [
+                                "message",
+                                "host.name",
+                                F.RANK,
+                                "@timestamp",
+                                F.PACK,
+                                F.NODES,
+                            ],
                         }
                     }
                 },

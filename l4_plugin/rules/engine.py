@@ -19,7 +19,7 @@ import hashlib
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -42,7 +42,8 @@ from l4_plugin.rules.render import render
 from l4_plugin.rules.resolver import MessageResolver, TextValue, needs_resolution
 from l4_plugin.rules.schema import SEVERITIES
 from l4_plugin.store import fields as F
-from l4_plugin.store import generations, packs
+from l4_plugin.store import generations, line_packs, packs
+from l4_plugin.store.documents import source_field
 
 _NODE_SOURCE = [{"node": {"terms": {"field": "host.name"}}}]
 # One page for jobs of up to this many nodes: every page re-runs the query and aggregations.
@@ -131,6 +132,11 @@ def _aggregate(facts: Iterable[SelectionFacts]) -> SelectionFacts:
     )
 
 
+def _one_node(facts: Iterable[SelectionFacts]) -> SelectionFacts:
+    """Facts of one node's lines read in parts (its own documents and the packs it is in)."""
+    return replace(_aggregate(facts), nodes=1)
+
+
 class JobFacts:
     """Cluster look-ups for one job, cached across the rules matched against it."""
 
@@ -155,6 +161,7 @@ class JobFacts:
         self.planning: list[Query] | None = None
         self._registered: tuple[list[str] | None] | None = None
         self._silent: dict[float, dict[str, float]] = {}
+        self._has_line_packs: bool | None = None
         self.messages = (
             MessageResolver(store, store.names.lines, self.scope) if resolve_messages else None
         )
@@ -333,7 +340,7 @@ class JobFacts:
         for bucket in self.store.composite(
             self.store.names.lines,
             _NODE_SOURCE,
-            query=candidate_query(self.scope, live),
+            query=candidate_query(packs.without_packs(self.scope), live),
             aggs=facts_aggregations(live),
             page_size=2000,
         ):
@@ -349,6 +356,44 @@ class JobFacts:
                         first_ts=_seconds(agg["first"]["value"]),
                         last_ts=_seconds(max((v for v in lasts if v is not None), default=None)),
                     )
+        self._add_line_packs(live)
+
+    def _add_line_packs(self, live: Mapping[str, Query]) -> None:
+        """Add to ``_facts`` what the line packs (``store/line_packs.py``) the selections match
+        say of each of their nodes: its own line, time and folded ranks, as if unpacked."""
+        if self._has_line_packs is None:
+            self._has_line_packs = bool(
+                self.store.count(self.store.names.lines, packs.only_packs(self.scope))
+            )
+        if not self._has_line_packs:
+            return
+        named = [{"bool": {"filter": [q], "_name": key}} for key, q in live.items()]
+        body = {
+            "query": {
+                "bool": {
+                    "filter": [packs.only_packs(self.scope)],
+                    "should": named,
+                    "minimum_should_match": 1,
+                }
+            },
+            "sort": ["_doc"],
+            "_source": [F.PACK, F.FOLDED],
+        }
+        for hit in self.store.search_after(self.store.names.lines, body, page_size=1000):
+            src = hit.get("_source", {})
+            folded = int(source_field(src, F.FOLDED) or 0)
+            for member in line_packs.members(src):
+                ends = [t for t in (member.ms, member.until) if t is not None]
+                own = SelectionFacts(
+                    count=1 + folded,
+                    nodes=1,
+                    first_ts=_seconds(member.ms),
+                    last_ts=_seconds(max(ends)) if ends else None,
+                )
+                for key in hit.get("matched_queries", ()):
+                    if key in live:
+                        facts = self._facts[key]
+                        facts[member.node] = _one_node([facts.get(member.node, _NONE), own])
 
     def node_facts(self, queries: Mapping[str, Query]) -> dict[str, dict[str, SelectionFacts]]:
         """Per node, per selection: count and first/last time of the matching lines."""
@@ -380,7 +425,7 @@ class JobFacts:
             response = self.store.search(
                 self.store.names.lines, samples_body(self.scope, live, scope)
             )
-            return {name: _sample_rows(response, name) for name in live}
+            return {name: _sample_rows(response, name, scope) for name in live}
         keys = {name: _query_key(q) for name, q in live.items()}
         if self.planning is not None:
             self.planning.extend(q for name, q in live.items() if keys[name] not in self._samples)
@@ -399,11 +444,15 @@ class JobFacts:
             self._samples[key] = _sample_rows(response, key)
 
 
-def _sample_rows(response: Mapping[str, Any], name: str) -> tuple[dict[str, Any], ...]:
+def _sample_rows(
+    response: Mapping[str, Any], name: str, nodes: Sequence[str] = ()
+) -> tuple[dict[str, Any], ...]:
+    """The sample lines of one selection; a pack's is the line of the first of ``nodes`` it
+    holds, else its earliest node's."""
     hits = response.get("aggregations", {}).get(name, {}).get("hits", {})
     rows = []
     for hit in hits.get("hits", {}).get("hits", []):
-        src = hit.get("_source", {})
+        src = line_packs.own_line(hit.get("_source", {}), nodes)
         host = src.get("host", {}).get("name") if "host" in src else src.get("host.name")
         rank = src.get(F.ROOT, {}).get("rank") if F.ROOT in src else src.get(F.RANK)
         rows.append(

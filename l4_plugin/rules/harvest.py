@@ -21,7 +21,7 @@ from l4_plugin.records import Level
 from l4_plugin.rules.compiler import job_filter
 from l4_plugin.rules.port import RuleStorePort
 from l4_plugin.store import fields as F
-from l4_plugin.store import generations
+from l4_plugin.store import generations, line_packs
 from l4_plugin.store.documents import source_field
 
 MAX_EVENTS = 3
@@ -82,10 +82,10 @@ def _first_line(store: RuleStorePort, job_id: str, template_id: str) -> dict[str
             "bool": {"filter": [_scope(store, job_id), {"term": {F.TEMPLATE_ID: template_id}}]}
         },
         "sort": [{"@timestamp": {"order": "asc", "missing": "_last"}}],
-        "_source": ["message", "log.level", F.STAGE, "host.name"],
+        "_source": ["message", "log.level", F.STAGE, "host.name", F.PACK, F.NODES],
     }
     hits = _hits(store, store.names.lines, body)
-    return dict(hits[0].get("_source", {})) if hits else {}
+    return line_packs.own_line(dict(hits[0].get("_source", {}))) if hits else {}
 
 
 def _event(

@@ -16,6 +16,7 @@ from l4_plugin.rules import (
     run_rule_tests,
 )
 from l4_plugin.store import IndexNames, OpenSearchStore, Store
+from l4_plugin.store import fields as F
 
 LIBRARY = load_rules()
 
@@ -184,3 +185,45 @@ def test_rule_tests_see_what_the_production_ingest_records(store: Store, tmp_pat
     )
     results = run_rule_tests(store, rules)
     assert [r.passed for r in results] == [True, True], [str(r) for r in results]
+
+
+def test_rules_see_each_nodes_own_line_in_a_pack(store: Store, tmp_path: Path) -> None:
+    # Every node prints the same warning (but for its digits): the ingest packs those lines
+    # into one document (store/line_packs.py). The rules must still see each node's own time
+    # and count: n2's warning is 56 s before its error, the pack's earliest (n0's) 65 s.
+    warn = "2024-05-01 10:00:0{s} WARNING dataloader batch {s} took {s} s on worker {s}"
+    nodes = {f"n{i}": [warn.format(s=i)] for i in range(6)}
+    nodes["n2"] = [warn.format(s=9), "2024-05-01 10:01:05 ERROR E2 boom"]
+    nodes["n5"].append("2024-05-01 10:05:00 WARNING dataloader batch 77 took 77 s on worker 7")
+    _ingest(store, "job-p", nodes)
+    job = {"term": {F.JOB_ID: "job-p"}}
+    packed = {"bool": {"filter": [job, {"exists": {"field": F.NODES}}]}}
+    assert store.count(store.names.lines, packed) == 1  # every node's first warning
+    assert store.count(store.names.lines, job) == 3  # and n5's second, n2's error
+    windowed = _rule(
+        tmp_path,
+        "scope: node\nwindow: 1m\ndetection:\n  w:\n    message|contains: dataloader\n"
+        "  e2:\n    message|contains: E2\n  condition: w then e2\n",
+    )
+    [match] = match_job(store, "job-p", windowed)
+    assert match.nodes == ("n2",)
+    counted = _rule(
+        tmp_path,
+        "scope: node\ndetection:\n  w:\n    message|contains: dataloader\n"
+        "  condition: count(w) >= 2\n",
+    )
+    [match] = match_job(store, "job-p", counted)
+    assert match.nodes == ("n5",) and match.counts == {"w": 2}
+    assert {s["node"] for s in match.samples["w"]} == {"n5"}  # n5's own lines, not n0's
+    everywhere = _rule(
+        tmp_path,
+        "scope: node\ndetection:\n  w:\n    message|contains: dataloader\n  condition: w\n",
+    )
+    [match] = match_job(store, "job-p", everywhere)
+    assert match.nodes == tuple(f"n{i}" for i in range(6)) and match.counts == {"w": 7}
+    guarded = _rule(
+        tmp_path,
+        "scope: node\nmax_node_fraction: 0.5\ndetection:\n  w:\n    message|contains: dataloader\n"
+        "  condition: w\n",
+    )
+    assert match_job(store, "job-p", guarded) == []  # printed everywhere: not a local fault

@@ -125,7 +125,8 @@ def test_builders_make_the_documents_without_a_server(tmp_path: Path) -> None:
     totals = EventTotals()
     all_events = []
     for node, rollup in rollups.items():
-        events, lines = node_documents(ctx, node, rollup)
+        events, own, shared = node_documents(ctx, node, rollup)
+        lines = own + shared
         totals.add(events)
         all_events.extend(events)
         assert all(d[F.JOB_ID] == "b1" and d["host.name"] == node for _, d in events + lines)
@@ -217,8 +218,8 @@ def test_kept_lines_below_error_are_trimmed_but_errors_and_addresses_are_not(
     scanned, ctx = _scanned_dir(job_dir)
     kept: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for node, rollup in scanned.rollups.items():
-        events, lines = node_documents(ctx, node, rollup)
-        for _, d in lines:
+        events, own, shared = node_documents(ctx, node, rollup)
+        for _, d in own + shared:
             kept.setdefault((node, d["message"].split(" ")[3]), []).append(d)
         assert sum(d[F.COUNT] for _, d in events) == rollup.lines  # events count every line
     assert {len(kept[(f"gpu{n}", "dataloader")]) for n in range(4)} == {3}
@@ -321,20 +322,21 @@ def test_a_majority_templates_lines_of_several_ranks_fold_into_one(tmp_path: Pat
         )
     scanned, ctx = _scanned_dir(job_dir)
     for node, rollup in scanned.rollups.items():
-        _, lines = node_documents(ctx, node, rollup)
-        cascade = [d for _, d in lines if "collective" in d["message"]]
+        _, own, shared = node_documents(ctx, node, rollup)
+        cascade = [d for _, d in own + shared if "collective" in d["message"]]
         # Two rounds (each rank's first and second line), one line each for the four ranks.
         assert len(cascade) == 2 and {d.get(F.FOLDED) for d in cascade} == {3}
         assert {d[F.RANK] for d in cascade} == {0}  # the earliest rank's line stands for all
         assert {d[F.UNTIL] - d["@timestamp"] for d in cascade} == {3000}  # the last rank's
-        assert len([d for _, d in lines if "worker" in d["message"]]) == 3  # no rank: as is
-        other = [d for _, d in lines if "broadcast" in d["message"]]
+        assert len([d for _, d in own + shared if "worker" in d["message"]]) == 3  # no rank: as is
+        other = [d for _, d in own + shared if "broadcast" in d["message"]]
         assert len(other) == (1 if node == "gpu0" else 0)
         assert not any(F.FOLDED in d for d in other)
     # With --full every raw line is indexed: nothing folds.
     unfolded = replace(ctx, fold=False)
-    _, lines = node_documents(unfolded, "gpu1", scanned.rollups["gpu1"])
+    _, lines, shared = node_documents(unfolded, "gpu1", scanned.rollups["gpu1"])
     assert len(lines) == 8 + 3 and not any(F.FOLDED in d for _, d in lines)
+    assert shared == []  # nor packs across nodes
 
 
 def test_scanners_keep_no_samples_no_rare_template_can_have(tmp_path: Path) -> None:
@@ -370,6 +372,6 @@ def test_scanners_keep_no_samples_no_rare_template_can_have(tmp_path: Path) -> N
     dropped, kept_fewer = documents(limit)
     assert dropped == all_samples
     assert kept_fewer < kept_all
-    lines = [d for _, node_lines in dropped for _, d in node_lines]
+    lines = [d for _, own, shared in dropped for _, d in own + shared]
     assert sum("checkpoint" in d["message"] for d in lines) == 3  # the rare one: every line
     assert not any("consumed" in d["message"] for d in lines)
