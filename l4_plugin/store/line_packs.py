@@ -32,11 +32,9 @@ from typing import Any
 
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
+from l4_plugin.store.packs import pack_columns, packed
 
 Doc = tuple[str, dict[str, Any]]
-
-# At most this many nodes in one pack (as for event packs): no document grows with the job.
-MAX_PACK_NODES = 256
 
 _DIGITS = re.compile(r"\d+")
 # What the lines of a pack share (besides their message up to its digits).
@@ -95,19 +93,7 @@ def pack_lines(lines: Iterable[Doc], doc_id: Callable[..., str]) -> list[Doc]:
         k = nth[(*sig, node)]
         nth[(*sig, node)] = k + 1
         groups[(*sig, k)].append(doc)
-    out: list[Doc] = []
-    for key, docs in groups.items():
-        if len(docs) < 2:
-            out.extend(docs)
-            continue
-        docs.sort(key=lambda d: str(d[1]["host.name"]))
-        for start in range(0, len(docs), MAX_PACK_NODES):
-            chunk = [d for _, d in docs[start : start + MAX_PACK_NODES]]
-            if len(chunk) == 1:
-                out.append(docs[start])
-                continue
-            out.append((doc_id("line-pack", *key, start), _pack(chunk)))
-    return out
+    return packed(groups, _pack, lambda key, start: doc_id("line-pack", *key, start))
 
 
 def _pack(docs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -133,15 +119,7 @@ def is_pack(src: dict[str, Any]) -> bool:
 
 def members(src: dict[str, Any]) -> Iterator[MemberLine]:
     """The nodes' own lines of one pack's ``_source`` (nothing for a line of one node)."""
-    pack = source_field(src, F.PACK) or {}
-    hosts = pack.get("hosts") or []
-    n = len(hosts)
-
-    def column(key: str) -> list[Any]:
-        values = pack.get(key)
-        return list(values) if isinstance(values, list) and len(values) == n else [None] * n
-
-    cols = {key: column(key) for _, key in _OWN}
+    hosts, cols = pack_columns(src, [key for _, key in _OWN])
     for i, host in enumerate(hosts):
         yield MemberLine(
             node=str(host),

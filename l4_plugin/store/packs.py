@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import struct
 from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -81,18 +81,29 @@ def pack_events(events: Iterable[Doc], doc_id: Callable[..., str]) -> list[Doc]:
     groups: dict[tuple[Any, ...], list[Doc]] = defaultdict(list)
     for doc in events:
         groups[_signature(doc[1])].append(doc)
+    return packed(groups, _pack, lambda key, start: doc_id("pack", *key, start))
+
+
+def packed(
+    groups: Mapping[tuple[Any, ...], list[Doc]],
+    pack: Callable[[list[dict[str, Any]]], dict[str, Any]],
+    pack_id: Callable[[tuple[Any, ...], int], str],
+) -> list[Doc]:
+    """Each group's documents (one per node) as ``pack`` documents of up to ``MAX_PACK_NODES``
+    nodes, in node order, named ``pack_id(key, first)``; a group or last chunk of one node as
+    it is (also for ``store/line_packs.py``)."""
     out: list[Doc] = []
-    for signature, docs in groups.items():
+    for key, docs in groups.items():
         if len(docs) < 2:
             out.extend(docs)
             continue
-        docs.sort(key=lambda d: str(d[1]["host.name"]))
+        docs = sorted(docs, key=lambda d: str(d[1]["host.name"]))
         for start in range(0, len(docs), MAX_PACK_NODES):
             chunk = [d for _, d in docs[start : start + MAX_PACK_NODES]]
             if len(chunk) == 1:
                 out.append(docs[start])
                 continue
-            out.append((doc_id("pack", *signature, start), _pack(chunk)))
+            out.append((pack_id(key, start), pack(chunk)))
     return out
 
 
@@ -192,15 +203,7 @@ def read_packs(
 
 def unpack(src: dict[str, Any]) -> Iterator[NodeRollup]:
     """The nodes' shares of one pack document's ``_source``."""
-    pack = source_field(src, F.PACK) or {}
-    hosts = pack.get("hosts") or []
-    n = len(hosts)
-
-    def column(key: str) -> list[Any]:
-        values = pack.get(key)
-        return list(values) if isinstance(values, list) and len(values) == n else [None] * n
-
-    cols = {key: column(key) for _, key in _OWN}
+    hosts, cols = pack_columns(src, [key for _, key in _OWN])
 
     def shared(name: str) -> Any:
         return source_field(src, name)
@@ -224,6 +227,22 @@ def unpack(src: dict[str, Any]) -> Iterator[NodeRollup]:
             path=None if cols["paths"][i] is None else str(cols["paths"][i]),
             message=None if cols["messages"][i] is None else str(cols["messages"][i]),
         )
+
+
+def pack_columns(
+    src: dict[str, Any], keys: Iterable[str]
+) -> tuple[list[Any], dict[str, list[Any]]]:
+    """A pack's nodes (``l4.pack.hosts``) and its per-node columns of ``keys``, one value per
+    node (all None for a column missing or of another length)."""
+    pack = source_field(src, F.PACK) or {}
+    hosts = list(pack.get("hosts") or [])
+    n = len(hosts)
+
+    def column(key: str) -> list[Any]:
+        values = pack.get(key)
+        return list(values) if isinstance(values, list) and len(values) == n else [None] * n
+
+    return hosts, {key: column(key) for key in keys}
 
 
 def _int(value: Any) -> int | None:

@@ -6,7 +6,8 @@ from typing import Any
 
 from l4_plugin.store import fields as F
 from l4_plugin.store import line_packs
-from l4_plugin.store.line_packs import MAX_PACK_NODES, members, own_line, pack_lines
+from l4_plugin.store.line_packs import members, own_line, pack_lines
+from l4_plugin.store.packs import MAX_PACK_NODES
 
 
 def _doc_id(*parts: object) -> str:
