@@ -583,14 +583,6 @@ def _aggregate_pool_counts(
 _TELLING_CHOICES = 5  # lines of one node and template among which ``telling`` chooses
 
 
-def _filter_nodes(node_filter: dict[str, Any] | None) -> list[str]:
-    """The nodes a ``term``/``terms`` filter on ``host.name`` names, in order."""
-    if node_filter is None:
-        return []
-    value = next(iter(node_filter.values()))["host.name"]
-    return [str(n) for n in value] if isinstance(value, list) else [str(value)]
-
-
 def find_sample_lines(
     store: Store,
     job: JobDoc,
@@ -617,13 +609,16 @@ def find_sample_lines(
         return {}
     out: dict[str, dict[str, Any]] = {}
     preferred = list(prefer_nodes)
-    passes: list[dict[str, Any] | None] = [{"term": {"host.name": n}} for n in preferred[:3]]
+    # (filter, the nodes it asks for): a pack (store/line_packs.py) reads as their line.
+    passes: list[tuple[dict[str, Any] | None, list[str]]] = [
+        ({"term": {"host.name": n}}, [n]) for n in preferred[:3]
+    ]
     if preferred[3:]:
-        passes.append({"terms": {"host.name": preferred[3:]}})
+        passes.append(({"terms": {"host.name": preferred[3:]}}, preferred[3:]))
     recent: list[dict[str, Any] | None] = [None]
     if recent_from is not None and math.isfinite(recent_from):
         recent.insert(0, {"range": {"@timestamp": {"gte": int(recent_from * 1000)}}})
-    for node_filter, time_filter in itertools.product([*passes, None], recent):
+    for (node_filter, asked), time_filter in itertools.product([*passes, (None, [])], recent):
         todo = [t for t in wanted if t not in out]
         if not todo:
             break
@@ -660,8 +655,6 @@ def find_sample_lines(
             page_size=_PAGE,
         ):
             hits = b.get("x", {}).get("hits", {}).get("hits", [])
-            # A pack (store/line_packs.py) as the line of the node asked for, else its earliest.
-            asked = _filter_nodes(node_filter)
             sources = [line_packs.own_line(h.get("_source", {}), asked) for h in hits]
             if sources:
                 told = [x for x in sources if telling and telling(str(x.get("message") or ""))]

@@ -32,7 +32,7 @@ from typing import Any
 
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
-from l4_plugin.store.packs import pack_columns, packed
+from l4_plugin.store.packs import int_or_none, pack_columns, packed
 
 Doc = tuple[str, dict[str, Any]]
 
@@ -124,12 +124,12 @@ def members(src: dict[str, Any]) -> Iterator[MemberLine]:
         yield MemberLine(
             node=str(host),
             message=str(cols["messages"][i] or ""),
-            ms=_int(cols["times"][i]),
-            until=_int(cols["untils"][i]),
-            rank=_int(cols["ranks"][i]),
+            ms=int_or_none(cols["times"][i]),
+            until=int_or_none(cols["untils"][i]),
+            rank=int_or_none(cols["ranks"][i]),
             path=None if cols["paths"][i] is None else str(cols["paths"][i]),
-            line=_int(cols["lines"][i]),
-            offset=_int(cols["offsets"][i]),
+            line=int_or_none(cols["lines"][i]),
+            offset=int_or_none(cols["offsets"][i]),
         )
 
 
@@ -156,12 +156,10 @@ def own_line(src: dict[str, Any], prefer: Sequence[str] = ()) -> dict[str, Any]:
         F.LINE: chosen.line,
         "log.offset": chosen.offset,
     }
+    own[F.UNTIL] = chosen.until
     for name, value in own.items():
-        if name in out or source_field(src, name) is not None:
+        if name in out:
             out[name] = value
-    out.pop(F.UNTIL, None)
-    if chosen.until is not None:
-        out[F.UNTIL] = chosen.until
     return {k: v for k, v in out.items() if v is not None}
 
 
@@ -175,7 +173,3 @@ def _flat(src: dict[str, Any], prefix: str = "") -> dict[str, Any]:
         else:
             out[name] = value
     return out
-
-
-def _int(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) else None

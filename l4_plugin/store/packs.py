@@ -216,11 +216,11 @@ def unpack(src: dict[str, Any]) -> Iterator[NodeRollup]:
             template_text=str(shared(F.TEMPLATE_TEXT) or ""),
             stage=str(shared(F.STAGE)),
             level=None if level is None else str(level),
-            iteration=_int(shared(F.ITERATION)),
-            span=_int(shared(F.ITERATION_SPAN)),
+            iteration=int_or_none(shared(F.ITERATION)),
+            span=int_or_none(shared(F.ITERATION_SPAN)),
             count=int(shared(F.COUNT) or 0),
-            first_ts=_int(cols["first"][i]),
-            last_ts=_int(cols["last"][i]),
+            first_ts=int_or_none(cols["first"][i]),
+            last_ts=int_or_none(cols["last"][i]),
             first_pos=int(cols["first_pos"][i] or 0),
             last_pos=int(cols["last_pos"][i] or 0),
             seconds=_float32(cols["seconds"][i]),
@@ -245,7 +245,8 @@ def pack_columns(
     return hosts, {key: column(key) for key in keys}
 
 
-def _int(value: Any) -> int | None:
+def int_or_none(value: Any) -> int | None:
+    """A stored number as an int (times, positions, ranks), None for anything else."""
     return int(value) if isinstance(value, int | float) else None
 
 
