@@ -220,8 +220,15 @@ def rank_prefix_cached(line: str, shape: bytes | str | None = None) -> tuple[int
         # A known shape first: one lookup of a hash already computed, then the rank's digits.
         spans = _RANK_SHAPES.get(shape)
         if spans is not None:
-            if spans[0] == 1:  # the rank's own digits (``_rank_of``, inlined)
+            # ``_rank_of``, inlined: the rank's own digits, or the cached rank of a launcher
+            # prefix ("[default3]:[rank3]:"), whose text repeats on every line of the rank.
+            how = spans[0]
+            if how == 1:
                 return int(line[spans[1] : spans[2]]), spans[3]
+            if how == 2:
+                rank = _PREFIX_RANKS.get(line[spans[1] : spans[2]])
+                if rank is not None:
+                    return rank, spans[3]
             return _rank_of(line, spans)
     if line.startswith("[rank"):
         # "[rankN]:" alone costs less than the line's shape.
@@ -452,6 +459,44 @@ def _timed(
     return ts
 
 
+def second_of(line: str, default_year: int, shape: bytes | str | None = None) -> int | None:
+    """``int(parse_time(line, default_year, shape))``, remembered by the text the time is read
+    from up to its whole second (and its zone): what the scan keys a marker-less file's lines
+    by. Stamped lines come many to a second, on every rank, and the conversion costs more than
+    the lookup.
+
+    Exact: the lines of one digit shape read their time from the same spans of the same plan
+    (``parse_time``), two lines with the same text there differ at most in the fraction, and a
+    fraction of at most six digits never carries a non-negative time into the next second (a
+    double holds 1e-6 at up to 2**32 s). Other shapes (no plan, a longer fraction, a format
+    whose fields are not listed in ``_SECOND_FIELDS``) take ``parse_time`` every time."""
+    if shape is None:
+        shape = digit_shape(line)
+    spans = _SECOND_SPANS.get(shape)
+    if spans is None:
+        spans = _second_spans(line, default_year, shape)
+    if spans is _NO_SPANS:
+        ts = parse_time(line, default_year, shape)
+        return int(ts) if ts is not None else None
+    convert, a, b, za, zb = spans
+    key = (convert, default_year, line[a:b], line[za:zb])
+    second = _SECONDS.get(key)
+    if second is not None:
+        return second
+    pattern, pos, _ = _TIME_PLANS.get(shape) or _time_plan(line, default_year, shape)
+    m = pattern.match(line, pos)
+    ts = convert(m, default_year) if m is not None else None
+    if ts is None or ts < 0:
+        # an impossible date (parse_time takes the long way) or a time before the epoch
+        # (``int`` rounds it up): not remembered
+        ts = parse_time(line, default_year, shape)
+        return int(ts) if ts is not None else None
+    if len(_SECONDS) >= _MAX_SECONDS:
+        _SECONDS.clear()
+    second = _SECONDS[key] = int(ts)
+    return second
+
+
 def _t_iso(m: re.Match[str], year: int) -> float | None:
     return _iso_groups(m.groups())
 
@@ -478,6 +523,40 @@ def _t_cann_plain(m: re.Match[str], year: int) -> float | None:
 
 def _t_cann_code(m: re.Match[str], year: int) -> float | None:
     return _cann_groups(m.groups()[1:])
+
+
+#: The match groups a plan's conversion reads (first field, seconds, fraction, zone; 0: none).
+_SECOND_FIELDS: dict[Callable[[re.Match[str], int], float | None], tuple[int, int, int, int]] = {
+    _t_iso: (1, 6, 7, 8),
+    _t_bracket_iso: (1, 6, 7, 8),
+    _t_hf: (2, 7, 8, 9),
+    _t_glog: (2, 6, 7, 0),
+}
+_SecondSpans = tuple[Callable[[re.Match[str], int], float | None], int, int, int, int]
+_NO_SPANS: _SecondSpans = (_t_iso, 0, 0, 0, 0)
+_SECOND_SPANS: dict[bytes | str, _SecondSpans] = {}
+_SECONDS: dict[tuple[object, int, str, str], int] = {}
+_MAX_SECONDS = 65_536
+
+
+def _second_spans(line: str, year: int, shape: bytes | str) -> _SecondSpans:
+    """Where ``second_of`` reads the lines of ``line``'s shape: the text from the time's first
+    field to its seconds, and its zone (``_NO_SPANS``: no such plan)."""
+    plan = _TIME_PLANS.get(shape) or _time_plan(line, year, shape)
+    spans = _NO_SPANS
+    fields = _SECOND_FIELDS.get(plan[2]) if plan is not _NO_PLAN else None
+    m = plan[0].match(line, plan[1]) if fields is not None else None
+    if fields is not None and m is not None:
+        first, seconds, fraction, zone = fields
+        fa, fb = m.span(fraction)
+        if fb - fa <= 6:
+            za, zb = m.span(zone) if zone else (0, 0)
+            za, zb = (za, zb) if za >= 0 else (0, 0)
+            spans = (plan[2], m.start(first), m.end(seconds), za, zb)
+    if len(_SECOND_SPANS) >= _MAX_TIME_PLANS:
+        _SECOND_SPANS.clear()
+    _SECOND_SPANS[shape] = spans
+    return spans
 
 
 _Parsed = tuple[float | None, str | None, str | None, int, str, int | None]

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from l4_plugin.ingest.header import digit_shape, parse_time, rank_prefix_cached
+from l4_plugin.ingest.header import digit_shape, rank_prefix_cached, second_of
 from l4_plugin.ingest.parser import Block, KindSpec, LineKind
 from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
 from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
@@ -511,9 +511,9 @@ class NodeRollup:
                             and pos - slot_pos >= SLOT_EVERY
                         ):
                             slot_ref, slot_pos = ts_ref, pos
-                            ts = parse_time(ts_ref, _SLOT_YEAR, ts_shape)
-                            if ts is not None:
-                                slot = int(ts)
+                            second = second_of(ts_ref, _SLOT_YEAR, ts_shape)
+                            if second is not None:
+                                slot = second
                         key = (kind, _UNPLACED[stage], slot)
                     else:
                         key = (kind, stage, iteration)
@@ -623,9 +623,9 @@ class NodeRollup:
                     and (keep or pos - slot_pos >= SLOT_EVERY)
                 ):
                     slot_ref, slot_pos = ts_ref, pos
-                    ts = parse_time(ts_ref, _SLOT_YEAR, ts_shape)
-                    if ts is not None:
-                        slot = int(ts)
+                    second = second_of(ts_ref, _SLOT_YEAR, ts_shape)
+                    if second is not None:
+                        slot = second
                 if unplaced:
                     key_stage, key_it = _UNPLACED[stage], slot
                     if keep and not kind.has_timestamp:

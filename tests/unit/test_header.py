@@ -385,6 +385,9 @@ def test_a_status_code_after_a_time_is_not_a_rank() -> None:
     assert h.rank is None and h.timestamp == T0
 
 
+_ZEROS = str.maketrans("123456789", "000000000")
+
+
 @pytest.mark.parametrize(
     "raw",
     [
@@ -414,9 +417,12 @@ def test_a_status_code_after_a_time_is_not_a_rank() -> None:
     ],
 )
 def test_rank_prefix_shortcuts_agree_with_the_regexes(raw: str) -> None:
-    from l4_plugin.ingest.header import rank_prefix, rank_prefix_cached
+    from l4_plugin.ingest.header import digit_shape, rank_prefix, rank_prefix_cached
 
     assert rank_prefix_cached(raw) == rank_prefix(raw)
+    for _ in range(2):  # the shape's spans found, then read (a prefix's rank from its cache)
+        assert rank_prefix_cached(raw, digit_shape(raw)) == rank_prefix(raw)
+        assert rank_prefix_cached(raw, raw.translate(_ZEROS)) == rank_prefix(raw)
 
 
 @pytest.mark.parametrize(
@@ -474,3 +480,52 @@ def test_time_plans_read_what_the_formats_read() -> None:
     assert header.parse_time(same_shape[8], 2024) is None
     assert header._TIME_PLANS[header.digit_shape(same_shape[7])] is header._NO_PLAN
     assert header._TIME_PLANS[header.digit_shape(same_shape[0])][0] is header._BRACKET_ISO
+
+
+def test_second_of_is_the_whole_second_parse_time_reads() -> None:
+    # second_of remembers a time's whole second by its text up to the seconds (and the zone):
+    # every line must still get int(parse_time(...)), whatever its fraction, zone or date.
+    import random
+
+    from l4_plugin.ingest import header
+
+    rng = random.Random(7)
+    formats = [
+        "[2024-05-03 10:11:{s:02d},{f3}] [INFO] [engine.py:{n}:step] hi",
+        "2024-05-03T10:11:{s:02d}.{f6}Z [rank{n}]: x",
+        "2024-05-03T10:11:{s:02d}.{f6}+02:00 x",
+        "2024-05-03T10:11:{s:02d}.{f6}-0{z}30 x",
+        "2024-05-03 10:11:{s:02d} {n} plain",
+        "E1023 09:13:{s:02d}.{f6} {n} ProcessGroupNCCL.cpp:616] x",
+        "[rank{n}]:[W1105 01:02:{s:02d}.{f9} Utils.hpp:1] nanoseconds",
+        "[INFO|trainer.py:{n}] 2024-05-03 10:11:{s:02d},{f3} >> step",
+        "[2024-13-03 10:11:{s:02d},{f3}] [INFO] [engine.py:7:step] no such month",
+        "E1323 09:13:{s:02d}.{f6} {n} x.cpp:1] month 13",
+        "1969-12-31T23:59:{s:02d}.{f6}Z before the epoch",
+        "{n}.{f3} an epoch stamp",
+        "no time at all {n}",
+    ]
+    header._SECOND_SPANS.clear()
+    header._SECONDS.clear()
+    for _ in range(3):  # cold caches, then warm ones
+        for fmt in formats:
+            for _ in range(40):
+                line = fmt.format(
+                    s=rng.choice((0, 59, rng.randrange(60))),
+                    n=rng.randrange(1, 99999),
+                    z=rng.randrange(10),
+                    f3=rng.choice(("999", "000", f"{rng.randrange(1000):03d}")),
+                    f6=rng.choice(("999999", "000000", f"{rng.randrange(10**6):06d}")),
+                    f9=rng.choice(("999999999", f"{rng.randrange(10**9):09d}")),
+                )
+                ts = header.parse_time(line, 2000)
+                for shape in (None, header.digit_shape(line)):
+                    assert header.second_of(line, 2000, shape) == (
+                        int(ts) if ts is not None else None
+                    ), line
+    # one conversion per second and zone, not per line
+    header._SECONDS.clear()
+    for frac in range(100):
+        header.second_of(f"E1023 09:13:42.{frac:06d} 77 x.cpp:1] y", 2000)
+        header.second_of(f"E1023 09:13:43.{frac:06d} 77 x.cpp:1] y", 2000)
+    assert len(header._SECONDS) == 2
