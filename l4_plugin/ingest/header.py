@@ -74,7 +74,10 @@ _RAY = re.compile(
 # srun -l: "3: message" (the task id, a global rank); never "14:05:45" (a time).
 _SRUN_PREFIX = re.compile(r"(\d{1,6}): (?![\d:])")
 _BODY_RANK = re.compile(r"\[Rank (\d+)\]")
-_PREFIX_RANKS: dict[str, int | None] = {}  # rank of each launcher prefix text seen
+#: The rank of each launcher prefix text seen (``_prefix_rank``). Read directly by the scan loop
+#: (``rollup.NodeRollup.scan``) for a shape whose spans are known: a missing text is computed
+#: by ``rank_prefix_cached``.
+PREFIX_RANKS: dict[str, int | None] = {}
 
 # "[2024-05-03 10:11:12,345] [INFO] [logging.py:96:log_dist] " (DeepSpeed) and
 # " [2024-05-03 10:11:12] " (Megatron) — the bracketed-time family.
@@ -204,8 +207,10 @@ def digit_shape(raw: str) -> bytes:
     return raw.encode("utf-8", "surrogatepass").translate(_DIGIT_BYTES)
 
 
-#: Where ``rank_prefix`` found its rank, by digit shape (``rank_prefix_cached``).
-_RANK_SHAPES: dict[bytes | str, tuple[int, int, int, int]] = {}
+#: Where ``rank_prefix`` found its rank, by digit shape (``rank_prefix_cached``): ``(how, start,
+#: end, prefix end)`` (``_rank_spans``). Read directly by the scan loop, as ``rank_prefix_cached``
+#: reads it, to spare a call per line.
+RANK_SHAPES: dict[bytes | str, tuple[int, int, int, int]] = {}
 _MAX_RANK_SHAPES = 65_536
 
 
@@ -218,7 +223,7 @@ def rank_prefix_cached(line: str, shape: bytes | str | None = None) -> tuple[int
     the line with its digits normalised), when the caller has one."""
     if shape is not None:
         # A known shape first: one lookup of a hash already computed, then the rank's digits.
-        spans = _RANK_SHAPES.get(shape)
+        spans = RANK_SHAPES.get(shape)
         if spans is not None:
             # ``_rank_of``, inlined: the rank's own digits, or the cached rank of a launcher
             # prefix ("[default3]:[rank3]:"), whose text repeats on every line of the rank.
@@ -226,7 +231,7 @@ def rank_prefix_cached(line: str, shape: bytes | str | None = None) -> tuple[int
             if how == 1:
                 return int(line[spans[1] : spans[2]]), spans[3]
             if how == 2:
-                rank = _PREFIX_RANKS.get(line[spans[1] : spans[2]])
+                rank = PREFIX_RANKS.get(line[spans[1] : spans[2]])
                 if rank is not None:
                     return rank, spans[3]
             return _rank_of(line, spans)
@@ -243,11 +248,11 @@ def rank_prefix_cached(line: str, shape: bytes | str | None = None) -> tuple[int
             return int(line[8:end]), end + 2
     if shape is None:
         shape = digit_shape(line)
-    spans = _RANK_SHAPES.get(shape)
+    spans = RANK_SHAPES.get(shape)
     if spans is None:
-        if len(_RANK_SHAPES) >= _MAX_RANK_SHAPES:
-            _RANK_SHAPES.clear()
-        spans = _RANK_SHAPES[shape] = _rank_spans(line)
+        if len(RANK_SHAPES) >= _MAX_RANK_SHAPES:
+            RANK_SHAPES.clear()
+        spans = RANK_SHAPES[shape] = _rank_spans(line)
     return _rank_of(line, spans)
 
 
@@ -314,15 +319,15 @@ def _rank_at(line: str, start: int, srun: bool = True) -> tuple[int | None, int]
 
 def _prefix_rank(text: str) -> int | None:
     """The rank named by a run of launcher prefixes (the global rank wins)."""
-    rank = _PREFIX_RANKS.get(text)
+    rank = PREFIX_RANKS.get(text)
     if rank is None:
         for kind, number, mpi in _PREFIX_PART.findall(text):
             if mpi:
                 rank = int(mpi)
             elif kind == "rank" or rank is None:
                 rank = int(number)
-        if len(_PREFIX_RANKS) < 65_536:  # a job has a few prefixes per rank
-            _PREFIX_RANKS[text] = rank
+        if len(PREFIX_RANKS) < 65_536:  # a job has a few prefixes per rank
+            PREFIX_RANKS[text] = rank
     return rank
 
 

@@ -17,7 +17,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from l4_plugin.ingest.header import digit_shape, rank_prefix_cached, second_of
+from l4_plugin.ingest.header import (
+    PREFIX_RANKS,
+    RANK_SHAPES,
+    digit_shape,
+    rank_prefix_cached,
+    second_of,
+)
 from l4_plugin.ingest.parser import Block, KindSpec, LineKind
 from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
 from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
@@ -443,6 +449,8 @@ class NodeRollup:
         # position, byte offset, the Traceback line's kind).
         chain: tuple[GroupKey, Group, KeptLine | None, str, int, int | None, LineKind] | None = None
         traits_of = self.cache.traits.get
+        rank_spans = RANK_SHAPES.get
+        prefix_rank = PREFIX_RANKS.get
         compute = self.cache.compute
         frequent = self.cache.frequent
         rules = self.rules
@@ -483,7 +491,20 @@ class NodeRollup:
                         runs[open_run].after, runs[open_run].after_pos = raw, pos
                         open_run = None
                 if prefixed:
-                    line_rank, prefix_end = rank_prefix_cached(raw, shape)
+                    # ``rank_prefix_cached``, inlined for a shape whose spans are known: the
+                    # rank's own digits, or a launcher prefix's cached rank.
+                    spans = rank_spans(shape) if shape is not None else None
+                    if spans is None:
+                        line_rank, prefix_end = rank_prefix_cached(raw, shape)
+                    elif spans[0] == 1:
+                        line_rank, prefix_end = int(raw[spans[1] : spans[2]]), spans[3]
+                    elif (
+                        spans[0] == 2
+                        and (line_rank := prefix_rank(raw[spans[1] : spans[2]])) is not None
+                    ):
+                        prefix_end = spans[3]
+                    else:
+                        line_rank, prefix_end = rank_prefix_cached(raw, shape)
                     if line_rank is None:
                         line_rank = rank
                 else:
@@ -495,14 +516,27 @@ class NodeRollup:
                     seconds: float | None = None
                     if lane == _MARKER:
                         # (the _MARKER lane is the kinds whose role has an iteration rule)
-                        number, seconds = role.iteration.read(  # type: ignore[union-attr]
-                            raw, digit_shape(raw) if shape is None else shape
-                        )
+                        marker = role.iteration
+                        assert marker is not None
+                        # ``marker.read``, inlined for a known shape that states seconds or
+                        # nothing: the number's and the duration's spans.
+                        read = marker.shape_spans.get(shape) if shape is not None else None
+                        if read is not None and read[4] == "s":
+                            number = int(raw[read[0] : read[1]]) if read[0] >= 0 else None
+                            seconds = float(raw[read[2] : read[3]]) if read[2] >= 0 else None
+                        else:
+                            number, seconds = marker.read(
+                                raw, digit_shape(raw) if shape is None else shape
+                            )
                         if (number is not None and number != iteration) or stage != "training":
                             if number is not None:
                                 iteration = number
                             stage = "training"
-                            _enter(timeline, entered, stage, iteration, ts_ref)
+                            # ``_enter``, inlined
+                            entered_key = (stage, iteration)
+                            again = entered.get(entered_key, 0)
+                            entered[entered_key] = again + 1
+                            timeline.mark((stage, iteration, again), ts_ref)
                         training = True
                     if iteration is None or stage == "checkpointing":  # _unplaced, inlined
                         if (

@@ -34,8 +34,9 @@ class IterationRule:
     #: (pattern, unit) pairs reading the iteration's duration; unit ms, s or per_s (a rate).
     seconds: tuple[tuple[re.Pattern[str], str], ...] = ()
     #: Where ``number`` and ``seconds`` matched, by the line's digit shape (``digit_shape``);
-    #: only used when every pattern treats all digits alike (``digit_blind``).
-    _spans: dict[bytes | str, _Spans] = field(default_factory=dict, compare=False, repr=False)
+    #: only used when every pattern treats all digits alike (``digit_blind``). The scan loop
+    #: reads a known shape's spans as ``read`` does (``rollup.NodeRollup.scan``).
+    shape_spans: dict[bytes | str, _Spans] = field(default_factory=dict, compare=False, repr=False)
 
     def number_of(self, raw: str) -> int | None:
         m = self.number.search(raw)
@@ -66,14 +67,14 @@ class IterationRule:
         number ``float`` reads depends on its characters other than the digits' values (the
         same in every line of the shape), so the span it is read from is chosen once too.
         """
-        spans = self._spans.get(shape)
+        spans = self.shape_spans.get(shape)
         if spans is None:
             if not self._blind():
                 return self.number_of(raw), self.seconds_of(raw)
             spans = self._spans_of(raw)
-            if len(self._spans) >= MAX_SHAPES:
-                self._spans.clear()
-            self._spans[shape] = spans
+            if len(self.shape_spans) >= MAX_SHAPES:
+                self.shape_spans.clear()
+            self.shape_spans[shape] = spans
         a, b, c, d, unit = spans
         number = int(raw[a:b]) if a >= 0 else None
         if c < 0:
