@@ -70,10 +70,11 @@ class Masker:
         # unless a replacement writes another digit (group references copy the text's own).
         written = "".join(_GROUP_REF.sub("", rule.replace) for rule in self.rules)
         digits = "0" if normalise_digits and not _NONZERO.search(written) else "0123456789"
-        compiled: list[tuple[re.Pattern[str], str, Needs]] = []
+        compiled: list[tuple[re.Pattern[str], re.Pattern[str], str, Needs]] = []
         for rule in self.rules:
             pattern = _compile(rule)
-            compiled.append((pattern, rule.replace, required_texts(pattern, digits)))
+            needs = required_texts(pattern, digits)
+            compiled.append((pattern, ascii_twin(pattern), rule.replace, needs))
         self._compiled = tuple(compiled)
 
     @classmethod
@@ -106,21 +107,21 @@ class Masker:
 
     def mask_folded(self, text: str) -> str:
         """``mask`` of a text already normalised (``fold(key(x))``): the rules alone."""
-        for pattern, replace, needs in self._compiled:
-            # A rule that cannot match is skipped: on ASCII text (``isascii`` is O(1)) every
-            # match holds one of each of its ``needs`` (``required_texts``). Most distinct lines
-            # come a few at a time, and most rules have nothing to mask in them.
-            if needs and text.isascii():
-                for alternatives in needs:
-                    for needed in alternatives:
-                        if needed in text:
-                            break
-                    else:
+        for pattern, on_ascii, replace, needs in self._compiled:
+            if not text.isascii():  # O(1); a replacement may write non-ASCII text
+                text = pattern.sub(replace, text)
+                continue
+            # A rule that cannot match is skipped: on ASCII text every match holds one of each
+            # of its ``needs`` (``required_texts``). Most distinct lines come a few at a time,
+            # and most rules have nothing to mask in them.
+            for alternatives in needs:
+                for needed in alternatives:
+                    if needed in text:
                         break
                 else:
-                    text = pattern.sub(replace, text)
-                continue
-            text = pattern.sub(replace, text)
+                    break
+            else:
+                text = on_ascii.sub(replace, text)
         return text
 
 
@@ -241,6 +242,56 @@ _CATEGORIES = {
 }
 _REPEATS = (_sre.MAX_REPEAT, _sre.MIN_REPEAT, _sre.POSSESSIVE_REPEAT)
 _ZERO_WIDTH = (_sre.AT, _sre.ASSERT, _sre.ASSERT_NOT)
+
+
+def ascii_twin(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """``pattern`` compiled with ``re.ASCII`` when it matches exactly as ``pattern`` does on
+    every ASCII text, else ``pattern`` itself.
+
+    In a str pattern ``\\d``, ``\\w`` and ``\\b`` ask the Unicode database of each character
+    (a call per character and category, a quarter of the masking's time on the realistic
+    logs); with ``re.ASCII`` they are table lookups. On ASCII text the two readings agree but
+    for ``\\s``/``\\S``, whose Unicode reading also takes the separators \\x1c–\\x1f: a
+    pattern with either keeps its own. A non-ASCII literal (``µs``) matches no ASCII text
+    either way, unless case is ignored: the long s and the Kelvin sign fold to ASCII letters
+    only in the Unicode reading, so such a pattern keeps its own too.
+    """
+    if pattern.flags & (re.ASCII | re.LOCALE):
+        return pattern
+    parsed = _sre_parse.parse(pattern.pattern, pattern.flags)
+    if _mentions(parsed, _SPACE_CATEGORIES):
+        return pattern
+    if not pattern.pattern.isascii() and _ignores_case(pattern.flags, parsed):
+        return pattern
+    try:
+        return re.compile(pattern.pattern, (pattern.flags & ~re.UNICODE) | re.ASCII)
+    except (re.error, ValueError):  # an inline (?u) in the pattern
+        return pattern
+
+
+_SPACE_CATEGORIES = (_sre.CATEGORY_SPACE, _sre.CATEGORY_NOT_SPACE)
+
+
+def _ignores_case(flags: int, node: Any) -> bool:
+    """Whether any part of a parsed pattern matches case-insensitively (``(?i)``, ``(?i:…)``)."""
+    if flags & re.IGNORECASE:
+        return True
+    if isinstance(node, _sre_parse.SubPattern):
+        node = node.data
+    if isinstance(node, tuple) and len(node) == 2 and node[0] is _sre.SUBPATTERN:
+        return bool(node[1][1] & re.IGNORECASE) or _ignores_case(0, node[1][3])
+    if isinstance(node, (list, tuple)):
+        return any(_ignores_case(0, item) for item in node)
+    return False
+
+
+def _mentions(node: Any, constants: tuple[Any, ...]) -> bool:
+    """Whether a parsed pattern holds one of ``constants`` (named opcodes, by identity)."""
+    if isinstance(node, _sre_parse.SubPattern):
+        node = node.data
+    if isinstance(node, (list, tuple)):
+        return any(_mentions(item, constants) for item in node)
+    return any(node is constant for constant in constants)
 
 
 def required_texts(pattern: re.Pattern[str], digits: str = "0123456789") -> Needs:

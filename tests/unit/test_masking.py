@@ -231,13 +231,13 @@ def test_masked_values_are_not_evidence_of_one_event() -> None:
 def _unfiltered(masker: Masker, text: str) -> str:
     """``mask`` with every rule run (no prefilter): what ``mask`` must equal."""
     text = masker.key(text)
-    for pattern, replace, _ in masker._compiled:
+    for pattern, _, replace, _ in masker._compiled:
         text = pattern.sub(replace, text)
     return text
 
 
 def test_required_texts_of_shipped_rules(masker: Masker) -> None:
-    needs = {rule.name: c[2] for rule, c in zip(masker.rules, masker._compiled, strict=True)}
+    needs = {rule.name: c[3] for rule, c in zip(masker.rules, masker._compiled, strict=True)}
     assert needs["url"] == (("://",),)
     assert needs["us-datetime"] == (("00/00/0000",),)
     assert needs["dmesg-time"][0] == ("0.000000]",)
@@ -258,10 +258,13 @@ def test_required_texts_edge_cases() -> None:
 
 
 def test_prefilter_gives_the_rules_result(masker: Masker) -> None:
-    """Skipping a rule whose needed text is absent changes nothing: random lines built from
-    the characters and words the rules look for (ASCII and not), one or two lines at a time."""
+    """Skipping a rule whose needed text is absent, and reading an ASCII text with the rules'
+    ASCII twins (``ascii_twin``), change nothing: random lines built from the characters and
+    words the rules look for (ASCII and not, the separators \\x1c-\\x1f that Unicode counts as
+    spaces included), one or two lines at a time."""
     rng = random.Random(16)
-    pieces = [*"0123456789abcdefABCDEF:-./[] _,<>=xX\\~@+%\t", "://", "<TS>", "rank", "RANK"]
+    pieces = [*"0123456789abcdefABCDEF:-./[] _,<>=xX\\~@+%\t\x0b\x1c\x1f", "://", "<TS>", "rank"]
+    pieces += ["RANK", "Kelvin", "K", "ſ"]
     pieces += ["default", "May", " 10:11:12", "0x1f", "2024-05-03", "MB", "ms", "s", "B"]
     pieces += ["localhost", "é", "٣", "bytes", "E1023", "node-a07", ".py", "µs", "Rank 3"]
     for _ in range(20_000):
@@ -269,6 +272,25 @@ def test_prefilter_gives_the_rules_result(masker: Masker) -> None:
         if rng.random() < 0.3:
             text += "\n" + "".join(rng.choice(pieces) for _ in range(rng.randint(1, 20)))
         assert masker.mask(text) == _unfiltered(masker, text), text
+
+
+def test_ascii_twins_only_where_they_read_ascii_text_alike(masker: Masker) -> None:
+    from l4_plugin.ingest.masking import ascii_twin
+
+    # every shipped rule has one (none uses \\s): its \\d, \\w and \\b are table lookups
+    assert all(twin.flags & re.ASCII for _, twin, _, _ in masker._compiled)
+    for pattern in (r"a\sb", r"[\S-]+", r"(?:x|\s)", "(?i)ſ\\w", r"x(?i:ſ)", r"(?u)\w+"):
+        assert ascii_twin(re.compile(pattern)) is not None
+        assert not ascii_twin(re.compile(pattern)).flags & re.ASCII, pattern
+    assert re.compile(r"a\sb").search("a\x1cb") and not re.compile(r"a\sb", re.ASCII).search(
+        "a\x1cb"
+    )  # why \\s keeps its Unicode reading
+    twin = ascii_twin(re.compile(r"(?i)\bk\w+\d"))
+    assert twin.flags & re.ASCII and twin.flags & re.IGNORECASE
+    text = "KELVIN9 x_k_9 k_9 kelvin"
+    assert twin.findall(text) == re.compile(r"(?i)\bk\w+\d").findall(text) == ["KELVIN9", "k_9"]
+    assert ascii_twin(re.compile(r"\d+ ?µs\b")).flags & re.ASCII  # µ matches no ASCII text
+    assert re.compile("(?i)ſ").match("s") and not re.compile("(?i)ſ", re.ASCII).match("s")
 
 
 def test_prefilter_digits_a_replacement_writes() -> None:
