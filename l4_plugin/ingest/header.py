@@ -221,38 +221,36 @@ def rank_prefix_cached(line: str, shape: bytes | str | None = None) -> tuple[int
     checks the regexes), so the rank sits at the same span in each of them and only its value is
     read per line. ``shape``: the line's shape, or a finer key of it (``LineParser.feed_keyed``:
     the line with its digits normalised), when the caller has one."""
-    if shape is not None:
-        # A known shape first: one lookup of a hash already computed, then the rank's digits.
-        spans = RANK_SHAPES.get(shape)
-        if spans is not None:
-            # ``_rank_of``, inlined: the rank's own digits, or the cached rank of a launcher
-            # prefix ("[default3]:[rank3]:"), whose text repeats on every line of the rank.
-            how = spans[0]
-            if how == 1:
-                return int(line[spans[1] : spans[2]]), spans[3]
-            if how == 2:
-                rank = PREFIX_RANKS.get(line[spans[1] : spans[2]])
-                if rank is not None:
-                    return rank, spans[3]
-            return _rank_of(line, spans)
-    if line.startswith("[rank"):
-        # "[rankN]:" alone costs less than the line's shape.
-        end = line.find("]:", 5)
-        if 5 < end < 12 and line[5:end].isdecimal() and line[end + 2 : end + 3] != "[":
-            return int(line[5:end]), end + 2
-    elif line.startswith("[default"):
-        # torchrun's "--tee" prefix "[defaultN]:" alone: its rank is N, as for "[rankN]:"
-        # (``_prefix_rank`` of one part); another prefix part would start with "[".
-        end = line.find("]:", 8)
-        if 8 < end < 15 and line[8:end].isdecimal() and line[end + 2 : end + 3] != "[":
-            return int(line[8:end]), end + 2
-    if shape is None:
-        shape = digit_shape(line)
-    spans = RANK_SHAPES.get(shape)
+    # A known shape first: one lookup of a hash already computed, then the rank's digits.
+    spans = RANK_SHAPES.get(shape) if shape is not None else None
     if spans is None:
-        if len(RANK_SHAPES) >= _MAX_RANK_SHAPES:
-            RANK_SHAPES.clear()
-        spans = RANK_SHAPES[shape] = _rank_spans(line)
+        if line.startswith("[rank"):
+            # "[rankN]:" alone costs less than the line's shape.
+            end = line.find("]:", 5)
+            if 5 < end < 12 and line[5:end].isdecimal() and line[end + 2 : end + 3] != "[":
+                return int(line[5:end]), end + 2
+        elif line.startswith("[default"):
+            # torchrun's "--tee" prefix "[defaultN]:" alone: its rank is N, as for "[rankN]:"
+            # (``_prefix_rank`` of one part); another prefix part would start with "[".
+            end = line.find("]:", 8)
+            if 8 < end < 15 and line[8:end].isdecimal() and line[end + 2 : end + 3] != "[":
+                return int(line[8:end]), end + 2
+        if shape is None:
+            shape = digit_shape(line)
+            spans = RANK_SHAPES.get(shape)
+        if spans is None:
+            if len(RANK_SHAPES) >= _MAX_RANK_SHAPES:
+                RANK_SHAPES.clear()
+            spans = RANK_SHAPES[shape] = _rank_spans(line)
+    # ``_rank_of``, inlined: the rank's own digits, or the cached rank of a launcher prefix
+    # ("[default3]:[rank3]:"), whose text repeats on every line of the rank.
+    how = spans[0]
+    if how == 1:
+        return int(line[spans[1] : spans[2]]), spans[3]
+    if how == 2:
+        rank = PREFIX_RANKS.get(line[spans[1] : spans[2]])
+        if rank is not None:
+            return rank, spans[3]
     return _rank_of(line, spans)
 
 
