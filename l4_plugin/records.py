@@ -142,6 +142,17 @@ def host_shapes(nodes: Iterable[str]) -> frozenset[str]:
     )
 
 
+_DIGIT_RUN = re.compile(r"\d+")
+
+
+def numbers_blanked(message: str) -> str:
+    """``message`` with every run of digits read as one ``0``: two lines that say the same but
+    for their numbers (a rank, a time, a count of any width) read alike. What folds the lines
+    of a node's ranks into one (``ingest.pipeline``) and packs the lines of many nodes
+    (``store.line_packs``)."""
+    return _DIGIT_RUN.sub("0", message)
+
+
 def may_name_a_node(template_text: str, shapes: frozenset[str]) -> bool:
     """Whether a template's lines may name another node: an address (``<IP>``) or one of the
     job's host names (``host_shapes``) in its text. The peers' analysis reads such lines, so

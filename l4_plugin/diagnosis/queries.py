@@ -65,7 +65,7 @@ def job_doc(record: JobRecord) -> JobDoc:
         template_stats=(
             {t: (int(n), int(k)) for t, (n, k) in stats.items()} if stats is not None else None
         ),
-        iterations=_int_or_none(summary.iterations),
+        iterations=packs.int_or_none(summary.iterations),
         system_logs=_bool_or_none(summary.system_logs),
         system_templates=frozenset(summary.system_templates or ()),
         progress_nodes=frozenset(str(n) for n in progress) if progress is not None else None,
@@ -76,10 +76,6 @@ def job_doc(record: JobRecord) -> JobDoc:
 
 def _bool_or_none(value: Any) -> bool | None:
     return value if isinstance(value, bool) else None
-
-
-def _int_or_none(value: Any) -> int | None:
-    return int(value) if isinstance(value, int | float) else None
 
 
 def read_job(store: Store, job_id: str) -> JobDoc:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import math
 import multiprocessing
-import re
 import signal
 import time
 from collections import defaultdict
@@ -46,7 +45,7 @@ from l4_plugin.ingest.timeline import UNPLACED, Timeline
 from l4_plugin.ingest.workers import ScanProgress, map_in_workers, scan_streams
 from l4_plugin.ingest.workers import chunks as _chunks
 from l4_plugin.ingest.writer import BulkWriter
-from l4_plugin.records import Level, Template, host_shapes, may_name_a_node
+from l4_plugin.records import Level, Template, host_shapes, may_name_a_node, numbers_blanked
 from l4_plugin.store import Store, generations, jobs, line_packs, packs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
@@ -64,7 +63,6 @@ PARALLEL_GROUPS = 20_000  # documents built in forked processes from this many r
 REPEAT_KEPT = 16  # a node's repeated template keeps its first and its last REPEAT_KEPT lines
 MAJORITY = 0.9  # a template this share of the job's nodes prints (at least 2) ...
 MAJORITY_KEPT = RARE_SAMPLE  # ... keeps this many lines per node: it is no node's own anomaly
-_DIGITS = re.compile(r"\d+")
 PROGRESS_EVERY = 2.0  # seconds between progress updates of the job document
 Progress = Callable[[ScanProgress], None]
 
@@ -634,7 +632,7 @@ def _fold_ranks(lines: list[_Kept]) -> list[_Kept]:
         if rank is None:
             out.append(k)
             continue
-        key = (k.stage, k.it, k.level, k.line.flags, _DIGITS.sub("0", k.line.message))
+        key = (k.stage, k.it, k.level, k.line.flags, numbers_blanked(k.line.message))
         nth = seen[(*key, rank)]
         seen[(*key, rank)] = nth + 1
         rounds.setdefault((*key, nth), []).append(k)

@@ -24,19 +24,18 @@ peer's address) and error lines are never packed.
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from l4_plugin.records import numbers_blanked
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
 from l4_plugin.store.packs import int_or_none, pack_columns, packed
 
 Doc = tuple[str, dict[str, Any]]
 
-_DIGITS = re.compile(r"\d+")
 # What the lines of a pack share (besides their message up to its digits).
 _SHARED = (F.JOB_ID, F.TEMPLATE_ID, F.STAGE, F.GENERATION, "log.level", F.ITERATION, F.FOLDED)
 # (field of a line document, key in ``l4.pack``): each node's own.
@@ -69,7 +68,7 @@ class MemberLine:
 def _signature(doc: dict[str, Any]) -> tuple[Any, ...]:
     flags = doc.get(F.FLAGS)
     shared = tuple(doc.get(name) for name in _SHARED)
-    return (*shared, tuple(flags) if flags else (), _DIGITS.sub("0", str(doc.get("message", ""))))
+    return (*shared, tuple(flags) if flags else (), numbers_blanked(str(doc.get("message", ""))))
 
 
 def _time(doc: dict[str, Any]) -> tuple[bool, int]:
