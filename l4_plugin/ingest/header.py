@@ -481,19 +481,18 @@ def second_of(line: str, default_year: int, shape: bytes | str | None = None) ->
     if spans is _NO_SPANS:
         ts = parse_time(line, default_year, shape)
         return int(ts) if ts is not None else None
-    convert, a, b, za, zb = spans
+    pattern, pos, convert, a, b, za, zb = spans
     key = (convert, default_year, line[a:b], line[za:zb])
     second = _SECONDS.get(key)
     if second is not None:
         return second
-    pattern, pos, _ = _TIME_PLANS.get(shape) or _time_plan(line, default_year, shape)
     m = pattern.match(line, pos)
     ts = convert(m, default_year) if m is not None else None
-    if ts is None or ts < 0:
-        # an impossible date (parse_time takes the long way) or a time before the epoch
-        # (``int`` rounds it up): not remembered
+    if ts is None:  # an impossible date: parse_time takes the long way
         ts = parse_time(line, default_year, shape)
         return int(ts) if ts is not None else None
+    if ts < 0:  # before the epoch ``int`` rounds up: not remembered
+        return int(ts)
     if len(_SECONDS) >= _MAX_SECONDS:
         _SECONDS.clear()
     second = _SECONDS[key] = int(ts)
@@ -535,8 +534,11 @@ _SECOND_FIELDS: dict[Callable[[re.Match[str], int], float | None], tuple[int, in
     _t_hf: (2, 7, 8, 9),
     _t_glog: (2, 6, 7, 0),
 }
-_SecondSpans = tuple[Callable[[re.Match[str], int], float | None], int, int, int, int]
-_NO_SPANS: _SecondSpans = (_t_iso, 0, 0, 0, 0)
+#: A shape's plan (pattern, start, conversion) and the spans ``second_of`` keys its lines by.
+_SecondSpans = tuple[
+    re.Pattern[str], int, Callable[[re.Match[str], int], float | None], int, int, int, int
+]
+_NO_SPANS: _SecondSpans = (*_NO_PLAN, 0, 0, 0, 0)
 _SECOND_SPANS: dict[bytes | str, _SecondSpans] = {}
 _SECONDS: dict[tuple[object, int, str, str], int] = {}
 _MAX_SECONDS = 65_536
@@ -555,7 +557,7 @@ def _second_spans(line: str, year: int, shape: bytes | str) -> _SecondSpans:
         if fb - fa <= 6:
             za, zb = m.span(zone) if zone else (0, 0)
             za, zb = (za, zb) if za >= 0 else (0, 0)
-            spans = (plan[2], m.start(first), m.end(seconds), za, zb)
+            spans = (*plan, m.start(first), m.end(seconds), za, zb)
     if len(_SECOND_SPANS) >= _MAX_TIME_PLANS:
         _SECOND_SPANS.clear()
     _SECOND_SPANS[shape] = spans

@@ -154,8 +154,8 @@ def own_line(src: dict[str, Any], prefer: Sequence[str] = ()) -> dict[str, Any]:
         "log.file.path": chosen.path,
         F.LINE: chosen.line,
         "log.offset": chosen.offset,
+        F.UNTIL: chosen.until,
     }
-    own[F.UNTIL] = chosen.until
     for name, value in own.items():
         if name in out:
             out[name] = value
