@@ -90,6 +90,9 @@ class LineParser:
         self._by_masked: dict[str, LineKind] = {}
         self._by_folded: dict[str, str] = {}  # a folded key's masked line (``_masked``)
         self._handles: list[tuple[LineKind, int]] = []
+        #: When a list: every (folded key, masked line) this parser's regexes computed is also
+        #: appended here, for other processes' parsers to ``learn_masks`` (the scan's workers).
+        self.mask_log: list[tuple[str, str]] | None = None
 
     @property
     def kinds(self) -> list[LineKind]:
@@ -169,7 +172,19 @@ class LineParser:
         if todo:
             masked = masker.mask_folded("\n".join(todo)).split("\n")
             by_folded.update(zip(todo, masked, strict=True))
+            if self.mask_log is not None:
+                self.mask_log.extend(zip(todo, masked, strict=True))
         return list(map(by_folded.__getitem__, folded))
+
+    def learn_masks(self, pairs: Iterable[tuple[str, str]]) -> None:
+        """Take (folded key, masked line) pairs another parser with the same masker computed
+        (its ``mask_log``): those keys' regexes need not run here. Masking is a function of
+        the folded key alone, so nothing this parser returns changes."""
+        by_folded = self._by_folded
+        if len(by_folded) > MAX_FOLDED_KEYS:
+            by_folded.clear()
+        for folded, masked in pairs:
+            by_folded.setdefault(folded, masked)
 
     def finish(self) -> None:
         """Resolve ``template`` of every kind to its final Drain template (stable id)."""
@@ -209,7 +224,9 @@ class LineParser:
         else:
             header = parse_header(raw)
             # key is raw with digits normalised, same length: the body offset applies to it.
-            body = self.masker.mask(key[header.body_start :]).strip()
+            # ``mask`` of a key is ``mask_folded(fold(key))``: the folded keys' cache serves
+            # (and, in a worker process, shares) the body's mask too.
+            body = self._masked([key[header.body_start :]])[0].strip()
             kind = LineKind(
                 key=masked_line,
                 level=header.level,

@@ -6,8 +6,9 @@ from pathlib import Path
 import pytest
 
 from l4_plugin.errors import IngestError
-from l4_plugin.ingest.masking import Masker
-from l4_plugin.ingest.parser import LineParser, parse_file, read_blocks
+from l4_plugin.ingest.header import parse_header
+from l4_plugin.ingest.masking import Masker, digit_key
+from l4_plugin.ingest.parser import LineParser, kind_spec, parse_file, read_blocks
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -204,3 +205,42 @@ def test_the_folded_keys_cache_is_bounded(monkeypatch: pytest.MonkeyPatch) -> No
     small = LineParser()
     got = [k.key for k in small.feed(lines[:60])] + [k.key for k in small.feed(lines[60:])]
     assert got == want and len(small._by_folded) <= 2 < len(kept._by_folded)
+
+
+def test_a_parser_that_learnt_the_masks_runs_no_regex_for_them() -> None:
+    """Scanners in two processes share what their regexes computed (``mask_log`` →
+    ``learn_masks``): the learner's kinds are the same, and its masker is never called."""
+    lines = [
+        "node-a07:1234:5678 [3] NCCL INFO comm 0x7f3a2b00 rank 3 nranks 16 - Init START",
+        "2026-01-01 00:00:01 INFO iteration 17/100 | loss 2.31 | lr 3e-4",
+        "[rank5]:[E ProcessGroupNCCL.cpp:616] Watchdog caught collective operation timeout",
+        "RuntimeError: CUDA error: an illegal memory access was encountered at 10.1.2.3:29500",
+    ]
+    teacher = LineParser()
+    teacher.mask_log = []
+    taught = teacher.feed(lines)
+    assert len(teacher.mask_log) >= len(lines)  # the lines' keys and their kinds' bodies
+    masker = _CountingMasker()
+    learner = LineParser(masker)
+    learner.learn_masks(teacher.mask_log)
+    learnt = learner.feed(lines)
+    assert masker.masked == []
+    assert [kind_spec(k) for k in learnt] == [kind_spec(k) for k in taught]
+    fresh = LineParser(_CountingMasker())
+    assert [kind_spec(k) for k in fresh.feed(lines)] == [kind_spec(k) for k in taught]
+
+
+def test_a_kinds_body_is_the_mask_of_its_lines_body() -> None:
+    """The body goes through the folded keys' cache: the same text as masking it alone."""
+    masker = Masker.load()
+    lines = [
+        "2026-01-01 00:00:01 INFO iteration 17/100 | loss 2.31 | lr 3e-4",
+        "2026-01-01 00:00:01 INFO 2026-01-01 00:00:01 INFO nested header 0xdeadbeef",
+        "node-a07:1234:5678 [3] NCCL WARN NET/IB : Got completion from peer 10.0.0.7<1234>",
+        "plain line without a header, host gpu-17 port 29500",
+        "[2026-01-01 00:00:01,123] [ERROR] [engine.py:77] 0x7f3a2b00 failed",
+    ]
+    for line in lines:
+        kind = LineParser(masker).feed([line])[0]
+        body_start = parse_header(line).body_start
+        assert kind.body == masker.mask(digit_key(line)[body_start:]).strip()
