@@ -103,14 +103,14 @@ def parse_only(
     parser.finish()
     wall, reducer = time.monotonic() - t0, _cpu() - cpu0
     # Worker processes are the forkserver's children, not ours: they report their own CPU.
-    cpu = reducer + (result.scan_cpu if result.workers > 1 else 0.0)
+    cpu = reducer + result.worker_cpu
     lines = sum(r.lines for r in result.rollups.values())
     return {
         "lines": lines,
         "bytes": size,
         "wall": wall,
         "cpu": cpu,
-        "scan_cpu": result.scan_cpu,
+        "worker_cpu": result.worker_cpu,
         "files": len(files),
         "worker_rss": result.worker_rss_kb / 1024,
         "discovery": discovery,
@@ -157,14 +157,14 @@ def end_to_end(job: Path, workers: int) -> dict[str, float]:
         cpu0, t0 = _cpu(), time.monotonic()
         summary = ingest_job(store, job, workers=workers)
         wall, reducer = time.monotonic() - t0, _cpu() - cpu0
-        cpu = reducer + (summary.scan_cpu if summary.workers > 1 else 0.0)
+        cpu = reducer + summary.worker_cpu
         docs = summary.events_docs + summary.lines_docs + summary.new_templates + 1
         return {
             "lines": summary.lines,
             "bytes": size,
             "wall": wall,
             "cpu": cpu,
-            "scan_cpu": summary.scan_cpu,
+            "worker_cpu": summary.worker_cpu,
             "worker_rss": summary.worker_rss_mb,
             "files": summary.files,
             "nodes": summary.nodes,
@@ -235,17 +235,19 @@ def main() -> None:
                 f"workers={n} {'parse side' if args.parse_only else 'end to end'}: "
                 f"{r['lines']:,.0f} lines, {r['files']:,.0f} files, {r['bytes'] / 1e6:,.1f} MB in "
                 f"{r['wall']:.2f} s wall = {rate:,.0f} lines/s, "
-                f"{r['bytes'] / 1e6 / r['wall']:,.1f} MB/s; CPU {r['cpu']:.2f} s (in workers "
-                f"{r['scan_cpu']:.2f} s) = {r['lines'] / r['cpu']:,.0f} lines per CPU-second; "
+                f"{r['bytes'] / 1e6 / r['wall']:,.1f} MB/s; CPU {r['cpu']:.2f} s (in worker "
+                f"processes {r['worker_cpu']:.2f} s) = "
+                f"{r['lines'] / r['cpu']:,.0f} lines per CPU-second; "
                 f"parallel efficiency vs workers={first[0]}: {efficiency:.0%} by wall time, "
                 f"{by_cpu:.0%} by CPU; "
                 f"largest worker peak RSS {r['worker_rss']:,.0f} MB"
             )
             if args.parse_only:
-                # The reducer: this process's CPU less the scan's when workers did the scan.
-                reducer = r["cpu"] - r["scan_cpu"] if n > 1 else float("nan")
+                # This process: its own scans (some of the batches when workers > 1) and merges.
+                here = r["cpu"] - r["worker_cpu"]
                 print(
-                    f"  reducer CPU {reducer:.2f} s; discovery (before the timed part) "
+                    f"  this process's CPU (its scans and the merge) {here:.2f} s; "
+                    "discovery (before the timed part) "
                     f"{r['discovery_wall']:.2f} s wall, {r['discovery']:.2f} s CPU in this process "
                     "(a large job's files are probed in worker processes)"
                 )

@@ -83,7 +83,8 @@ class IngestSummary:
     problems: list[str] = field(default_factory=list)
     skipped_files: int = 0  # log files not read: outside the job, not regular, too big, binary
     progress: ScanProgress | None = None
-    scan_cpu: float = 0.0  # CPU seconds of the file scans, all workers
+    scan_cpu: float = 0.0  # CPU seconds of the file scans, all scanners
+    worker_cpu: float = 0.0  # the worker processes' part of it
     worker_rss_mb: float = 0.0  # the largest scanning process's peak RSS
     # Wall seconds of each step: discovery (of a job directory), scan (read, mask, scan, Drain),
     # build (the documents, until the last is handed to the writer), send (waiting for the
@@ -296,6 +297,7 @@ def ingest_streams(
     summary.workers = scanned.workers
     summary.progress = scanned.progress
     summary.scan_cpu = scanned.scan_cpu
+    summary.worker_cpu = scanned.worker_cpu
     summary.worker_rss_mb = scanned.worker_rss_kb / 1024
     parser.finish()
     summary.steps["scan"] = time.monotonic() - started

@@ -1,18 +1,24 @@
 """Scanning a job's files on every core: one partial rollup per file, merged in job order.
 
-Each worker process reads, decompresses, masks, deduplicates and scans whole files into
-``FilePartial`` s (per-file rollups whose line kinds are named by their masked line), with the
-attributes of every kind it saw first (``KindSpec``). The reducer, in the calling process,
-takes the partials in job order (files sorted by node, rank, path), adopts each file's new kinds
-into the one ``LineParser`` that runs Drain — so Drain sees the distinct lines in the order a
-single process would — and merges the partials into the node rollups and the job timeline.
+``N`` scanners (``--workers N``): ``N - 1`` worker processes and the calling process. Each reads,
+decompresses, masks, deduplicates and scans whole files into ``FilePartial`` s (per-file
+rollups whose line kinds are named by their masked line), with the attributes of every kind it
+saw first (``KindSpec``). The reducer, in the calling process, takes the partials in job order
+(files sorted by node, rank, path), adopts each file's new kinds into the one ``LineParser``
+that runs Drain — so Drain sees the distinct lines in the order a single process would — and
+merges the partials into the node rollups and the job timeline. Whenever the next partial in
+job order is not ready, the calling process scans the next batch itself instead of waiting
+(``_partials``): a core is never left to a process that only waits, and what it scans is never
+pickled. The scanners hand each other the masks their regexes computed (``Masks``), so that a
+line the job prints on every node is masked about once, not once per scanner.
 One worker or sixteen, any scheduling: the same templates, ids and rollups.
 
 A kind's attributes (level, emitter, body…) come from the first raw line that masked to it. A
-worker's first raw line of a masked line is the job's first one unless another worker's earlier
-file had it; in the rare case the two raw lines disagree (their headers parse differently), the
-reducer notices and scans the worker's affected files again in its own process, with the job's
-kinds pinned (``LineParser(pinned=…)``), so the result stays what one process would give.
+scanner's first raw line of a masked line is the job's first one unless another scanner's
+earlier file had it; in the rare case the two raw lines disagree (their headers parse
+differently), the reducer notices and scans the scanner's affected files again in its own
+process, with the job's kinds pinned (``LineParser(pinned=…)``), so the result stays what one
+process would give.
 """
 
 from __future__ import annotations
@@ -21,8 +27,10 @@ import gc
 import multiprocessing
 import multiprocessing.forkserver
 import os
+import pickle
 import resource
 import sys
+import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -30,6 +38,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass
+from itertools import accumulate
 from pathlib import Path
 from typing import TypeVar
 
@@ -42,6 +51,8 @@ from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.ingest.timeline import MarkKey, Timeline
 
 FEED_LINES = 65_536
+#: (folded key, masked line) pairs: masks one scanner's regexes computed, for the others.
+Masks = list[tuple[str, str]]
 _In = TypeVar("_In")
 _Out = TypeVar("_Out")
 #: A job smaller than this per worker is scanned with fewer workers (a worker process costs
@@ -52,6 +63,12 @@ BATCH_BYTES = 8 << 20
 BATCH_FILES = 256
 #: ...and of at most a share of what is left to batch (``_batches``), no smaller than this.
 MIN_BATCH_BYTES = 256 << 10
+#: Batches queued per worker process (one scanned, the next ones waiting), so that it never waits
+#: for the caller, which merges and scans batches of its own in between (``_partials``)...
+QUEUED_PER_WORKER = 3
+#: ...and at most this many bytes of files per scanner claimed but not yet merged (the partials
+#: waiting in memory while an earlier batch is still being scanned).
+AHEAD_BYTES = 4 * BATCH_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,8 +130,10 @@ class ScanResult:
     workers: int
     rescanned: int = 0
     progress: ScanProgress | None = None
-    #: CPU seconds the scanners spent (all workers) and the largest worker's peak RSS (KiB).
+    #: CPU seconds the scanners spent (this process's scans and the worker processes'), the
+    #: worker processes' part of it, and the largest worker process's peak RSS (KiB).
     scan_cpu: float = 0.0
+    worker_cpu: float = 0.0
     worker_rss_kb: int = 0
 
 
@@ -168,9 +187,18 @@ class Scanner:
     """
 
     def __init__(
-        self, pinned: dict[str, LineKind] | None = None, rare_limit: int | None = None
+        self,
+        pinned: dict[str, LineKind] | None = None,
+        rare_limit: int | None = None,
+        *,
+        share_masks: bool = False,
     ) -> None:
         self.parser = LineParser(mine=False, pinned=pinned)
+        # ``share_masks``: the masks this scanner computes are logged for the other scanners of
+        # the job (``computed_masks``); masking a key no other scanner met is the only cost
+        # that two scanners pay twice for what one pays once.
+        if share_masks:
+            self.parser.mask_log = []
         self.rules = default_stage_rules()
         self.cache = KindCache()
         # ``rare_limit``: a template printed at most this often in the job is rare, and only a
@@ -238,6 +266,14 @@ class Scanner:
             if kind in frequent and group.kept:
                 group.kept = []
 
+    def computed_masks(self) -> Masks:
+        """The masks this scanner's regexes computed since the last call (``share_masks``)."""
+        log = self.parser.mask_log
+        if not log:
+            return []
+        self.parser.mask_log = []
+        return log
+
     def scan_all(self, streams: list[LogStream], sizes: list[int]) -> list[FilePartial]:
         """Consecutive files, one partial per run of files of the same node."""
         cpu = time.process_time()  # per batch: the clock is a system call
@@ -301,14 +337,41 @@ _WORKER: Scanner | None = None
 
 def _init_worker(rare_limit: int | None = None) -> None:
     global _WORKER
-    _WORKER = Scanner(rare_limit=rare_limit)
+    _WORKER = Scanner(rare_limit=rare_limit, share_masks=True)
 
 
-def _scan_batch(tasks: list[_Task]) -> list[FilePartial]:
+def _scan_batch(tasks: list[_Task], masks: Masks, handover: str) -> None:
+    """A worker process's batch: learn the masks the caller sends (those other scanners
+    computed since this worker's previous batch), scan, and leave the partials and the masks
+    this worker computed in the file ``handover`` (``_handed_over`` reads it).
+
+    A file, not the pool's result pipe: the caller reads a pipe in a thread that needs its GIL
+    for every 64 KB while its main thread scans, which held a worker's megabytes of partials
+    (and the worker) for a tenth of a second a batch."""
     scanner = _WORKER
     if scanner is None:  # pragma: no cover - the initializer always ran
         scanner = _init_worker_now()
-    return scanner.scan_all([_file_stream(t) for t in tasks], [t.size for t in tasks])
+    scanner.parser.learn_masks(masks)
+    parts = scanner.scan_all([_file_stream(t) for t in tasks], [t.size for t in tasks])
+    data = pickle.dumps((parts, scanner.computed_masks()), pickle.HIGHEST_PROTOCOL)
+    try:
+        with open(handover, "xb") as out:
+            out.write(data)
+    except OSError as exc:
+        raise IngestError(
+            f"cannot hand a batch's partials over in {handover}: {exc.strerror}"
+        ) from exc
+
+
+def _handed_over(handover: str) -> tuple[list[FilePartial], Masks]:
+    """What ``_scan_batch`` left in ``handover`` (the file is removed)."""
+    with open(handover, "rb") as src:
+        data = src.read()
+    os.unlink(handover)
+    parts: list[FilePartial]
+    masks: Masks
+    parts, masks = pickle.loads(data)
+    return parts, masks
 
 
 def _init_worker_now() -> Scanner:
@@ -348,11 +411,12 @@ def _preload() -> list[str]:
     is then imported anew in every worker: ``l4_plugin.cli`` for the ``l4`` command (~0.9 s),
     the analysis with numpy and scikit-learn for a script that diagnoses (~3.6 s). Preloading
     the L4 modules the parent has imported makes those imports of the workers' copies of the
-    script cache hits: forked from the server, they have them already.
+    script cache hits: forked from the server, they have them already. ``warm``, last, builds
+    what a worker's scanner compiles and loads first (the masking and stage rules).
     """
-    first = "l4_plugin.ingest.workers"
+    first, last = "l4_plugin.ingest.workers", "l4_plugin.ingest.warm"
     ours = (m for m in sys.modules if m.partition(".")[0] in ("l4_plugin", "l4_simulate"))
-    return [first, *sorted(m for m in ours if m != first)]
+    return [first, *sorted(m for m in ours if m not in (first, last)), last]
 
 
 def start_server() -> None:
@@ -414,6 +478,7 @@ def scan_streams(
     rules = default_stage_rules()
     total_bytes = sum(sizes)
     divergent: set[tuple[int, str]] = set()
+    me = os.getpid()
     lines = done_bytes = 0
     started = time.monotonic()
     progress_now = ScanProgress("", 0, len(streams), 0, 0, total_bytes, 0.0, n_workers)
@@ -433,7 +498,9 @@ def scan_streams(
             rollup.absorb(part, parser.kind_of, result.timeline)
             result.problems.extend(part.problems)
             result.scan_cpu += part.cpu
-            result.worker_rss_kb = max(result.worker_rss_kb, part.rss_kb)
+            if part.worker != me:
+                result.worker_cpu += part.cpu
+                result.worker_rss_kb = max(result.worker_rss_kb, part.rss_kb)
             done += part.files
             lines += part.lines
             done_bytes += part.size
@@ -515,29 +582,77 @@ def _batch_limit(left: int, workers: int) -> int:
 def _partials(
     streams: list[LogStream], sizes: list[int], workers: int, rare_limit: int | None = None
 ) -> Iterator[FilePartial]:
-    """The streams' partials in job order, from ``workers`` processes (1: in this process)."""
+    """The streams' partials in job order, scanned by ``workers`` scanners: this process and
+    ``workers - 1`` worker processes (1: this process alone).
+
+    The batches are claimed in job order. Each worker process has up to ``QUEUED_PER_WORKER``
+    of them queued; whenever the next partial in job order is not ready yet, this process
+    claims the next batch and scans it itself, so it never waits while there is work, and its
+    own partials (about half the job at two workers) need no pickling on either side. A worker
+    process that finishes early gets the next batch whatever the order of the others', up to
+    ``AHEAD_BYTES`` of files per scanner claimed but not yet merged (memory). Every scanner
+    scans its batches in job order, which ``Scanner``'s reported kinds and carried marks require.
+    """
+    scanner = Scanner(rare_limit=rare_limit, share_masks=workers > 1)
     if workers <= 1:
-        scanner = Scanner(rare_limit=rare_limit)
         for a, b in node_runs(streams):
             yield scanner.scan(streams[a:b], sizes[a:b])
         return
     batches = _batches(streams, sizes, workers)
-    ctx = _context()
-    window = 2 * workers  # batches in flight: bounds the partials waiting in memory
-    with ProcessPoolExecutor(
-        workers, mp_context=ctx, initializer=_init_worker, initargs=(rare_limit,)
-    ) as pool:
-        pending: deque[Future[list[FilePartial]]] = deque()
-        todo = iter(batches)
+    starts = list(accumulate((len(b) for b in batches), initial=0))
+    weights = [sum(t.size for t in batch) for batch in batches]
+    queued = QUEUED_PER_WORKER * (workers - 1)
+    budget = AHEAD_BYTES * workers
+    # The masks a scanner computed that no batch sent to a worker process carried yet (with
+    # one worker process: all it lacks; with more, each learns those sent with its batches).
+    unsent: Masks = []
+    with (
+        tempfile.TemporaryDirectory(prefix="l4-scan-") as handover,
+        ProcessPoolExecutor(
+            workers - 1, mp_context=_context(), initializer=_init_worker, initargs=(rare_limit,)
+        ) as pool,
+    ):
+        # Claimed batches not yet merged, in job order: a worker process's future (its partials
+        # in the file named last) or the partials this process scanned, with the batch's bytes.
+        ahead: deque[tuple[Future[None] | list[FilePartial], int, str]] = deque()
+        ahead_bytes = claimed = 0
         try:
-            for batch in todo:
-                pending.append(pool.submit(_scan_batch, batch))
-                if len(pending) >= window:
-                    yield from pending.popleft().result()
-            while pending:
-                yield from pending.popleft().result()
+            while claimed < len(batches) or ahead:
+                while claimed < len(batches) and (not ahead or ahead_bytes < budget):
+                    running = sum(1 for f, _, _ in ahead if isinstance(f, Future) and not f.done())
+                    if running >= queued:
+                        break
+                    path = os.path.join(handover, f"{claimed}.pickle")
+                    future = pool.submit(_scan_batch, batches[claimed], unsent, path)
+                    ahead.append((future, weights[claimed], path))
+                    unsent = []
+                    ahead_bytes += weights[claimed]
+                    claimed += 1
+                head, weight, path = ahead[0]
+                waiting = isinstance(head, Future) and not head.done()
+                if waiting and claimed < len(batches) and ahead_bytes < budget:
+                    # Nothing to merge yet: scan the next batch here meanwhile.
+                    a, b = starts[claimed], starts[claimed + 1]
+                    parts = scanner.scan_all(streams[a:b], sizes[a:b])
+                    ahead.append((parts, weights[claimed], ""))
+                    unsent.extend(scanner.computed_masks())
+                    ahead_bytes += weights[claimed]
+                    claimed += 1
+                    continue
+                ahead.popleft()
+                ahead_bytes -= weight
+                if isinstance(head, list):
+                    yield from head
+                    continue
+                head.result()  # what the worker process raised, if it did
+                parts, learnt = _handed_over(path)
+                scanner.parser.learn_masks(learnt)
+                if workers > 2:
+                    unsent.extend(learnt)  # for the other worker processes
+                yield from parts
         except BrokenProcessPool as exc:
             raise IngestError(f"an ingest worker process died — {exc}") from exc
         finally:
-            for future in pending:
-                future.cancel()
+            for item, _, _ in ahead:
+                if isinstance(item, Future):
+                    item.cancel()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -133,6 +134,53 @@ def test_kinds_reach_drain_in_job_order_whatever_the_workers(
         assert seen[-1].bytes_done == seen[-1].bytes > 0
         orders.append([k.key for k in parser.kinds])
     assert orders[0] == orders[1]
+
+
+def test_this_process_scans_batches_too_and_the_partials_come_in_job_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = _job(tmp_path)
+    monkeypatch.setattr(workers, "BATCH_FILES", 1)  # a batch per node (up to 4 files each)
+    streams = file_streams(discover(job))
+    sizes = [s.file.stat().st_size if s.file else 0 for s in streams]
+    parts = list(workers._partials(streams, sizes, 2))
+    done = 0
+    for part in parts:
+        assert {s.node for s in streams[done : done + part.files]} == {part.node}
+        done += part.files
+    assert done == len(streams)
+    # Two scanners: a worker process and this one (which would otherwise only wait for it).
+    scanners = {part.worker for part in parts}
+    assert len(scanners) == 2 and os.getpid() in scanners
+    assert parts[0].worker != os.getpid()  # the first batches go to the worker process
+
+
+def test_a_worker_learns_the_masks_other_scanners_computed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = _job(tmp_path)
+    streams = file_streams(discover(job))
+    sizes = [s.file.stat().st_size if s.file else 0 for s in streams]
+    half = len(streams) // 2
+    other = Scanner(share_masks=True)
+    other.scan_all(streams[:half], sizes[:half])
+    learnt = other.computed_masks()
+    assert learnt and other.computed_masks() == []  # each mask is handed over once
+    monkeypatch.setattr(workers, "_WORKER", None)
+    workers._init_worker()
+    tasks = [
+        workers._Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.max_bytes)
+        for s, size in zip(streams[half:], sizes[half:], strict=True)
+    ]
+    handover = str(tmp_path / "batch.pickle")
+    workers._scan_batch(tasks, learnt, handover)
+    parts, computed = workers._handed_over(handover)
+    assert not Path(handover).exists()
+    assert computed and not {key for key, _ in computed} & {key for key, _ in learnt}
+    alone = Scanner().scan_all(streams[half:], sizes[half:])
+    assert [(p.node, p.kinds, p.specs, list(p.groups)) for p in parts] == [
+        (p.node, p.kinds, p.specs, list(p.groups)) for p in alone
+    ]
 
 
 def test_a_worker_whose_first_line_of_a_kind_differs_is_rescanned(
@@ -338,7 +386,9 @@ def test_the_forkserver_preloads_the_l4_modules_the_parent_imported() -> None:
     assert preload[0] == "l4_plugin.ingest.workers"
     assert "l4_plugin.ingest.pipeline" in preload and "l4_simulate" in preload
     assert all(m.partition(".")[0] in ("l4_plugin", "l4_simulate") for m in preload)
-    assert set(preload) == {
+    # ... and, last, the one that builds a scanner's rules (never imported by L4 itself).
+    assert preload[-1] == "l4_plugin.ingest.warm" and "l4_plugin.ingest.warm" not in sys.modules
+    assert set(preload[:-1]) == {
         m for m in sys.modules if m.partition(".")[0] in ("l4_plugin", "l4_simulate")
     }
     assert len(preload) == len(set(preload))
