@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from l4_plugin.diagnosis import diagnose_job
-from l4_plugin.errors import StoreError
+from l4_plugin.errors import IngestError, StoreError
 from l4_plugin.ingest import pipeline, workers
 from l4_plugin.ingest.jobdir import JobMeta, discover
 from l4_plugin.ingest.parser import LineParser
@@ -177,10 +177,21 @@ def test_a_worker_learns_the_masks_other_scanners_computed(
     parts, computed = workers._handed_over(handover)
     assert not Path(handover).exists()
     assert computed and not {key for key, _ in computed} & {key for key, _ in learnt}
+    with pytest.raises(IngestError, match="cannot hand a batch's partials over in /nonexistent"):
+        workers._scan_batch(tasks[:1], [], "/nonexistent/dir/0.pickle")
     alone = Scanner().scan_all(streams[half:], sizes[half:])
     assert [(p.node, p.kinds, p.specs, list(p.groups)) for p in parts] == [
         (p.node, p.kinds, p.specs, list(p.groups)) for p in alone
     ]
+
+
+def test_no_directory_for_the_worker_processes_is_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(workers.tempfile, "tempdir", str(tmp_path / "missing"))
+    streams = file_streams(discover(_job(tmp_path)))
+    with pytest.raises(IngestError, match="cannot create a directory for the scan's worker"):
+        scan_streams(streams, LineParser(), workers=2)
 
 
 def test_a_worker_whose_first_line_of_a_kind_differs_is_rescanned(
