@@ -15,7 +15,14 @@ saves a tenth of the instructions of this Python code saves about that much of i
 ``--code DIR``: count another checkout's code instead (a ``git worktree`` of the commit to
 compare), with this script's job and method. Each count takes about a minute per million
 lines under callgrind; the six runs go two at a time.
+
+``--workers N``: what N scanners execute in all against one, on the 2x job (callgrind follows
+the worker processes, ``--trace-children=yes``). A worker process is forked from the scan's
+forkserver and starts with the server's instructions counted: the server's own total is
+subtracted from each (the few it executes per fork are left in, a few million). Discovery's
+probe processes are counted in the full and the import-only runs alike, so they cancel out.
 Usage: python benchmarks/bench_instructions.py --realistic /tmp/dev-26 [--code /tmp/base]
+       python benchmarks/bench_instructions.py --realistic /tmp/dev-26 --workers 2
 """
 
 from __future__ import annotations
@@ -29,65 +36,86 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 _COLLECTED = re.compile(r"Collected : (\d+)")
+_PROCESS = re.compile(r"^==(\d+)== (Command|Collected) ?: (.*)$", re.MULTILINE)
 
 
-def _child(mode: str, job: Path) -> None:
+def _child(mode: str, job: Path, workers: int = 1) -> None:
     """In a process under callgrind: the counted work (``code`` is first on ``sys.path``)."""
     from l4_plugin.ingest.jobdir import discover
     from l4_plugin.ingest.parser import LineParser
     from l4_plugin.ingest.pipeline import rare_limit
     from l4_plugin.ingest.sources import file_streams
     from l4_plugin.ingest.stages import default_stage_rules
-    from l4_plugin.ingest.workers import scan_streams
+    from l4_plugin.ingest.workers import scan_streams, start_server
 
+    if workers > 1:
+        start_server()  # in both modes: the server's instructions cancel out
     files = discover(job)
     parser = LineParser()
     default_stage_rules()
     if mode == "full":
         limit = rare_limit(len({f.node for f in files}))
-        scan_streams(file_streams(files), parser, workers=1, rare_limit=limit)
+        scan_streams(file_streams(files), parser, workers=workers, rare_limit=limit)
         parser.finish()
 
 
-def count(code: Path, mode: str, job: Path) -> int:
-    """Instructions callgrind counted for one child run of ``mode`` over ``job``."""
-    out = tempfile.NamedTemporaryFile(prefix="l4-callgrind-", delete=False)  # noqa: SIM115
-    out.close()
-    cmd = [
-        "valgrind",
-        "--tool=callgrind",
-        f"--callgrind-out-file={out.name}",
-        sys.executable,
-        __file__,
-        "--child",
-        mode,
-        "--code",
-        str(code),
-        str(job),
-    ]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    try:
+def count(code: Path, mode: str, job: Path, workers: int = 1) -> int:
+    """Instructions callgrind counted for one child run of ``mode`` over ``job`` (with
+    ``workers`` > 1: of every process it started, see the module docstring)."""
+    with tempfile.TemporaryDirectory(prefix="l4-callgrind-") as out:
+        cmd = [
+            "valgrind",
+            "--tool=callgrind",
+            f"--callgrind-out-file={out}/cg.%p",
+            *(["--trace-children=yes"] if workers > 1 else []),
+            sys.executable,
+            __file__,
+            "--child",
+            mode,
+            "--code",
+            str(code),
+            "--workers",
+            str(workers),
+            str(job),
+        ]
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
         run = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
-    finally:
-        os.unlink(out.name)
-    found = _COLLECTED.search(run.stderr)
-    if run.returncode != 0 or found is None:
+    if run.returncode != 0 or _COLLECTED.search(run.stderr) is None:
         raise SystemExit(f"callgrind run failed ({mode}, {job}): {run.stderr[-800:]}")
-    return int(found.group(1))
+    if workers <= 1:
+        return int(_COLLECTED.findall(run.stderr)[-1])
+    return _all_processes(run.stderr)
+
+
+def _all_processes(log: str) -> int:
+    """The instructions of every process of a ``--trace-children`` log: a process that never
+    ran a command of its own was forked from the forkserver (the one whose command names
+    ``forkserver``) and has the server's total taken off."""
+    commands: dict[str, str] = {}
+    collected: dict[str, int] = {}
+    for pid, what, value in _PROCESS.findall(log):
+        if what == "Command":
+            commands[pid] = value
+        else:
+            collected[pid] = int(value)
+    server = next((collected[p] for p, c in commands.items() if "forkserver" in c), 0)
+    return sum(n - (0 if pid in commands else server) for pid, n in collected.items())
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--realistic", type=Path, help="extracted dev cases (e.g. /tmp/dev-26)")
     ap.add_argument("--code", type=Path, default=Path(__file__).resolve().parent.parent)
+    ap.add_argument("--workers", type=int, default=1, help="scanners to compare with one")
     ap.add_argument("--child", choices=("full", "disc"))
     ap.add_argument("job", nargs="?", type=Path)
     args = ap.parse_args()
     if args.child:
         sys.path.insert(0, str(args.code.resolve()))
-        _child(args.child, args.job)
+        _child(args.child, args.job, args.workers)
         return
     if args.realistic is None:
         ap.error("--realistic DIR is required")
@@ -96,6 +124,9 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from bench_ingest import parse_only, realistic_job
 
+    if args.workers > 1:
+        _compare_workers(args.code, args.realistic, args.workers, realistic_job)
+        return
     with tempfile.TemporaryDirectory(prefix="l4-bench-") as tmp:
         jobs = {}
         for repeat in (1, 2):
@@ -116,6 +147,21 @@ def main() -> None:
     print(f"  per raw line {per_copy / lines:,.0f}; fixed {fixed / 1e9:.3f} G")
     for repeat in (4, 16):
         print(f"  {repeat}x job (projected): {(fixed + repeat * per_copy) / 1e9:.2f} G")
+
+
+def _compare_workers(code: Path, cases: Path, workers: int, realistic_job: Any) -> None:
+    """The 2x job's timed part with one scanner and with ``workers``, all processes counted."""
+    with tempfile.TemporaryDirectory(prefix="l4-bench-") as tmp:
+        job = Path(tmp) / "job2"
+        realistic_job(cases, job, 2)
+        runs = [("full", 1), ("full", workers), ("disc", workers)]
+        with ThreadPoolExecutor(2) as pool:
+            counts = list(pool.map(lambda r: count(code, r[0], job, r[1]), runs))
+    one, many = counts[0] - counts[2], counts[1] - counts[2]
+    print(f"code: {code}")
+    print("realistic job 2x, instructions of the timed part, every process (callgrind):")
+    extra = many / one - 1
+    print(f"  1 scanner {one / 1e9:.3f} G; {workers} scanners {many / 1e9:.3f} G ({extra:+.1%})")
 
 
 if __name__ == "__main__":
