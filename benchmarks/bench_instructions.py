@@ -42,7 +42,7 @@ _COLLECTED = re.compile(r"Collected : (\d+)")
 _PROCESS = re.compile(r"^==(\d+)== (Command|Collected) ?: (.*)$", re.MULTILINE)
 
 
-def _child(mode: str, job: Path, workers: int = 1) -> None:
+def _child(mode: str, job: Path, workers: int = 1, follow: bool = False) -> None:
     """In a process under callgrind: the counted work (``code`` is first on ``sys.path``)."""
     from l4_plugin.ingest.jobdir import discover
     from l4_plugin.ingest.parser import LineParser
@@ -51,8 +51,8 @@ def _child(mode: str, job: Path, workers: int = 1) -> None:
     from l4_plugin.ingest.stages import default_stage_rules
     from l4_plugin.ingest.workers import scan_streams, start_server
 
-    if workers > 1:
-        start_server()  # in both modes: the server's instructions cancel out
+    if follow:
+        start_server()  # in every run compared: the server's instructions cancel out
     files = discover(job)
     parser = LineParser()
     default_stage_rules()
@@ -62,15 +62,15 @@ def _child(mode: str, job: Path, workers: int = 1) -> None:
         parser.finish()
 
 
-def count(code: Path, mode: str, job: Path, workers: int = 1) -> int:
-    """Instructions callgrind counted for one child run of ``mode`` over ``job`` (with
-    ``workers`` > 1: of every process it started, see the module docstring)."""
+def count(code: Path, mode: str, job: Path, workers: int = 1, follow: bool = False) -> int:
+    """Instructions callgrind counted for one child run of ``mode`` over ``job`` with
+    ``workers`` scanners (``follow``: of every process it started, see the module docstring)."""
     with tempfile.TemporaryDirectory(prefix="l4-callgrind-") as out:
         cmd = [
             "valgrind",
             "--tool=callgrind",
             f"--callgrind-out-file={out}/cg.%p",
-            *(["--trace-children=yes"] if workers > 1 else []),
+            *(["--trace-children=yes"] if follow else []),
             sys.executable,
             __file__,
             "--child",
@@ -79,15 +79,14 @@ def count(code: Path, mode: str, job: Path, workers: int = 1) -> int:
             str(code),
             "--workers",
             str(workers),
+            *(["--follow"] if follow else []),
             str(job),
         ]
         env = {**os.environ, "PYTHONHASHSEED": "0"}
         run = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
     if run.returncode != 0 or _COLLECTED.search(run.stderr) is None:
         raise SystemExit(f"callgrind run failed ({mode}, {job}): {run.stderr[-800:]}")
-    if workers <= 1:
-        return int(_COLLECTED.findall(run.stderr)[-1])
-    return _all_processes(run.stderr)
+    return _all_processes(run.stderr) if follow else int(_COLLECTED.findall(run.stderr)[-1])
 
 
 def _all_processes(log: str) -> int:
@@ -110,12 +109,13 @@ def main() -> None:
     ap.add_argument("--realistic", type=Path, help="extracted dev cases (e.g. /tmp/dev-26)")
     ap.add_argument("--code", type=Path, default=Path(__file__).resolve().parent.parent)
     ap.add_argument("--workers", type=int, default=1, help="scanners to compare with one")
+    ap.add_argument("--follow", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--child", choices=("full", "disc"))
     ap.add_argument("job", nargs="?", type=Path)
     args = ap.parse_args()
     if args.child:
         sys.path.insert(0, str(args.code.resolve()))
-        _child(args.child, args.job, args.workers)
+        _child(args.child, args.job, args.workers, args.follow)
         return
     if args.realistic is None:
         ap.error("--realistic DIR is required")
@@ -156,7 +156,7 @@ def _compare_workers(code: Path, cases: Path, workers: int, realistic_job: Any) 
         realistic_job(cases, job, 2)
         runs = [("full", 1), ("full", workers), ("disc", workers)]
         with ThreadPoolExecutor(2) as pool:
-            counts = list(pool.map(lambda r: count(code, r[0], job, r[1]), runs))
+            counts = list(pool.map(lambda r: count(code, r[0], job, r[1], follow=True), runs))
     one, many = counts[0] - counts[2], counts[1] - counts[2]
     print(f"code: {code}")
     print("realistic job 2x, instructions of the timed part, every process (callgrind):")
