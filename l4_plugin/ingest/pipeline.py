@@ -85,7 +85,7 @@ class IngestSummary:
     progress: ScanProgress | None = None
     scan_cpu: float = 0.0  # CPU seconds of the file scans, all scanners
     worker_cpu: float = 0.0  # the worker processes' part of it
-    worker_rss_mb: float = 0.0  # the largest scanning process's peak RSS
+    worker_rss_mb: float = 0.0  # the largest worker process's peak RSS (0: none)
     # Wall seconds of each step: discovery (of a job directory), scan (read, mask, scan, Drain),
     # build (the documents, until the last is handed to the writer), send (waiting for the
     # cluster after that), finish (templates, refresh, the job document).

@@ -197,8 +197,8 @@ class Scanner:
     ) -> None:
         self.parser = LineParser(mine=False, pinned=pinned)
         # ``share_masks``: the masks this scanner computes are logged for the other scanners of
-        # the job (``computed_masks``); masking a key no other scanner met is the only cost
-        # that two scanners pay twice for what one pays once.
+        # the job (``computed_masks``), so that a line every node prints is not masked once per
+        # scanner (masking is most of what two scanners would both pay for such a line).
         if share_masks:
             self.parser.mask_log = []
         self.rules = default_stage_rules()
