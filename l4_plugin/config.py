@@ -130,7 +130,10 @@ class Settings(BaseSettings):
         MAX_JOB_SIZE, gt=0, description="Bytes of log files one job may hold on disk (e.g. 1T)"
     )
     ingest_workers: int | None = Field(
-        None, ge=1, le=1024, description="Worker processes scanning a job's files (unset: cores)"
+        None,
+        ge=1,
+        le=1024,
+        description="Processes scanning a job's files, l4's own included (unset: cores)",
     )
     dashboards_url: str = Field(
         "", description="Kibana / OpenSearch Dashboards URL for Discover links in annotations"

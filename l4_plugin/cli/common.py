@@ -88,5 +88,6 @@ def workers_option(f: Any) -> Any:
     return click.option(
         "--workers",
         type=click.IntRange(1, 1024),
-        help="Worker processes scanning the files (default: L4_INGEST_WORKERS, else the cores).",
+        help="Processes scanning the files, this one included (default: L4_INGEST_WORKERS, "
+        "else the cores).",
     )(f)
