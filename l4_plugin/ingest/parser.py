@@ -176,6 +176,10 @@ class LineParser:
                 self.mask_log.extend(zip(todo, masked, strict=True))
         return list(map(by_folded.__getitem__, folded))
 
+    def known_masks(self) -> Iterable[tuple[str, str]]:
+        """Every (folded key, masked line) this parser holds (for another's ``learn_masks``)."""
+        return self._by_folded.items()
+
     def learn_masks(self, pairs: Iterable[tuple[str, str]]) -> None:
         """Take (folded key, masked line) pairs another parser with the same masker computed
         (its ``mask_log``): those keys' regexes need not run here. Masking is a function of

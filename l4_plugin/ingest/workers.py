@@ -40,7 +40,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.jobdir import LogFile
@@ -64,9 +64,9 @@ BATCH_FILES = 256
 #: ...and of at most a share of what is left to batch (``_batches``), no smaller than this.
 MIN_BATCH_BYTES = 256 << 10
 #: Batches given to a worker process at a time: the one it scans and the next, so that it never
-#: waits while the caller scans a batch of its own (``_partials``). Not more: near the end, where
-#: batches are small, every batch a worker holds is one the caller can no longer take, and the
-#: caller would wait for it (a third one left the caller idle for ~0.2 s of a 1.6 s scan)...
+#: waits while the caller scans a batch of its own (``_partials``). At the end of the scan the
+#: caller takes back the batches a worker has not started (``_take_back``); before that it
+#: waited for them (with three queued, idle for ~0.2 s of a 1.6 s scan)...
 QUEUED_PER_WORKER = 2
 #: ...and at most this many bytes of files per scanner claimed but not yet merged (the partials
 #: waiting in memory while an earlier batch is still being scanned).
@@ -335,17 +335,34 @@ class _Task:
 
 
 _WORKER: Scanner | None = None
+#: Who scans each batch of the current scan: ``_FREE`` until a scanner takes it, then
+#: ``_BY_WORKER`` or ``_BY_CALLER`` (shared with the worker processes, ``_claim``).
+_CLAIMS: Any = None
+_FREE, _BY_WORKER, _BY_CALLER = 0, 1, 2
 
 
-def _init_worker(rare_limit: int | None = None) -> None:
-    global _WORKER
+def _init_worker(rare_limit: int | None = None, claims: Any = None) -> None:
+    global _WORKER, _CLAIMS
     _WORKER = Scanner(rare_limit=rare_limit, share_masks=True)
+    _CLAIMS = claims
 
 
-def _scan_batch(tasks: list[_Task], masks: Masks, handover: str) -> None:
+def _claim(claims: Any, batch: int, by: int) -> bool:
+    """Take ``batch`` for ``by`` unless another scanner took it first."""
+    if claims is None:
+        return True
+    with claims.get_lock():
+        if claims[batch] != _FREE:
+            return False
+        claims[batch] = by
+        return True
+
+
+def _scan_batch(tasks: list[_Task], masks: Masks, handover: str, batch: int = 0) -> bool:
     """A worker process's batch: learn the masks the caller sends (those other scanners
     computed since this worker's previous batch), scan, and leave the partials and the masks
-    this worker computed in the file ``handover`` (``_handed_over`` reads it).
+    this worker computed in the file ``handover`` (``_handed_over`` reads it). False, without
+    scanning, when the caller took the batch back meanwhile (``_partials``).
 
     A file, not the pool's result pipe: the caller reads a pipe in a thread that needs its GIL
     for every 64 KB while its main thread scans, which held a worker's megabytes of partials
@@ -354,6 +371,8 @@ def _scan_batch(tasks: list[_Task], masks: Masks, handover: str) -> None:
     if scanner is None:  # pragma: no cover - the initializer always ran
         scanner = _init_worker_now()
     scanner.parser.learn_masks(masks)
+    if not _claim(_CLAIMS, batch, _BY_WORKER):
+        return False
     parts = scanner.scan_all([_file_stream(t) for t in tasks], [t.size for t in tasks])
     data = pickle.dumps((parts, scanner.computed_masks()), pickle.HIGHEST_PROTOCOL)
     try:
@@ -363,6 +382,7 @@ def _scan_batch(tasks: list[_Task], masks: Masks, handover: str) -> None:
         raise IngestError(
             f"cannot hand a batch's partials over in {handover}: {exc.strerror}"
         ) from exc
+    return True
 
 
 @contextmanager
@@ -606,55 +626,60 @@ def _partials(
     claims the next batch and scans it itself, so it never waits while there is work, and its
     own partials (about half the job at two workers) need no pickling on either side. A worker
     process that finishes early gets the next batch whatever the order of the others', up to
-    ``AHEAD_BYTES`` of files per scanner claimed but not yet merged (memory). Every scanner
-    scans its batches in job order, which ``Scanner``'s reported kinds and carried marks require.
+    ``AHEAD_BYTES`` of files per scanner claimed but not yet merged (memory). With nothing left
+    to claim, this process takes back a batch a worker process has not started (``_take_back``:
+    a shared flag per batch says who scans it). Every scanner scans its batches in job order,
+    which ``Scanner``'s reported kinds and carried marks require: a batch taken back comes
+    before some this process's scanner has scanned, so it gets a scanner of its own.
     """
-    scanner = Scanner(rare_limit=rare_limit, share_masks=workers > 1)
     if workers <= 1:
+        scanner = Scanner(rare_limit=rare_limit)
         for a, b in node_runs(streams):
             yield scanner.scan(streams[a:b], sizes[a:b])
         return
     batches = _batches(streams, sizes, workers)
-    starts = list(accumulate((len(b) for b in batches), initial=0))
+    caller = _Caller(streams, sizes, batches, rare_limit)
     weights = [sum(t.size for t in batch) for batch in batches]
     queued = QUEUED_PER_WORKER * (workers - 1)
     budget = AHEAD_BYTES * workers
-    # The masks a scanner computed that no batch sent to a worker process carried yet (with
-    # one worker process: all it lacks; with more, each learns those sent with its batches).
-    unsent: Masks = []
+    claims = _context().Array("b", len(batches))
     with (
         _handover_dir() as handover,
         ProcessPoolExecutor(
-            workers - 1, mp_context=_context(), initializer=_init_worker, initargs=(rare_limit,)
+            workers - 1,
+            mp_context=_context(),
+            initializer=_init_worker,
+            initargs=(rare_limit, claims),
         ) as pool,
     ):
         # Claimed batches not yet merged, in job order: a worker process's future (its partials
-        # in the file named last) or the partials this process scanned, with the batch's bytes.
-        ahead: deque[tuple[Future[None] | list[FilePartial], int, str]] = deque()
+        # in the file named last) or the partials this process scanned, with the batch's
+        # number and bytes.
+        ahead: deque[tuple[Future[bool] | list[FilePartial], int, int, str]] = deque()
         ahead_bytes = claimed = 0
         try:
             while claimed < len(batches) or ahead:
                 while claimed < len(batches) and (not ahead or ahead_bytes < budget):
-                    running = sum(1 for f, _, _ in ahead if isinstance(f, Future) and not f.done())
+                    running = sum(1 for f, *_ in ahead if isinstance(f, Future) and not f.done())
                     if running >= queued:
                         break
                     path = os.path.join(handover, f"{claimed}.pickle")
-                    future = pool.submit(_scan_batch, batches[claimed], unsent, path)
-                    ahead.append((future, weights[claimed], path))
-                    unsent = []
+                    masks = caller.masks_to_send()
+                    future = pool.submit(_scan_batch, batches[claimed], masks, path, claimed)
+                    ahead.append((future, claimed, weights[claimed], path))
                     ahead_bytes += weights[claimed]
                     claimed += 1
-                head, weight, path = ahead[0]
-                waiting = isinstance(head, Future) and not head.done()
-                if waiting and claimed < len(batches) and ahead_bytes < budget:
-                    # Nothing to merge yet: scan the next batch here meanwhile.
-                    a, b = starts[claimed], starts[claimed + 1]
-                    parts = scanner.scan_all(streams[a:b], sizes[a:b])
-                    ahead.append((parts, weights[claimed], ""))
-                    unsent.extend(scanner.computed_masks())
-                    ahead_bytes += weights[claimed]
-                    claimed += 1
-                    continue
+                head, _, weight, path = ahead[0]
+                if isinstance(head, Future) and not head.done():
+                    if claimed < len(batches) and ahead_bytes < budget:
+                        # Nothing to merge yet: scan the next batch here meanwhile.
+                        _claim(claims, claimed, _BY_CALLER)
+                        ahead.append((caller.scan(claimed), claimed, weights[claimed], ""))
+                        ahead_bytes += weights[claimed]
+                        claimed += 1
+                        continue
+                    if _take_back(ahead, claims, caller.scan):
+                        continue
                 ahead.popleft()
                 ahead_bytes -= weight
                 if isinstance(head, list):
@@ -662,13 +687,74 @@ def _partials(
                     continue
                 head.result()  # what the worker process raised, if it did
                 parts, learnt = _handed_over(path)
-                scanner.parser.learn_masks(learnt)
-                if workers > 2:
-                    unsent.extend(learnt)  # for the other worker processes
+                caller.learn(learnt, forward=workers > 2)
                 yield from parts
         except BrokenProcessPool as exc:
             raise IngestError(f"an ingest worker process died — {exc}") from exc
         finally:
-            for item, _, _ in ahead:
+            for item, *_ in ahead:
                 if isinstance(item, Future):
                     item.cancel()
+
+
+class _Caller:
+    """The calling process as a scanner of a job cut into batches, and the masks it passes on
+    to the worker processes: its own and, with several worker processes, each one's to the
+    others (with one, all it lacks)."""
+
+    def __init__(
+        self,
+        streams: list[LogStream],
+        sizes: list[int],
+        batches: list[list[_Task]],
+        rare_limit: int | None,
+    ) -> None:
+        self.scanner = Scanner(rare_limit=rare_limit, share_masks=True)
+        self.streams = streams
+        self.sizes = sizes
+        self.starts = list(accumulate((len(b) for b in batches), initial=0))
+        self.rare_limit = rare_limit
+        self.unsent: Masks = []  # computed by a scanner, carried by no batch sent yet
+
+    def scan(self, batch: int, taken_back: bool = False) -> list[FilePartial]:
+        """Scan ``batch`` here. A batch taken back from a worker process comes before batches
+        this process's scanner has scanned: a scanner of its own, so that each scanner still
+        scans in job order (it starts with every mask known here)."""
+        here = self.scanner
+        if taken_back:
+            here = Scanner(rare_limit=self.rare_limit, share_masks=True)
+            here.parser.learn_masks(self.scanner.parser.known_masks())
+        a, b = self.starts[batch], self.starts[batch + 1]
+        parts = here.scan_all(self.streams[a:b], self.sizes[a:b])
+        learnt = here.computed_masks()
+        if taken_back:
+            self.scanner.parser.learn_masks(learnt)
+        self.unsent.extend(learnt)
+        return parts
+
+    def learn(self, learnt: Masks, *, forward: bool) -> None:
+        """Masks a worker process computed; ``forward``: for the other worker processes too."""
+        self.scanner.parser.learn_masks(learnt)
+        if forward:
+            self.unsent.extend(learnt)
+
+    def masks_to_send(self) -> Masks:
+        """The masks for the next batch sent to a worker process (then none are unsent)."""
+        out, self.unsent = self.unsent, []
+        return out
+
+
+def _take_back(
+    ahead: deque[tuple[Future[bool] | list[FilePartial], int, int, str]],
+    claims: Any,
+    scan_here: Callable[[int, bool], list[FilePartial]],
+) -> bool:
+    """With nothing left to claim and the next partial not ready: scan here the last batch a
+    worker process was given but has not started (it finds it taken and skips it), so that the
+    end of the scan does not wait for a worker's queue. False when there is none."""
+    for at in range(len(ahead) - 1, -1, -1):
+        item, batch, weight, _ = ahead[at]
+        if isinstance(item, Future) and not item.done() and _claim(claims, batch, _BY_CALLER):
+            ahead[at] = (scan_here(batch, True), batch, weight, "")
+            return True
+    return False

@@ -6,6 +6,8 @@ import json
 import os
 import sys
 import time
+from collections import deque
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +155,89 @@ def test_this_process_scans_batches_too_and_the_partials_come_in_job_order(
     scanners = {part.worker for part in parts}
     assert len(scanners) == 2 and os.getpid() in scanners
     assert parts[0].worker != os.getpid()  # the first batches go to the worker process
+
+
+def _rollup_view(result: Any) -> dict[str, Any]:
+    return {
+        node: (
+            rollup.lines,
+            rollup.last_iteration,
+            [(r.before, r.before_pos, r.after, r.after_pos) for r in rollup.runs],
+            {
+                (k.key, stage, it): (
+                    g.count,
+                    g.first_pos,
+                    g.last_pos,
+                    g.first_ts_ref,
+                    g.last_ts_ref,
+                    g.message,
+                    sorted(g.ranks),
+                    [(x.path, x.line, x.message, x.ts_ref, x.rank, x.offset) for x in g.kept],
+                )
+                for (k, stage, it), g in rollup.groups.items()
+            },
+        )
+        for node, rollup in result.rollups.items()
+    }
+
+
+def test_batches_taken_back_from_a_worker_give_the_rollups_of_one_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    job = _job(tmp_path)
+    streams = file_streams(discover(job))
+    one = LineParser()
+    single = scan_streams(streams, one, workers=1)
+    # Every batch goes to the worker process at once: the caller has none to claim, so while
+    # the worker starts it takes the last ones back, each with a scanner of its own, and scans
+    # them before the earlier batches it then merges.
+    monkeypatch.setattr(workers, "BATCH_FILES", 1)
+    monkeypatch.setattr(workers, "QUEUED_PER_WORKER", 1_000)
+    taken: list[bool] = []
+    real = workers._take_back
+
+    def counted(*args: Any) -> bool:
+        taken.append(real(*args))
+        return taken[-1]
+
+    monkeypatch.setattr(workers, "_take_back", counted)
+    two = LineParser()
+    split = scan_streams(streams, two, workers=2)
+    assert any(taken)
+    assert [k.key for k in two.kinds] == [k.key for k in one.kinds]
+    assert _rollup_view(split) == _rollup_view(single)
+    assert sorted(split.timeline.marks.items(), key=repr) == sorted(
+        single.timeline.marks.items(), key=repr
+    )
+
+
+def test_a_worker_skips_a_batch_the_caller_took_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    streams = file_streams(discover(_job(tmp_path)))
+    claims = workers._context().Array("b", 3)
+    started, waiting = Future(), Future()  # never done: batches 1 and 2 of a worker process
+    ahead: Any = deque([(started, 1, 10, "p1"), (waiting, 2, 10, "p2")])
+    scanned: list[tuple[int, bool]] = []
+
+    def scan_here(batch: int, taken_back: bool) -> list[Any]:
+        scanned.append((batch, taken_back))
+        return []
+
+    assert workers._take_back(ahead, claims, scan_here)  # the last one first
+    assert scanned == [(2, True)] and ahead[1] == ([], 2, 10, "") and claims[2] == 2
+    claims[1] = 1  # the worker process has started batch 1: not taken back
+    assert not workers._take_back(deque([ahead[0]]), claims, scan_here)
+    workers._init_worker(None, claims)
+    try:
+        task = workers._Task(
+            streams[0].node, streams[0].rank, streams[0].path, str(streams[0].file), 1
+        )
+        handover = tmp_path / "2.pickle"
+        assert workers._scan_batch([task], [], str(handover), 2) is False
+        assert not handover.exists()
+    finally:
+        workers._init_worker()
 
 
 def test_a_worker_learns_the_masks_other_scanners_computed(
