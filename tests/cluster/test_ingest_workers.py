@@ -25,6 +25,7 @@ from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.service.registry import job_state, register_job
 from l4_plugin.store import IndexNames, OpenSearchStore, Store
 from l4_simulate import simulate
+from tests.rollup_views import rollups_view
 
 # Fields that say when a document was written, not what it is about.
 _WHEN = {"@timestamp", "l4.ingest.updated", "l4.job.registered", "l4.ingest.progress"}
@@ -157,30 +158,6 @@ def test_this_process_scans_batches_too_and_the_partials_come_in_job_order(
     assert parts[0].worker != os.getpid()  # the first batches go to the worker process
 
 
-def _rollup_view(result: Any) -> dict[str, Any]:
-    return {
-        node: (
-            rollup.lines,
-            rollup.last_iteration,
-            [(r.before, r.before_pos, r.after, r.after_pos) for r in rollup.runs],
-            {
-                (k.key, stage, it): (
-                    g.count,
-                    g.first_pos,
-                    g.last_pos,
-                    g.first_ts_ref,
-                    g.last_ts_ref,
-                    g.message,
-                    sorted(g.ranks),
-                    [(x.path, x.line, x.message, x.ts_ref, x.rank, x.offset) for x in g.kept],
-                )
-                for (k, stage, it), g in rollup.groups.items()
-            },
-        )
-        for node, rollup in result.rollups.items()
-    }
-
-
 def test_batches_taken_back_from_a_worker_give_the_rollups_of_one_process(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -205,7 +182,7 @@ def test_batches_taken_back_from_a_worker_give_the_rollups_of_one_process(
     split = scan_streams(streams, two, workers=2)
     assert any(taken)
     assert [k.key for k in two.kinds] == [k.key for k in one.kinds]
-    assert _rollup_view(split) == _rollup_view(single)
+    assert rollups_view(split.rollups) == rollups_view(single.rollups)
     assert sorted(split.timeline.marks.items(), key=repr) == sorted(
         single.timeline.marks.items(), key=repr
     )

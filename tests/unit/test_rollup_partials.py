@@ -7,9 +7,10 @@ import pickle
 from pathlib import Path
 
 from l4_plugin.ingest.jobdir import discover
-from l4_plugin.ingest.rollup import FilePartial, Group, KeptLine
+from l4_plugin.ingest.rollup import FilePartial
 from l4_plugin.ingest.sources import file_streams
 from l4_plugin.ingest.workers import Scanner, gc_paused
+from tests.rollup_views import group_view, kept_view
 
 _LINES = (
     "2026-01-01 00:00:00 INFO starting\n"
@@ -21,26 +22,6 @@ _LINES = (
     "Traceback (most recent call last):\n"
     '  File "train.py", line 3, in <module>\n'
 )
-
-
-def _kept(k: KeptLine) -> tuple[object, ...]:
-    return (k.path, k.line, k.message, k.ts_ref, k.rank, k.flags, k.offset)
-
-
-def _group(g: Group) -> tuple[object, ...]:
-    return (
-        g.count,
-        g.first_pos,
-        g.last_pos,
-        g.first_ts_ref,
-        g.last_ts_ref,
-        g.message,
-        g.path,
-        g.ranks,
-        [_kept(k) for k in g.kept],
-        g.seconds_ns,
-        g.seconds_n,
-    )
 
 
 def _partial(tmp_path: Path) -> FilePartial:
@@ -59,7 +40,9 @@ def test_a_partial_survives_pickling_field_for_field(tmp_path: Path) -> None:
     part = _partial(tmp_path)
     back = pickle.loads(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
     assert list(back.groups) == list(part.groups)
-    assert [_group(g) for g in back.groups.values()] == [_group(g) for g in part.groups.values()]
+    assert [group_view(g) for g in back.groups.values()] == [
+        group_view(g) for g in part.groups.values()
+    ]
     for name in ("node", "kinds", "marks", "lines", "last_iteration", "problems", "specs"):
         assert getattr(back, name) == getattr(part, name), name
     for name in ("worker", "size", "cpu", "rss_kb", "files", "vanished"):
@@ -67,8 +50,8 @@ def test_a_partial_survives_pickling_field_for_field(tmp_path: Path) -> None:
     assert [(r.before, r.before_pos, r.after, r.after_pos) for r in back.runs] == [
         (r.before, r.before_pos, r.after, r.after_pos) for r in part.runs
     ]
-    assert [(key, _kept(k)) for key, k in back.forced] == [
-        (key, _kept(k)) for key, k in part.forced
+    assert [(key, kept_view(k)) for key, k in back.forced] == [
+        (key, kept_view(k)) for key, k in part.forced
     ]
     # ``absorb`` tells a forced line already in its group by identity: it must be that object.
     for key, kept in back.forced:
@@ -80,7 +63,7 @@ def test_a_forced_line_missing_from_its_group_travels_whole(tmp_path: Path) -> N
     key, kept = part.forced[0]
     part.groups[key].kept.remove(kept)
     back = pickle.loads(pickle.dumps(part))
-    assert _kept(back.forced[0][1]) == _kept(kept)
+    assert kept_view(back.forced[0][1]) == kept_view(kept)
     assert not any(k is back.forced[0][1] for k in back.groups[key].kept)
 
 
@@ -127,7 +110,7 @@ def test_scan_with_or_without_the_lines_keys_is_the_same(tmp_path: Path) -> None
     with_keys, without = NodeRollup("n", rules), NodeRollup("n", rules)
     with_keys.scan("r.log", 3, [(lines, kinds, None, 0, keys)])
     without.scan("r.log", 3, [(lines, kinds, None, 0)])
-    assert {k: _group(g) for k, g in with_keys.groups.items()} == {
-        k: _group(g) for k, g in without.groups.items()
+    assert {k: group_view(g) for k, g in with_keys.groups.items()} == {
+        k: group_view(g) for k, g in without.groups.items()
     }
     assert with_keys.last_iteration == without.last_iteration == 11
