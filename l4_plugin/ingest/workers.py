@@ -719,7 +719,9 @@ class _Caller:
     def scan(self, batch: int, taken_back: bool = False) -> list[FilePartial]:
         """Scan ``batch`` here. A batch taken back from a worker process comes before batches
         this process's scanner has scanned: a scanner of its own, so that each scanner still
-        scans in job order (it starts with every mask known here)."""
+        scans in job order (it starts with every mask known here). Its partials carry this
+        process's id, as the main scanner's do: a kind found divergent in either has the
+        other's partials with that kind scanned again too (exact; at worst a rescan more)."""
         here = self.scanner
         if taken_back:
             here = Scanner(rare_limit=self.rare_limit, share_masks=True)
