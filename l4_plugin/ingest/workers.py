@@ -615,6 +615,11 @@ def _batch_limit(left: int, workers: int) -> int:
     return max(MIN_BATCH_BYTES, min(BATCH_BYTES, left // (2 * workers)))
 
 
+#: Claimed batches not yet merged, in job order: a worker process's future (its partials in the
+#: file named last) or the partials this process scanned, with the batch's number and bytes.
+_Ahead = deque[tuple[Future[bool] | list[FilePartial], int, int, str]]
+
+
 def _partials(
     streams: list[LogStream], sizes: list[int], workers: int, rare_limit: int | None = None
 ) -> Iterator[FilePartial]:
@@ -652,10 +657,7 @@ def _partials(
             initargs=(rare_limit, claims),
         ) as pool,
     ):
-        # Claimed batches not yet merged, in job order: a worker process's future (its partials
-        # in the file named last) or the partials this process scanned, with the batch's
-        # number and bytes.
-        ahead: deque[tuple[Future[bool] | list[FilePartial], int, int, str]] = deque()
+        ahead: _Ahead = deque()
         ahead_bytes = claimed = 0
         try:
             while claimed < len(batches) or ahead:
@@ -713,7 +715,6 @@ class _Caller:
         self.streams = streams
         self.sizes = sizes
         self.starts = list(accumulate((len(b) for b in batches), initial=0))
-        self.rare_limit = rare_limit
         self.unsent: Masks = []  # computed by a scanner, carried by no batch sent yet
 
     def scan(self, batch: int, taken_back: bool = False) -> list[FilePartial]:
@@ -724,7 +725,7 @@ class _Caller:
         other's partials with that kind scanned again too (exact; at worst a rescan more)."""
         here = self.scanner
         if taken_back:
-            here = Scanner(rare_limit=self.rare_limit, share_masks=True)
+            here = Scanner(rare_limit=self.scanner.rare_limit, share_masks=True)
             here.parser.learn_masks(self.scanner.parser.known_masks())
         a, b = self.starts[batch], self.starts[batch + 1]
         parts = here.scan_all(self.streams[a:b], self.sizes[a:b])
@@ -747,7 +748,7 @@ class _Caller:
 
 
 def _take_back(
-    ahead: deque[tuple[Future[bool] | list[FilePartial], int, int, str]],
+    ahead: _Ahead,
     claims: Any,
     scan_here: Callable[[int, bool], list[FilePartial]],
 ) -> bool:
