@@ -38,6 +38,7 @@ class LogStream:
     file: Path | None = None
     host: str | None = None  # the host whose lines of ``file`` this stream is (jobdir.LogFile)
     max_bytes: int | None = None  # what ``open`` reads of ``file`` at most
+    lines: int | None = None  # its lines, estimated (``jobdir.LogFile.lines``); None: unknown
 
 
 def file_streams(files: list[LogFile], max_bytes: int | None = None) -> list[LogStream]:
@@ -52,6 +53,7 @@ def file_streams(files: list[LogFile], max_bytes: int | None = None) -> list[Log
             f.path,
             f.host,
             max_bytes,
+            f.lines,
         )
         for f in files
     ]

@@ -171,3 +171,27 @@ def test_files_are_probed_alike_in_worker_processes(
     assert calls == []
     assert jobdir.scan(job, workers=2) == serial
     assert calls == [2]
+
+
+def test_discovery_estimates_each_files_lines_from_its_first_bytes(tmp_path: Path) -> None:
+    # The scan's scheduling weighs files by lines: exact for a file within the sample, else at
+    # the sample's bytes per line; a .gz at its trailer's decompressed size; a host's stream of
+    # an interleaved file its share.
+    from l4_plugin.ingest.jobdir import SAMPLE_BYTES, estimate_lines
+
+    short = "".join(f"step {i:05d}\n" for i in range(100_000))  # 11 bytes a line
+    long = "".join(f"2026-01-01 00:00:00 INFO {'x' * 75} {i:06d}\n" for i in range(20_000))
+    _touch(tmp_path / "a" / "rank0.log", short)
+    _touch(tmp_path / "a" / "rank1.log", long)
+    _touch(tmp_path / "a" / "rank2.log", "one\ntwo\nthree")  # no final newline
+    (tmp_path / "b" / "rank0.log.gz").parent.mkdir()
+    (tmp_path / "b" / "rank0.log.gz").write_bytes(gzip.compress(long.encode()))
+    _touch(tmp_path / "c" / "stdout.log", "".join(f"worker-{i % 2}: step {i}\n" for i in range(40)))
+    got = {(f.relative, f.host): f.lines for f in discover(tmp_path)}
+    assert got[("a/rank2.log", None)] == 3
+    assert abs(got[("a/rank0.log", None)] - 100_000) < 1_000
+    assert got[("a/rank1.log", None)] == got[("b/rank0.log.gz", None)]
+    assert abs(got[("a/rank1.log", None)] - 20_000) < 200
+    assert got[("c/stdout.log", "worker-0")] == got[("c/stdout.log", "worker-1")] == 20
+    assert estimate_lines(b"", 0) == 0
+    assert estimate_lines(b"a\n" * (SAMPLE_BYTES // 2), 10 * SAMPLE_BYTES) == 5 * SAMPLE_BYTES

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -37,3 +38,28 @@ def test_a_small_job_is_cut_into_small_batches() -> None:
     batches = workers._batches(streams, sizes, 2)
     assert len(batches) >= 4
     assert [t.path for b in batches for t in b] == [s.path for s in streams]
+
+
+def test_batches_are_weighed_by_lines_not_bytes() -> None:
+    # A line costs the scan about the same whatever its length: a job of 30-byte lines is cut
+    # into batches of a quarter of the bytes of a job of 120-byte lines (bytes alone would cut
+    # them alike, and a batch of short lines took six times as long as the others).
+    def job(line_bytes: int) -> list[list[workers._Task]]:
+        streams = [
+            LogStream(f"n{n:03d}", 0, f"n{n:03d}/r.log", lambda: iter(()), Path(f"/j/{n}"))
+            for n in range(256)
+        ]
+        streams = [dataclasses.replace(s, lines=(1 << 20) // line_bytes) for s in streams]
+        batches = workers._batches(streams, [1 << 20] * len(streams), 2)
+        assert [t.path for b in batches for t in b] == [s.path for s in streams]
+        return batches
+
+    short, long = job(30), job(120)
+    assert len(short[0]) == 2 and len(long[0]) == 8  # 8 MB
+    assert len(short) > 3 * len(long)
+    # unknown lines: the size at LINE_BYTES a line
+    streams = _streams(64, 4)
+    assert all(s.lines is None for s in streams)
+    assert (
+        workers._cost(streams[0], 1 << 20) == (1 << 20) // workers.LINE_BYTES + workers.FILE_LINES
+    )
