@@ -127,6 +127,8 @@ SAMPLE_BYTES = 8192
 BINARY_SHARE = 0.10
 # Control bytes a text log does not hold (tab, newline, CR, FF, VT, backspace and ESC it may).
 _CONTROL_BYTES = bytes(b for b in range(32) if b not in b"\t\n\r\f\v\b\x1b") + b"\x7f"
+# Deflate's greatest compression ratio (a long run of one byte): no .gz decompresses to more.
+_DEFLATE_RATIO = 1032
 # A run of NULs is a crash's hole in a file (delayed allocation), not binary content.
 _NUL_RUN = re.compile(rb"\x00{16,}")
 
@@ -171,8 +173,9 @@ def _kind(mode: int) -> str:
 
 def _head(path: Path) -> tuple[bytes, int] | None:
     """The first ``SAMPLE_BYTES`` of the file (decompressed) and its size decompressed (a
-    ``.gz``'s trailer says it, modulo 4 GiB: at least its size on disk is taken). None when it
-    cannot be read: the reader then reports it with its lines."""
+    ``.gz``'s trailer says it, modulo 4 GiB, between its size on disk and deflate's utmost
+    ratio of it: a truncated file's last bytes are no trailer). None when it cannot be read:
+    the reader then reports it with its lines."""
     try:
         with open(path, "rb") as fh:
             magic = fh.read(2)
@@ -181,9 +184,12 @@ def _head(path: Path) -> tuple[bytes, int] | None:
                 return fh.read(SAMPLE_BYTES), os.fstat(fh.fileno()).st_size
             with gzip.GzipFile(fileobj=fh) as gz:
                 sample = gz.read(SAMPLE_BYTES)
+            if len(sample) < SAMPLE_BYTES:
+                return sample, len(sample)  # the whole file
             end = fh.seek(0, os.SEEK_END)
             fh.seek(max(0, end - 4))
-            return sample, max(end, int.from_bytes(fh.read(4), "little"))
+            trailer = int.from_bytes(fh.read(4), "little")
+            return sample, min(max(end, trailer), _DEFLATE_RATIO * end)
     except (OSError, EOFError, zlib.error):
         return None
 
@@ -212,9 +218,7 @@ def estimate_lines(sample: bytes, size: int) -> int:
     return round(size * lines / (sample.rfind(b"\n") + 1))  # whole lines' bytes
 
 
-def _check_file(
-    path: Path, root: Path, limits: ReadLimits
-) -> tuple[Path, int, int | None] | str:
+def _check_file(path: Path, root: Path, limits: ReadLimits) -> tuple[Path, int, int | None] | str:
     """The path to read, its size and its lines (``estimate_lines``; None when its start
     cannot be read), or why the file is skipped.
 
@@ -248,7 +252,9 @@ def _check_file(
             f"binary content ({share:.0%} of the first {human_size(SAMPLE_BYTES)} is NUL, "
             "control bytes or not UTF-8)"
         )
-    return target, st.st_size, estimate_lines(*head)
+    sample, size = head
+    # What is read of a file stops at the per-file limit (``sources.bounded_blocks``).
+    return target, st.st_size, estimate_lines(sample, min(size, limits.max_file_size))
 
 
 def discover(
@@ -379,9 +385,7 @@ def _by_host(file: LogFile, hosts: tuple[str, ...] | None) -> list[LogFile]:
         return [file]
     # Each host's stream reads the whole file: its share of the lines, weighed as such.
     lines = None if file.lines is None else file.lines // len(hosts)
-    return [
-        LogFile(file.path, file.relative, host, None, file.kind, host, lines) for host in hosts
-    ]
+    return [LogFile(file.path, file.relative, host, None, file.kind, host, lines) for host in hosts]
 
 
 #: What ``probe_files`` says of a file: ``_check_file``'s answer, and the hosts interleaved in it.

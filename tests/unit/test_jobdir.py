@@ -193,5 +193,14 @@ def test_discovery_estimates_each_files_lines_from_its_first_bytes(tmp_path: Pat
     assert got[("a/rank1.log", None)] == got[("b/rank0.log.gz", None)]
     assert abs(got[("a/rank1.log", None)] - 20_000) < 200
     assert got[("c/stdout.log", "worker-0")] == got[("c/stdout.log", "worker-1")] == 20
+    # a .gz smaller than its text, and one cut short: its last bytes are no trailer, the
+    # estimate stays within what deflate can hold in its size
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "rank0.log.gz").write_bytes(gzip.compress(b"y\n"))
+    cut = gzip.compress(long.encode() * 4)
+    (tmp_path / "d" / "rank1.log.gz").write_bytes(cut[: len(cut) // 2])
+    got = {f.relative: f.lines for f in discover(tmp_path)}
+    assert got["d/rank0.log.gz"] == 1
+    assert 0 < (got["d/rank1.log.gz"] or 0) <= 1032 * len(cut) // 2 // 100
     assert estimate_lines(b"", 0) == 0
     assert estimate_lines(b"a\n" * (SAMPLE_BYTES // 2), 10 * SAMPLE_BYTES) == 5 * SAMPLE_BYTES
