@@ -171,25 +171,24 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def _head(path: Path) -> tuple[bytes, int] | None:
-    """The first ``SAMPLE_BYTES`` of the file (decompressed) and its size decompressed (a
-    ``.gz``'s trailer says it, modulo 4 GiB, between its size on disk and deflate's utmost
-    ratio of it: a truncated file's last bytes are no trailer). None when it cannot be read:
-    the reader then reports it with its lines."""
+def _head(path: Path, size: int) -> tuple[bytes, int] | None:
+    """The first ``SAMPLE_BYTES`` of the file of ``size`` bytes on disk (decompressed) and its
+    size decompressed (a ``.gz``'s trailer says it, modulo 4 GiB, between ``size`` and deflate's
+    utmost ratio of it: a truncated file's last bytes are no trailer). None when it cannot be
+    read: the reader then reports it with its lines."""
     try:
         with open(path, "rb") as fh:
             magic = fh.read(2)
             fh.seek(0)
             if magic != b"\x1f\x8b":
-                return fh.read(SAMPLE_BYTES), os.fstat(fh.fileno()).st_size
+                return fh.read(SAMPLE_BYTES), size
             with gzip.GzipFile(fileobj=fh) as gz:
                 sample = gz.read(SAMPLE_BYTES)
             if len(sample) < SAMPLE_BYTES:
                 return sample, len(sample)  # the whole file
-            end = fh.seek(0, os.SEEK_END)
-            fh.seek(max(0, end - 4))
+            fh.seek(max(0, size - 4))
             trailer = int.from_bytes(fh.read(4), "little")
-            return sample, min(max(end, trailer), _DEFLATE_RATIO * end)
+            return sample, min(max(size, trailer), _DEFLATE_RATIO * size)
     except (OSError, EOFError, zlib.error):
         return None
 
@@ -243,7 +242,7 @@ def _check_file(path: Path, root: Path, limits: ReadLimits) -> tuple[Path, int, 
             f"{human_size(st.st_size)}, over the per-file limit of "
             f"{human_size(limits.max_file_size)} — hint: raise --max-file-size"
         )
-    head = _head(target)
+    head = _head(target, st.st_size)
     if head is None:
         return target, st.st_size, None
     share = binary_share(head[0])
