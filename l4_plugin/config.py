@@ -23,7 +23,6 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import unquote, urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
@@ -31,7 +30,8 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.errors import ConfigError
-from l4_plugin.ingest.jobdir import MAX_FILE_SIZE, MAX_JOB_SIZE
+from l4_plugin.limits import MAX_FILE_SIZE, MAX_JOB_SIZE
+from l4_plugin.urls import redact_url, url_problem
 from l4_plugin.yamldoc import compose, read_document, read_text
 
 # Characters Elasticsearch and OpenSearch refuse in index names (plus upper case).
@@ -217,65 +217,6 @@ def parse_size(text: str) -> int:
         raise ValueError(f"{text!r} is not a size — e.g. 500M, 16G, 1T or a number of bytes")
     factor = 1024 ** "_kmgt".index(m.group(2).lower() or "_")
     return int(float(m.group(1)) * factor)
-
-
-def redact_url(url: str) -> str:
-    """The URL with any ``user:password@`` replaced by ``***@`` (``https://***@host``).
-
-    Works on the text, so a URL that does not parse (``http://user:pw@[::1``) or has another
-    scheme (``ftp://user:pw@host``) is redacted too: everything between ``//`` and the last
-    ``@`` is taken for credentials.
-    """
-    head, sep, rest = url.partition("//")
-    if not sep:
-        at = url.rfind("@")
-        return url if at < 0 else f"***@{url[at + 1 :]}"
-    at = rest.rfind("@")
-    return url if at < 0 else f"{head}//***@{rest[at + 1 :]}"
-
-
-def url_problem(url: str, schemes: tuple[str, ...] = ("http", "https")) -> str | None:
-    """Why ``url`` is not a usable ``scheme://host[:port]`` URL (None when it is); the reason
-    never repeats the URL."""
-    if "//" not in url:
-        return f"it does not start with {' or '.join(f'{s}://' for s in schemes)}"
-    try:
-        parts = urlsplit(url)
-        port = parts.port
-    except ValueError as exc:
-        reason = str(exc).split(":")[0]  # "Port could not be cast to integer value as 'x'"
-        if "port" in reason.lower():
-            return "the port is not a number from 0 to 65535"
-        return f"it does not parse ({reason})"
-    if parts.scheme.lower() not in schemes:
-        shown = f"{parts.scheme}://" if parts.scheme else "no scheme"
-        return f"{shown} is not supported — use {' or '.join(f'{s}://' for s in schemes)}"
-    if not parts.hostname:
-        return "it has no host"
-    del port
-    return None
-
-
-def split_credentials(url: str, what: str) -> tuple[str, str | None, str | None]:
-    """``url`` without its ``user:password@`` part, and that user and password (or None).
-
-    A URL that is not ``http(s)://host[:port]`` is a ``ConfigError`` naming ``what`` and the
-    redacted URL.
-    """
-    problem = url_problem(url)
-    if problem is not None:
-        raise ConfigError(
-            f"invalid {what} — {redact_url(url)!r} — {problem} — hint: e.g. https://kibana.example:5601"
-        )
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = f"{host}:{parts.port}" if parts.port is not None else host
-    bare = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-    user = unquote(parts.username) if parts.username is not None else None
-    password = unquote(parts.password) if parts.password is not None else None
-    return bare, user, password
 
 
 #: A field's path in the settings: ``("es_url",)``, ``("service", "interval")``.

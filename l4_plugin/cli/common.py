@@ -61,7 +61,7 @@ def size_options(f: Any) -> Any:
 
 def read_limits(cli: CliState, max_file_size: str | None, max_job_size: str | None) -> Any:
     """The read limits from flags (set before the settings are first read), env and file."""
-    from l4_plugin.ingest.jobdir import ReadLimits
+    from l4_plugin.limits import ReadLimits
 
     cli.override(max_file_size=max_file_size, max_job_size=max_job_size)
     settings = cli.settings

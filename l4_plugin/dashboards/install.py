@@ -18,9 +18,9 @@ from urllib.error import HTTPError, URLError
 from urllib.parse import quote
 from urllib.request import Request, urlopen
 
-from l4_plugin.config import split_credentials
 from l4_plugin.dashboards.objects import FLAVOURS, Flavour, saved_objects
 from l4_plugin.errors import ConfigError, L4Error
+from l4_plugin.urls import split_credentials
 
 NDJSON_NAME = "l4.ndjson"
 

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from l4_plugin.diagnosis.queries import find_jobs, job_scope, read_job
-from l4_plugin.ingest.jobdir import ReadLimits, discover, job_meta
+from l4_plugin.ingest.jobdir import discover, job_meta
 from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_job
 from l4_plugin.ingest.sources import files_generation
+from l4_plugin.limits import ReadLimits
 from l4_plugin.store import Store, generations, jobs
 from l4_plugin.store import fields as F
 

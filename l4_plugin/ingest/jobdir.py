@@ -27,6 +27,7 @@ from l4_plugin.errors import IngestError
 from l4_plugin.ingest.hosts import plan
 from l4_plugin.ingest.parser import read_blocks
 from l4_plugin.jobid import check_job_id
+from l4_plugin.limits import ReadLimits, human_size
 from l4_plugin.yamldoc import read_document
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
@@ -116,10 +117,6 @@ def is_system_log(path: str) -> bool:
     return bool(_SYSTEM.search(stem if stem is not None else name))
 
 
-#: Default per-file limit: bytes read from one log file (decompressed for ``.gz``).
-MAX_FILE_SIZE = 16 * 1024**3
-#: Default per-job limit: bytes of all the job's log files on disk.
-MAX_JOB_SIZE = 1024**4
 #: Bytes sampled from the start of each file to tell text from binary.
 SAMPLE_BYTES = 8192
 #: Share of sampled bytes that are NUL, other control bytes or not UTF-8 above which a file is
@@ -134,29 +131,11 @@ _NUL_RUN = re.compile(rb"\x00{16,}")
 
 
 @dataclass(frozen=True, slots=True)
-class ReadLimits:
-    """How much of a job directory ingest may read (``--max-file-size``, ``--max-job-size``)."""
-
-    max_file_size: int = MAX_FILE_SIZE
-    max_job_size: int = MAX_JOB_SIZE
-
-
-@dataclass(frozen=True, slots=True)
 class JobFiles:
     """What ``scan`` found: the log files to read and a one-line warning per file skipped."""
 
     files: list[LogFile]
     skipped: list[str]
-
-
-def human_size(n: int) -> str:
-    """``n`` bytes as ``12.0 GiB`` / ``512 B``."""
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 def _kind(mode: int) -> str:

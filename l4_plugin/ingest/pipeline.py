@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.header import parse_time
-from l4_plugin.ingest.jobdir import JobMeta, ReadLimits, is_system_log, job_meta, scan
+from l4_plugin.ingest.jobdir import JobMeta, is_system_log, job_meta, scan
 from l4_plugin.ingest.parser import LineKind, LineParser
 from l4_plugin.ingest.rollup import (
     RARE_SAMPLE,
@@ -45,6 +45,7 @@ from l4_plugin.ingest.timeline import UNPLACED, Timeline
 from l4_plugin.ingest.workers import ScanProgress, map_in_workers, scan_streams
 from l4_plugin.ingest.workers import chunks as _chunks
 from l4_plugin.ingest.writer import BulkWriter
+from l4_plugin.limits import ReadLimits
 from l4_plugin.records import Level, Template, host_shapes, may_name_a_node, numbers_blanked
 from l4_plugin.store import Store, generations, jobs, line_packs, packs
 from l4_plugin.store import fields as F

@@ -17,8 +17,9 @@ from pathlib import Path
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.hosts import for_host
-from l4_plugin.ingest.jobdir import MAX_FILE_SIZE, LogFile, human_size
+from l4_plugin.ingest.jobdir import LogFile
 from l4_plugin.ingest.parser import Block, read_blocks
+from l4_plugin.limits import MAX_FILE_SIZE, human_size
 
 
 @dataclass(frozen=True, slots=True)

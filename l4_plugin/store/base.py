@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from l4_plugin.config import redact_url
 from l4_plugin.errors import StoreError
 from l4_plugin.store.names import IndexNames
 from l4_plugin.store.templates import template_bodies
+from l4_plugin.urls import redact_url
 
 T = TypeVar("T")
 

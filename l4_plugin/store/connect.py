@@ -6,17 +6,20 @@ import base64
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import urllib3
 
-from l4_plugin.config import Settings, redact_url
 from l4_plugin.errors import StoreError
 from l4_plugin.store.base import Store
 from l4_plugin.store.elastic import ElasticsearchStore
 from l4_plugin.store.embedded import EmbeddedCluster, running_cluster_url
 from l4_plugin.store.names import IndexNames
 from l4_plugin.store.opensearch import OpenSearchStore
+from l4_plugin.urls import redact_url
+
+if TYPE_CHECKING:  # the settings (pydantic) are built by whoever opens a store
+    from l4_plugin.config import Settings
 
 
 def _auth_headers(settings: Settings) -> dict[str, str]:

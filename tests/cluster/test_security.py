@@ -199,7 +199,7 @@ def test_size_limit_from_the_environment(
 def test_gzip_is_bounded_by_its_decompressed_size(store: Store, tmp_path: Path) -> None:
     import gzip
 
-    from l4_plugin.ingest.jobdir import ReadLimits
+    from l4_plugin.limits import ReadLimits
 
     job = job_dir(tmp_path / "job")
     with gzip.open(job / "node-1" / "rank1.log.gz", "wt") as fh:

@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from l4_plugin.analysis.params import AnalysisOptions
-from l4_plugin.config import load_settings, redact_url
+from l4_plugin.config import load_settings
 from l4_plugin.errors import ConfigError
+from l4_plugin.urls import redact_url
 
 
 def test_precedence_flags_over_env_over_file(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from l4_plugin.ingest import pipeline
-from l4_plugin.ingest.jobdir import ReadLimits, job_meta, scan
+from l4_plugin.ingest.jobdir import job_meta, scan
 from l4_plugin.ingest.parser import LineParser
 from l4_plugin.ingest.pipeline import (
     EventTotals,
@@ -25,6 +25,7 @@ from l4_plugin.ingest.pipeline import (
 )
 from l4_plugin.ingest.sources import file_streams
 from l4_plugin.ingest.workers import scan_streams
+from l4_plugin.limits import ReadLimits
 from l4_plugin.records import Template
 from l4_plugin.store import fields as F
 from l4_plugin.store.jobs import AnalysisClaim, IngestState, JobRecord, JobSummary

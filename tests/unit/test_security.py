@@ -197,7 +197,7 @@ def test_safe_text(raw: str, shown: str) -> None:
 def test_urls_are_redacted_even_when_they_do_not_parse(
     url: str, redacted: str, problem: str | None
 ) -> None:
-    from l4_plugin.config import redact_url
+    from l4_plugin.urls import redact_url
 
     assert redact_url(url) == redacted
     if problem is None:
