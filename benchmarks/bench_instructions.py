@@ -47,9 +47,10 @@ def _child(mode: str, job: Path, workers: int = 1, follow: bool = False) -> None
     from l4_plugin.ingest.jobdir import discover
     from l4_plugin.ingest.parser import LineParser
     from l4_plugin.ingest.pipeline import rare_limit
+    from l4_plugin.ingest.procs import start_server
     from l4_plugin.ingest.sources import file_streams
     from l4_plugin.ingest.stages import default_stage_rules
-    from l4_plugin.ingest.workers import scan_streams, start_server
+    from l4_plugin.ingest.workers import scan_streams
 
     if follow:
         start_server()  # in every run compared: the server's instructions cancel out

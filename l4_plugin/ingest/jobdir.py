@@ -21,10 +21,12 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from l4_plugin.errors import IngestError
+from l4_plugin.ingest import procs
 from l4_plugin.ingest.hosts import plan
+from l4_plugin.ingest.logfile import LogFile
 from l4_plugin.ingest.parser import read_blocks
 from l4_plugin.jobid import check_job_id
 from l4_plugin.limits import ReadLimits, human_size
@@ -70,25 +72,6 @@ RUN_SPECIFIC_KEYS = frozenset(
         "iterations",
     }
 )
-
-
-@dataclass(frozen=True, slots=True)
-class LogFile:
-    """One log file of a job: its node, rank (None for system logs) and kind.
-
-    ``host`` is set when the file interleaves the lines of several nodes (one launcher's stdout:
-    :mod:`l4_plugin.ingest.hosts`): this stream is that host's lines only, and ``node`` is it.
-    """
-
-    path: Path
-    relative: str
-    node: str
-    rank: int | None
-    kind: Literal["rank", "system"]
-    host: str | None = None
-    #: Its lines, estimated at discovery from its first bytes (``estimate_lines``): what the
-    #: scan's scheduling weighs a file by. None: not known.
-    lines: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,18 +368,16 @@ def probe_files(
     for path, _ in files:
         with contextlib.suppress(OSError):
             sizes += path.stat().st_size
-    from l4_plugin.ingest import workers as pool
-
-    cap = pool.default_workers() if workers is None else max(1, workers)
-    scanners = cap if workers is not None else min(cap, 1 + sizes // pool.AUTO_BYTES_PER_WORKER)
+    cap = procs.default_workers() if workers is None else max(1, workers)
+    scanners = cap if workers is not None else procs.auto_workers(sizes)
     if min(scanners, len(files)) > 1:
-        pool.start_server()  # the scan will fork its workers: the server starts meanwhile
+        procs.start_server()  # the scan will fork its workers: the server starts meanwhile
     workers = min(cap, 1 + sizes // PROBE_BYTES_PER_WORKER, len(files))
     tasks = [(path, system, root, limits) for path, system in files]
     if workers <= 1:
         return [_probe(*task) for task in tasks]
     chunks = [tasks[i : i + _PROBE_CHUNK] for i in range(0, len(tasks), _PROBE_CHUNK)]
-    return [probe for chunk in pool.map_in_workers(_probe_all, chunks, workers) for probe in chunk]
+    return [probe for chunk in procs.map_in_workers(_probe_all, chunks, workers) for probe in chunk]
 
 
 def _probe(path: Path, system: bool, root: Path, limits: ReadLimits) -> Probe:

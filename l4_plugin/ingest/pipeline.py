@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import math
-import multiprocessing
-import signal
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
@@ -27,6 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from l4_plugin.errors import IngestError
+from l4_plugin.ingest import procs
 from l4_plugin.ingest.header import parse_time
 from l4_plugin.ingest.jobdir import JobMeta, is_system_log, job_meta, scan
 from l4_plugin.ingest.parser import LineKind, LineParser
@@ -42,7 +41,7 @@ from l4_plugin.ingest.sources import LogStream, file_streams, files_generation
 from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.ingest.templates import template_from_dict
 from l4_plugin.ingest.timeline import UNPLACED, Timeline
-from l4_plugin.ingest.workers import ScanProgress, map_in_workers, scan_streams
+from l4_plugin.ingest.workers import ScanProgress, scan_streams
 from l4_plugin.ingest.workers import chunks as _chunks
 from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.limits import ReadLimits
@@ -190,7 +189,7 @@ def _times_in_workers(refs: list[str], year: int, workers: int) -> dict[str, obj
     """``{ref: parse_time(ref, year)}`` computed by ``workers`` processes."""
     size = max(1, -(-len(refs) // (4 * workers)))
     chunks = [(refs[i : i + size], year) for i in range(0, len(refs), size)]
-    times = map_in_workers(_parse_times, [[c] for c in chunks], workers)
+    times = procs.map_in_workers(_parse_times, [[c] for c in chunks], workers)
     out: dict[str, object] = {}
     for (chunk, _), [parsed] in zip(chunks, times, strict=True):
         out.update(zip(chunk, parsed, strict=True))
@@ -898,10 +897,6 @@ def _write(
     )
 
 
-# What forked builders read (set by the parent just before it forks, cleared after).
-_FORKED: tuple[DocContext, dict[str, NodeRollup]] | None = None
-
-
 def _built_documents(
     ctx: DocContext, rollups: dict[str, NodeRollup], workers: int
 ) -> Iterator[tuple[list[Doc], list[Doc], list[Doc]]]:
@@ -914,16 +909,11 @@ def _built_documents(
     only on its rollup and the job-wide context."""
     nodes = list(rollups)
     groups = [len(rollups[n].groups) for n in nodes]
-    parallel = workers > 1 and sum(groups) >= PARALLEL_GROUPS and _can_fork()
+    parallel = workers > 1 and sum(groups) >= PARALLEL_GROUPS and procs.can_fork()
     runs = _runs(groups, workers if parallel else 1)
     if len(runs) < 2:  # one process, or one node
         return (node_documents(ctx, n, rollups[n]) for n in nodes)
-    global _FORKED
-    _FORKED = (ctx, rollups)
-    try:
-        pool = multiprocessing.get_context("fork").Pool(len(runs) - 1, _forked_builder)
-    finally:
-        _FORKED = None
+    pool = procs.fork_pool((ctx, rollups), len(runs) - 1)
     pending = [pool.apply_async(_build_run, (nodes[a:b],)) for a, b in runs[1:]]
     pool.close()
     return _collect(ctx, rollups, nodes[: runs[0][1]], pending, pool)
@@ -961,25 +951,12 @@ def _runs(weights: list[int], parts: int) -> list[tuple[int, int]]:
     return out
 
 
-def _forked_builder() -> None:
-    """A forked builder ends on SIGTERM (the parent's handler, a service's graceful stop, would
-    keep it waiting) and leaves Ctrl-C to the parent."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-
-
 def _build_run(nodes: list[str]) -> list[tuple[list[Doc], list[Doc], list[Doc]]]:
-    """In a forked child: the documents of a run of nodes."""
-    assert _FORKED is not None  # the parent's, as it was when this process was forked
-    ctx, rollups = _FORKED
+    """In a forked child (``procs.fork_pool``): the documents of a run of nodes."""
+    ctx: DocContext
+    rollups: dict[str, NodeRollup]
+    ctx, rollups = procs.forked_state()
     return [node_documents(ctx, n, rollups[n]) for n in nodes]
-
-
-def _can_fork() -> bool:
-    """Whether the platform forks (Linux). A forked builder runs nothing but ``node_documents``
-    and the pickling of its result: no I/O, logging or import that another thread of the parent
-    (the embedded cluster's reader, the service's scheduler) could hold a lock of."""
-    return "fork" in multiprocessing.get_all_start_methods()
 
 
 def _begin(store: Store, meta: JobMeta, files: int) -> str:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.hosts import for_host
-from l4_plugin.ingest.jobdir import LogFile
+from l4_plugin.ingest.logfile import LogFile
 from l4_plugin.ingest.parser import Block, read_blocks
 from l4_plugin.limits import MAX_FILE_SIZE, human_size
 
@@ -37,9 +37,9 @@ class LogStream:
     path: str
     open: Callable[[], Iterator[Block]]
     file: Path | None = None
-    host: str | None = None  # the host whose lines of ``file`` this stream is (jobdir.LogFile)
+    host: str | None = None  # the host whose lines of ``file`` this stream is (logfile.LogFile)
     max_bytes: int | None = None  # what ``open`` reads of ``file`` at most
-    lines: int | None = None  # its lines, estimated (``jobdir.LogFile.lines``); None: unknown
+    lines: int | None = None  # its lines, estimated (``LogFile.lines``); None: unknown
 
 
 def file_streams(files: list[LogFile], max_bytes: int | None = None) -> list[LogStream]:

@@ -24,12 +24,9 @@ process would give.
 from __future__ import annotations
 
 import gc
-import multiprocessing
-import multiprocessing.forkserver
 import os
 import pickle
 import resource
-import sys
 import tempfile
 import time
 from collections import deque
@@ -40,10 +37,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from l4_plugin.errors import IngestError
-from l4_plugin.ingest.jobdir import LogFile
+from l4_plugin.ingest import procs
+from l4_plugin.ingest.logfile import LogFile
 from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser, kind_spec
 from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup, kept_like_errors
 from l4_plugin.ingest.sources import LogStream, bounded_blocks
@@ -53,11 +51,6 @@ from l4_plugin.ingest.timeline import MarkKey, Timeline
 FEED_LINES = 65_536
 #: (folded key, masked line) pairs: masks one scanner's regexes computed, for the others.
 Masks = list[tuple[str, str]]
-_In = TypeVar("_In")
-_Out = TypeVar("_Out")
-#: A job smaller than this per worker is scanned with fewer workers (a worker process costs
-#: ~0.3 s to start; a small job is done before it would have helped).
-AUTO_BYTES_PER_WORKER = 32 << 20
 #: Files go to the workers in contiguous batches of about this much work (fewer round trips),
 #: counted in lines (``LogStream.lines``): a line costs the scan ~3 µs whatever its length, so
 #: the dev cases' batches of 8 MB took 0.15 s where their lines are 100 bytes long and 0.9 s
@@ -144,14 +137,6 @@ class ScanResult:
     scan_cpu: float = 0.0
     worker_cpu: float = 0.0
     worker_rss_kb: int = 0
-
-
-def default_workers() -> int:
-    """The machine's cores available to this process."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # pragma: no cover - not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def chunks(
@@ -439,49 +424,6 @@ def _file_stream(task: _Task) -> LogStream:
     )
 
 
-def _context() -> multiprocessing.context.ForkServerContext:
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(_preload())
-    return ctx
-
-
-def _preload() -> list[str]:
-    """What the forkserver imports once, so that the processes it forks need not.
-
-    Each process a forkserver starts runs the parent's main script again (as ``__mp_main__``;
-    multiprocessing's own ``"__main__"`` preload does not reach the server on CPython 3.11,
-    which asks for a ``main_path`` the preparation data does not carry). What that script imports
-    is then imported anew in every worker: ``l4_plugin.cli`` for the ``l4`` command (~0.9 s),
-    the analysis with numpy and scikit-learn for a script that diagnoses (~3.6 s). Preloading
-    the L4 modules the parent has imported makes those imports of the workers' copies of the
-    script cache hits: forked from the server, they have them already. ``warm``, last, builds
-    what a worker's scanner compiles and loads first (the masking and stage rules).
-    """
-    first, last = "l4_plugin.ingest.workers", "l4_plugin.ingest.warm"
-    ours = (m for m in sys.modules if m.partition(".")[0] in ("l4_plugin", "l4_simulate"))
-    return [first, *sorted(m for m in ours if m not in (first, last)), last]
-
-
-def start_server() -> None:
-    """Start the forkserver now: its imports (``_preload``, ~0.2 s) then run in its own process
-    while this one goes on (discovering the job's files), and the first pool's processes fork
-    from a server that is ready. Without it the first pool waits for them."""
-    _context()
-    multiprocessing.forkserver.ensure_running()
-
-
-def map_in_workers(
-    func: Callable[[list[_In]], list[_Out]], chunks: list[list[_In]], workers: int
-) -> list[list[_Out]]:
-    """``[func(chunk) for chunk in chunks]`` in ``workers`` processes (the scan's forkserver:
-    started once, it forks the next pool's processes cheaply), results in order."""
-    with ProcessPoolExecutor(workers, mp_context=_context()) as pool:
-        try:
-            return list(pool.map(func, chunks))
-        except BrokenProcessPool as exc:
-            raise IngestError(f"an ingest worker process died — {exc}") from exc
-
-
 def _sizes(streams: list[LogStream]) -> list[int]:
     sizes = []
     for s in streams:
@@ -498,7 +440,7 @@ def plan_workers(requested: int | None, streams: list[LogStream], sizes: list[in
     if not streams or any(s.file is None for s in streams):
         return 1
     if requested is None:
-        requested = min(default_workers(), 1 + sum(sizes) // AUTO_BYTES_PER_WORKER)
+        requested = procs.auto_workers(sum(sizes))
     return max(1, min(requested, len(streams)))
 
 
@@ -663,12 +605,12 @@ def _partials(
     weights = [sum(t.size for t in batch) for batch in batches]
     queued = QUEUED_PER_WORKER * (workers - 1)
     budget = AHEAD_BYTES * workers
-    claims = _context().Array("b", len(batches))
+    claims = procs.context().Array("b", len(batches))
     with (
         _handover_dir() as handover,
         ProcessPoolExecutor(
             workers - 1,
-            mp_context=_context(),
+            mp_context=procs.context(),
             initializer=_init_worker,
             initargs=(rare_limit, claims),
         ) as pool,

@@ -15,7 +15,7 @@ import pytest
 
 from l4_plugin.diagnosis import diagnose_job
 from l4_plugin.errors import IngestError, StoreError
-from l4_plugin.ingest import pipeline, workers
+from l4_plugin.ingest import pipeline, procs, workers
 from l4_plugin.ingest.jobdir import JobMeta, discover
 from l4_plugin.ingest.parser import LineParser
 from l4_plugin.ingest.pipeline import ingest_job, record_progress
@@ -192,7 +192,7 @@ def test_a_worker_skips_a_batch_the_caller_took_back(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     streams = file_streams(discover(_job(tmp_path)))
-    claims = workers._context().Array("b", 3)
+    claims = procs.context().Array("b", 3)
     started, waiting = Future(), Future()  # never done: batches 1 and 2 of a worker process
     ahead: Any = deque([(started, 1, 10, "p1"), (waiting, 2, 10, "p2")])
     scanned: list[tuple[int, bool]] = []
@@ -455,7 +455,7 @@ def test_bulk_requests_are_sized_by_bytes() -> None:
 def test_the_forkserver_preloads_the_l4_modules_the_parent_imported() -> None:
     """Workers forked from the server inherit them: their copy of the parent's main script (which
     multiprocessing runs in each of them) finds its L4 imports done."""
-    preload = workers._preload()
+    preload = procs._preload()
     assert preload[0] == "l4_plugin.ingest.workers"
     assert "l4_plugin.ingest.pipeline" in preload and "l4_simulate" in preload
     assert all(m.partition(".")[0] in ("l4_plugin", "l4_simulate") for m in preload)

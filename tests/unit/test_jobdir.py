@@ -150,22 +150,22 @@ def test_files_are_probed_alike_in_worker_processes(
     assert any(f.host == "worker-1" for f in serial.files) and serial.skipped
     monkeypatch.setattr(jobdir, "PROBE_BYTES_PER_WORKER", 1)
     monkeypatch.setattr(jobdir, "_PROBE_CHUNK", 3)
-    from l4_plugin.ingest import workers
+    from l4_plugin.ingest import procs
 
     calls: list[int] = []
-    real = workers.map_in_workers
+    real = procs.map_in_workers
 
     def counted(func: Any, chunks: list[Any], n: int) -> Any:
         calls.append(n)
         return real(func, chunks, n)
 
-    monkeypatch.setattr(workers, "map_in_workers", counted)
-    monkeypatch.setattr(workers, "default_workers", lambda: 2)
+    monkeypatch.setattr(procs, "map_in_workers", counted)
+    monkeypatch.setattr(procs, "default_workers", lambda: 2)
     pooled = jobdir.scan(job)
     assert calls == [2]
     assert pooled == serial
     # --workers bounds the probing too: one worker probes here, two (of more cores) use two.
-    monkeypatch.setattr(workers, "default_workers", lambda: 8)
+    monkeypatch.setattr(procs, "default_workers", lambda: 8)
     calls.clear()
     assert jobdir.scan(job, workers=1) == serial
     assert calls == []

@@ -225,7 +225,7 @@ def test_dashboards_url_errors(tmp_path: Path) -> None:
 
 
 def test_the_reader_checks_the_file_again_when_it_opens_it(tmp_path: Path) -> None:
-    from l4_plugin.ingest.jobdir import LogFile
+    from l4_plugin.ingest.logfile import LogFile
     from l4_plugin.ingest.sources import bounded_blocks
 
     fifo = tmp_path / "rank0.log"
