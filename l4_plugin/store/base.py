@@ -21,8 +21,8 @@ from typing import Any, TypeVar
 
 from l4_plugin.config import redact_url
 from l4_plugin.errors import StoreError
+from l4_plugin.store.index_templates import template_bodies
 from l4_plugin.store.names import IndexNames
-from l4_plugin.store.templates import template_bodies
 
 T = TypeVar("T")
 
