@@ -25,7 +25,7 @@ from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.analysis.recipe import Analysis, analyze
 from l4_plugin.analysis.tables import JobData
 from l4_plugin.diagnosis.annotations import load_summary, write_annotations
-from l4_plugin.diagnosis.document import (
+from l4_plugin.diagnosis.assembly import (
     Diagnosis,
     build_extras,
     build_report,

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from l4_plugin.diagnosis.document import Diagnosis, extras_from_dict, extras_to_dict
+from l4_plugin.diagnosis.assembly import Diagnosis, extras_from_dict, extras_to_dict
 from l4_plugin.errors import AnalysisError
 from l4_plugin.records import Finding
 from l4_plugin.report.extras import ReportExtras

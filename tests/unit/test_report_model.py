@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from l4_plugin.diagnosis.annotations import summary_text
-from l4_plugin.diagnosis.document import findings
+from l4_plugin.diagnosis.assembly import findings
 from l4_plugin.report.model import (
     Report,
     ReportEvent,
