@@ -8,7 +8,7 @@ ARCHITECTURE.md, *The path of one diagnosis*, draws the whole path.
    successful jobs with the same configuration fingerprint, plus any named explicitly;
 2. match the fault library (``l4_plugin.rules.match_job``), first, as the paper's deployment does;
 3. run the analyses and fuse them (``analysis.recipe.analyze``);
-4. build the §6 report, the HTML extras and the findings (``document``);
+4. build the §6 report, the HTML extras and the findings (``assembly``);
 5. write the findings to ``l4-annotations`` with deterministic ids, remove the job's annotations
    that this run no longer produces, and record the analysis on the job's ``l4-jobs`` document.
 """
