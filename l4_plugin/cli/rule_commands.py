@@ -1,4 +1,4 @@
-"""The work behind ``l4 rules test | match | new``: the CLI parses arguments and prints.
+"""The work behind ``l4 rules test | match | new`` (``cli/rules.py`` parses arguments and prints).
 
 ``library_tests`` runs every rule's embedded tests in a scratch index prefix
 (``<prefix>rules-test-``) on the configured or embedded cluster and drops its indices afterwards
