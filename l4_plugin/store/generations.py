@@ -98,11 +98,6 @@ def complete_clause() -> Query:
     }
 
 
-def has_complete(source: Mapping[str, Any]) -> bool:
-    """True when the job has a complete generation to analyse (see ``complete_clause``)."""
-    return source_field(source, STATE) == "done" or complete_generation(source) is not None
-
-
 def _older(
     job_id: str, generation: str, *, keep: str | None = None, old: str | None = None
 ) -> Query:
