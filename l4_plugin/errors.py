@@ -19,6 +19,10 @@ class StoreError(L4Error):
     """The cluster could not be reached or refused a request."""
 
 
+class ConflictError(StoreError):
+    """A conditional write lost: the document changed (``if_seq_no``) or already exists."""
+
+
 class EmbeddedClusterError(StoreError):
     """The embedded osmem-server could not be started or died."""
 
@@ -37,3 +41,7 @@ class RuleError(L4Error):
     def __init__(self, message: str, location: str = "") -> None:
         self.location = location
         super().__init__(f"{location}: {message}" if location else message)
+
+
+class DashboardsError(L4Error):
+    """Kibana / OpenSearch Dashboards could not be reached or refused the import."""

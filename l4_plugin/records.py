@@ -1,7 +1,8 @@
 """Frozen records that the stages of L4 hand to each other.
 
 Ingest produces ``ParsedLine`` (for ``l4 parse``) and ``Template``; the diagnosis produces
-``Finding`` objects (what goes to ``l4-annotations``), which the store turns into documents
+``Finding`` objects (what goes to ``l4-annotations``) and the ``Verdict`` (what the report
+tells an SRE to do), which the store turns into documents
 (``l4_plugin.store.documents``). The rollups and kept lines have no record of their own: the
 ingest's builders (``ingest/pipeline.py``) write them straight from the scan, with the field
 names of ``store/fields.py``. The vocabularies every stage shares live here too: the log levels
@@ -11,10 +12,10 @@ names of ``store/fields.py``. The vocabularies every stage shares live here too:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Literal
+from typing import Any, Literal
 
 #: What a finding (an ``l4-annotations`` document) is about, and where its review stands.
 AnnotationKind = Literal["event", "node", "iteration", "stage", "rule_match", "summary", "verdict"]
@@ -180,3 +181,43 @@ class Finding:
     rule_id: str | None = None
     reasons: tuple[str, ...] = ()
     review: ReviewState = "open"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What to do (ARCHITECTURE.md, *The report* ``verdict``): the fault's category and whose it
+    is, whom to evict, whether to restart.
+
+    ``analysis.verdict.decide`` makes it; the report holds it with its confidence rounded, and
+    its JSON keeps the values as they are held (a stored report renders to the same JSON).
+    """
+
+    category: str
+    blame: str
+    evict: tuple[str, ...]
+    restart: str
+    confidence: float
+    why: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's ``verdict`` object."""
+        return {
+            "category": self.category,
+            "blame": self.blame,
+            "evict": list(self.evict),
+            "restart": self.restart,
+            "confidence": self.confidence,
+            "why": list(self.why),
+        }
+
+    @classmethod
+    def from_json(cls, raw: Mapping[str, Any]) -> Verdict:
+        """The inverse of :meth:`to_json` (a stored report's; a missing key reads as unknown)."""
+        return cls(
+            category=str(raw.get("category", "unknown")),
+            blame=str(raw.get("blame", "unknown")),
+            evict=tuple(raw.get("evict") or ()),
+            restart=str(raw.get("restart", "?")),
+            confidence=raw.get("confidence", 0.0),
+            why=tuple(raw.get("why") or ()),
+        )

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from l4_plugin.analysis.lexicon import Lexicon, last_line
+from l4_plugin.records import Verdict
 
 _CULPRIT_MIN = 0.5  # the top node's score below which nothing singles it out
 _CULPRIT_GAP = 0.1  # ... or how far above the next node it must stand without strong evidence
@@ -64,29 +64,6 @@ class VerdictRule:
     nodes: tuple[str, ...]
     confidence: float
     evict: bool | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """ARCHITECTURE.md, *The report* ``verdict``."""
-
-    category: str
-    blame: str
-    evict: tuple[str, ...]
-    restart: str
-    confidence: float
-    why: tuple[str, ...]
-
-    def to_json(self) -> dict[str, Any]:
-        """The report's ``verdict`` object."""
-        return {
-            "category": self.category,
-            "blame": self.blame,
-            "evict": list(self.evict),
-            "restart": self.restart,
-            "confidence": round(self.confidence, 3),
-            "why": list(self.why),
-        }
 
 
 def blame_of(category: str) -> str:

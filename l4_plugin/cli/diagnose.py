@@ -153,7 +153,7 @@ def diagnose(
     **kwargs: Any,
 ) -> None:
     """Diagnose a failed job's log directory: ingest (baselines first), match rules, analyse."""
-    from l4_plugin.diagnosis.jobdirs import prepare_all
+    from l4_plugin.diagnosis.preparation import prepare_all
     from l4_plugin.ingest.workers import ScanProgress
 
     _analysis_flags(cli, kwargs)

@@ -36,7 +36,7 @@ def rules_check(paths: tuple[Path, ...]) -> None:
 @pass_state
 def rules_test(cli: CliState, paths: tuple[Path, ...]) -> None:
     """Run the rules' embedded tests (default: the library) in a scratch index prefix."""
-    from l4_plugin.rules.commands import checked_rules, library_tests, summarize
+    from l4_plugin.cli.rule_commands import checked_rules, library_tests, summarize
 
     library = checked_rules(paths)
     summary = summarize(library, library_tests(cli.settings, library))
@@ -60,7 +60,7 @@ def rules_test(cli: CliState, paths: tuple[Path, ...]) -> None:
 @pass_state
 def rules_match(cli: CliState, job_id: str, rule_paths: tuple[Path, ...], as_json: bool) -> None:
     """Match the fault rules against an ingested job, root causes first."""
-    from l4_plugin.rules.commands import checked_rules, match_text, matches_for, matches_json
+    from l4_plugin.cli.rule_commands import checked_rules, match_text, matches_for, matches_json
 
     library = checked_rules(rule_paths)
     with open_cluster(cli.settings) as store:
@@ -89,7 +89,7 @@ def rules_match(cli: CliState, job_id: str, rule_paths: tuple[Path, ...], as_jso
 @pass_state
 def rules_new(cli: CliState, job_id: str, rule_id: str | None, out_path: Path | None) -> None:
     """Draft a status: draft rule from a job's top events (its annotations)."""
-    from l4_plugin.rules.commands import draft_from_job, write_draft
+    from l4_plugin.cli.rule_commands import draft_from_job, write_draft
 
     with open_cluster(cli.settings) as store:
         draft = draft_from_job(store, job_id, rule_id)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from l4_plugin.dashboards.install import (
-    DashboardsError,
     InstallResult,
     ObjectResult,
     detect_flavour,
@@ -25,7 +24,6 @@ __all__ = [
     "DASHBOARD_TITLE",
     "DEFAULT_DISCOVER_URL_TEMPLATE",
     "FLAVOURS",
-    "DashboardsError",
     "Flavour",
     "InstallResult",
     "ObjectResult",

@@ -19,14 +19,10 @@ from urllib.parse import quote
 from urllib.request import Request, urlopen
 
 from l4_plugin.dashboards.objects import FLAVOURS, Flavour, saved_objects
-from l4_plugin.errors import ConfigError, L4Error
+from l4_plugin.errors import ConfigError, DashboardsError
 from l4_plugin.urls import split_credentials
 
 NDJSON_NAME = "l4.ndjson"
-
-
-class DashboardsError(L4Error):
-    """Kibana / OpenSearch Dashboards could not be reached or refused the import."""
 
 
 @dataclass(frozen=True, slots=True)

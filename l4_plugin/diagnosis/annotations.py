@@ -15,15 +15,14 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from l4_plugin.diagnosis.document import Diagnosis, extras_from_dict, extras_to_dict
-from l4_plugin.errors import AnalysisError
+from l4_plugin.diagnosis.assembly import Diagnosis, extras_from_dict, extras_to_dict
+from l4_plugin.errors import AnalysisError, ConflictError
 from l4_plugin.records import Finding
 from l4_plugin.report.extras import ReportExtras
 from l4_plugin.report.model import Report
 from l4_plugin.rules.engine import RuleMatch
 from l4_plugin.store import Store
 from l4_plugin.store import fields as F
-from l4_plugin.store.base import ConflictError
 from l4_plugin.store.documents import annotation_document, annotation_id, source_field
 from l4_plugin.store.jobs import update_job
 

@@ -15,7 +15,7 @@ from l4_plugin.dashboards.links import (
     validate_template,
     window_around,
 )
-from l4_plugin.diagnosis.document import Diagnosis
+from l4_plugin.diagnosis.assembly import Diagnosis
 from l4_plugin.display import JSON_ESCAPES
 from l4_plugin.errors import L4Error
 from l4_plugin.report import ReportExtras, write_html

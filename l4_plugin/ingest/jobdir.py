@@ -325,13 +325,6 @@ def _name_file(
     return node, None if system else rank, system
 
 
-def split_by_host(file: LogFile) -> list[LogFile]:
-    """One stream per host when the file interleaves several nodes' lines (a pdsh, mpirun,
-    kubectl or Ray output: :func:`l4_plugin.ingest.hosts.plan` on its first lines), named by
-    the host; else the file as it is. An unreadable file is left to the reader to report."""
-    return _by_host(file, _plan_hosts(file.path))
-
-
 def _plan_hosts(path: Path) -> tuple[str, ...] | None:
     """The hosts interleaved in the file (``hosts.plan``), None for the file of one node."""
     try:
@@ -402,11 +395,6 @@ def _rank_of(stem: str) -> int | None:
 
 
 JOB_YAML_KEYS = ("config", "id", "status")
-
-
-def load_job_yaml(job_dir: Path) -> dict[str, Any]:
-    """``JOB/job.yaml`` as a mapping ({} when absent); bad YAML names the file and line."""
-    return _job_yaml(job_dir)[0]
 
 
 def _job_yaml(job_dir: Path) -> tuple[dict[str, Any], dict[str, int]]:

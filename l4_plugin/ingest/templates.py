@@ -201,10 +201,6 @@ class TemplateMiner:
                 seen[template.text] = template
         return list(seen.values())
 
-    def known_match(self, masked_body: str) -> Template | None:
-        """The known template that ``masked_body`` fits, if any (no state is changed)."""
-        return self._match_known(self._drain.get_content_as_tokens(masked_body))
-
     def _match_known(self, tokens: list[str]) -> Template | None:
         if not self._known_index:
             return None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from l4_plugin.records import Verdict
 from l4_plugin.report.extras import DroppedTemplate, IterationPoint, NodeEventMatrix, ReportExtras
 from l4_plugin.report.html import render_html, write_html
 from l4_plugin.report.model import (
@@ -10,7 +11,6 @@ from l4_plugin.report.model import (
     ReportIteration,
     ReportNode,
     ReportRuleMatch,
-    Verdict,
 )
 
 __all__ = [

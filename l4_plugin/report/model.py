@@ -17,6 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from l4_plugin.records import Verdict
+
 # A JSON object as ``json.loads`` gives it: the report's serialised form, nothing else.
 Json = dict[str, Any]
 
@@ -211,44 +213,6 @@ class ReportIteration:
             events=_strs(raw, "events"),
             missing_events=_strs(raw, "missing_events"),
             slowdown=raw.get("slowdown"),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """What to do: the fault's category and whose it is, whom to evict, whether to restart.
-
-    The report's copy of :class:`l4_plugin.analysis.verdict.Verdict`, confidence rounded.
-    """
-
-    category: str
-    blame: str
-    evict: tuple[str, ...]
-    restart: str
-    confidence: float
-    why: tuple[str, ...]
-
-    def to_json(self) -> Json:
-        """The ``verdict`` object."""
-        return {
-            "category": self.category,
-            "blame": self.blame,
-            "evict": list(self.evict),
-            "restart": self.restart,
-            "confidence": self.confidence,
-            "why": list(self.why),
-        }
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> Verdict:
-        """The inverse of :meth:`to_json`."""
-        return cls(
-            category=str(raw.get("category", "unknown")),
-            blame=str(raw.get("blame", "unknown")),
-            evict=_strs(raw, "evict"),
-            restart=str(raw.get("restart", "?")),
-            confidence=raw.get("confidence", 0.0),
-            why=_strs(raw, "why"),
         )
 
 

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 from rich.console import Console
 from rich.text import Text
 
-from l4_plugin.report.model import Report, ReportEvent, ReportRuleMatch, Verdict
+from l4_plugin.records import Verdict
+from l4_plugin.report.model import Report, ReportEvent, ReportRuleMatch
 
 MAX_EVENTS = 10
 MAX_NODES = 8

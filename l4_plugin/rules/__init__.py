@@ -9,8 +9,8 @@ from __future__ import annotations
 from l4_plugin.rules.draft import draft_rule
 from l4_plugin.rules.engine import RuleMatch, match_job
 from l4_plugin.rules.loader import check_paths, default_rule_dir, load, load_rules
-from l4_plugin.rules.model import Rule, RuleTest
 from l4_plugin.rules.port import RuleStorePort
+from l4_plugin.rules.rule import Rule, RuleTest
 from l4_plugin.rules.schema import json_schema
 from l4_plugin.rules.testing import RuleTestResult, ingest_snippet, run_rule_tests
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from l4_plugin.rules.model import FieldMatcher, Selection
+from l4_plugin.rules.rule import FieldMatcher, Selection
 from l4_plugin.store import fields as F
 
 Query = dict[str, Any]

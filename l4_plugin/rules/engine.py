@@ -36,10 +36,10 @@ from l4_plugin.rules.compiler import (
     template_text_query,
 )
 from l4_plugin.rules.condition import SelectionFacts, Truth, evaluate, positive
-from l4_plugin.rules.model import FieldMatcher, Rule
 from l4_plugin.rules.port import RuleStorePort
 from l4_plugin.rules.render import render
 from l4_plugin.rules.resolver import MessageResolver, TextValue, needs_resolution
+from l4_plugin.rules.rule import FieldMatcher, Rule
 from l4_plugin.rules.schema import SEVERITIES
 from l4_plugin.store import fields as F
 from l4_plugin.store import generations, line_packs, packs

@@ -16,7 +16,7 @@ import yaml
 from l4_plugin.analysis.lexicon import Lexicon
 from l4_plugin.errors import ConfigError, RuleError
 from l4_plugin.resources import data_path
-from l4_plugin.rules.model import Rule
+from l4_plugin.rules.rule import Rule
 from l4_plugin.rules.schema import build_rule, raise_first
 from l4_plugin.yamldoc import BoundedLoader, read_text
 

@@ -17,8 +17,8 @@ from l4_plugin.errors import RuleError
 from l4_plugin.records import FAULT_CATEGORIES
 from l4_plugin.rules.compiler import RegexTranslationError, python_re_to_lucene
 from l4_plugin.rules.condition import ConditionSyntaxError, Expr, parse_condition
-from l4_plugin.rules.model import FieldMatcher, Rule, RuleTest, Selection, Silence
 from l4_plugin.rules.render import TemplateProblem, check_template
+from l4_plugin.rules.rule import FieldMatcher, Rule, RuleTest, Selection, Silence
 from l4_plugin.store import fields as F
 
 CATEGORIES = FAULT_CATEGORIES

@@ -21,7 +21,7 @@ from l4_plugin.ingest.parser import Block
 from l4_plugin.ingest.pipeline import IngestSummary, ingest_streams
 from l4_plugin.ingest.sources import LogStream
 from l4_plugin.rules.engine import match_job
-from l4_plugin.rules.model import Rule, RuleTest
+from l4_plugin.rules.rule import Rule, RuleTest
 from l4_plugin.store import Store
 
 # Ingest scans in-memory streams in the calling process (no worker pool): a snippet is tiny.

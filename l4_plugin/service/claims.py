@@ -100,7 +100,7 @@ def pending_reason(record: JobRecord, policy: ClaimPolicy, now: int) -> str | No
     if record.status != "failed":
         return None
     if not (record.ingest.state == "done" or record.ingest.generation):
-        return None  # no complete ingest generation (``generations.has_complete``)
+        return None  # no complete ingest generation (``generations.complete_generation``)
     state = record.analysis.state
     if state is None:
         return "new"

@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
-from l4_plugin.errors import ConfigError
+from l4_plugin.errors import ConfigError, ConflictError
 from l4_plugin.jobid import check_job_id
 from l4_plugin.service.claims import now_ms
-from l4_plugin.store import ConflictError, Store, jobs
+from l4_plugin.store import Store, jobs
 from l4_plugin.store.jobs import JobRecord
 
 JOB_STATUSES = ("running", "failed", "succeeded", "unknown")

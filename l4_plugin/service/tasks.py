@@ -35,14 +35,14 @@ from typing import Any
 from l4_plugin.config import Settings
 from l4_plugin.diagnosis import Diagnosis, diagnose_job
 from l4_plugin.diagnosis.output import discover_linker
-from l4_plugin.errors import L4Error, StoreError
+from l4_plugin.errors import ConflictError, L4Error, StoreError
 from l4_plugin.jobid import job_id_problem
 from l4_plugin.rules import Rule, match_job
 from l4_plugin.service import claims
 from l4_plugin.service.claims import Claim, ClaimPolicy
 from l4_plugin.service.health import Metrics
 from l4_plugin.service.logs import log
-from l4_plugin.store import ConflictError, Store, generations, jobs
+from l4_plugin.store import Store, generations, jobs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import annotation_document, annotation_id, job_doc_id, source_field
 from l4_plugin.store.jobs import JobRecord, update_job

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from l4_plugin.store.base import ClusterInfo, ConflictError, Store, VersionedDoc
+from l4_plugin.store.base import ClusterInfo, Store, VersionedDoc
 from l4_plugin.store.connect import connect, detect_flavour, open_cluster
 from l4_plugin.store.elastic import ElasticsearchStore
 from l4_plugin.store.embedded import EmbeddedCluster
@@ -12,7 +12,6 @@ from l4_plugin.store.opensearch import OpenSearchStore
 __all__ = [
     "INDEX_KINDS",
     "ClusterInfo",
-    "ConflictError",
     "ElasticsearchStore",
     "EmbeddedCluster",
     "IndexNames",

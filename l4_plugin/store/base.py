@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, TypeVar
 
-from l4_plugin.errors import StoreError
+from l4_plugin.errors import ConflictError, StoreError
+from l4_plugin.store.index_templates import template_bodies
 from l4_plugin.store.names import IndexNames
-from l4_plugin.store.templates import template_bodies
 from l4_plugin.urls import redact_url
 
 T = TypeVar("T")
@@ -32,10 +32,6 @@ TRANSIENT_STATUSES = frozenset({429, 502, 503, 504})
 # documents per bulk request, so that a small job still takes many requests to write.
 STALL_ENV = "L4_TEST_STALL_AFTER_WRITES"
 BULK_DOCS_ENV = "L4_TEST_BULK_DOCS"
-
-
-class ConflictError(StoreError):
-    """A conditional write lost: the document changed (``if_seq_no``) or already exists."""
 
 
 @dataclass(frozen=True, slots=True)

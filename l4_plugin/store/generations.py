@@ -33,9 +33,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from l4_plugin.errors import IngestError
+from l4_plugin.errors import ConflictError, IngestError
 from l4_plugin.store import fields as F
-from l4_plugin.store.base import ConflictError, Store
+from l4_plugin.store.base import Store
 from l4_plugin.store.documents import source_field
 from l4_plugin.store.jobs import JobRecord, create_job, update_job
 
@@ -96,11 +96,6 @@ def complete_clause() -> Query:
             "minimum_should_match": 1,
         }
     }
-
-
-def has_complete(source: Mapping[str, Any]) -> bool:
-    """True when the job has a complete generation to analyse (see ``complete_clause``)."""
-    return source_field(source, STATE) == "done" or complete_generation(source) is not None
 
 
 def _older(

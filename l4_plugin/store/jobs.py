@@ -19,8 +19,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from l4_plugin.errors import ConflictError
 from l4_plugin.store import fields as F
-from l4_plugin.store.base import ConflictError, Store, VersionedDoc
+from l4_plugin.store.base import Store, VersionedDoc
 from l4_plugin.store.documents import job_doc_id, source_field
 
 _WRITE_TRIES = 8

@@ -14,7 +14,7 @@ from urllib.parse import unquote
 import pytest
 
 from l4_plugin.cli import main
-from l4_plugin.diagnosis import AnalysisOptions, diagnose_job, load_summary, says_cause
+from l4_plugin.diagnosis import AnalysisOptions, diagnose_job, load_summary
 from l4_plugin.diagnosis.queries import (
     find_jobs,
     find_sample_lines,
@@ -22,6 +22,7 @@ from l4_plugin.diagnosis.queries import (
     read_job,
     read_job_tables,
 )
+from l4_plugin.diagnosis.steps import says_cause
 from l4_plugin.errors import AnalysisError
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.store import IndexNames, OpenSearchStore, Store

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from l4_plugin.diagnosis.jobdirs import already_ingested, prepare
+from l4_plugin.diagnosis.preparation import already_ingested, prepare
 from l4_plugin.diagnosis.queries import find_jobs, job_scope, read_job_tables
 from l4_plugin.errors import AnalysisError, IngestError, StoreError
 from l4_plugin.ingest.pipeline import ingest_job

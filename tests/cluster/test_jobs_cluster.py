@@ -6,7 +6,8 @@ from dataclasses import replace
 
 import pytest
 
-from l4_plugin.store import ConflictError, Store, jobs
+from l4_plugin.errors import ConflictError
+from l4_plugin.store import Store, jobs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import job_doc_id
 from l4_plugin.store.jobs import IngestState, JobRecord

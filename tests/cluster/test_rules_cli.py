@@ -12,9 +12,9 @@ import pytest
 import yaml
 
 from l4_plugin import cli
+from l4_plugin.cli.rule_commands import Draft, write_draft
 from l4_plugin.errors import L4Error
 from l4_plugin.rules import ingest_snippet, load_rules, match_job
-from l4_plugin.rules.commands import Draft, write_draft
 from l4_plugin.rules.harvest import suggested_rule_id
 from l4_plugin.store import Store
 from tests.l4cli import run_l4

@@ -9,7 +9,7 @@ import pytest
 
 from l4_plugin.rules import ingest_snippet, load_rules, match_job
 from l4_plugin.rules.engine import JobFacts
-from l4_plugin.rules.model import Rule
+from l4_plugin.rules.rule import Rule
 from l4_plugin.store import Store
 
 LINES = [

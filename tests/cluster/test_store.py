@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from l4_plugin.errors import StoreError
-from l4_plugin.store import ConflictError, IndexNames, OpenSearchStore, Store
+from l4_plugin.errors import ConflictError, StoreError
+from l4_plugin.store import IndexNames, OpenSearchStore, Store
 
 
 def test_info_reports_flavour(any_store: Store) -> None:

@@ -22,7 +22,6 @@ import pytest
 from l4_plugin.dashboards import (
     DEFAULT_DISCOVER_URL_TEMPLATE,
     FLAVOURS,
-    DashboardsError,
     dashboard_id,
     detect_flavour,
     discover_url,
@@ -31,7 +30,7 @@ from l4_plugin.dashboards import (
     saved_objects,
     to_ndjson,
 )
-from l4_plugin.errors import ConfigError
+from l4_plugin.errors import ConfigError, DashboardsError
 from l4_plugin.resources import data_path
 from tests.dashboards_validation import (
     check_fields,

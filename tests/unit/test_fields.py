@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 from l4_plugin.store import fields as F
+from l4_plugin.store.index_templates import load_template
 from l4_plugin.store.names import INDEX_KINDS
-from l4_plugin.store.templates import load_template
 
 PACKAGE = Path(__file__).resolve().parents[2] / "l4_plugin"
 # "l4." followed by a name, or a bare "l4." prefix; not "l4_plugin", a URL host or a file name.

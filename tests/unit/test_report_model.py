@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from l4_plugin.diagnosis.annotations import summary_text
-from l4_plugin.diagnosis.document import findings
+from l4_plugin.diagnosis.assembly import findings
+from l4_plugin.records import Verdict
 from l4_plugin.report.model import (
     Report,
     ReportEvent,
@@ -21,7 +22,6 @@ from l4_plugin.report.model import (
     ReportSlowdown,
     ReportSpatial,
     ReportStraggler,
-    Verdict,
 )
 
 # The report's sections, in the order ``l4 diagnose --json`` writes them.

@@ -158,7 +158,7 @@ def test_rules_check_reports_a_broken_lexicon(tmp_path: Path) -> None:
 
 
 def test_cuda_boilerplate_is_never_the_sample() -> None:
-    from l4_plugin.diagnosis.document import without_boilerplate
+    from l4_plugin.diagnosis.assembly import without_boilerplate
 
     record = (
         "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"

@@ -1,4 +1,4 @@
-"""The work behind ``l4 rules test | match | new``: the CLI parses arguments and prints.
+"""The work behind ``l4 rules test | match | new`` (``cli/rules.py`` parses arguments and prints).
 
 ``library_tests`` runs every rule's embedded tests in a scratch index prefix
 (``<prefix>rules-test-``) on the configured or embedded cluster and drops its indices afterwards
@@ -20,8 +20,8 @@ from l4_plugin.rules.draft import draft_rule
 from l4_plugin.rules.engine import RuleMatch, match_job
 from l4_plugin.rules.harvest import job_diagnosis_facts, require_job, suggested_rule_id
 from l4_plugin.rules.loader import check_paths, load_rules
-from l4_plugin.rules.model import Rule
 from l4_plugin.rules.port import RuleStorePort
+from l4_plugin.rules.rule import Rule
 from l4_plugin.rules.testing import RuleTestResult, run_rule_tests
 from l4_plugin.store import Store, open_cluster
 

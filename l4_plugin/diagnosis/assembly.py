@@ -24,7 +24,7 @@ from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.tables import JobData, JobDoc
 from l4_plugin.analysis.verdict import VerdictEvent, VerdictNode, VerdictRule, decide
-from l4_plugin.records import Finding
+from l4_plugin.records import Finding, Verdict
 from l4_plugin.report.extras import (
     DroppedTemplate,
     IterationPoint,
@@ -41,7 +41,6 @@ from l4_plugin.report.model import (
     ReportSlowdown,
     ReportSpatial,
     ReportStraggler,
-    Verdict,
 )
 from l4_plugin.rules.engine import RuleMatch
 from l4_plugin.store.documents import source_field
@@ -194,14 +193,7 @@ def _verdict(
         default_lexicon(),
         len(data.nodes),
     )
-    return Verdict(
-        category=decided.category,
-        blame=decided.blame,
-        evict=tuple(decided.evict),
-        restart=decided.restart,
-        confidence=round(decided.confidence, 3),
-        why=tuple(decided.why),
-    )
+    return replace(decided, confidence=round(decided.confidence, 3))
 
 
 def _filtering(analysis: Analysis) -> ReportFiltering:
