@@ -295,7 +295,7 @@ CASES: list[Case] = [
         ),
         root_events=[r"Timed out waiting \d+ms for recv operation"],
         nodes=["gpu-f05"],
-        iteration="limit",
+        iteration=12,
     ),
     Case(
         "ckpt-disk-full",
