@@ -15,6 +15,10 @@ from elastic_transport import Urllib3HttpNode
 from l4_plugin.config import Settings, load_settings
 from l4_plugin.store import ElasticsearchStore, EmbeddedCluster, IndexNames, OpenSearchStore, Store
 
+# tests/realruns holds fixtures produced by real PyTorch runs and the script that makes them (it
+# needs torch, which is no dependency of L4): nothing there is a test.
+collect_ignore = ["realruns"]
+
 _counter = itertools.count()
 
 
