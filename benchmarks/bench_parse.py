@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from l4_plugin.ingest.parser import LineParser, read_lines
+from l4_plugin.ingest.parser import LineParser
+from l4_plugin.ingest.reader import read_lines
 
 
 def generate(n: int, seed: int = 7) -> list[str]:

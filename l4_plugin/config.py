@@ -30,7 +30,14 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.errors import ConfigError
-from l4_plugin.limits import MAX_FILE_SIZE, MAX_JOB_SIZE
+from l4_plugin.limits import (
+    MAX_FILE_SIZE,
+    MAX_INFLATE_RATIO,
+    MAX_INFLATED_SIZE,
+    MAX_JOB_SIZE,
+    MAX_READ_SECONDS,
+    ReadLimits,
+)
 from l4_plugin.urls import redact_url, url_problem
 from l4_plugin.yamldoc import compose, read_document, read_text
 
@@ -129,6 +136,17 @@ class Settings(BaseSettings):
     max_job_size: int = Field(
         MAX_JOB_SIZE, gt=0, description="Bytes of log files one job may hold on disk (e.g. 1T)"
     )
+    max_inflate_ratio: float = Field(
+        MAX_INFLATE_RATIO,
+        gt=1,
+        description="Most a compressed log may inflate, per compressed byte (a bomb: ~1000)",
+    )
+    max_inflated_size: int = Field(
+        MAX_INFLATED_SIZE, gt=0, description="Bytes one compressed log file may inflate to (4G)"
+    )
+    max_read_seconds: float = Field(
+        MAX_READ_SECONDS, gt=0, description="Seconds reading and inflating one compressed log"
+    )
     ingest_workers: int | None = Field(
         None,
         ge=1,
@@ -156,7 +174,7 @@ class Settings(BaseSettings):
             raise ValueError("must not start with -, _, + or .")
         return value
 
-    @field_validator("max_file_size", "max_job_size", mode="before")
+    @field_validator("max_file_size", "max_job_size", "max_inflated_size", mode="before")
     @classmethod
     def _parse_size(cls, value: object) -> object:
         return parse_size(value) if isinstance(value, str) else value
@@ -187,6 +205,16 @@ class Settings(BaseSettings):
     def redacted_url(self) -> str:
         """The cluster URL without any user:password part, safe to print."""
         return redact_url(self.es_url) if self.es_url else "embedded"
+
+    def read_limits(self) -> ReadLimits:
+        """What ingest may read of a job directory, from these settings."""
+        return ReadLimits(
+            self.max_file_size,
+            self.max_job_size,
+            self.max_inflate_ratio,
+            self.max_inflated_size,
+            self.max_read_seconds,
+        )
 
     def analysis_options(self) -> AnalysisOptions:
         """The analysis parameters these settings ask for (``analysis:`` plus ``random_state``).

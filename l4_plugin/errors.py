@@ -31,6 +31,25 @@ class IngestError(L4Error):
     """A job directory or log file cannot be ingested."""
 
 
+class FileCutError(IngestError):
+    """A log file was read only up to a limit (its size, what it inflates to, how long it
+    takes): the lines before the cut are ingested, the rest of the file is not. ``reason`` says
+    which limit, in a few words; ``hint`` which setting raises it."""
+
+    def __init__(self, path: str, reason: str, hint: str) -> None:
+        self.path, self.reason, self.hint = path, reason, hint
+        super().__init__(f"log file cut — {self.cut}")
+
+    @property
+    def cut(self) -> str:
+        """``PATH: reason; the lines before were read — hint: …``, one line (what the job
+        document and the report's notes keep of it)."""
+        return f"{self.path}: {self.reason}; the lines before were read — hint: {self.hint}"
+
+    def __reduce__(self) -> tuple[type[FileCutError], tuple[str, str, str]]:
+        return FileCutError, (self.path, self.reason, self.hint)
+
+
 class AnalysisError(L4Error):
     """An analysis cannot run on the given job."""
 

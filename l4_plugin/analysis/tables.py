@@ -39,6 +39,8 @@ class JobDoc:
     system_templates: frozenset[str] = frozenset()
     # Nodes whose ranks printed iteration lines of their own (None: ingested before it was kept)
     progress_nodes: frozenset[str] | None = None
+    # Log files its ingest read only up to a limit, one "PATH: why" each (``l4.job.cut_files``)
+    cut_files: tuple[str, ...] = ()
     # The job's last complete ingest generation, and the clause selecting its documents
     generation: str | None = None
     # (empty for a JobDoc built by hand: ``diagnosis.queries.job_scope`` then selects the job)

@@ -46,26 +46,59 @@ pass_state = click.make_pass_decorator(CliState, ensure=True)
 
 
 def size_options(f: Any) -> Any:
-    """``--max-file-size`` / ``--max-job-size``: raise the read limits of a job directory."""
-    f = click.option(
-        "--max-job-size",
-        metavar="SIZE",
-        help="Most bytes of logs one job may hold (default 1T; L4_MAX_JOB_SIZE).",
-    )(f)
-    return click.option(
-        "--max-file-size",
-        metavar="SIZE",
-        help="Most bytes read of one log file, e.g. 500M, 16G (default 16G; L4_MAX_FILE_SIZE).",
-    )(f)
+    """The read limits of a job directory: ``--max-file-size`` / ``--max-job-size`` and the
+    decompression guard (``--max-inflate-ratio``, ``--max-inflated-size``,
+    ``--max-read-seconds``); ``read_limits`` takes them as keyword arguments."""
+    options = [
+        click.option(
+            "--max-read-seconds",
+            type=click.FloatRange(min=0, min_open=True),
+            help="Most seconds reading and inflating one compressed log may take; the file is "
+            "cut there (default 60; L4_MAX_READ_SECONDS).",
+        ),
+        click.option(
+            "--max-inflated-size",
+            metavar="SIZE",
+            help="Most bytes one compressed log may inflate to; the file is cut there "
+            "(default 4G; L4_MAX_INFLATED_SIZE).",
+        ),
+        click.option(
+            "--max-inflate-ratio",
+            type=click.FloatRange(min=1, min_open=True),
+            help="Most a compressed log may inflate per compressed byte, over any 1 MiB; a file "
+            "beyond is cut there, a compression bomb (default 100; L4_MAX_INFLATE_RATIO).",
+        ),
+        click.option(
+            "--max-job-size",
+            metavar="SIZE",
+            help="Most bytes of logs one job may hold (default 1T; L4_MAX_JOB_SIZE).",
+        ),
+        click.option(
+            "--max-file-size",
+            metavar="SIZE",
+            help="Most bytes read of one log file, e.g. 500M, 16G (default 16G; L4_MAX_FILE_SIZE).",
+        ),
+    ]
+    for option in options:
+        f = option(f)
+    return f
 
 
-def read_limits(cli: CliState, max_file_size: str | None, max_job_size: str | None) -> Any:
-    """The read limits from flags (set before the settings are first read), env and file."""
-    from l4_plugin.limits import ReadLimits
+#: The flags ``size_options`` adds, by parameter name.
+SIZE_FLAGS = (
+    "max_file_size",
+    "max_job_size",
+    "max_inflate_ratio",
+    "max_inflated_size",
+    "max_read_seconds",
+)
 
-    cli.override(max_file_size=max_file_size, max_job_size=max_job_size)
-    settings = cli.settings
-    return ReadLimits(settings.max_file_size, settings.max_job_size)
+
+def read_limits(cli: CliState, flags: dict[str, Any]) -> Any:
+    """The read limits from the ``size_options`` in ``flags`` (taken out of it; set before the
+    settings are first read), the environment and the config file."""
+    cli.override(**{name: flags.pop(name, None) for name in SIZE_FLAGS})
+    return cli.settings.read_limits()
 
 
 def checked_job_id(ctx: click.Context, param: click.Parameter, value: Any) -> Any:

@@ -147,8 +147,6 @@ def diagnose(
     job_id: str | None,
     node_pattern: str | None,
     reingest: bool,
-    max_file_size: str | None,
-    max_job_size: str | None,
     workers: int | None,
     **kwargs: Any,
 ) -> None:
@@ -156,8 +154,8 @@ def diagnose(
     from l4_plugin.diagnosis.preparation import prepare_all
     from l4_plugin.ingest.workers import ScanProgress
 
+    limits = read_limits(cli, kwargs)  # takes the size flags out of kwargs
     _analysis_flags(cli, kwargs)
-    limits = read_limits(cli, max_file_size, max_job_size)
     with open_cluster(cli.settings) as store:
         store.install_templates()
         err = SafeConsole(stderr=True, highlight=False)

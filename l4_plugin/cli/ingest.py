@@ -74,10 +74,8 @@ def ingest(
     node_pattern: str | None,
     full: bool,
     from_index: str | None,
-    max_file_size: str | None,
-    max_job_size: str | None,
     workers: int | None,
-    **raw_fields: str,
+    **raw_fields: Any,
 ) -> None:
     """Parse a job's logs (JOB_DIR, or --from-index) into rollups, kept lines and templates."""
     from l4_plugin.ingest.index_source import ingest_index
@@ -87,7 +85,7 @@ def ingest(
     if (job_dir is None) == (from_index is None):
         raise click.UsageError("give either JOB_DIR or --from-index PATTERN")
     overrides = _job_config(config_pairs, old_config_pairs)
-    limits = read_limits(cli, max_file_size, max_job_size)
+    limits = read_limits(cli, raw_fields)  # takes the size flags out of the raw fields
     n_workers = workers or cli.settings.ingest_workers
     with open_cluster(cli.settings) as store:
         store.install_templates()
@@ -184,7 +182,9 @@ def _print_summary(summary: Any, full: bool) -> None:
 @click.command()
 @click.argument("file", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--jsonl", is_flag=True, help="One JSON object per input line.")
-def parse(file: Path, jsonl: bool) -> None:
+@size_options
+@pass_state
+def parse(cli: CliState, file: Path, jsonl: bool, **flags: Any) -> None:
     """Parse one log file (plain or .gz) into templates: the parser on its own."""
     import json
 
@@ -192,10 +192,11 @@ def parse(file: Path, jsonl: bool) -> None:
 
     if not file.exists():
         raise L4Error(f"cannot open log file — {file} — no such file")
+    limits = read_limits(cli, flags)
     counts: dict[str, int] = {}
     texts: dict[str, str] = {}
     write = sys.stdout.write
-    for parsed in parse_file(file):
+    for parsed in parse_file(file, limits=limits):
         if jsonl:
             write(
                 json.dumps(

@@ -249,7 +249,8 @@ def build_report(
         spatial=ReportSpatial(
             analysis.spatial.defined, analysis.spatial.method, tuple(analysis.spatial.suspects)
         ),
-        notes=tuple(analysis.notes),
+        # A file cut at a read limit (a compression bomb…) is named: the diagnosis lacks its rest.
+        notes=(*analysis.notes, *(f"log file cut: {cut}" for cut in data.job.cut_files)),
         time_unit="timestamp" if data.time_unit == "ts" else "line position",
         analyzer_version=analyzer_version,
         timings={k: round(v, 3) for k, v in (timings or {}).items()},

@@ -69,6 +69,7 @@ def job_doc(record: JobRecord) -> JobDoc:
         system_logs=_bool_or_none(summary.system_logs),
         system_templates=frozenset(summary.system_templates or ()),
         progress_nodes=frozenset(str(n) for n in progress) if progress is not None else None,
+        cut_files=tuple(str(c) for c in summary.cut_files or ()),
         generation=record.ingest.generation or None,
         scope=generations.scope(record.id, record.to_source()),
     )

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 
 from l4_plugin.ingest.header import digit_shape, outer_labels, rank_prefix, rank_prefix_cached
-from l4_plugin.ingest.parser import Block
+from l4_plugin.ingest.reader import Block
 
 # A host name as launchers print it: with a digit, a dot or a hyphen (never a level word such as
 # "INFO:" or a sentence's first word), or an IPv4 address.

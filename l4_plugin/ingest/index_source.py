@@ -25,8 +25,8 @@ from typing import Any
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.jobdir import STATUSES, JobMeta, fingerprint
-from l4_plugin.ingest.parser import Block
 from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_streams
+from l4_plugin.ingest.reader import Block
 from l4_plugin.ingest.sources import LogStream
 from l4_plugin.jobid import check_job_id
 from l4_plugin.store import Store

@@ -27,7 +27,7 @@ from l4_plugin.errors import IngestError
 from l4_plugin.ingest import procs
 from l4_plugin.ingest.hosts import plan
 from l4_plugin.ingest.logfile import LogFile
-from l4_plugin.ingest.parser import read_blocks
+from l4_plugin.ingest.reader import read_blocks
 from l4_plugin.jobid import check_job_id
 from l4_plugin.limits import ReadLimits, human_size
 from l4_plugin.yamldoc import read_document
@@ -214,8 +214,12 @@ def _check_file(path: Path, root: Path, limits: ReadLimits) -> tuple[Path, int, 
             "control bytes or not UTF-8)"
         )
     sample, size = head
-    # What is read of a file stops at the per-file limit (``sources.bounded_blocks``).
-    return target, st.st_size, estimate_lines(sample, min(size, limits.max_file_size))
+    # What is read of a file stops at the per-file limit (``sources.bounded_blocks``), and a
+    # compressed one at its decompression guard (``reader.GuardedGzip``).
+    read = min(size, limits.max_file_size)
+    if size > st.st_size:
+        read = min(read, limits.max_inflated_size, int(limits.max_inflate_ratio * st.st_size))
+    return target, st.st_size, estimate_lines(sample, read)
 
 
 def discover(
@@ -325,10 +329,10 @@ def _name_file(
     return node, None if system else rank, system
 
 
-def _plan_hosts(path: Path) -> tuple[str, ...] | None:
+def _plan_hosts(path: Path, limits: ReadLimits) -> tuple[str, ...] | None:
     """The hosts interleaved in the file (``hosts.plan``), None for the file of one node."""
     try:
-        router = plan(_first_lines(path))
+        router = plan(_first_lines(path, limits))
     except (OSError, IngestError):
         return None
     return router.hosts if router is not None else None
@@ -377,15 +381,17 @@ def _probe(path: Path, system: bool, root: Path, limits: ReadLimits) -> Probe:
     checked = _check_file(path, root, limits)
     if isinstance(checked, str) or system:
         return checked, None
-    return checked, _plan_hosts(checked[0])
+    return checked, _plan_hosts(checked[0], limits)
 
 
 def _probe_all(tasks: list[tuple[Path, bool, Path, ReadLimits]]) -> list[Probe]:
     return [_probe(*task) for task in tasks]
 
 
-def _first_lines(path: Path) -> Iterator[str]:
-    for block in read_blocks(path):
+def _first_lines(path: Path, limits: ReadLimits | None) -> Iterator[str]:
+    # Read within the limits the scan reads it with: a bomb is cut, a line without end read
+    # past (the plan reads a few thousand lines at most).
+    for block in read_blocks(path, limits=limits):
         yield from block.lines
 
 

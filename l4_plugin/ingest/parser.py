@@ -9,27 +9,21 @@ it to Drain. The per-line Python cost is one dict lookup; every identical masked
 
 from __future__ import annotations
 
-import gzip
-import io
 import time
-import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from itertools import accumulate
 from pathlib import Path
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.header import parse_header, rank_prefix
-from l4_plugin.ingest.masking import Masker, digit_key
+from l4_plugin.ingest.masking import Masker
+from l4_plugin.ingest.reader import is_gzip, read_lines
 from l4_plugin.ingest.templates import TemplateMiner
+from l4_plugin.limits import MAX_LINE_CHARS, ReadLimits
 from l4_plugin.records import ParsedLine, Template
 
-# A line longer than this is cut for masking and keying: a 1 MB line of tensor dump is one message,
-# and keeping megabyte keys per distinct line would cost memory for nothing.
-MAX_LINE_CHARS = 16_384
 MAX_CACHED_KEYS = 1_000_000
 MAX_FOLDED_KEYS = 250_000  # ``LineParser._masked``'s cache, a second one in front of by_masked
-_READ_BYTES = 4 << 20
 _FEED_LINES = 65_536
 #: Up to this many new keys in a chunk, ``feed_keyed`` finds each with ``list.index``.
 _FEW_NEW = 16
@@ -255,156 +249,25 @@ def _default_masker() -> Masker:
     return _MASKER
 
 
-class Block:
-    """The lines of one read block and, on demand, the byte offset of each line.
-
-    A file block knows its raw bytes and where they start in the file (in the decompressed
-    stream for ``.gz``): the offset table is computed only when a line of the block is kept, so
-    the parse hot path never pays for it. A block from an index carries the shipper's offsets
-    (``log.offset``), ``None`` where there is none.
-    """
-
-    __slots__ = ("_data", "_start", "_table", "_text", "lines")
-
-    def __init__(
-        self,
-        lines: list[str],
-        data: bytes | None = None,
-        start: int = 0,
-        offsets: list[int | None] | None = None,
-        text: str | None = None,
-    ) -> None:
-        self.lines = lines
-        self._data = data
-        self._text = text  # the lines joined by newlines, when the reader has that at hand
-        self._start = start
-        self._table: Sequence[int | None] | None = offsets
-
-    @property
-    def end(self) -> int | None:
-        """Byte offset just past this block's bytes in its file (None for an index block)."""
-        return None if self._data is None else self._start + len(self._data)
-
-    def digit_keys(self) -> list[str] | None:
-        """``digit_key`` of each line (None: not known), from the block's text in one pass
-        instead of joining the lines again (asked once: the text is let go)."""
-        text, self._text = self._text, None
-        return digit_key(text).split("\n") if text is not None else None
-
-    def offset(self, i: int) -> int | None:
-        """Byte offset of ``lines[i]`` in its file (None when unknown)."""
-        table = self._table
-        if table is None:
-            if self._data is None:
-                return None
-            # The decoded lines are the raw block split on b"\n" (decoding, CR and NUL removal
-            # never add or remove a "\n"), so the i-th line starts after the i-th newline.
-            # (``(1).__add__`` over ``map(len, …)``: the whole table at C speed, no generator.)
-            # An ASCII block without CR or NUL decoded to lines of its bytes' lengths: those
-            # are measured without splitting the bytes again.
-            data = self._data
-            plain = data.isascii() and b"\r" not in data and b"\0" not in data
-            lengths = map(len, self.lines if plain else data.split(b"\n"))
-            table = self._table = list(accumulate(map((1).__add__, lengths), initial=self._start))
-        return table[i]
-
-
-def read_blocks(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[Block]:
-    """Yield the lines of a plain or ``.gz`` file in blocks, cleaned for parsing.
-
-    Bytes are decoded as UTF-8 with replacement characters, NUL is removed, lines are split on
-    ``\\n`` only (so line numbers match ``wc -l``/editors); a line redrawn with ``\\r`` (a tqdm
-    bar) is its last frame, what a terminal shows. A truncated or corrupt ``.gz``
-    yields every line that could be read and then raises ``IngestError`` naming the file.
-    """
-    try:
-        fh = open(path, "rb")  # noqa: SIM115 (closed below, with the gzip reader over it)
-    except OSError as exc:
-        raise IngestError(f"cannot open log file — {path} — {exc}") from exc
-    try:
-        # One open per file: the gzip magic is read from the buffer the reads then start from.
-        gz = fh.peek(2)[:2] == b"\x1f\x8b"
-    except OSError as exc:
-        fh.close()
-        raise IngestError(f"cannot open log file — {path} — {exc}") from exc
-    raw: gzip.GzipFile | io.BufferedReader = gzip.GzipFile(fileobj=fh, mode="rb") if gz else fh
-    with fh, raw:
-        tail = b""
-        start = 0  # byte offset of tail[0] in the (decompressed) stream
-        while True:
-            try:
-                # read1: at most one underlying read, so a truncated .gz loses only the block
-                # that hit the damage, not a whole chunk of already-decompressed lines.
-                block = raw.read1(chunk_bytes)
-            except (EOFError, OSError, zlib.error) as exc:
-                if tail:
-                    yield _block(tail, start)
-                raise IngestError(
-                    f"log file is truncated or corrupt — {path} — {exc}; "
-                    "the lines before the damage were parsed"
-                ) from exc
-            if not block:
-                break
-            block = tail + block if tail else block
-            cut = block.rfind(b"\n")
-            if cut < 0:
-                tail = block
-                continue
-            tail = block[cut + 1 :]
-            data = block[:cut]
-            yield _block(data, start)
-            start += cut + 1
-        if tail:
-            yield _block(tail, start)
-
-
-def read_lines(path: Path, chunk_bytes: int = _READ_BYTES) -> Iterator[list[str]]:
-    """The lines of a plain or ``.gz`` file in chunks (``read_blocks`` without the offsets)."""
-    for block in read_blocks(path, chunk_bytes):
-        yield block.lines
-
-
-def _block(data: bytes, start: int) -> Block:
-    """The decoded lines of a block of ``data`` that starts at byte ``start`` of its file."""
-    text = data.decode("utf-8", errors="replace")
-    if "\x00" in text:
-        text = text.replace("\x00", "")
-    if "\r" not in text:
-        return Block(text.split("\n"), data, start, text=text)
-    # CRLF ends a line; a lone CR (tqdm redrawing its bar) returns the cursor: the line is what a
-    # terminal shows, its last non-empty frame.
-    lines = [_last_frame(line) if "\r" in line else line for line in text.split("\n")]
-    return Block(lines, data, start)
-
-
-def _last_frame(line: str) -> str:
-    frames = [f for f in line.split("\r") if f]
-    return frames[-1] if frames else ""
-
-
-def _is_gzip(path: Path) -> bool:
-    try:
-        with open(path, "rb") as fh:
-            return fh.read(2) == b"\x1f\x8b"
-    except OSError as exc:
-        raise IngestError(f"cannot open log file — {path} — {exc}") from exc
-
-
 def parse_file(
-    path: Path, masker: Masker | None = None, known: Iterable[Template] = ()
+    path: Path,
+    masker: Masker | None = None,
+    known: Iterable[Template] = (),
+    limits: ReadLimits | None = None,
 ) -> Iterator[ParsedLine]:
     """Parse one log file (plain or ``.gz``) into one ``ParsedLine`` per line, 1-based.
 
     Two passes over the file keep memory flat: the first feeds every line and resolves the final
     templates, the second re-reads and emits. Lines without a year (glog, syslog) take the year of
     the last full timestamp before them, else the file's modification year. A truncated ``.gz``
-    yields the readable lines and then raises ``IngestError`` naming the file.
+    yields the readable lines and then raises ``IngestError`` naming the file; so does a file
+    read only up to ``limits`` (``FileCutError``; a line without end is cut, not an error).
     """
-    _is_gzip(path)  # an unreadable file fails here, before anything is yielded
+    is_gzip(path)  # an unreadable file fails here, before anything is yielded
     parser = LineParser(masker, known)
     damage: IngestError | None = None
     try:
-        for lines in _batched(read_lines(path)):
+        for lines in _batched(read_lines(path, limits=limits)):
             parser.feed(lines)
     except IngestError as exc:
         damage = exc
@@ -415,7 +278,7 @@ def parse_file(
         year = time.gmtime().tm_year
     number = 0
     try:
-        for lines in _batched(read_lines(path)):
+        for lines in _batched(read_lines(path, limits=limits)):
             kinds = parser.feed(lines)
             for raw, kind in zip(lines, kinds, strict=True):
                 number += 1

@@ -82,6 +82,9 @@ class IngestSummary:
     workers: int = 1
     problems: list[str] = field(default_factory=list)
     skipped_files: int = 0  # log files not read: outside the job, not regular, too big, binary
+    #: Log files read only up to a limit (``errors.FileCutError.cut``: path, why, hint); the
+    #: job document counts them with the skipped ones and names them (``l4.job.cut_files``).
+    cut_files: list[str] = field(default_factory=list)
     progress: ScanProgress | None = None
     scan_cpu: float = 0.0  # CPU seconds of the file scans, all scanners
     worker_cpu: float = 0.0  # the worker processes' part of it
@@ -249,7 +252,7 @@ def ingest_job(
     summary = ingest_streams(
         store,
         meta,
-        file_streams(found.files, (limits or ReadLimits()).max_file_size),
+        file_streams(found.files, limits),
         files_generation(found.files),
         where=str(job_dir),
         baseline_templates=baseline_templates,
@@ -293,6 +296,10 @@ def ingest_streams(
     limit = rare_limit(nodes) if baseline_templates is None else None
     scanned = scan_streams(streams, parser, workers=workers, progress=report, rare_limit=limit)
     rollups, timeline = scanned.rollups, scanned.timeline
+    summary.cut_files = scanned.cut
+    summary.skipped_files += len(scanned.cut)
+    # Cut files before the other problems: the terminal shows the first ones only.
+    summary.problems.extend(f"log file cut — {cut}" for cut in scanned.cut)
     summary.problems.extend(scanned.problems)
     summary.workers = scanned.workers
     summary.progress = scanned.progress
@@ -789,6 +796,7 @@ def job_record(
             system_logs=found.system_logs,
             system_templates=tuple(sorted(set(found.totals) - found.from_rank_logs)),
             skipped_files=summary.skipped_files,
+            cut_files=tuple(summary.cut_files) or None,
             start_ts=min(totals.times) if totals.times else None,
             end_ts=max(totals.ends) if totals.times else None,
         ),

@@ -24,7 +24,8 @@ from l4_plugin.ingest.header import (
     rank_prefix_cached,
     second_of,
 )
-from l4_plugin.ingest.parser import Block, KindSpec, LineKind
+from l4_plugin.ingest.parser import KindSpec, LineKind
+from l4_plugin.ingest.reader import Block
 from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
 from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
 from l4_plugin.records import Level
@@ -150,6 +151,8 @@ class FilePartial:
         default_factory=list
     )
     forced: list[tuple[tuple[str, str, int | None], KeptLine]] = field(default_factory=list)
+    #: Files cut at a read limit (``errors.FileCutError.cut``).
+    cut: list[str] = field(default_factory=list)
 
     def __reduce__(self) -> tuple[Callable[..., FilePartial], tuple[object, ...]]:
         # Sent from a worker to the reducer: columns of plain values instead of one object per
@@ -167,6 +170,7 @@ class FilePartial:
             (self.worker, self.size, self.cpu, self.rss_kb, self.files),
             self.vanished,
             _pack_forced(self.groups, self.forced),
+            self.cut,
         )
 
 
@@ -244,6 +248,7 @@ def _unpack_partial(
     tally: tuple[int, int, float, int, int],
     vanished: list[tuple[tuple[str, str, int | None], int, str | None, set[int]]],
     forced: list[tuple[tuple[str, str, int | None], int, KeptLine | None]],
+    cut: list[str],
 ) -> FilePartial:
     """A ``FilePartial`` from what its ``__reduce__`` sent."""
     groups = _unpack_groups(packed)
@@ -265,6 +270,7 @@ def _unpack_partial(
         files,
         vanished,
         [(key, line if line is not None else groups[key].kept[at]) for key, at, line in forced],
+        cut,
     )
 
 

@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from l4_plugin.errors import IngestError
+from l4_plugin.errors import FileCutError, IngestError
 from l4_plugin.ingest.hosts import for_host
 from l4_plugin.ingest.logfile import LogFile
-from l4_plugin.ingest.parser import Block, read_blocks
-from l4_plugin.limits import MAX_FILE_SIZE, human_size
+from l4_plugin.ingest.reader import Block, read_blocks
+from l4_plugin.limits import ReadLimits, human_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,45 +38,47 @@ class LogStream:
     open: Callable[[], Iterator[Block]]
     file: Path | None = None
     host: str | None = None  # the host whose lines of ``file`` this stream is (logfile.LogFile)
-    max_bytes: int | None = None  # what ``open`` reads of ``file`` at most
+    limits: ReadLimits | None = None  # within which ``open`` reads ``file`` (None: defaults)
     lines: int | None = None  # its lines, estimated (``LogFile.lines``); None: unknown
 
 
-def file_streams(files: list[LogFile], max_bytes: int | None = None) -> list[LogStream]:
+def file_streams(files: list[LogFile], limits: ReadLimits | None = None) -> list[LogStream]:
     """Streams over files found by ``jobdir.discover`` (paths relative to the job directory);
-    each reads at most ``max_bytes`` (decompressed) bytes of its file."""
+    each reads its file within ``limits`` (``bounded_blocks``; None: the defaults)."""
     return [
         LogStream(
             f.node,
             f.rank,
             f.relative,
-            lambda f=f: bounded_blocks(f, max_bytes),  # type: ignore[misc]
+            lambda f=f: bounded_blocks(f, limits),  # type: ignore[misc]
             f.path,
             f.host,
-            max_bytes,
+            limits,
             f.lines,
         )
         for f in files
     ]
 
 
-def bounded_blocks(file: LogFile, max_bytes: int | None = None) -> Iterator[Block]:
+def bounded_blocks(file: LogFile, limits: ReadLimits | None = None) -> Iterator[Block]:
     """``read_blocks`` of a file that is still a regular file when it is opened (not swapped for
-    a FIFO or device since ``discover``), stopping with ``IngestError`` after ``max_bytes``."""
+    a FIFO or device since ``discover``), within ``limits``: cut (``FileCutError``) after
+    ``max_file_size`` bytes (decompressed) and by the decompression guard."""
     try:
         mode = os.stat(file.path).st_mode
     except OSError as exc:
         raise IngestError(f"cannot open log file — {file.relative} — {exc.strerror}") from None
     if not stat.S_ISREG(mode):
         raise IngestError(f"log file is no longer a regular file — {file.relative} — skipped")
-    limit = max_bytes if max_bytes is not None else MAX_FILE_SIZE
-    blocks = read_blocks(file.path)
+    limits = limits or ReadLimits()
+    limit = limits.max_file_size
+    blocks = read_blocks(file.path, limits=limits, name=file.relative)
     for block in for_host(blocks, file.host) if file.host is not None else blocks:
         if block.end is not None and block.end > limit:
-            raise IngestError(
-                f"log file over the per-file limit — {file.relative} — more than "
-                f"{human_size(limit)} decompressed; the lines before were parsed — hint: raise "
-                "--max-file-size"
+            raise FileCutError(
+                file.relative,
+                f"more than {human_size(limit)} decompressed, over the per-file limit",
+                "raise --max-file-size",
             )
         yield block
 

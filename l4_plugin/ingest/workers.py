@@ -34,19 +34,20 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
 from typing import Any
 
-from l4_plugin.errors import IngestError
+from l4_plugin.errors import FileCutError, IngestError
 from l4_plugin.ingest import procs
 from l4_plugin.ingest.logfile import LogFile
-from l4_plugin.ingest.parser import MAX_LINE_CHARS, LineKind, LineParser, kind_spec
+from l4_plugin.ingest.parser import LineKind, LineParser, kind_spec
 from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup, kept_like_errors
 from l4_plugin.ingest.sources import LogStream, bounded_blocks
 from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.ingest.timeline import MarkKey, Timeline
+from l4_plugin.limits import MAX_LINE_CHARS, ReadLimits
 
 FEED_LINES = 65_536
 #: (folded key, masked line) pairs: masks one scanner's regexes computed, for the others.
@@ -131,6 +132,8 @@ class ScanResult:
     problems: list[str]
     workers: int
     rescanned: int = 0
+    #: Files cut at a read limit, in job order (``errors.FileCutError.cut``).
+    cut: list[str] = field(default_factory=list)
     progress: ScanProgress | None = None
     #: CPU seconds the scanners spent (this process's scans and the worker processes'), the
     #: worker processes' part of it, and the largest worker process's peak RSS (KiB).
@@ -140,9 +143,14 @@ class ScanResult:
 
 
 def chunks(
-    stream: LogStream, parser: LineParser, problems: list[str] | None, long_lines: set[int]
+    stream: LogStream,
+    parser: LineParser,
+    problems: list[str] | None,
+    long_lines: set[int],
+    cut: list[str] | None = None,
 ) -> Iterator[Chunk]:
-    """Feed a stream's blocks to the parser; damage is reported to ``problems`` (None: ignored)."""
+    """Feed a stream's blocks to the parser; damage is reported to ``problems`` (None: ignored),
+    a file cut at a read limit (``FileCutError``) to ``cut`` (``FileCutError.cut``) if given."""
     pos = 0
     try:
         for block in stream.open():
@@ -151,6 +159,9 @@ def chunks(
             for start in range(0, len(chunk), FEED_LINES):
                 lines = chunk[start : start + FEED_LINES]  # a copy: cut below, never the block's
                 keys = None
+                if block.cut:  # one line, longer than the reader keeps: the rest was read past
+                    size = f"{block.cut:,} bytes"
+                    _truncated(stream, lines, 0, pos, size, problems, long_lines)
                 if digit_keys is not None:
                     whole = start == 0 and len(chunk) <= FEED_LINES
                     keys = digit_keys if whole else digit_keys[start : start + FEED_LINES]
@@ -158,19 +169,35 @@ def chunks(
                     keys = None  # those of the whole lines
                     for i, line in enumerate(lines):
                         if len(line) > MAX_LINE_CHARS:
-                            long_lines.add(pos + i + 1)
-                            if problems is not None:
-                                problems.append(
-                                    f"{stream.path}:{pos + i + 1}: line of {len(line)} characters "
-                                    f"truncated to {MAX_LINE_CHARS}"
-                                )
-                            lines[i] = line[:MAX_LINE_CHARS]
+                            size = f"{len(line)} characters"
+                            _truncated(stream, lines, i, pos + i, size, problems, long_lines)
                 pos += len(lines)
                 kinds, keys = parser.feed_keyed(lines, keys)
                 yield lines, kinds, block, start, keys
+    except FileCutError as exc:
+        if cut is not None:
+            cut.append(exc.cut)
+        elif problems is not None:
+            problems.append(str(exc))
     except IngestError as exc:
         if problems is not None:
             problems.append(str(exc))
+
+
+def _truncated(
+    stream: LogStream,
+    lines: list[str],
+    i: int,
+    pos: int,
+    size: str,
+    problems: list[str] | None,
+    long_lines: set[int],
+) -> None:
+    """Cut ``lines[i]``, the file's line ``pos + 1``, to ``MAX_LINE_CHARS``: one warning."""
+    long_lines.add(pos + 1)
+    if problems is not None:
+        problems.append(f"{stream.path}:{pos + 1}: line of {size} truncated to {MAX_LINE_CHARS}")
+    lines[i] = lines[i][:MAX_LINE_CHARS]
 
 
 class Scanner:
@@ -214,6 +241,7 @@ class Scanner:
         them (problems and kinds new to this scanner included)."""
         rollup = NodeRollup(streams[0].node, self.rules, Timeline(), self.cache)
         problems: list[str] = []
+        cut: list[str] = []
         order: dict[LineKind, None] = {}
         for stream in streams:
             long_lines: set[int] = set()
@@ -221,7 +249,7 @@ class Scanner:
             def tracked(
                 stream: LogStream = stream, long_lines: set[int] = long_lines
             ) -> Iterator[Chunk]:
-                for chunk in chunks(stream, self.parser, problems, long_lines):
+                for chunk in chunks(stream, self.parser, problems, long_lines, cut):
                     order.update(dict.fromkeys(chunk[1]))
                     yield chunk
 
@@ -236,6 +264,7 @@ class Scanner:
         part.marks = [mark for mark in part.marks if mark[0] not in marked]
         marked.update(key for key, _ in part.marks)
         part.problems = problems
+        part.cut = cut
         part.worker = self.worker
         part.size = sum(sizes)
         part.files = len(streams)
@@ -323,7 +352,7 @@ class _Task:
     file: str
     size: int
     host: str | None = None
-    max_bytes: int | None = None
+    limits: ReadLimits | None = None
 
 
 _WORKER: Scanner | None = None
@@ -417,10 +446,10 @@ def _file_stream(task: _Task) -> LogStream:
         task.node,
         task.rank,
         task.path,
-        lambda: bounded_blocks(file, task.max_bytes),
+        lambda: bounded_blocks(file, task.limits),
         path,
         task.host,
-        task.max_bytes,
+        task.limits,
     )
 
 
@@ -482,6 +511,7 @@ def scan_streams(
                 rollup = result.rollups[part.node] = NodeRollup(part.node, rules, result.timeline)
             rollup.absorb(part, parser.kind_of, result.timeline)
             result.problems.extend(part.problems)
+            result.cut.extend(part.cut)
             result.scan_cpu += part.cpu
             if part.worker != me:
                 result.worker_cpu += part.cpu
@@ -556,7 +586,7 @@ def _batches(streams: list[LogStream], sizes: list[int], workers: int) -> list[l
             batches.append([])
             batch_cost = 0
             limit = _batch_limit(left, workers)
-        batches[-1].append(_Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.max_bytes))
+        batches[-1].append(_Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.limits))
         batch_cost += cost
         left -= cost
     return batches

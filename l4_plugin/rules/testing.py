@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from l4_plugin.ingest.jobdir import JobMeta
-from l4_plugin.ingest.parser import Block
 from l4_plugin.ingest.pipeline import IngestSummary, ingest_streams
+from l4_plugin.ingest.reader import Block
 from l4_plugin.ingest.sources import LogStream
 from l4_plugin.rules.engine import match_job
 from l4_plugin.rules.rule import Rule, RuleTest

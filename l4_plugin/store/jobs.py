@@ -110,7 +110,9 @@ class JobSummary(_Part):
     system_templates: tuple[str, ...] | None = field(
         default=None, metadata=_m(F.JOB_SYSTEM_TEMPLATES, _tuple)
     )
+    # Files not read whole: skipped, or cut at a read limit (``cut_files``: "PATH: why").
     skipped_files: int | None = field(default=None, metadata=_m(F.JOB_SKIPPED_FILES))
+    cut_files: tuple[str, ...] | None = field(default=None, metadata=_m(F.JOB_CUT_FILES, _tuple))
     start_ts: int | None = field(default=None, metadata=_m(F.JOB_START_TS))
     end_ts: int | None = field(default=None, metadata=_m(F.JOB_END_TS))
 
@@ -231,6 +233,7 @@ _ORDER_NAMES = (
     F.JOB_SYSTEM_LOGS,
     F.JOB_SYSTEM_TEMPLATES,
     F.JOB_SKIPPED_FILES,
+    F.JOB_CUT_FILES,
     F.INGEST_PROGRESS,
     F.INGEST_PROBLEMS,
     TIMESTAMP,

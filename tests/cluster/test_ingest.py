@@ -286,7 +286,7 @@ def test_kept_lines_carry_their_byte_offset(store: Store, tmp_path: Path, compre
 
 
 def test_offsets_across_read_blocks(tmp_path: Path) -> None:
-    from l4_plugin.ingest.parser import read_blocks
+    from l4_plugin.ingest.reader import read_blocks
 
     path = tmp_path / "big.log"
     lines = [f"line {i} " + "é" * (i % 7) for i in range(5000)]

@@ -231,7 +231,7 @@ def test_a_worker_learns_the_masks_other_scanners_computed(
     monkeypatch.setattr(workers, "_WORKER", None)
     workers._init_worker()
     tasks = [
-        workers._Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.max_bytes)
+        workers._Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.limits)
         for s, size in zip(streams[half:], sizes[half:], strict=True)
     ]
     handover = str(tmp_path / "batch.pickle")

@@ -15,6 +15,7 @@ import pytest
 from l4_plugin import cli
 from l4_plugin.errors import ConfigError, IngestError
 from l4_plugin.ingest.pipeline import ingest_job
+from l4_plugin.limits import MAX_LINE_CHARS
 from l4_plugin.rules import render
 from l4_plugin.service.registry import register_job
 from l4_plugin.store import Store
@@ -205,10 +206,9 @@ def test_gzip_is_bounded_by_its_decompressed_size(store: Store, tmp_path: Path) 
     with gzip.open(job / "node-1" / "rank1.log.gz", "wt") as fh:
         fh.write(LOG * 20_000)  # 1 MB of text, a few KB on disk
     summary = ingest_job(store, job, job_id="gz", limits=ReadLimits(max_file_size=64 * 1024))
-    assert any(
-        "log file over the per-file limit — node-1/rank1.log.gz — more than 64.0 KiB" in p
-        for p in summary.problems
-    )
+    cut = "node-1/rank1.log.gz: more than 64.0 KiB decompressed, over the per-file limit"
+    assert any(f"log file cut — {cut}" in p for p in summary.problems)
+    assert [c.partition(";")[0] for c in summary.cut_files] == [cut]
     assert 0 < summary.lines < 20_000
 
 
@@ -332,3 +332,93 @@ def test_diagnose_checks_every_job_yaml_before_ingesting_baselines(
     res = l4("diagnose", str(job), "--baseline", str(base))  # type: ignore[operator]
     assert res.returncode == 1 and "more than 100,000 values" in res.stderr
     assert store.get(store.names.jobs, job_doc_id("base-2")) is None
+
+
+# -- bounded work: compression bombs and lines without end (issue 34) -----------------------------
+def _member(data: bytes) -> bytes:
+    import zlib
+
+    out = zlib.compressobj(6, zlib.DEFLATED, 31)  # 31: one gzip member
+    return out.compress(data) + out.flush()
+
+
+BOMB_LINE = b"2024-05-01 10:00:09 INFO the same line again and again\n"
+ENDLESS = b"2024-05-01 10:00:08 WARNING dump " + b"x" * (5 << 20)
+
+
+def _hostile_files(root: Path) -> Path:
+    """A two-node job, then a gzip bomb (a real member, then 320 MiB of one repeated line in
+    20 members: ~300 KB on disk) and a file ending in a 5 MiB line without a newline."""
+    job = job_dir(root)
+    (job / "node-2").mkdir()
+    (job / "node-2" / "rank0.log").write_text(LOG.replace("INFO", "WARNING") * 4)
+    repeated = _member(BOMB_LINE * ((16 << 20) // len(BOMB_LINE)))
+    (job / "node-2" / "rank1.log.gz").write_bytes(_member(LOG.encode() * 2) + repeated * 20)
+    (job / "node-1" / "rank1.log").write_bytes(LOG.encode() + ENDLESS)
+    return job
+
+
+def test_a_bomb_and_an_endless_line_cost_reading_and_are_reported(
+    store: Store, tmp_path: Path
+) -> None:
+    """On the local path (one scanner) and in worker processes: the bomb is cut in its first
+    MiBs (its real lines before are read), the endless line cut with one warning; the rest of
+    the job is ingested; the job document names the cut file and counts it."""
+    from l4_plugin.store.jobs import get_job
+
+    job = _hostile_files(tmp_path / "job")
+    seen = []
+    for workers in (1, 2):
+        summary = ingest_job(store, job, job_id=f"hostile-{workers}", workers=workers)
+        [cut] = summary.cut_files
+        assert cut.startswith("node-2/rank1.log.gz: inflates ") and "compression bomb" in cut
+        assert f"log file cut — {cut}" in summary.problems
+        long_line = (
+            f"node-1/rank1.log:2: line of {len(ENDLESS):,} bytes truncated to {MAX_LINE_CHARS}"
+        )
+        assert long_line in summary.problems
+        # node-1: 3 + 2 lines; node-2: 4 lines and the bomb's real member's 2, none of the bomb's.
+        assert summary.lines == 3 + 2 + 4 + 2 and summary.skipped_files == 1
+        record = get_job(store, f"hostile-{workers}")
+        assert record is not None and record.summary.cut_files == (cut,)
+        assert record.summary.skipped_files == 1
+        seen.append((summary.cut_files, sorted(summary.problems), summary.lines))
+    assert seen[0] == seen[1]
+
+
+def test_the_terminal_and_the_report_say_which_file_was_cut_and_why(
+    l4: object, tmp_path: Path
+) -> None:
+    import json
+
+    job = _hostile_files(tmp_path / "job")
+    out = tmp_path / "report.json"
+    res = l4("diagnose", str(job), "--job-id", "bombed", "--json", str(out))  # type: ignore[operator]
+    assert res.returncode == 0, res.stderr
+    assert "warning: log file cut — node-2/rank1.log.gz: inflates " in res.stderr
+    notes = json.loads(out.read_text())["notes"]
+    assert any(n.startswith("log file cut: node-2/rank1.log.gz: inflates ") for n in notes)
+
+
+def test_the_decompression_guard_flags_and_environment(
+    l4: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Real log lines, 1.5 MB inflated (~15 times): a ratio limit of 2 cuts them, and so does
+    an inflated-size limit of 100K from the environment; a ratio of 1 is refused."""
+    import gzip
+
+    job = job_dir(tmp_path / "job")
+    text = "".join(LOG.replace("1/10", f"{i}/30000") for i in range(30_000)).encode()
+    (job / "node-1" / "rank1.log.gz").write_bytes(gzip.compress(text, compresslevel=9))
+    args = ("ingest", str(job), "--job-id", "guarded")
+    res = l4(*args)  # type: ignore[operator]
+    assert res.returncode == 0 and "cut" not in res.stderr, res.stderr
+    res = l4(*args, "--max-inflate-ratio", "2")  # type: ignore[operator]
+    assert res.returncode == 0
+    assert "warning: log file cut — node-1/rank1.log.gz: inflates " in res.stderr
+    assert "limit 2): a compression bomb" in res.stderr
+    monkeypatch.setenv("L4_MAX_INFLATED_SIZE", "100K")
+    res = l4(*args)  # type: ignore[operator]
+    assert "node-1/rank1.log.gz: inflates to more than 100.0 KiB" in res.stderr
+    res = l4(*args, "--max-inflate-ratio", "1")  # type: ignore[operator]
+    assert res.returncode == 2 and "--max-inflate-ratio" in res.stderr

@@ -184,3 +184,27 @@ def test_analysis_section_reaches_the_options_cli_and_service_share(
         random_state=7,
         max_events=9,
     )
+
+
+def test_read_limits_from_file_env_and_flags(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decompression guard's limits are settings like the size limits: defaults, file,
+    environment, flags; sizes take units; a ratio of 1 or less is refused with its source."""
+    from l4_plugin.limits import ReadLimits
+
+    assert load_settings().read_limits() == ReadLimits()
+    cfg = tmp_path / "l4.yaml"
+    cfg.write_text("max_inflate_ratio: 50\nmax_inflated_size: 1G\nmax_read_seconds: 5\n")
+    monkeypatch.setenv("L4_MAX_READ_SECONDS", "7.5")
+    limits = load_settings(cfg, max_inflated_size="2G").read_limits()
+    assert (limits.max_inflate_ratio, limits.max_inflated_size, limits.max_read_seconds) == (
+        50.0,
+        2 * 1024**3,
+        7.5,
+    )
+    monkeypatch.setenv("L4_MAX_INFLATE_RATIO", "1")
+    with pytest.raises(
+        ConfigError, match=r"max_inflate_ratio \(environment L4_MAX_INFLATE_RATIO\): '1'"
+    ):
+        load_settings()

@@ -108,7 +108,7 @@ def _scanned(tmp_path: Path) -> tuple[Any, ...]:
     job_dir = tmp_path / "job"
     meta = job_meta(job_dir, job_id="b1")
     found = scan(job_dir, None, None)
-    streams = file_streams(found.files, ReadLimits().max_file_size)
+    streams = file_streams(found.files, ReadLimits())
     parser = LineParser(known=[])
     scanned = scan_streams(streams, parser, workers=1)
     parser.finish()
@@ -191,7 +191,7 @@ def _scanned_dir(job_dir: Path) -> tuple[Any, pipeline.DocContext]:
     """A job directory scanned in this process, and its documents' context."""
     found = scan(job_dir, None, None)
     parser = LineParser(known=[])
-    scanned = scan_streams(file_streams(found.files, ReadLimits().max_file_size), parser, workers=1)
+    scanned = scan_streams(file_streams(found.files, ReadLimits()), parser, workers=1)
     parser.finish()
     survey_ = survey(scanned.rollups, scanned.timeline)
     return scanned, doc_context("k", "g", scanned.rollups, survey_, scanned.timeline, None)
@@ -361,7 +361,7 @@ def test_scanners_keep_no_samples_no_rare_template_can_have(tmp_path: Path) -> N
 
     def documents(rare_limit: int | None) -> tuple[list[Any], int]:
         parser = LineParser(known=[])
-        streams = file_streams(found.files, ReadLimits().max_file_size)
+        streams = file_streams(found.files, ReadLimits())
         scanned = scan_streams(streams, parser, workers=1, rare_limit=rare_limit)
         parser.finish()
         survey_ = survey(scanned.rollups, scanned.timeline)

@@ -8,7 +8,8 @@ import pytest
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.header import parse_header
 from l4_plugin.ingest.masking import Masker, digit_key
-from l4_plugin.ingest.parser import LineParser, kind_spec, parse_file, read_blocks
+from l4_plugin.ingest.parser import LineParser, kind_spec, parse_file
+from l4_plugin.ingest.reader import read_blocks
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -105,9 +106,9 @@ def test_block_keys_are_those_of_the_lines_the_parser_sees(tmp_path: Path) -> No
     # a line cut at MAX_LINE_CHARS must be keyed as cut: two lines that differ only past the cut
     # are one kind, and the keys the scan gets are the cut lines' own.
     from l4_plugin.ingest.jobdir import discover
-    from l4_plugin.ingest.parser import MAX_LINE_CHARS
     from l4_plugin.ingest.sources import file_streams
     from l4_plugin.ingest.workers import chunks
+    from l4_plugin.limits import MAX_LINE_CHARS
 
     head = "2024-05-03 10:00:01,000 WARNING payload "
     long_a = head + "x" * MAX_LINE_CHARS + " tail 1 alpha"
@@ -139,7 +140,7 @@ def test_block_offsets_and_keys_whatever_the_bytes(tmp_path: Path) -> None:
     """Each line's byte offset and digit key, asked in order, out of order, of ASCII blocks and
     of blocks with NULs, CRs or bytes that are not UTF-8: what the file's bytes say."""
     from l4_plugin.ingest.masking import digit_key
-    from l4_plugin.ingest.parser import Block, _block
+    from l4_plugin.ingest.reader import Block, _block
 
     bodies = [
         b"step 12 ok\nstep 345 ok\n\nlast 6",

@@ -132,7 +132,7 @@ def test_bad_rules_file_names_the_entry(tmp_path: Path) -> None:
 def _stages_by_body(job_dir: Path) -> dict[str, set[str]]:
     """Stage(s) every line kind of a job's rank files was tagged with (the ingest's scan)."""
     from l4_plugin.ingest.jobdir import discover
-    from l4_plugin.ingest.parser import read_lines
+    from l4_plugin.ingest.reader import read_lines
     from l4_plugin.ingest.rollup import NodeRollup
 
     parser, rules = LineParser(), StageRules.load()
