@@ -11,19 +11,32 @@ Two kinds of pools, one owner:
 
 How many: ``default_workers`` (the cores this process may use) and ``auto_workers`` (fewer for a
 small job, ``AUTO_BYTES_PER_WORKER``).
+
+No process outlives the ``l4`` that started it, however it ends (``kill -9`` included). Every
+child of a pool (``executor``, ``fork_pool``) watches a *lifeline*: the read end of a pipe whose
+only writer is this process (``lifeline``); when the pipe reports end-of-file, its writer is
+gone and the child exits. On Linux a child also asks for SIGKILL when its parent dies
+(``PR_SET_PDEATHSIG``). Multiprocessing's own helpers then end by themselves: the forkserver
+exits when every holder of its "alive" pipe (this process and the children it forked) has
+closed it, and the resource tracker when every holder of its pipe has. Any executor that runs
+work in local processes must make them here (``executor``) to keep that promise.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import multiprocessing
 import multiprocessing.forkserver
 import multiprocessing.pool
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import Connection
 from typing import Any, TypeVar
 
 from l4_plugin.errors import IngestError
@@ -82,12 +95,35 @@ def start_server() -> None:
     multiprocessing.forkserver.ensure_running()
 
 
+def executor(
+    workers: int,
+    initializer: Callable[..., object] | None = None,
+    initargs: tuple[Any, ...] = (),
+) -> ProcessPoolExecutor:
+    """A pool of ``workers`` processes forked by the forkserver (``context``), each of which
+    ends when this process does (``die_with_parent``) and then runs ``initializer(*initargs)``."""
+    return ProcessPoolExecutor(
+        workers,
+        mp_context=context(),
+        initializer=_start_child,
+        initargs=(lifeline(), initializer, initargs),
+    )
+
+
+def _start_child(
+    line: Connection, initializer: Callable[..., object] | None, initargs: tuple[Any, ...]
+) -> None:
+    die_with_parent(line)
+    if initializer is not None:
+        initializer(*initargs)
+
+
 def map_in_workers(
     func: Callable[[list[_In]], list[_Out]], chunks: list[list[_In]], workers: int
 ) -> list[list[_Out]]:
     """``[func(chunk) for chunk in chunks]`` in ``workers`` processes (the scan's forkserver:
     started once, it forks the next pool's processes cheaply), results in order."""
-    with ProcessPoolExecutor(workers, mp_context=context()) as pool:
+    with executor(workers) as pool:
         try:
             return list(pool.map(func, chunks))
         except BrokenProcessPool as exc:
@@ -107,8 +143,10 @@ def can_fork() -> bool:
 
 def fork_pool(shared: object, processes: int) -> multiprocessing.pool.Pool:
     """A pool of ``processes`` children forked from this process, in which ``forked_state()``
-    is ``shared`` as it was at the fork (shared with the parent's memory, never pickled)."""
+    is ``shared`` as it was at the fork (shared with the parent's memory, never pickled); each
+    ends when this process does."""
     global _FORKED
+    lifeline()  # made before the fork: the children inherit both ends (``_forked_child``)
     _FORKED = shared
     try:
         return multiprocessing.get_context("fork").Pool(processes, _forked_child)
@@ -124,6 +162,61 @@ def forked_state() -> Any:
 
 def _forked_child() -> None:
     """A forked child ends on SIGTERM (the parent's handler, a service's graceful stop, would
-    keep it waiting) and leaves Ctrl-C to the parent."""
+    keep it waiting), leaves Ctrl-C to the parent, and ends with the parent: it closes its copy
+    of the lifeline's writing end (or the pipe would never end for it) and watches the other."""
+    global _LIFELINE
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if _LIFELINE is not None:
+        _, read, write = _LIFELINE
+        _LIFELINE = None  # the parent's, not this process's own
+        write.close()
+        die_with_parent(read)
+
+
+#: This process's lifeline: (its pid, the read end, the write end). A forked child inherits
+#: its parent's, which the pid tells apart.
+_LIFELINE: tuple[int, Connection, Connection] | None = None
+#: What a child whose parent died exits with.
+ORPHANED = 70
+_PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def lifeline() -> Connection:
+    """The read end of this process's lifeline, to give a child: a pipe whose only writer is
+    this process, so that the child reads end-of-file when this process is gone, however it
+    ended. Made once per process (its writing end stays open until the process exits)."""
+    global _LIFELINE
+    if _LIFELINE is None or _LIFELINE[0] != os.getpid():
+        read, write = multiprocessing.Pipe(duplex=False)
+        _LIFELINE = (os.getpid(), read, write)
+    return _LIFELINE[1]
+
+
+def die_with_parent(line: Connection | None) -> None:
+    """In a child process: exit (``ORPHANED``) as soon as the process that made ``line``
+    (``lifeline``) ends, from a thread that waits for the pipe's end; on Linux, also ask the
+    kernel for SIGKILL when the parent process dies (``PR_SET_PDEATHSIG``)."""
+    _parent_death_signal()
+    if line is None:
+        return
+
+    def watch() -> None:
+        with contextlib.suppress(EOFError, OSError):
+            line.recv_bytes()  # nothing is ever sent: this returns at the pipe's end
+        os._exit(ORPHANED)
+
+    threading.Thread(target=watch, name="l4-lifeline", daemon=True).start()
+
+
+def _parent_death_signal() -> None:
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):  # pragma: no cover - no libc to ask
+        return
+    parent = os.getppid()
+    prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:  # it died before the request took: nobody will send it
+        os._exit(ORPHANED)

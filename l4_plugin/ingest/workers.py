@@ -31,7 +31,7 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -638,12 +638,7 @@ def _partials(
     claims = procs.context().Array("b", len(batches))
     with (
         _handover_dir() as handover,
-        ProcessPoolExecutor(
-            workers - 1,
-            mp_context=procs.context(),
-            initializer=_init_worker,
-            initargs=(rare_limit, claims),
-        ) as pool,
+        procs.executor(workers - 1, _init_worker, (rare_limit, claims)) as pool,
     ):
         ahead: _Ahead = deque()
         ahead_bytes = claimed = 0
