@@ -381,15 +381,17 @@ def test_cli_ingest_on_two_workers_with_full(store: Store, tmp_path: Path) -> No
 
 
 class _Throttling:
-    """A tiny HTTP server that answers the first bulk request with 429, the second with a
-    per-document 429 for every other document, and accepts everything after that."""
+    """A tiny HTTP server that answers the first bulk request with ``status`` (429, or 503 from
+    a cluster that is unavailable for a moment), the second with a per-document 429 for every
+    other document, and accepts everything after that."""
 
-    def __init__(self) -> None:
+    def __init__(self, status: int = 429) -> None:
         import http.server
         import threading
 
         self.bodies: list[list[dict[str, Any]]] = []
         outer = self
+        first = status
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # the stdlib's name for it
@@ -398,7 +400,7 @@ class _Throttling:
                 outer.bodies.append(ops)
                 n = len(outer.bodies)
                 if n == 1:
-                    self._reply(429, {"error": {"type": "es_rejected_execution_exception"}})
+                    self._reply(first, {"error": {"type": "es_rejected_execution_exception"}})
                     return
                 items = []
                 for i, op in enumerate(ops[::2]):
@@ -422,8 +424,9 @@ class _Throttling:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
 
-def test_bulk_writes_are_retried_with_back_off_when_the_cluster_throttles() -> None:
-    server = _Throttling()
+@pytest.mark.parametrize("status", [429, 503])
+def test_bulk_writes_are_retried_with_back_off_when_the_cluster_throttles(status: int) -> None:
+    server = _Throttling(status)
     try:
         store = OpenSearchStore(server.url, IndexNames("l4-"), max_retries=3, retry_backoff=0.01)
         with BulkWriter(store, batch_docs=10) as writer:
@@ -434,7 +437,7 @@ def test_bulk_writes_are_retried_with_back_off_when_the_cluster_throttles() -> N
         server.server.shutdown()
     assert written == {"l4-events": 6}
     ids = [[op["index"]["_id"] for op in ops[::2]] for ops in server.bodies]
-    # The whole request again after its 429, then only the documents throttled one by one.
+    # The whole request again after its 429 / 503, then only the documents throttled one by one.
     assert ids == [[f"d{i}" for i in range(6)]] * 2 + [["d1", "d3", "d5"]]
 
 

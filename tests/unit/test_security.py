@@ -233,3 +233,27 @@ def test_the_reader_checks_the_file_again_when_it_opens_it(tmp_path: Path) -> No
     file = LogFile(fifo, "node-1/rank0.log", "node-1", 0, "rank")
     with pytest.raises(IngestError, match=r"no longer a regular file — node-1/rank0\.log"):
         next(bounded_blocks(file))
+
+
+def test_symlink_loops_and_utf16_or_latin1_files(tmp_path: Path) -> None:
+    """Files that link to each other in a loop, directory links back up the tree, a UTF-16
+    file and a Latin-1 one: discovery ends, skips the loops and the UTF-16 file (half its bytes
+    are NUL) with a warning each, and reads the Latin-1 text."""
+    from l4_plugin.ingest.jobdir import scan
+
+    job = job_dir(tmp_path / "job")
+    node = job / "node-1"
+    (node / "rank8.log").symlink_to("rank9.log")
+    (node / "rank9.log").symlink_to("rank8.log")
+    (node / "up").symlink_to("..")
+    (job / "node-2").symlink_to("node-1")
+    (node / "rank1.log").write_bytes("2024-05-01 10:00:01 INFO utf16 line\n".encode("utf-16"))
+    (node / "rank2.log").write_bytes("2024-05-01 10:00:02 INFO caf\xe9 ok\n".encode("latin-1"))
+    found = scan(job)
+    assert [f.relative for f in found.files] == ["node-1/rank0.log", "node-1/rank2.log"]
+    assert found.skipped == [
+        "skipped node-1/rank1.log: binary content (51% of the first 8.0 KiB is NUL, control "
+        "bytes or not UTF-8)",
+        f"skipped node-1/rank8.log: cannot open log file: Symlink loop from '{node}/rank8.log'",
+        f"skipped node-1/rank9.log: cannot open log file: Symlink loop from '{node}/rank9.log'",
+    ]
