@@ -22,14 +22,14 @@ MAX_LINE_CHARS = 16_384
 MAX_LINE_BYTES = 4 * MAX_LINE_CHARS
 #: Default decompression guard of a compressed log file (``.gz``), beside ``MAX_FILE_SIZE``:
 #: the most it may inflate to relative to its compressed bytes, over any 1 MiB of its output
-#: (``RATIO_WINDOW``). Logs gzip 3 to 21 times (measured on the evaluation sets, LogHub's
-#: samples and simulated jobs, gzip -9: benchmarks/RESULTS.md, *Compression bombs*); deflate's
-#: utmost is 1,032, where a bomb of one repeated line sits.
+#: (``RATIO_WINDOW``). Logs gzip 3 to 22 times (measured on the evaluation sets, LogHub's
+#: samples and simulated jobs, gzip -9: benchmarks/RESULTS.md, *Compression bombs*); a bomb of
+#: one repeated line 340 to 1,032 (deflate's utmost).
 MAX_INFLATE_RATIO = 100.0
 #: ... the most bytes it may inflate to (a 400 MB ``.gz`` of logs at a ratio of 10) ...
 MAX_INFLATED_SIZE = 4 * 1024**3
 #: ... and the seconds its reading and inflating may take, the parsing not counted (inflating
-#: 4 GiB takes ~10 s on one core here: a backstop for a slow disk or a starved machine).
+#: 4 GiB takes 7 to 21 s on one core here: a backstop for a slow disk or a starved machine).
 MAX_READ_SECONDS = 60.0
 #: Inflated bytes over which the guard measures a compressed file's ratio (a window sliding by
 #: a quarter of it): a smaller file is never cut by it. The compressed side is counted in the
