@@ -18,13 +18,15 @@ import os
 import re
 import stat
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest import procs
+from l4_plugin.ingest.hostlist import HostlistError
+from l4_plugin.ingest.hostlist import expand as expand_hostlist
 from l4_plugin.ingest.hosts import plan
 from l4_plugin.ingest.logfile import LogFile
 from l4_plugin.ingest.reader import read_blocks
@@ -82,6 +84,12 @@ class JobMeta:
     status: str
     config: dict[str, str] = field(default_factory=dict)
     fingerprint: str = ""
+    #: The job's hosts as its scheduler listed them (``nodelist:``, Slurm hostlist syntax).
+    hosts: tuple[str, ...] = ()
+    #: When the job started (``started:``), seconds since the epoch (UTC when no zone is given).
+    started: float | None = None
+    #: One line per ``job.yaml`` key that was ignored or value that could not be used.
+    warnings: tuple[str, ...] = ()
 
 
 def _strip_suffixes(name: str) -> str | None:
@@ -401,6 +409,9 @@ def _rank_of(stem: str) -> int | None:
 
 
 JOB_YAML_KEYS = ("config", "id", "status")
+#: Keys a scheduler or platform writes that L4 uses: the job's hosts and its start time.
+HOSTS_KEYS = ("nodelist", "node_list", "hostlist", "hosts", "hostnames")
+STARTED_KEYS = ("started", "start_time", "started_at", "start")
 
 
 def _job_yaml(job_dir: Path) -> tuple[dict[str, Any], dict[str, int]]:
@@ -468,8 +479,10 @@ def job_meta(
     """Merge ``job.yaml`` with command-line values (which win) into a validated ``JobMeta``.
 
     ``job.yaml`` has the keys ``id`` (string or integer), ``status`` (one of ``STATUSES``) and
-    ``config`` (a mapping of settings); anything else, a wrong type, a duplicate key or a file
-    that is not UTF-8 is an ``IngestError`` naming ``job.yaml:line`` and the field.
+    ``config`` (a mapping of settings), and may have a scheduler's ``nodelist`` (Slurm hostlist
+    syntax or a list) and ``started`` (a time); a wrong type of those three, a duplicate key or
+    a file that is not UTF-8 is an ``IngestError`` naming ``job.yaml:line`` and the field. Any
+    other key is a warning in ``JobMeta.warnings`` (a platform writes keys of its own).
     """
     data, lines = _job_yaml(job_dir)
     path = job_dir / "job.yaml"
@@ -477,12 +490,7 @@ def job_meta(
     def at(key: str) -> str:
         return f"{path}:{lines[key]}" if key in lines else str(path)
 
-    for key in data:
-        if key not in JOB_YAML_KEYS:
-            raise IngestError(
-                f"{at(str(key))}: unknown key {str(key)!r} in job.yaml — allowed: "
-                f"{', '.join(JOB_YAML_KEYS)} — hint: put settings under 'config:'"
-            )
+    hosts, started, warnings = _scheduler_keys(data, at)
     raw_config = data.get("config", {})
     if raw_config is None:
         raw_config = {}
@@ -510,7 +518,57 @@ def job_meta(
     if st not in STATUSES:
         where = "--status" if status else f"{at('status')}: status"
         raise IngestError(f"invalid job status — {where} — {st!r} — one of {', '.join(STATUSES)}")
-    return JobMeta(jid, st, flat, fingerprint(flat))
+    return JobMeta(jid, st, flat, fingerprint(flat), hosts, started, tuple(warnings))
+
+
+def _scheduler_keys(
+    data: dict[str, Any], at: Callable[[str], str]
+) -> tuple[tuple[str, ...], float | None, list[str]]:
+    """The hosts and start time a platform wrote into ``job.yaml``, and a warning for each
+    other key L4 does not read (never fatal: schedulers add keys of their own)."""
+    hosts: tuple[str, ...] = ()
+    started: float | None = None
+    warnings: list[str] = []
+    for key, value in data.items():
+        name = str(key)
+        if name in JOB_YAML_KEYS:
+            continue
+        if name.lower() in HOSTS_KEYS and value is not None:
+            try:
+                hosts = tuple(expand_hostlist(value if isinstance(value, list) else str(value)))
+            except HostlistError as exc:
+                warnings.append(f"{at(name)}: {name}: not a host list, ignored — {exc}")
+        elif name.lower() in STARTED_KEYS and value is not None:
+            started = _epoch(value)
+            if started is None:
+                warnings.append(f"{at(name)}: {name}: not a time, ignored — {str(value)[:40]!r}")
+        else:
+            warnings.append(
+                f"{at(name)}: key {name!r} in job.yaml ignored — L4 reads "
+                f"{', '.join(JOB_YAML_KEYS)}, nodelist and started"
+            )
+    return hosts, started, warnings
+
+
+def _epoch(value: object) -> float | None:
+    """A start time as seconds since the epoch: a YAML timestamp, an ISO-8601 text (UTC when
+    it has no zone) or a number of seconds."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value) if 0 < value < 1e11 else None
+    if isinstance(value, datetime.datetime):
+        moment = value
+    elif isinstance(value, datetime.date):
+        moment = datetime.datetime(value.year, value.month, value.day)
+    else:
+        try:
+            moment = datetime.datetime.fromisoformat(str(value).strip().replace("Z", "+00:00"))
+        except ValueError:
+            return None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
 
 
 def parse_config_overrides(pairs: list[str]) -> dict[str, str]:

@@ -258,9 +258,10 @@ def ingest_job(
         baseline_templates=baseline_templates,
         full=full,
         progress=progress,
-        skipped=found.skipped,
+        skipped=[*meta.warnings, *found.skipped],
         workers=workers,
     )
+    summary.skipped_files = len(found.skipped)
     summary.steps = {"discovery": discovery, **summary.steps}
     summary.seconds += discovery  # the whole ingest, as the user waits for it
     return summary

@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from l4_plugin.errors import IngestError
+from l4_plugin.ingest.hostlist import HostlistError
+from l4_plugin.ingest.hostlist import expand as expand_hostlist
 from l4_plugin.ingest.jobdir import discover, fingerprint, job_meta, parse_config_overrides
 from l4_simulate import simulate
 
@@ -92,6 +94,50 @@ def test_job_yaml_and_overrides(tmp_path: Path) -> None:
         "image": "pytorch:24.03",
     }
     assert job_meta(tmp_path, job_id="other", status="succeeded").status == "succeeded"
+
+
+def test_a_schedulers_keys_in_job_yaml_are_used_or_warned_about(tmp_path: Path) -> None:
+    # What a Slurm or Kubernetes wrapper writes beside id/status/config: never fatal.
+    _touch(
+        tmp_path / "job.yaml",
+        "id: 3176517\nstatus: failed\nstarted: 2025-02-06T17:33:28+09:00\n"
+        "nodelist: gpu-r[01-03,07],login-1\npartition: batch\nuser: alice\nconfig:\n  model: x\n",
+    )
+    meta = job_meta(tmp_path)
+    assert (meta.id, meta.status, meta.config) == ("3176517", "failed", {"model": "x"})
+    assert meta.hosts == ("gpu-r01", "gpu-r02", "gpu-r03", "gpu-r07", "login-1")
+    assert meta.started == 1738830808.0  # 08:33:28 UTC
+    assert [w.split(": ", 1)[1] for w in meta.warnings] == [
+        "key 'partition' in job.yaml ignored — L4 reads config, id, status, nodelist and started",
+        "key 'user' in job.yaml ignored — L4 reads config, id, status, nodelist and started",
+    ]
+    assert meta.warnings[0].startswith(f"{tmp_path / 'job.yaml'}:5:")
+    _touch(tmp_path / "job.yaml", "id: a\nnodelist: [n1, 'n[2-3]']\nstarted: 1700000000\n")
+    meta = job_meta(tmp_path)
+    assert (meta.hosts, meta.started, meta.warnings) == (("n1", "n2", "n3"), 1.7e9, ())
+    _touch(tmp_path / "job.yaml", "id: a\nnodelist: 'n[1-999999999]'\nstarted: soon\n")
+    meta = job_meta(tmp_path)
+    assert meta.hosts == () and meta.started is None
+    assert "nodelist: not a host list, ignored — range '1-999999999' names more" in meta.warnings[0]
+    assert "started: not a time, ignored — 'soon'" in meta.warnings[1]
+
+
+@pytest.mark.parametrize(
+    ("hostlist", "hosts"),
+    [
+        ("node[1-2]-ib[0-1]", ["node1-ib0", "node1-ib1", "node2-ib0", "node2-ib1"]),
+        ("a, b[08-10]", ["a", "b08", "b09", "b10"]),
+        ("x[3,1-2],x1", ["x3", "x1", "x2"]),
+    ],
+)
+def test_hostlist_expansion(hostlist: str, hosts: list[str]) -> None:
+    assert expand_hostlist(hostlist) == hosts
+
+
+@pytest.mark.parametrize("bad", ["n[1-", "n]1[", "n[a-b]", "n[3-1]", "n[[1]]"])
+def test_a_bad_hostlist_says_why(bad: str) -> None:
+    with pytest.raises(HostlistError):
+        expand_hostlist(bad)
 
 
 def test_bad_job_yaml_names_file_and_line(tmp_path: Path) -> None:
