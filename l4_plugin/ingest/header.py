@@ -82,6 +82,19 @@ PREFIX_RANKS: dict[str, int | None] = {}
 # "[2024-05-03 10:11:12,345] [INFO] [logging.py:96:log_dist] " (DeepSpeed) and
 # " [2024-05-03 10:11:12] " (Megatron) — the bracketed-time family.
 _BRACKET_ISO = re.compile(r"\[" + _ISO + r"\] ?(?:\[(" + _LV + r")\] ?(\[[\w.<>-]+:\d+:\w+\] ?)?)?")
+# Ray's C++ components (spdlog, ``src/ray/util/logging.cc``): "[2025-07-18 11:32:21,692 I 1674
+# 1674] " — the time, a level letter, the process and thread ids.
+_SPDLOG = re.compile(r"\[" + _ISO + r" ([TDIWEC]) \d+ \d+\] ?")
+# Tornado's and NeMo's formatter, "[%(levelname)1.1s %(asctime)s %(module)s:%(lineno)d]",
+# with NeMo's name before the level: "[NeMo I 2025-07-29 17:47:07 megatron_init:396] ".
+_LETTER_BRACKET = re.compile(
+    r"\[(?:[A-Za-z][\w-]* )?([DIWECF]) (\d{4})-(\d{2})-(\d{2}) (\d{2}):(\d{2}):(\d{2})"
+    r"(?:[.,](\d+))? [\w.<>-]+:\d+\] ?"
+)
+_LETTER_LEVELS = {"D": "DEBUG", "T": "DEBUG", "C": "CRITICAL"}
+# A program's tag in brackets before its own header: "[titan] 2025-03-23 00:56:42,776 - root -
+# INFO - " (torchtitan), "[entrypoint] 2025-03-23T00:56:33-04:00 host=…" (a launch script).
+_TAG = re.compile(r"\[[A-Za-z][\w.-]{0,31}\] ")
 # "[INFO|trainer.py:2048] 2024-05-03 10:11:12,345 >> " (transformers)
 _HF_BRACKET = re.compile(r"\[(" + _LV + r")\|[\w.<>-]+:\d+\] " + _ISO + r" >> ")
 # "[ERROR] HCCL(12345,python):2024-05-03-10:11:12.123.456 [op_base.cc:974][36818][Init]..." and
@@ -139,7 +152,8 @@ _AFTER_ISO = (
     re.compile(r" - [\w.<>-]+ - (" + _LV + r") - "),  # %(asctime)s - %(name)s - %(levelname)s
     re.compile(r" - (" + _LV + r") - (?:[\w.<>-]+ - )?"),  # %(asctime)s - %(levelname)s - name
     re.compile(r" \| (" + _LV + r") +\| (?:[\w.<>:-]+ - )?"),  # loguru
-    re.compile(r",? ?\[?(" + _LV + r")\]?:? +"),  # "... INFO msg", "[INFO] msg", "INFO: msg"
+    # "... INFO msg", "[INFO] msg", "INFO: msg", Ray's "…,586\tINFO worker.py:1832 -- msg"
+    re.compile(r",?[ \t]?\[?(" + _LV + r")\]?:?[ \t]+"),
 )
 # transformers/accelerate examples: "05/03/2024 10:11:12 - INFO - accelerate.utils - msg"
 _US_TIME = re.compile(
@@ -356,6 +370,12 @@ def parse_header(line: str, default_year: int | None = None) -> Header:
             ts = ts if ts is not None else ts2
             level, host = level2 or level, host2 or host
             body, emitter = (body2, emitter2) if body2 >= 0 else (after, "torch")
+        elif emitter == "plain" and ts is not None and level is None:
+            # A collector's time before the program's own header ("kubectl logs --timestamps",
+            # a JSON line's time): the collector's time, the program's level and body.
+            inner = _dispatch(line, _skip_blanks(line, body), year)
+            if inner[3] >= 0:
+                level, host, body, emitter = inner[1], inner[2] or host, inner[3], inner[4]
     ts = ts if ts is not None else outer_ts
     host = host or outer_host
     if hdr_rank is not None and rank is None:
@@ -507,6 +527,10 @@ def _t_bracket_iso(m: re.Match[str], year: int) -> float | None:
     return _iso_groups(m.groups()[:8])
 
 
+def _t_letter(m: re.Match[str], year: int) -> float | None:
+    return _iso_groups((*m.groups()[1:8], None))
+
+
 def _t_hf(m: re.Match[str], year: int) -> float | None:
     return _iso_groups(m.groups()[1:9])
 
@@ -533,6 +557,7 @@ _SECOND_FIELDS: dict[Callable[[re.Match[str], int], float | None], tuple[int, in
     _t_bracket_iso: (1, 6, 7, 8),
     _t_hf: (2, 7, 8, 9),
     _t_glog: (2, 6, 7, 0),
+    _t_letter: (2, 7, 8, 0),
 }
 #: A shape's plan (pattern, start, conversion) and the spans ``second_of`` keys its lines by.
 _SecondSpans = tuple[
@@ -594,6 +619,10 @@ def _bracket(line: str, pos: int, year: int) -> _Parsed:
                 return ts, None, None, m.end(), "megatron", None
             emitter = "deepspeed" if g[9] else "python-logging"
             return ts, level, None, m.end(), emitter, None
+        m = _SPDLOG.match(line, pos)
+        if m is not None:
+            level = _LETTER_LEVELS.get(m[9]) or normalise_level(m[9])
+            return _timed(m, _t_bracket_iso, year), level, None, m.end(), "plain", None
     elif c1 in "IWEF" and line[pos + 2 : pos + 3].isdigit():
         m = _GLOG_BRACKET.match(line, pos)
         if m is not None:
@@ -613,6 +642,10 @@ def _bracket(line: str, pos: int, year: int) -> _Parsed:
     if m is not None:
         return None, None, None, m.end(), "kernel", None
     if c1.isalpha():
+        m = _LETTER_BRACKET.match(line, pos)
+        if m is not None:
+            level = _LETTER_LEVELS.get(m[1]) or normalise_level(m[1])
+            return _timed(m, _t_letter, year), level, None, m.end(), "python-logging", None
         m = _DMESG_HUMAN.match(line, pos)
         if m is not None:
             mon, d, h, mi, sec, y = m.groups()
@@ -648,6 +681,11 @@ def _bracket(line: str, pos: int, year: int) -> _Parsed:
         m = _LEVEL_BRACKET.match(line, pos)
         if m is not None:
             return None, normalise_level(m[1]), None, m.end(), "plain", None
+        m = _TAG.match(line, pos)
+        if m is not None:
+            inner = _dispatch(line, m.end(), year)
+            if inner[3] >= 0 and inner[0] is not None:
+                return inner
     return _NONE
 
 

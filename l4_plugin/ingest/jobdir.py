@@ -34,7 +34,7 @@ from l4_plugin.jobid import check_job_id
 from l4_plugin.limits import ReadLimits, human_size
 from l4_plugin.yamldoc import read_document
 
-LOG_SUFFIXES = (".log", ".out", ".err", ".txt")
+LOG_SUFFIXES = (".log", ".out", ".err", ".txt", ".jsonl", ".ndjson")
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _FLAT = re.compile(r"^(?P<node>.+?)[-_.]rank[-_]?(?P<rank>\d+)$", re.IGNORECASE)
 _SYSTEM = re.compile(r"(?:^|[-_.])(dmesg|kern|kernel|syslog|messages)$", re.IGNORECASE)

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import gzip
 import io
+import itertools
+import re
 import time
 import zlib
 from collections import deque
@@ -24,6 +26,7 @@ from pathlib import Path
 from typing import Protocol
 
 from l4_plugin.errors import FileCutError, IngestError
+from l4_plugin.ingest import jsonlines
 from l4_plugin.ingest.masking import digit_key
 from l4_plugin.limits import MAX_LINE_BYTES, RATIO_WINDOW, ReadLimits, human_size
 
@@ -84,19 +87,30 @@ class Block:
         text, self._text = self._text, None
         return digit_key(text).split("\n") if text is not None else None
 
+    def relined(self, lines: list[str]) -> Block:
+        """The block with each line replaced by ``lines``' one (a rendering of it, as JSON
+        lines are rendered): byte offsets and the block's end stay those of the file."""
+        table = [self.offset(i) for i in range(len(self.lines))]
+        block = Block(lines, self._data, self._start, offsets=table)
+        block.cut, block._end = self.cut, self._end
+        return block
+
     def offset(self, i: int) -> int | None:
         """Byte offset of ``lines[i]`` in its file (None when unknown)."""
         table = self._table
         if table is None:
             if self._data is None:
                 return None
-            # The decoded lines are the raw block split on b"\n" (decoding, CR and NUL removal
-            # never add or remove a "\n"), so the i-th line starts after the i-th newline.
+            # The decoded lines are the raw block split on b"\n" (decoding and the removal of
+            # CR, NUL and ANSI escapes never add or remove a "\n"), so the i-th line starts
+            # after the i-th newline.
             # (``(1).__add__`` over ``map(len, …)``: the whole table at C speed, no generator.)
-            # An ASCII block without CR or NUL decoded to lines of its bytes' lengths: those
-            # are measured without splitting the bytes again.
+            # An ASCII block without CR, NUL or ESC decoded to lines of its bytes' lengths:
+            # those are measured without splitting the bytes again.
             data = self._data
-            plain = data.isascii() and b"\r" not in data and b"\0" not in data
+            plain = (
+                data.isascii() and b"\r" not in data and b"\0" not in data and b"\x1b" not in data
+            )
             lengths = map(len, self.lines if plain else data.split(b"\n"))
             table = self._table = list(accumulate(map((1).__add__, lengths), initial=self._start))
         return table[i]
@@ -264,7 +278,8 @@ def read_blocks(
     limits: ReadLimits | None = None,
     name: str | None = None,
 ) -> Iterator[Block]:
-    """Yield the lines of a plain or ``.gz`` file in blocks, cleaned for parsing.
+    """Yield the lines of a plain or ``.gz`` file in blocks, cleaned for parsing; a file of JSON
+    lines as text lines (:mod:`l4_plugin.ingest.jsonlines`).
 
     Bytes are decoded as UTF-8 with replacement characters, NUL is removed, lines are split on
     ``\\n`` only (so line numbers match ``wc -l``/editors); a line redrawn with ``\\r`` (a tqdm
@@ -288,7 +303,30 @@ def read_blocks(
         GuardedGzip(fh, name or str(path), limits or ReadLimits()) if gz else fh
     )
     with fh, raw:
-        yield from _split(_Reads(raw, path, chunk_bytes))
+        yield from _decoded(_split(_Reads(raw, path, chunk_bytes)))
+
+
+def _decoded(blocks: Iterator[Block]) -> Iterator[Block]:
+    """``blocks`` as they are, or for a file of JSON lines (decided on its first block) each
+    object rendered as the text line of its program (:mod:`l4_plugin.ingest.jsonlines`)."""
+    first = next(blocks, None)
+    if first is None:
+        return
+    if not jsonlines.is_json_lines(first.lines[: jsonlines.SAMPLE_LINES * 10]):
+        yield first
+        yield from blocks
+        return
+    # Whether the lines need their host's label is decided on the file's start.
+    head = [first]
+    seen = len(first.lines)
+    for block in blocks:
+        head.append(block)
+        seen += len(block.lines)
+        if seen >= jsonlines.HOST_SAMPLE:
+            break
+    labelled = len(jsonlines.host_of(line for b in head for line in b.lines)) > 1
+    for block in itertools.chain(head, blocks):
+        yield block.relined(jsonlines.rendered(block.lines, labelled))
 
 
 def _split(reads: _Reads) -> Iterator[Block]:
@@ -352,11 +390,19 @@ def read_lines(
         yield block.lines
 
 
+#: ANSI escape sequences: CSI (colours, cursor moves), OSC (titles, links) and two-byte ones.
+_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+
+
 def _block(data: bytes, start: int) -> Block:
     """The decoded lines of a block of ``data`` that starts at byte ``start`` of its file."""
     text = data.decode("utf-8", errors="replace")
     if "\x00" in text:
         text = text.replace("\x00", "")
+    if "\x1b" in text:
+        # Terminal colours (torchtitan's step line, Ray's dashboard URL, rich handlers) are
+        # drawing, not text: a line reads as a terminal shows it.
+        text = _ANSI.sub("", text)
     if "\r" not in text:
         return Block(text.split("\n"), data, start, text=text)
     # CRLF ends a line; a lone CR (tqdm redrawing its bar) returns the cursor: the line is what a

@@ -529,3 +529,64 @@ def test_second_of_is_the_whole_second_parse_time_reads() -> None:
         header.second_of(f"E1023 09:13:42.{frac:06d} 77 x.cpp:1] y", 2000)
         header.second_of(f"E1023 09:13:43.{frac:06d} 77 x.cpp:1] y", 2000)
     assert len(header._SECONDS) == 2
+
+
+@pytest.mark.parametrize(
+    ("line", "ts", "level", "body"),
+    [
+        # torchtitan's logger behind its tag (torchtitan/tools/logging.py)
+        (
+            "[titan] 2024-05-03 10:11:12,378 - root - INFO - step:  1  loss:  9.95",
+            T0 + 0.378,
+            "INFO",
+            "step:  1  loss:  9.95",
+        ),
+        ("[entrypoint] 2024-05-03T06:11:12-04:00 host=dgx-h144", T0, None, "host=dgx-h144"),
+        # NeMo's formatter (nemo/utils/formatters/base.py) and tornado's default
+        (
+            "[NeMo W 2024-05-03 10:11:12 nemo_logging:405] FutureWarning: x",
+            T0,
+            "WARNING",
+            "FutureWarning: x",
+        ),
+        ("[E 2024-05-03 10:11:12,500 web:2239] 500 GET /", T0 + 0.5, "ERROR", "500 GET /"),
+        # Ray's C++ components (spdlog "[%Y-%m-%d %H:%M:%S,%e %L %P %t]")
+        (
+            "[2024-05-03 10:11:12,692 E 1674 1674] (raylet) node_manager.cc:1: Worker died",
+            T0 + 0.692,
+            "ERROR",
+            "(raylet) node_manager.cc:1: Worker died",
+        ),
+        # Ray's Python logger: a tab before the level
+        (
+            "2024-05-03 10:11:12,586\tINFO worker.py:1832 -- Connected",
+            T0 + 0.586,
+            "INFO",
+            "worker.py:1832 -- Connected",
+        ),
+        # a tag that is no header's stays part of the message
+        ("[note] no time here", None, None, "[note] no time here"),
+    ],
+)
+def test_tagged_and_bracketed_emitters(
+    line: str, ts: float | None, level: str | None, body: str
+) -> None:
+    h = parse_header(line, default_year=2024)
+    assert h.timestamp == pytest.approx(ts) if ts is not None else h.timestamp is None
+    assert h.level == level
+    assert line[h.body_start :] == body
+
+
+def test_a_collectors_time_before_the_programs_header() -> None:
+    # kubectl logs --timestamps: the collector's UTC time wins, the program's header gives
+    # the level and where the message starts.
+    line = "2024-05-03T10:11:12.5Z W0503 12:11:12.123000 110607 torch/distributed/run.py:793] x"
+    h = parse_header(line, default_year=2024)
+    assert (h.timestamp, h.level, h.emitter, line[h.body_start :]) == (
+        T0 + 0.5,
+        "WARNING",
+        "torch",
+        "x",
+    )
+    plain = parse_header("2024-05-03T10:11:12Z hello there", default_year=2024)
+    assert (plain.timestamp, plain.level, plain.body_start) == (T0, None, 21)

@@ -101,6 +101,24 @@ def test_a_redrawn_progress_bar_is_its_last_frame(tmp_path: Path) -> None:
     assert lines == ["start", frames[-1], "RuntimeError: CUDA error"]
 
 
+def test_terminal_colours_are_removed_and_offsets_stay_those_of_the_file(tmp_path: Path) -> None:
+    # torchtitan colours its step line; a rich handler its level; an OSC link its URL.
+    step = "\x1b[31mstep:  5  \x1b[32mloss:  9.84\x1b[39m"
+    link = "\x1b]8;;http://h:8265\x1b\\dashboard\x1b]8;;\x1b\\ up"
+    path = tmp_path / "c.log"
+    path.write_bytes(f"a\n{step}\n\x1b[1;33mWARNING\x1b[0m slow\n{link}\nz\n".encode())
+    [block] = read_blocks(path)
+    assert block.lines == ["a", "step:  5  loss:  9.84", "WARNING slow", "dashboard up", "z"]
+    raw = path.read_bytes()
+    assert [block.offset(i) for i in range(5)] == [
+        0,
+        2,
+        raw.index(b"\x1b[1;33m"),
+        raw.index(b"\x1b]8"),
+        raw.rindex(b"z"),
+    ]
+
+
 def test_block_keys_are_those_of_the_lines_the_parser_sees(tmp_path: Path) -> None:
     # The reader hands each block's digit keys to the parser (one pass over the block's text);
     # a line cut at MAX_LINE_CHARS must be keyed as cut: two lines that differ only past the cut

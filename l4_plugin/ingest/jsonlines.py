@@ -1,0 +1,174 @@
+"""Logs written as JSON lines, read as the text lines the rest of ingest knows.
+
+A platform's collector often stores one JSON object per line (Docker's json-file driver, Fluent
+Bit / Vector outputs, a training platform's own shipper): the message, its time, the host and
+the rank are fields, found here by their usual names. Each object becomes one text line that
+carries the same facts where the header parser looks for them::
+
+    2025-09-12T07:15:57.072099Z INFO [rank216]: <message>
+
+The object's time (the collector's, in UTC) leads, so it is the line's time; a level field
+follows it; a rank field becomes the launcher's ``[rankN]:`` prefix; the message keeps its own
+header after that (a framework's stamp, a level). A kernel line (``stream: kernel``) is written
+as syslog writes one, so it is read as a kernel line of its host. The host field is not
+rendered: a file of one host's lines is that host's (``host_of``), and a file that mixes hosts
+gets the ``host: `` label that launchers such as pdsh use, which routes each line to its host
+(:mod:`l4_plugin.ingest.hosts`).
+
+A file is read this way when most of its first lines are JSON objects with a message field; a
+line that is not one stays as it is.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import math
+from collections.abc import Iterable
+from typing import Any
+
+_MESSAGE = ("msg", "message", "log", "MESSAGE", "text", "line", "@message", "event")
+_TIME = ("ts", "time", "timestamp", "@timestamp", "t", "asctime", "created", "datetime", "date")
+_HOST = (
+    "host",
+    "hostname",
+    "host.name",
+    "node",
+    "nodename",
+    "node_name",
+    "_HOSTNAME",
+    "kubernetes.pod_name",
+    "pod",
+    "pod_name",
+)
+_RANK = ("rank", "global_rank", "RANK", "process_rank")
+_LEVEL = ("level", "levelname", "severity", "lvl", "log.level", "loglevel")
+_STREAM = ("stream", "source", "_TRANSPORT", "channel")
+_KERNEL = frozenset({"kernel", "kern", "dmesg"})
+#: Lines sampled to decide whether a file is JSON lines, and the share that must be objects.
+SAMPLE_LINES = 20
+#: Lines read to tell a file of one host's lines from one of several hosts'.
+HOST_SAMPLE = 5000
+_SHARE = 0.8
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+
+
+def _field(obj: dict[str, Any], names: tuple[str, ...]) -> Any:
+    """The first of ``names`` the object has (a dotted name also as nested objects)."""
+    for name in names:
+        if name in obj:
+            return obj[name]
+        if "." in name:
+            head, _, tail = name.partition(".")
+            inner = obj.get(head)
+            if isinstance(inner, dict) and tail in inner:
+                return inner[tail]
+    return None
+
+
+def _object(line: str) -> dict[str, Any] | None:
+    """The JSON object of a line with a message field, else None."""
+    text = line.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        return None
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict) or _field(obj, _MESSAGE) is None:
+        return None
+    return obj
+
+
+def is_json_lines(lines: Iterable[str]) -> bool:
+    """Whether the first non-blank lines are mostly JSON objects with a message field."""
+    seen = hits = 0
+    for line in lines:
+        if not line.strip():
+            continue
+        seen += 1
+        hits += _object(line) is not None
+        if seen >= SAMPLE_LINES:
+            break
+    return seen > 0 and hits >= _SHARE * seen
+
+
+def _moment(value: Any) -> datetime.datetime | None:
+    """A time field: epoch seconds (or milli-, micro-, nanoseconds) or ISO-8601 text."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        seconds = float(value)
+        while seconds > 1e11:  # ms, µs, ns since the epoch
+            seconds /= 1000.0
+        if not math.isfinite(seconds) or seconds <= 0:
+            return None
+        return datetime.datetime.fromtimestamp(seconds, datetime.UTC)
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            return _moment(float(text))
+        except ValueError:
+            pass
+        try:
+            moment = datetime.datetime.fromisoformat(text.replace("Z", "+00:00"))
+        except ValueError:
+            return None
+        if moment.tzinfo is None:
+            return moment  # the collector's local time, read as the line's other times are
+        return moment.astimezone(datetime.UTC)
+    return None
+
+
+def _rank(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and value >= 0:
+        return value
+    if isinstance(value, str) and value.strip().isdecimal():
+        return int(value.strip())
+    return None
+
+
+def render(obj: dict[str, Any], hosts_labelled: bool = False) -> str:
+    """The text line of one JSON log object (see the module docstring)."""
+    message = str(_field(obj, _MESSAGE)).rstrip("\r\n").replace("\n", " ")
+    moment = _moment(_field(obj, _TIME))
+    host = _field(obj, _HOST)
+    label = f"{host}: " if hosts_labelled and host else ""
+    stream = str(_field(obj, _STREAM) or "").lower()
+    if stream in _KERNEL and moment is not None:
+        when = f"{_MONTHS[moment.month - 1]} {moment.day:2d} {moment:%H:%M:%S.%f} {moment.year}"
+        return f"{label}{when} {host or 'localhost'} kernel: {message}"
+    parts = [label]
+    if moment is not None:
+        parts.append(moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + ("Z " if moment.tzinfo else " "))
+    level = _field(obj, _LEVEL)
+    if isinstance(level, str) and level.strip().isalpha():
+        parts.append(level.strip().upper() + " ")
+    rank = _rank(_field(obj, _RANK))
+    if rank is not None and not message.startswith(("[rank", "[default")):
+        parts.append(f"[rank{rank}]: ")
+    parts.append(message)
+    return "".join(parts)
+
+
+def host_of(lines: Iterable[str]) -> tuple[str, ...]:
+    """The hosts named by the host fields of the JSON objects among ``lines``, in order."""
+    hosts: dict[str, None] = {}
+    for line in lines:
+        obj = _object(line)
+        if obj is not None:
+            host = _field(obj, _HOST)
+            if isinstance(host, str) and host.strip():
+                hosts[host.strip()] = None
+    return tuple(hosts)
+
+
+def rendered(lines: list[str], labelled: bool) -> list[str]:
+    """Each line that is a JSON log object as its text line (``render``); others unchanged."""
+    out = []
+    for line in lines:
+        obj = _object(line) if line[:1] == "{" or line.lstrip()[:1] == "{" else None
+        out.append(render(obj, labelled) if obj is not None else line)
+    return out

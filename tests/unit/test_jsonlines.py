@@ -1,0 +1,118 @@
+"""Logs stored as JSON lines: read as the text lines of the program that printed them."""
+
+from __future__ import annotations
+
+import calendar
+import json
+from pathlib import Path
+
+import pytest
+
+from l4_plugin.ingest.header import parse_header
+from l4_plugin.ingest.hosts import plan
+from l4_plugin.ingest.jobdir import discover
+from l4_plugin.ingest.jsonlines import is_json_lines, render
+from l4_plugin.ingest.parser import read_blocks
+
+T0 = calendar.timegm((2025, 9, 12, 7, 15, 57, 0, 0, 0))
+
+
+def _write(path: Path, objects: list[dict[str, object]]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(o) + "\n" for o in objects))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("obj", "line", "ts", "level", "rank", "body"),
+    [
+        (  # a rank's stdout with the framework's own header inside the message
+            {
+                "ts": T0 + 0.072,
+                "host": "a3",
+                "rank": 216,
+                "stream": "stdout",
+                "msg": "[2025-09-12 08:15:57,072] [WARNING] [engine.py:1:f] slow step",
+            },
+            "2025-09-12T07:15:57.072000Z [rank216]: [2025-09-12 08:15:57,072] [WARNING] "
+            "[engine.py:1:f] slow step",
+            T0 + 0.072,
+            "WARNING",
+            216,
+            "slow step",
+        ),
+        (  # ISO text time, a level field, no rank
+            {"time": "2025-09-12T09:15:57+02:00", "level": "error", "message": "boom"},
+            "2025-09-12T07:15:57.000000Z ERROR boom",
+            T0,
+            "ERROR",
+            None,
+            "boom",
+        ),
+        (  # a kernel line: written as syslog writes one, read as the host's kernel line
+            {"ts": "2025-09-12T07:15:57Z", "host": "a3", "stream": "kernel", "msg": "NVRM: Xid 79"},
+            "Sep 12 07:15:57.000000 2025 a3 kernel: NVRM: Xid 79",
+            T0,
+            None,
+            None,
+            "NVRM: Xid 79",
+        ),
+        (  # Docker's json-file driver
+            {"log": "Traceback (most recent call last):\n", "stream": "stderr", "time": T0 * 10**9},
+            "2025-09-12T07:15:57.000000Z Traceback (most recent call last):",
+            T0,
+            "ERROR",
+            None,
+            "Traceback (most recent call last):",
+        ),
+    ],
+)
+def test_each_object_is_the_line_its_program_printed(
+    obj: dict[str, object], line: str, ts: float, level: str | None, rank: int | None, body: str
+) -> None:
+    assert render(obj) == line
+    h = parse_header(line)
+    assert h.timestamp == pytest.approx(ts)
+    assert (h.level, h.rank, line[h.body_start :]) == (level, rank, body)
+    if obj.get("stream") == "kernel":
+        assert (h.emitter, h.host) == ("kernel", "a3")
+
+
+def test_a_file_of_json_lines_is_found_and_read_as_text(tmp_path: Path) -> None:
+    objects: list[dict[str, object]] = [
+        {"ts": T0 + i, "host": "a3", "rank": i % 2, "msg": f"step {i} loss 2.{i}"}
+        for i in range(30)
+    ]
+    path = _write(tmp_path / "job" / "a3.jsonl", objects)
+    path.with_name("notes.json").write_text('{"not": "a log"}\n')
+    [found] = discover(tmp_path / "job")
+    assert (found.node, found.relative) == ("a3", "a3.jsonl")
+    blocks = list(read_blocks(path))
+    lines = [line for b in blocks for line in b.lines]
+    assert lines[3] == "2025-09-12T07:16:00.000000Z [rank1]: step 3 loss 2.3"
+    # offsets stay the file's: line i starts after the i-th newline of the raw bytes
+    raw = path.read_bytes()
+    starts = [0, *[i + 1 for i, c in enumerate(raw) if c == 10][:-1]]
+    assert [b.offset(i) for b in blocks for i in range(len(b.lines))] == starts
+
+
+def test_a_file_of_several_hosts_is_routed_by_its_host_field(tmp_path: Path) -> None:
+    objects: list[dict[str, object]] = [
+        {"ts": T0 + i, "host": f"gpu-{i % 3}", "msg": f"line {i}"} for i in range(60)
+    ]
+    path = _write(tmp_path / "all.jsonl", objects)
+    lines = [line for b in read_blocks(path) for line in b.lines]
+    router = plan(lines)
+    assert router is not None and router.hosts == ("gpu-0", "gpu-1", "gpu-2")
+    assert router.route(lines[4]) == ("gpu-1", "2025-09-12T07:16:01.000000Z line 4")
+
+
+def test_text_that_is_not_json_lines_is_left_alone(tmp_path: Path) -> None:
+    assert not is_json_lines(["{not json", "plain", '{"a": 1}'])
+    assert not is_json_lines(['{"no_message_field": 1}'] * 5)
+    path = tmp_path / "x.log"
+    path.write_text('plain\n{"msg": "one object among text"}\n')
+    assert [line for b in read_blocks(path) for line in b.lines] == [
+        "plain",
+        '{"msg": "one object among text"}',
+    ]
