@@ -11,8 +11,8 @@ are turned into the estimators' inputs by :mod:`l4_plugin.analysis.recipe`; the 
 in :mod:`l4_plugin.analysis.tables`.
 
 Times are epoch seconds. Lines logged before a file's first timestamp carry no time in their
-rollup; they get their node's earliest time (they are start-up lines), so every event has a first
-occurrence. A job with no timestamp at all is ordered by line position instead (``time_unit``
+rollup; they get their node's earliest time (they are start-up lines), except the lines of kernel
+and system logs, whose time stays unknown (``_fill_missing_times``). A job with no timestamp at all is ordered by line position instead (``time_unit``
 ``position``): enough for "which came first" on one node, not across nodes.
 """
 
@@ -152,7 +152,7 @@ def read_job_tables(store: Store, job_id: str) -> JobData:
     time_unit = "ts" if any(c.first_ts < math.inf for c in cells.values()) else "position"
     if time_unit != "ts":
         stage_first = {}
-    _fill_missing_times(cells, time_unit)
+    _fill_missing_times(cells, time_unit, job.system_templates)
     nodes = sorted({n for n, _ in cells} | set(job.nodes))
     announcements, peer_lines = _read_address_lines(store, query, templates, nodes)
     return JobData(
@@ -453,7 +453,13 @@ def _sort_time(value: Any) -> float:
     return float(value) if isinstance(value, int | float) else math.inf
 
 
-def _fill_missing_times(cells: dict[tuple[str, str], Cell], unit: str) -> None:
+def _fill_missing_times(
+    cells: dict[tuple[str, str], Cell], unit: str, system: frozenset[str] = frozenset()
+) -> None:
+    """Untimed cells of a rank's log take their node's earliest time (start-up lines printed
+    before its first stamp); a kernel or system log's lines without a wall-clock time (``dmesg``'s
+    seconds since boot, a collector's relative ages) stay untimed: when they were printed is
+    not known, and the node's start would make a failure's kernel error look like background."""
     if unit == "position":
         for c in cells.values():
             c.first_ts = c.first_pos
@@ -464,8 +470,8 @@ def _fill_missing_times(cells: dict[tuple[str, str], Cell], unit: str) -> None:
         if c.first_ts < math.inf:
             earliest[node] = min(c.first_ts, earliest.get(node, math.inf))
     everyone = min(earliest.values())
-    for (node, _), c in cells.items():
-        if c.first_ts == math.inf:
+    for (node, tid), c in cells.items():
+        if c.first_ts == math.inf and tid not in system:
             c.first_ts = earliest.get(node, everyone)
         if c.last_ts == -math.inf:
             c.last_ts = c.first_ts
