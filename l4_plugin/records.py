@@ -45,6 +45,16 @@ STAGE_ORDER: tuple[str, ...] = (
     "checkpointing",
     "shutdown",
 )
+#: The node of a job's own files (a batch script's output, a scheduler's or cluster's events,
+#: Ray's driver): what they say about no single host. Never a suspect, never silent.
+JOB_NODE = "(job)"
+
+
+def is_job_node(node: str) -> bool:
+    """Whether ``node`` is the job's own pseudo-node (``JOB_NODE``), not a host."""
+    return node == JOB_NODE
+
+
 #: Stages before training: lines of these stages describe start-up.
 PRE_TRAINING_STAGES = frozenset(STAGE_ORDER[: STAGE_ORDER.index("training")])
 

@@ -132,7 +132,8 @@ def _spatial(
     counts = np.zeros((len(nodes), len(events)))
     for j, e in enumerate(events):
         for n, c in e.counts.items():
-            counts[row[n], j] = c
+            if n in row:  # not the job's own files
+                counts[row[n], j] = c
     weights = np.array([1.0 if e.template_id in kept else 0.0 for e in events])
     spatial = SpatialAnalyzer(
         method=options.spatial_method,

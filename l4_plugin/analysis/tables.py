@@ -13,6 +13,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from l4_plugin.records import is_job_node
+
 
 @dataclass(frozen=True, slots=True)
 class JobDoc:
@@ -105,9 +107,9 @@ class JobData:
 
     @property
     def nodes(self) -> list[str]:
-        """Every node that logged anything, sorted."""
+        """Every node that logged anything, sorted; not the job's own files (``JOB_NODE``)."""
         seen = {n for n, _ in self.cells} | set(self.job.nodes)
-        return sorted(seen)
+        return sorted(n for n in seen if not is_job_node(n))
 
     @property
     def iterations_reached(self) -> int:

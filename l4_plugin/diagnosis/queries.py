@@ -12,7 +12,8 @@ in :mod:`l4_plugin.analysis.tables`.
 
 Times are epoch seconds. Lines logged before a file's first timestamp carry no time in their
 rollup; they get their node's earliest time (they are start-up lines), except the lines of kernel
-and system logs, whose time stays unknown (``_fill_missing_times``). A job with no timestamp at all is ordered by line position instead (``time_unit``
+and system logs, whose time stays unknown (``_fill_missing_times``). A job with no timestamp at
+all is ordered by line position instead (``time_unit``
 ``position``): enough for "which came first" on one node, not across nodes.
 """
 

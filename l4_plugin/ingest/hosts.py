@@ -25,7 +25,10 @@ from dataclasses import dataclass, field
 from itertools import repeat
 
 from l4_plugin.ingest.header import digit_shape, outer_labels, rank_prefix, rank_prefix_cached
+from l4_plugin.ingest.identity import subject
+from l4_plugin.ingest.logfile import Route
 from l4_plugin.ingest.reader import Block
+from l4_plugin.records import JOB_NODE
 
 # A host name as launchers print it: with a digit, a dot or a hyphen (never a level word such as
 # "INFO:" or a sentence's first word), or an IPv4 address.
@@ -63,12 +66,17 @@ def line_label(line: str) -> tuple[str | None, int | None, int]:
 
 @dataclass
 class HostRouter:
-    """Gives every line of an interleaved stream its host (see the module docstring)."""
+    """Gives every line of an interleaved stream its host (see the module docstring).
+
+    ``carry``: an unlabelled line belongs to the host of the line before (a pdsh or mpirun
+    stream); without it (Ray's log monitor labels every line it forwards, so an unlabelled line
+    is the driver's own) it belongs to the job (``JOB_NODE``)."""
 
     hosts: tuple[str, ...]
     rank_host: dict[int, str] = field(default_factory=dict)
     by_rank: bool = False
     last: str | None = None
+    carry: bool = True
 
     def route(self, line: str) -> tuple[str | None, str]:
         """(host, text) of ``line``: the host it belongs to (that of the line before when it
@@ -83,6 +91,8 @@ class HostRouter:
         if host is not None:
             self.last = host
             return host, line[end:]
+        if not self.carry and line.strip():
+            return JOB_NODE, line
         return self.last, line
 
 
@@ -104,11 +114,12 @@ def plan(lines: Iterable[str], sample: int = _SAMPLE) -> HostRouter | None:
 class _Tally:
     """What :func:`plan` counts over the lines it reads."""
 
-    __slots__ = ("hosts", "labelled", "rank_host", "ranked", "seen")
+    __slots__ = ("by_ray", "hosts", "labelled", "rank_host", "ranked", "seen")
 
     def __init__(self) -> None:
         self.seen = 0  # lines that are not blank
         self.labelled = 0  # lines that name their host
+        self.by_ray = 0  # of them, by Ray's "(Worker pid=…, ip=…)" label
         self.ranked = 0  # lines that name no host but a rank
         self.hosts: Counter[str] = Counter()
         self.rank_host: dict[int, str] = {}  # each rank's host, from its first NCCL prefix
@@ -134,6 +145,7 @@ class _Tally:
         if host is not None:
             self.labelled += 1
             self.hosts[host] += 1
+            self.by_ray += line[:1] == "("
             return
         rank, after = rank_prefix_cached(line, shape or None)
         if rank is not None:
@@ -149,7 +161,8 @@ class _Tally:
             return None
         real = tuple(sorted(h for h, n in self.hosts.items() if n >= _MIN_LINES_PER_HOST))
         if len(real) >= 2 and self.labelled >= _LABELLED_SHARE * self.seen:
-            return HostRouter(real)
+            # Ray's driver output: every forwarded line labelled, the rest the driver's own.
+            return HostRouter(real, carry=self.by_ray < _LABELLED_SHARE * self.labelled)
         by_rank = tuple(sorted(set(self.rank_host.values())))
         if len(by_rank) >= 2 and self.ranked >= _LABELLED_SHARE * self.seen:
             return HostRouter(by_rank, self.rank_host, by_rank=True)
@@ -242,14 +255,19 @@ def _fast_prefix(line: str) -> tuple[str, int] | None:
     return None
 
 
-def host_blocks(blocks: Iterable[Block], router: HostRouter, host: str) -> Iterator[Block]:
+def host_blocks(
+    blocks: Iterable[Block], router: HostRouter, host: str, names: dict[str, str] | None = None
+) -> Iterator[Block]:
     """The blocks of an interleaved stream less every line of another host, each kept line less
-    its host label; the byte offsets stay those of the file (line numbers become the host's)."""
+    its host label; the byte offsets stay those of the file (line numbers become the host's).
+    ``names``: a label -> the host it is (an address a Ray label gives)."""
     for block in blocks:
         lines: list[str] = []
         offsets: list[int | None] = []
         for i, line in enumerate(block.lines):
             owner, text = router.route(line)
+            if names and owner is not None:
+                owner = names.get(owner, owner)
             if owner == host:
                 lines.append(text)
                 offsets.append(block.offset(i))
@@ -257,8 +275,27 @@ def host_blocks(blocks: Iterable[Block], router: HostRouter, host: str) -> Itera
             yield Block(lines, offsets=offsets)
 
 
-def for_host(blocks: Iterable[Block], host: str) -> Iterator[Block]:
-    """:func:`host_blocks` with the router planned on the stream's own first lines."""
+def subject_blocks(blocks: Iterable[Block], names: dict[str, str], host: str) -> Iterator[Block]:
+    """The lines of a job's own file that report about ``host`` (or, for ``JOB_NODE``, those
+    that report about none of the job's hosts), as they are."""
+    for block in blocks:
+        lines: list[str] = []
+        offsets: list[int | None] = []
+        for i, line in enumerate(block.lines):
+            if (subject(line, names) or JOB_NODE) == host:
+                lines.append(line)
+                offsets.append(block.offset(i))
+        if lines:
+            yield Block(lines, offsets=offsets)
+
+
+def for_host(blocks: Iterable[Block], host: str, route: Route | None = None) -> Iterator[Block]:
+    """The lines of ``host`` in a shared file: by ``route`` (see ``Route``); by label, with the
+    router planned on the stream's own first lines."""
+    names = dict(route.names) if route is not None else {}
+    if route is not None and route.by == "subject":
+        yield from subject_blocks(blocks, names, host)
+        return
     head: list[Block] = []
     seen = 0
     it = iter(blocks)
@@ -268,4 +305,4 @@ def for_host(blocks: Iterable[Block], host: str) -> Iterator[Block]:
         if seen >= _SAMPLE:
             break
     router = plan(line for b in head for line in b.lines) or HostRouter((host,))
-    yield from host_blocks(itertools.chain(head, it), router, host)
+    yield from host_blocks(itertools.chain(head, it), router, host, names)

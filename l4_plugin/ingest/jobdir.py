@@ -13,27 +13,45 @@ import contextlib
 import datetime
 import gzip
 import hashlib
+import itertools
 import json
 import os
 import re
 import stat
 import zlib
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from l4_plugin.errors import IngestError
-from l4_plugin.ingest import procs
+from l4_plugin.ingest import identity, procs
 from l4_plugin.ingest.hostlist import HostlistError
 from l4_plugin.ingest.hostlist import expand as expand_hostlist
-from l4_plugin.ingest.hosts import plan
-from l4_plugin.ingest.logfile import LogFile
+from l4_plugin.ingest.hosts import HostRouter, plan
+from l4_plugin.ingest.identity import FileFacts
+from l4_plugin.ingest.logfile import LogFile, Route
 from l4_plugin.ingest.reader import read_blocks
 from l4_plugin.jobid import check_job_id
 from l4_plugin.limits import ReadLimits, human_size
+from l4_plugin.records import JOB_NODE
 from l4_plugin.yamldoc import read_document
 
+#: Where a file's node came from: ``--node-pattern``, the folder a collector named after the
+#: node, or the file's own name (a file at the top, or in a folder of many nodes' files).
+Origin = Literal["pattern", "folder", "name"]
+# Folders that hold many nodes' files: system logs, and a collector's generic folders.
+_COLLECTION = re.compile(
+    r"(?i)dmesg|kern|kernel|syslogs?|messages|journal|logs?|outputs?|stdout|nodes|hosts|pods"
+)
+_IPV4 = re.compile(r"\d{1,3}(?:\.\d{1,3}){3}")
+#: Lines read for a file's facts (``identity.facts``): many for a file named by its own name
+#: (who wrote it may be said only in its lines), a few for one in a node's folder (the
+#: addresses its ranks announce at start-up).
+NAME_FACT_LINES = identity.FACT_LINES
+FOLDER_FACT_LINES = 200
+#: The most bytes of a job's own file read at discovery for the hosts it reports about.
+JOB_FILE_SCAN = 64 << 20
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt", ".jsonl", ".ndjson")
 _RANK = re.compile(r"rank[-_]?(\d+)", re.IGNORECASE)
 _FLAT = re.compile(r"^(?P<node>.+?)[-_.]rank[-_]?(?P<rank>\d+)$", re.IGNORECASE)
@@ -242,24 +260,26 @@ def scan(
     node_pattern: str | None = None,
     limits: ReadLimits | None = None,
     workers: int | None = None,
+    hosts: tuple[str, ...] = (),
 ) -> JobFiles:
     """The job's log files (see ``discover``) and the files skipped, one warning line each.
 
-    ``workers`` bounds the processes that probe the files (None: the machine's cores).
+    ``workers`` bounds the processes that probe the files (None: the machine's cores);
+    ``hosts`` are the job's hosts as its scheduler listed them (``JobMeta.hosts``).
 
     A file is skipped when it is not a regular file inside the job directory, is over
     ``limits.max_file_size`` or looks binary; a job whose files together exceed
-    ``limits.max_job_size`` is an ``IngestError``.
+    ``limits.max_job_size`` is an ``IngestError``. Which node a file is, or whether it is the
+    job's own, is decided knowing every file (:mod:`l4_plugin.ingest.identity`, ``_assign``).
     """
     limits = limits or ReadLimits()
     if not job_dir.is_dir():
         raise IngestError(f"job directory not found — {job_dir}")
     root = job_dir.resolve()
     pattern = _node_regex(node_pattern)
-    files: list[LogFile] = []
     skipped: list[str] = []
     total = 0
-    found: list[tuple[Path, str, str, int | None, bool]] = []
+    found: list[_Found] = []
     for path in sorted(job_dir.rglob("*")):
         stem = _strip_suffixes(path.name)
         if stem is None or (path.is_dir() and not path.is_symlink()):
@@ -267,22 +287,27 @@ def scan(
         relative = path.relative_to(job_dir).as_posix()
         named = _name_file(relative, stem, pattern)
         if named is not None:
-            found.append((path, relative, *named))
-    for (_path, relative, node, rank, system), (checked, hosts) in zip(
-        found, probe_files([(f[0], f[4]) for f in found], root, limits, workers), strict=True
-    ):
+            found.append(_Found(path, relative, *named))
+    depths = [NAME_FACT_LINES if f.origin == "name" else FOLDER_FACT_LINES for f in found]
+    probes = probe_files(
+        [(f.path, f.system, d) for f, d in zip(found, depths, strict=True)], root, limits, workers
+    )
+    kept: list[tuple[_Found, LogFile, HostRouter | None, FileFacts]] = []
+    for f, (checked, router, facts) in zip(found, probes, strict=True):
         if isinstance(checked, str):
-            skipped.append(f"skipped {relative}: {checked}")
+            skipped.append(f"skipped {f.relative}: {checked}")
             continue
         target, size, lines = checked
         total += size
-        file = LogFile(target, relative, node, rank, "system" if system else "rank", None, lines)
-        files.extend(_by_host(file, hosts))
+        kind: Literal["rank", "system"] = "system" if f.system else "rank"
+        file = LogFile(target, f.relative, f.node, f.rank, kind, None, lines)
+        kept.append((f, file, router, facts))
     if total > limits.max_job_size:
         raise IngestError(
             f"job too large — {job_dir} — {human_size(total)} of logs, over the per-job limit of "
             f"{human_size(limits.max_job_size)} — hint: raise --max-job-size"
         )
+    files = _assign(kept, hosts, limits)
     if not files:
         raise IngestError(
             f"no log files in {job_dir} — expected JOB/<node>/*.log[.gz] or "
@@ -293,6 +318,100 @@ def scan(
         key=lambda f: (f.node, f.kind != "rank", f.rank if f.rank is not None else -1, f.relative)
     )
     return JobFiles(files, skipped)
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A file of the job as its path names it (``_name_file``)."""
+
+    path: Path
+    relative: str
+    node: str
+    rank: int | None
+    system: bool
+    origin: Origin
+
+
+def _assign(
+    kept: list[tuple[_Found, LogFile, HostRouter | None, FileFacts]],
+    listed: tuple[str, ...],
+    limits: ReadLimits,
+) -> list[LogFile]:
+    """Each file as the streams of the nodes it holds (see the module docstring of
+    :mod:`l4_plugin.ingest.identity`): a node's folder names it; a file named by itself is the
+    host its lines name, else its name; a file of several hosts' labelled lines is one stream
+    per host (an address label mapped to the host that announced it); a file that reports
+    about the job's hosts and is none of them is the job's, each of its lines about one host
+    that host's."""
+    known = set(listed)
+    for f, _, router, facts in kept:
+        if f.origin != "name":
+            known.add(f.node)
+        if facts.own is not None:
+            known.add(facts.own)
+        if router is not None:
+            known.update(h for h in router.hosts if not _IPV4.fullmatch(h))
+    announced = {ip: host for *_, facts in kept for ip, host in facts.addresses}
+    addresses = identity.address_host(announced, known)
+    out: list[LogFile] = []
+    for f, file, router, facts in kept:
+        node = facts.own if f.origin == "name" and facts.own is not None else f.node
+        file = replace(file, node=node)
+        if router is not None:
+            out.extend(_by_host(file, router, addresses))
+        elif f.origin == "name" and facts.own is None and node not in known and known:
+            out.extend(_job_streams(file, {h: h for h in known} | addresses, limits))
+        else:
+            out.append(file)
+    return out
+
+
+def _by_host(file: LogFile, router: HostRouter, addresses: dict[str, str]) -> list[LogFile]:
+    """One stream per host of a file of several hosts' labelled lines (and the job's, for
+    what a Ray driver prints itself); a label that is an address is the host that announced
+    it."""
+    hosts = sorted({addresses.get(h, h) for h in router.hosts})
+    route = Route("label", tuple(sorted(addresses.items()))) if addresses else None
+    if not router.carry:
+        hosts.append(JOB_NODE)
+        route = Route("label", tuple(sorted(addresses.items())))
+    # Each host's stream reads the whole file: its share of the lines, weighed as such.
+    lines = None if file.lines is None else file.lines // len(hosts)
+    return [
+        LogFile(file.path, file.relative, host, None, file.kind, host, lines, route)
+        for host in hosts
+    ]
+
+
+def _job_streams(file: LogFile, names: dict[str, str], limits: ReadLimits) -> list[LogFile]:
+    """The streams of a file that may be the job's own: none when it reports about none of
+    the job's hosts (it is then the node its name says); else one for each host it reports
+    about and one for the job (``JOB_NODE``) with the rest."""
+    about = _subjects(file.path, names, limits)
+    if not about:
+        return [file]
+    route = Route("subject", tuple(sorted(names.items())))
+    lines = None if file.lines is None else file.lines // (len(about) + 1)
+    return [
+        LogFile(file.path, file.relative, host, None, file.kind, host, lines, route)
+        for host in [*sorted(about), JOB_NODE]
+    ]
+
+
+def _subjects(path: Path, names: dict[str, str], most: int) -> set[str]:
+    """The job's hosts the lines of ``path`` report about (its first ``most`` bytes)."""
+    about: set[str] = set()
+    try:
+        for block in read_blocks(path):
+            for line in block.lines:
+                host = identity.subject(line, names)
+                if host is not None:
+                    about.add(host)
+            if block.end is not None and block.end > most:
+                break
+    except (OSError, IngestError):
+        pass
+    return about
 
 
 def _node_regex(node_pattern: str | None) -> re.Pattern[str] | None:
@@ -312,8 +431,11 @@ def _node_regex(node_pattern: str | None) -> re.Pattern[str] | None:
 
 def _name_file(
     relative: str, stem: str, pattern: re.Pattern[str] | None
-) -> tuple[str, int | None, bool] | None:
-    """(node, rank, is a system log) of one file of the job; None when ``pattern`` skips it."""
+) -> tuple[str, int | None, bool, Origin] | None:
+    """(node, rank, is a system log, where the node came from) of one file of the job, as its
+    path says; None when ``pattern`` skips it. A folder named for system logs (``syslog/``,
+    ``dmesg/``) or a collector's generic folder (``logs/``) names no node: its files are named as
+    if they lay at the top."""
     system = bool(_SYSTEM.search(stem))
     rank: int | None
     if pattern is not None:
@@ -323,39 +445,30 @@ def _name_file(
         node = m.group("node")
         rank_text = m.groupdict().get("rank")
         rank = int(rank_text) if rank_text else _rank_of(stem)
-    elif "/" in relative:
-        node = relative.split("/", 1)[0]
-        rank = _rank_of(stem)
+        return node, None if system else rank, system, "pattern"
+    first = relative.split("/", 1)[0] if "/" in relative else None
+    if first is not None and not _COLLECTION.fullmatch(first):
+        return first, None if system else _rank_of(stem), system, "folder"
+    flat = _FLAT.match(stem)
+    if flat:
+        node, rank = flat.group("node"), int(flat.group("rank"))
+    elif system:
+        node, rank = _SYSTEM.sub("", stem) or stem, None
     else:
-        flat = _FLAT.match(stem)
-        if flat:
-            node, rank = flat.group("node"), int(flat.group("rank"))
-        elif system:
-            node, rank = _SYSTEM.sub("", stem) or stem, None
-        else:
-            node, rank = stem, None
-    return node, None if system else rank, system
+        node, rank = stem, None
+    return node, None if system else rank, system, "name"
 
 
-def _plan_hosts(path: Path, limits: ReadLimits) -> tuple[str, ...] | None:
-    """The hosts interleaved in the file (``hosts.plan``), None for the file of one node."""
+def _router(lines: Iterable[str]) -> HostRouter | None:
     try:
-        router = plan(_first_lines(path, limits))
+        return plan(lines)
     except (OSError, IngestError):
         return None
-    return router.hosts if router is not None else None
 
 
-def _by_host(file: LogFile, hosts: tuple[str, ...] | None) -> list[LogFile]:
-    if hosts is None:
-        return [file]
-    # Each host's stream reads the whole file: its share of the lines, weighed as such.
-    lines = None if file.lines is None else file.lines // len(hosts)
-    return [LogFile(file.path, file.relative, host, None, file.kind, host, lines) for host in hosts]
-
-
-#: What ``probe_files`` says of a file: ``_check_file``'s answer, and the hosts interleaved in it.
-Probe = tuple[tuple[Path, int, int | None] | str, tuple[str, ...] | None]
+#: What ``probe_files`` says of a file: ``_check_file``'s answer, how its lines are shared
+#: among hosts (``hosts.plan``; None: one node's), and what its first lines say of who wrote it.
+Probe = tuple[tuple[Path, int, int | None] | str, HostRouter | None, FileFacts]
 #: A job with less than this many bytes of logs per extra process is probed in this one
 #: (starting the forkserver costs ~0.2 s, a process from it ~0.02 s; probing covers ~55 MB of
 #: logs per CPU-second, more where files are longer than the 5,000 lines ``plan`` reads).
@@ -364,13 +477,16 @@ _PROBE_CHUNK = 64  # files per task sent to a probing process
 
 
 def probe_files(
-    files: list[tuple[Path, bool]], root: Path, limits: ReadLimits, workers: int | None = None
+    files: list[tuple[Path, bool, int]],
+    root: Path,
+    limits: ReadLimits,
+    workers: int | None = None,
 ) -> list[Probe]:
-    """``_check_file`` and (for a file that is no system log) the host plan of each file, in
-    order: in worker processes for a large job (``workers``, else the machine's cores; one per
-    ``PROBE_BYTES_PER_WORKER``), since both read the start of every file; else here."""
+    """``_probe`` of each (path, is a system log, lines to read for its facts), in order: in
+    worker processes for a large job (``workers``, else the machine's cores; one per
+    ``PROBE_BYTES_PER_WORKER``), since all of it reads the start of every file; else here."""
     sizes = 0
-    for path, _ in files:
+    for path, _, _ in files:
         with contextlib.suppress(OSError):
             sizes += path.stat().st_size
     cap = procs.default_workers() if workers is None else max(1, workers)
@@ -378,21 +494,29 @@ def probe_files(
     if min(scanners, len(files)) > 1:
         procs.start_server()  # the scan will fork its workers: the server starts meanwhile
     workers = min(cap, 1 + sizes // PROBE_BYTES_PER_WORKER, len(files))
-    tasks = [(path, system, root, limits) for path, system in files]
+    tasks = [(path, system, root, limits, depth) for path, system, depth in files]
     if workers <= 1:
         return [_probe(*task) for task in tasks]
     chunks = [tasks[i : i + _PROBE_CHUNK] for i in range(0, len(tasks), _PROBE_CHUNK)]
     return [probe for chunk in procs.map_in_workers(_probe_all, chunks, workers) for probe in chunk]
 
 
-def _probe(path: Path, system: bool, root: Path, limits: ReadLimits) -> Probe:
+def _probe(path: Path, system: bool, root: Path, limits: ReadLimits, depth: int) -> Probe:
+    """``_check_file``, the host plan (not for a system log) and the facts of the first
+    ``depth`` lines (``identity.facts``), from one read of the file's start."""
     checked = _check_file(path, root, limits)
-    if isinstance(checked, str) or system:
-        return checked, None
-    return checked, _plan_hosts(checked[0], limits)
+    if isinstance(checked, str):
+        return checked, None, FileFacts()
+    it = _first_lines(checked[0], limits)
+    try:
+        head = list(itertools.islice(it, depth))
+    except (OSError, IngestError):
+        return checked, None, FileFacts()
+    router = None if system else _router(itertools.chain(head, it))
+    return checked, router, identity.facts(head, depth)
 
 
-def _probe_all(tasks: list[tuple[Path, bool, Path, ReadLimits]]) -> list[Probe]:
+def _probe_all(tasks: list[tuple[Path, bool, Path, ReadLimits, int]]) -> list[Probe]:
     return [_probe(*task) for task in tasks]
 
 

@@ -9,11 +9,28 @@ from typing import Literal
 
 
 @dataclass(frozen=True, slots=True)
+class Route:
+    """How one host's lines are picked out of a file several hosts share
+    (:func:`l4_plugin.ingest.hosts.for_host`).
+
+    ``by="label"``: the file's own labels say whose each line is (``hosts.plan``);
+    ``by="subject"``: the file is the job's own (a batch script's output, ``kubectl get
+    events``) and a line belongs to the host it reports about (``identity.subject``), else to
+    the job (``records.JOB_NODE``). ``names`` maps a label, name or address to the host it is
+    (an address a rank announced, the ``ip=`` of a Ray label)."""
+
+    by: Literal["label", "subject"] = "label"
+    names: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class LogFile:
     """One log file of a job: its node, rank (None for system logs) and kind.
 
-    ``host`` is set when the file interleaves the lines of several nodes (one launcher's stdout:
-    :mod:`l4_plugin.ingest.hosts`): this stream is that host's lines only, and ``node`` is it.
+    ``host`` is set when the file holds the lines of several nodes (one launcher's stdout,
+    :mod:`l4_plugin.ingest.hosts`, or the job's own file, :mod:`l4_plugin.ingest.identity`):
+    this stream is that host's lines only (picked out by ``route``; None: by the file's labels),
+    and ``node`` is the host it is (a label's address mapped to its host name).
     """
 
     path: Path
@@ -25,3 +42,4 @@ class LogFile:
     #: Its lines, estimated at discovery from its first bytes (``jobdir.estimate_lines``): what
     #: the scan's scheduling weighs a file by. None: not known.
     lines: int | None = None
+    route: Route | None = None

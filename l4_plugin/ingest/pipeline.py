@@ -45,7 +45,14 @@ from l4_plugin.ingest.workers import ScanProgress, scan_streams
 from l4_plugin.ingest.workers import chunks as _chunks
 from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.limits import ReadLimits
-from l4_plugin.records import Level, Template, host_shapes, may_name_a_node, numbers_blanked
+from l4_plugin.records import (
+    Level,
+    Template,
+    host_shapes,
+    is_job_node,
+    may_name_a_node,
+    numbers_blanked,
+)
 from l4_plugin.store import Store, generations, jobs, line_packs, packs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
@@ -247,7 +254,7 @@ def ingest_job(
     """
     meta = job_meta(job_dir, job_id=job_id, status=status, config=config)
     started = time.monotonic()
-    found = scan(job_dir, node_pattern, limits, workers)
+    found = scan(job_dir, node_pattern, limits, workers, meta.hosts)
     discovery = time.monotonic() - started
     summary = ingest_streams(
         store,
@@ -779,6 +786,7 @@ def job_record(
     """The job document of a completed ingest (before ``completed`` merges the old one in)."""
     meta = summary.job
     progressing = sorted(n for n, r in rollups.items() if r.last_iteration is not None)
+    hosts = sorted(n for n in rollups if not is_job_node(n))  # not the job's own files
     iterations = found.iterations
     first = found.first_iteration
     progress = summary.progress
@@ -787,9 +795,9 @@ def job_record(
         registered=now,
         timestamp=min(totals.times) if totals.times else None,
         summary=jobs.JobSummary(
-            nodes=tuple(sorted(rollups)),
+            nodes=tuple(hosts),
             progress_nodes=tuple(progressing),
-            node_count=len(rollups),
+            node_count=len(hosts),
             lines=summary.lines,
             ranks=len(totals.ranks),
             template_stats={t: (n, found.node_counts[t]) for t, n in found.totals.items()},

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from l4_plugin.errors import FileCutError, IngestError
 from l4_plugin.ingest.hosts import for_host
-from l4_plugin.ingest.logfile import LogFile
+from l4_plugin.ingest.logfile import LogFile, Route
 from l4_plugin.ingest.reader import Block, read_blocks
 from l4_plugin.limits import ReadLimits, human_size
 
@@ -40,6 +40,7 @@ class LogStream:
     host: str | None = None  # the host whose lines of ``file`` this stream is (logfile.LogFile)
     limits: ReadLimits | None = None  # within which ``open`` reads ``file`` (None: defaults)
     lines: int | None = None  # its lines, estimated (``LogFile.lines``); None: unknown
+    route: Route | None = None  # how ``host``'s lines are picked out (``logfile.LogFile.route``)
 
 
 def file_streams(files: list[LogFile], limits: ReadLimits | None = None) -> list[LogStream]:
@@ -55,6 +56,7 @@ def file_streams(files: list[LogFile], limits: ReadLimits | None = None) -> list
             f.host,
             limits,
             f.lines,
+            f.route,
         )
         for f in files
     ]
@@ -73,7 +75,9 @@ def bounded_blocks(file: LogFile, limits: ReadLimits | None = None) -> Iterator[
     limits = limits or ReadLimits()
     limit = limits.max_file_size
     blocks = read_blocks(file.path, limits=limits, name=file.relative)
-    for block in for_host(blocks, file.host) if file.host is not None else blocks:
+    if file.host is not None:
+        blocks = for_host(blocks, file.host, file.route)
+    for block in blocks:
         if block.end is not None and block.end > limit:
             raise FileCutError(
                 file.relative,

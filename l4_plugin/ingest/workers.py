@@ -41,7 +41,7 @@ from typing import Any
 
 from l4_plugin.errors import FileCutError, IngestError
 from l4_plugin.ingest import procs
-from l4_plugin.ingest.logfile import LogFile
+from l4_plugin.ingest.logfile import LogFile, Route
 from l4_plugin.ingest.parser import LineKind, LineParser, kind_spec
 from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup, kept_like_errors
 from l4_plugin.ingest.sources import LogStream, bounded_blocks
@@ -353,6 +353,7 @@ class _Task:
     size: int
     host: str | None = None
     limits: ReadLimits | None = None
+    route: Route | None = None
 
 
 _WORKER: Scanner | None = None
@@ -441,7 +442,7 @@ def _file_stream(task: _Task) -> LogStream:
     """The stream a worker reads: the same confinement, size limit and host filter as
     ``sources.file_streams`` in the parent."""
     path = Path(task.file)
-    file = LogFile(path, task.path, task.node, task.rank, "rank", task.host)
+    file = LogFile(path, task.path, task.node, task.rank, "rank", task.host, route=task.route)
     return LogStream(
         task.node,
         task.rank,
@@ -450,6 +451,7 @@ def _file_stream(task: _Task) -> LogStream:
         path,
         task.host,
         task.limits,
+        route=task.route,
     )
 
 
@@ -586,7 +588,9 @@ def _batches(streams: list[LogStream], sizes: list[int], workers: int) -> list[l
             batches.append([])
             batch_cost = 0
             limit = _batch_limit(left, workers)
-        batches[-1].append(_Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.limits))
+        batches[-1].append(
+            _Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.limits, s.route)
+        )
         batch_cost += cost
         left -= cost
     return batches

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from l4_plugin.errors import StoreError
-from l4_plugin.records import Finding
+from l4_plugin.records import Finding, is_job_node
 from l4_plugin.rules.compiler import (
     MATCH_NOTHING,
     Query,
@@ -284,7 +284,8 @@ class JobFacts:
         remaining nodes; otherwise every node's last time (a composite over ``l4-events``).
         """
         if min_gap not in self._silent:
-            self._silent[min_gap] = self._find_silent(min_gap)
+            found = self._find_silent(min_gap)
+            self._silent[min_gap] = {n: t for n, t in found.items() if not is_job_node(n)}
         return self._silent[min_gap]
 
     def _find_silent(self, min_gap: float) -> dict[str, float]:

@@ -94,7 +94,7 @@ def test_not_an_interleaved_stream(lines: list[str]) -> None:
 def _plan_line_by_line(lines: list[str], sample: int = 5000) -> HostRouter | None:
     """``plan`` as it was written before runs of one launcher prefix were counted at once: every
     line through ``line_label`` and ``rank_prefix``, the NCCL prefix read on every ranked line."""
-    labelled = seen = ranked = 0
+    labelled = seen = ranked = by_ray = 0
     hosts: Counter[str] = Counter()
     rank_host: dict[int, str] = {}
     for i, line in enumerate(lines):
@@ -107,6 +107,7 @@ def _plan_line_by_line(lines: list[str], sample: int = 5000) -> HostRouter | Non
         if host is not None:
             labelled += 1
             hosts[host] += 1
+            by_ray += line.startswith("(")
             continue
         rank, after = rank_prefix(line)
         if rank is not None:
@@ -118,7 +119,7 @@ def _plan_line_by_line(lines: list[str], sample: int = 5000) -> HostRouter | Non
         return None
     real = tuple(sorted(h for h, n in hosts.items() if n >= 2))
     if len(real) >= 2 and labelled >= 0.8 * seen:
-        return HostRouter(real)
+        return HostRouter(real, carry=by_ray < 0.8 * labelled)
     by_rank = tuple(sorted(set(rank_host.values())))
     if len(by_rank) >= 2 and ranked >= 0.8 * seen:
         return HostRouter(by_rank, rank_host, by_rank=True)

@@ -1,0 +1,151 @@
+"""Which host a log file is, or whether it is the job's own: read from what its lines say.
+
+A file's name does not always say which node wrote it. Slurm names per-task output files by task
+id (``train-3176517-4.out``), a kernel log collected into ``syslog/`` sits beside the other hosts'
+in one folder, and a platform adds files of the whole job (the batch script's output with
+``srun: error: HOST: task 3: Aborted``, ``kubectl get events``, ``kubectl get pods``, Ray's
+``driver.log``). The lines do say it: every NCCL line starts with the host that printed it
+(``host:pid:tid [dev] NCCL INFO``), a syslog line carries its host, launch scripts print a banner
+(``task 3 on gpu-r20-u15``, ``host=dgx-h144``), and each rank announces its address at start-up
+(``NCCL INFO Bootstrap : Using eth0:10.36.50.59<0>``), which names a host that Ray's labels and
+the peers' errors give only by address.
+
+:func:`facts` reads the start of one file (pure: lines in); :func:`assign` decides, knowing every
+file of the job, which node each file is: the directory a collector named after the node wins; a
+file at the top (or in a folder of system logs) is the host its lines name, else the known host
+its name is, else its name; a file that names other hosts and none of its own is the job's
+(``records.JOB_NODE``), its lines about one host routed to that host.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from l4_plugin.ingest.header import outer_labels, rank_prefix
+
+_HOST = r"[A-Za-z0-9][\w.-]*[A-Za-z0-9]"
+_IP = r"\d{1,3}(?:\.\d{1,3}){3}"
+# NCCL's own prefix (src/debug.cc): "host:pid:tid [dev] NCCL INFO …".
+_NCCL = re.compile(r"(" + _HOST + r"):\d+:\d+ \[\d+\] NCCL ")
+# NCCL bootstrap (src/bootstrap.cc): the interface and address this rank uses.
+_BOOTSTRAP = re.compile(r"NCCL INFO Bootstrap ?: Using [\w.:-]+?:(" + _IP + r")<")
+# syslog / kern.log: "Mon DD HH:MM:SS host prog[pid]: …"
+_SYSLOG = re.compile(
+    r"(?:[A-Z][a-z]{2} )?[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d+)?(?: \d{4})? ("
+    + _HOST
+    + r") [\w./-]+?(?:\[\d+\])?: "
+)
+# Launch scripts' banners: "host=dgx-h144", "hostname: gpu-3", "task 3 on gpu-r20-u15" (srun).
+_BANNER = re.compile(
+    r"(?:^|[\s\]])(?:host(?:name)?\s*[=:]\s*|HOSTNAME=|task \d+ on |[Rr]unning on (?:host )?)("
+    + _HOST
+    + r")\b"
+)
+#: Lines naming a host as the subject of what a launcher, scheduler or collector reports.
+_SUBJECTS = tuple(
+    re.compile(p)
+    for p in (
+        r"\bsrun: error: (" + _HOST + r"): tasks? [\d,\s-]+: ",  # srun: error: HOST: task 3: …
+        r"\bsrun: error: Node failure on (" + _HOST + r")",
+        r"\bon node (" + _HOST + r") exited on signal",  # mpirun noticed that process rank …
+        r"^\[(" + _HOST + r"):\d+\] ",  # Open MPI: "[host:pid] *** Process received signal ***"
+        r"\bpod/([a-z0-9][a-z0-9.-]*[a-z0-9])\b",  # kubectl get events: the object column
+        r"\bPod: [\w-]+\.([a-z0-9][a-z0-9.-]*[a-z0-9]) exited",  # training-operator
+        r"^([a-z0-9][a-z0-9.-]*[a-z0-9])\s+\d+/\d+\s+[A-Z]\w+",  # kubectl get pods: a row
+        r"\band address: (" + _IP + r")\b",  # Ray: node … has been marked dead
+        r"\bip=(" + _IP + r")[,)]",  # Ray: a task's error names the worker's address
+    )
+)
+#: How many of a file's first lines are read for its facts.
+FACT_LINES = 2000
+#: Own-host evidence lines after which the rest need not be read.
+_ENOUGH = 8
+_OWN_SHARE = 0.8
+
+
+@dataclass(frozen=True, slots=True)
+class FileFacts:
+    """What the start of one file says of who wrote it."""
+
+    #: The host its own lines name (NCCL prefix, syslog host, a banner); None: none or several.
+    own: str | None = None
+    #: (address, host) pairs its ranks announced.
+    addresses: tuple[tuple[str, str], ...] = ()
+    #: Hosts (or addresses) its lines name as the subject of a launcher's or scheduler's report.
+    named: tuple[str, ...] = ()
+
+
+def _body(line: str) -> str:
+    """The line less a collector's labels and launcher rank prefixes."""
+    end = rank_prefix(line)[1]
+    if not end and line[:1] in "0123456789[(":
+        end = outer_labels(line)[2]
+    return line[end:].lstrip() if end else line
+
+
+def facts(lines: Iterable[str], limit: int = FACT_LINES) -> FileFacts:
+    """The facts of a file from its first ``limit`` lines."""
+    own: Counter[str] = Counter()
+    addresses: dict[str, str] = {}
+    named: dict[str, None] = {}
+    evidence = 0
+    for i, line in enumerate(lines):
+        if i >= limit or (evidence >= _ENOUGH and i >= 200):
+            break
+        body = _body(line)
+        host = _own_host(body)
+        if host is not None:
+            own[host] += 1
+            evidence += 1
+            if "Bootstrap" in body and (b := _BOOTSTRAP.search(body)) is not None:
+                addresses.setdefault(b.group(1), host)
+        if ": error: " in body or "pod" in body.lower() or "[" in body[:1] or "=" in body:
+            for subject in _SUBJECTS:
+                m = subject.search(body)
+                if m is not None:
+                    named[m.group(1)] = None
+                    break
+    total = sum(own.values())
+    top = own.most_common(1)
+    mine = top[0][0] if top and top[0][1] >= _OWN_SHARE * total else None
+    return FileFacts(mine, tuple(addresses.items()), tuple(named))
+
+
+def _own_host(body: str) -> str | None:
+    """The host a line says printed it: its NCCL prefix, syslog host or launch banner."""
+    if " NCCL " in body:
+        m = _NCCL.match(body)
+        if m is not None:
+            return m.group(1)
+    if body[:1].isupper() and (m := _SYSLOG.match(body)) is not None:
+        return m.group(1)
+    if "host" in body or "task " in body or "unning on" in body or "HOSTNAME" in body:
+        m = _BANNER.search(body[:300])
+        if m is not None and not m.group(1).isdigit():
+            return m.group(1)
+    return None
+
+
+def subject(line: str, hosts: Mapping[str, str]) -> str | None:
+    """The known host a line of a job's own file reports about (``hosts``: name or address ->
+    host), None when it names none or several."""
+    body = _body(line)
+    for pattern in _SUBJECTS:
+        m = pattern.search(body)
+        if m is not None:
+            return hosts.get(m.group(1))
+    return None
+
+
+def address_host(addresses: Mapping[str, str], known: Iterable[str]) -> dict[str, str]:
+    """Address -> host: what the ranks announced, and the addresses cloud hosts are named
+    after (EC2's ``ip-10-2-22-194`` is 10.2.22.194)."""
+    out = dict(addresses)
+    for host in known:
+        m = re.fullmatch(r"ip-(\d{1,3})-(\d{1,3})-(\d{1,3})-(\d{1,3})(?:\..*)?", host)
+        if m is not None:
+            out.setdefault(".".join(m.groups()), host)
+    return out
