@@ -47,6 +47,9 @@ _NCCL_HOST = re.compile(r"([A-Za-z0-9][\w.-]*):\d+:\d+ \[\d+\] NCCL ")
 _SAMPLE = 5000
 _LOOK = 64  # lines after which a file none of whose lines is labelled is one node's
 _LABELLED_SHARE = 0.8
+# Ray's log monitor labels every line it forwards, so its labels decide with fewer of them: the
+# driver prints its own tables, bars and errors between the workers' lines.
+_RAY_SHARE = 0.3
 _MIN_LINES_PER_HOST = 2
 _UNLABELLED: dict[bytes, bool] = {}  # by digit shape: the line names no host
 _MAX_SHAPES = 65_536
@@ -160,9 +163,12 @@ class _Tally:
         if self.seen == 0:
             return None
         real = tuple(sorted(h for h, n in self.hosts.items() if n >= _MIN_LINES_PER_HOST))
+        ray = self.by_ray >= _LABELLED_SHARE * self.labelled
         if len(real) >= 2 and self.labelled >= _LABELLED_SHARE * self.seen:
             # Ray's driver output: every forwarded line labelled, the rest the driver's own.
-            return HostRouter(real, carry=self.by_ray < _LABELLED_SHARE * self.labelled)
+            return HostRouter(real, carry=not ray)
+        if len(real) >= 2 and ray and self.labelled >= _RAY_SHARE * self.seen:
+            return HostRouter(real, carry=False)
         by_rank = tuple(sorted(set(self.rank_host.values())))
         if len(by_rank) >= 2 and self.ranked >= _LABELLED_SHARE * self.seen:
             return HostRouter(by_rank, self.rank_host, by_rank=True)
@@ -175,7 +181,8 @@ _FIRST_CHUNK = 32  # ... after chunks of 32, 64, 128 and 256 (the early stop is 
 
 def _tally_rest(tally: _Tally, head: Iterator[str], left: int) -> None:
     """Count the rest of the sample (at most ``left`` lines), a chunk at a time, and stop early
-    once neither share can reach ``_LABELLED_SHARE`` even if every line left counted for it:
+    once no share can reach its threshold (``_RAY_SHARE`` of labelled lines, ``_LABELLED_SHARE``
+    of ranked ones) even if every line left counted for it:
     the decision is then None whatever those lines say (and None on the lines counted)."""
     size = _FIRST_CHUNK  # small first: most files of one node stop after a few dozen lines
     while left > 0:
@@ -185,7 +192,10 @@ def _tally_rest(tally: _Tally, head: Iterator[str], left: int) -> None:
         size = min(2 * size, _CHUNK)
         left -= len(chunk)
         _tally_chunk(tally, chunk)
-        if max(tally.labelled, tally.ranked) + left < _LABELLED_SHARE * (tally.seen + left):
+        total = tally.seen + left
+        if tally.labelled + left < _RAY_SHARE * total and (
+            tally.ranked + left < _LABELLED_SHARE * total
+        ):
             return
 
 

@@ -28,6 +28,7 @@ from l4_plugin.ingest.header import outer_labels, rank_prefix
 
 _HOST = r"[A-Za-z0-9][\w.-]*[A-Za-z0-9]"
 _IP = r"\d{1,3}(?:\.\d{1,3}){3}"
+_IPV4 = re.compile(_IP)
 # NCCL's own prefix (src/debug.cc): "host:pid:tid [dev] NCCL INFO …".
 _NCCL = re.compile(r"(" + _HOST + r"):\d+:\d+ \[\d+\] NCCL ")
 # NCCL bootstrap (src/bootstrap.cc): the interface and address this rank uses.
@@ -59,6 +60,8 @@ _SUBJECTS = tuple(
         r"\bip=(" + _IP + r")[,)]",  # Ray: a task's error names the worker's address
     )
 )
+_LEAD_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}) ")
+_TOKEN = re.compile(r"[A-Za-z0-9][\w.-]*[A-Za-z0-9]")
 #: How many of a file's first lines are read for its facts.
 FACT_LINES = 2000
 #: Own-host evidence lines after which the rest need not be read.
@@ -79,7 +82,10 @@ class FileFacts:
 
 
 def _body(line: str) -> str:
-    """The line less a collector's labels and launcher rank prefixes."""
+    """The line less a collector's labels and stamp (``kubectl logs --timestamps``) and launcher
+    rank prefixes."""
+    if line[:1].isdigit() and (m := _LEAD_TIME.match(line)) is not None:
+        line = line[m.end() :]
     end = rank_prefix(line)[1]
     if not end and line[:1] in "0123456789[(":
         end = outer_labels(line)[2]
@@ -115,18 +121,28 @@ def facts(lines: Iterable[str], limit: int = FACT_LINES) -> FileFacts:
 
 
 def _own_host(body: str) -> str | None:
-    """The host a line says printed it: its NCCL prefix, syslog host or launch banner."""
+    """The host a line says printed it: its NCCL prefix, syslog host or launch banner (a
+    domain name as its host's short name: torchrun's failure table prints the FQDN, NCCL the
+    host name)."""
     if " NCCL " in body:
         m = _NCCL.match(body)
         if m is not None:
-            return m.group(1)
+            return short_name(m.group(1))
     if body[:1].isupper() and (m := _SYSLOG.match(body)) is not None:
-        return m.group(1)
+        return short_name(m.group(1))
     if "host" in body or "task " in body or "unning on" in body or "HOSTNAME" in body:
         m = _BANNER.search(body[:300])
         if m is not None and not m.group(1).isdigit():
-            return m.group(1)
+            return short_name(m.group(1))
     return None
+
+
+def short_name(host: str) -> str:
+    """A host's name less its domain (``gpu-3.cluster.local`` -> ``gpu-3``); an address as
+    it is."""
+    if "." not in host or _IPV4.fullmatch(host):
+        return host
+    return host.split(".", 1)[0]
 
 
 def subject(line: str, hosts: Mapping[str, str]) -> str | None:
@@ -136,8 +152,21 @@ def subject(line: str, hosts: Mapping[str, str]) -> str | None:
     for pattern in _SUBJECTS:
         m = pattern.search(body)
         if m is not None:
-            return hosts.get(m.group(1))
+            return hosts.get(m.group(1)) or hosts.get(short_name(m.group(1)))
     return None
+
+
+def lists_hosts(line: str, hosts: Mapping[str, str]) -> bool:
+    """Whether a line names two or more of the job's hosts (a node list, a hostfile): what a
+    file about the whole job prints, never one rank."""
+    seen: set[str] = set()
+    for token in _TOKEN.findall(line):
+        host = hosts.get(token)
+        if host is not None:
+            seen.add(host)
+            if len(seen) >= 2:
+                return True
+    return False
 
 
 def address_host(addresses: Mapping[str, str], known: Iterable[str]) -> dict[str, str]:

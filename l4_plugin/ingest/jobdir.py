@@ -373,7 +373,10 @@ def _by_host(file: LogFile, router: HostRouter, addresses: dict[str, str]) -> li
     hosts = sorted({addresses.get(h, h) for h in router.hosts})
     route = Route("label", tuple(sorted(addresses.items()))) if addresses else None
     if not router.carry:
-        hosts.append(JOB_NODE)
+        # Ray forwards a worker's lines whenever it prints: a host the plan's sample did not
+        # see may still have lines later (its failure): every host with an address has a
+        # stream, and the driver's own lines are the job's.
+        hosts = [*sorted(set(hosts) | set(addresses.values())), JOB_NODE]
         route = Route("label", tuple(sorted(addresses.items())))
     # Each host's stream reads the whole file: its share of the lines, weighed as such.
     lines = None if file.lines is None else file.lines // len(hosts)
@@ -388,7 +391,7 @@ def _job_streams(file: LogFile, names: dict[str, str], limits: ReadLimits) -> li
     the job's hosts (it is then the node its name says); else one for each host it reports
     about and one for the job (``JOB_NODE``) with the rest."""
     about = _subjects(file.path, names, limits)
-    if not about:
+    if about is None:
         return [file]
     route = Route("subject", tuple(sorted(names.items())))
     lines = None if file.lines is None else file.lines // (len(about) + 1)
@@ -398,20 +401,25 @@ def _job_streams(file: LogFile, names: dict[str, str], limits: ReadLimits) -> li
     ]
 
 
-def _subjects(path: Path, names: dict[str, str], most: int) -> set[str]:
-    """The job's hosts the lines of ``path`` report about (its first ``most`` bytes)."""
+def _subjects(path: Path, names: dict[str, str], limits: ReadLimits) -> set[str] | None:
+    """The job's hosts the lines of ``path`` report about (its first ``JOB_FILE_SCAN`` bytes);
+    None when it is no file of the job's: it neither reports about a host nor lists several."""
     about: set[str] = set()
+    lists = False
+    most = min(limits.max_file_size, JOB_FILE_SCAN)
     try:
-        for block in read_blocks(path):
+        for block in read_blocks(path, limits=limits):
             for line in block.lines:
                 host = identity.subject(line, names)
                 if host is not None:
                     about.add(host)
+                elif not lists:
+                    lists = identity.lists_hosts(line, names)
             if block.end is not None and block.end > most:
                 break
     except (OSError, IngestError):
         pass
-    return about
+    return about if about or lists else None
 
 
 def _node_regex(node_pattern: str | None) -> re.Pattern[str] | None:

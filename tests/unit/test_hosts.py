@@ -120,6 +120,8 @@ def _plan_line_by_line(lines: list[str], sample: int = 5000) -> HostRouter | Non
     real = tuple(sorted(h for h, n in hosts.items() if n >= 2))
     if len(real) >= 2 and labelled >= 0.8 * seen:
         return HostRouter(real, carry=by_ray < 0.8 * labelled)
+    if len(real) >= 2 and by_ray >= 0.8 * labelled and labelled >= 0.3 * seen:
+        return HostRouter(real, carry=False)
     by_rank = tuple(sorted(set(rank_host.values())))
     if len(by_rank) >= 2 and ranked >= 0.8 * seen:
         return HostRouter(by_rank, rank_host, by_rank=True)
