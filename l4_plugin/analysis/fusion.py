@@ -48,7 +48,7 @@ from l4_plugin.analysis.results import (
 )
 from l4_plugin.analysis.spatial import level_weight
 from l4_plugin.errors import AnalysisError
-from l4_plugin.records import Level
+from l4_plugin.records import Level, is_job_node
 
 # Reason weights. Cross-job absence and spatial attribution are the paper's two main signals; the
 # rest corroborate. They were set so that one corroborated signal clears the default cut-off and a
@@ -495,7 +495,7 @@ def _all_nodes(
     for e in events:
         for n in e.first_seen:
             seen[n] = None
-    return sorted(seen)
+    return sorted(n for n in seen if not is_job_node(n))  # hosts, not the job's own files
 
 
 def _level_reasons(
