@@ -349,13 +349,19 @@ def _assign(
             known.add(f.node)
         if facts.own is not None:
             known.add(facts.own)
+            if identity.short_name(f.node) == identity.short_name(facts.own):
+                known.add(f.node)
         if router is not None:
             known.update(h for h in router.hosts if not _IPV4.fullmatch(h))
     announced = {ip: host for *_, facts in kept for ip, host in facts.addresses}
     addresses = identity.address_host(announced, known)
     out: list[LogFile] = []
     for f, file, router, facts in kept:
-        node = facts.own if f.origin == "name" and facts.own is not None else f.node
+        node = f.node
+        if f.origin == "name" and facts.own is not None:
+            # The host its lines name, unless its name is that host's (a domain name of it).
+            same = identity.short_name(node) == identity.short_name(facts.own)
+            node = node if same else facts.own
         file = replace(file, node=node)
         if router is not None:
             out.extend(_by_host(file, router, addresses))

@@ -147,3 +147,10 @@ def test_kubernetes_pod_files_and_the_clusters_events(tmp_path: Path) -> None:
     nodes = sorted({f.node for f in files})
     assert nodes == sorted([JOB_NODE, "run-master-0", "run-worker-0"])
     assert next(b.lines for b in read_blocks(job / "events.txt"))[2].startswith("9m")
+
+
+def test_a_files_name_that_is_its_hosts_domain_name_stays(tmp_path: Path) -> None:
+    # NCCL prints the short host name; the collector named the file by the FQDN: the name wins.
+    _write(tmp_path / "job" / "trn03.cluster.local-rank0.log", [_nccl("trn03", 0), "step 1"])
+    [f] = scan(tmp_path / "job", workers=1).files
+    assert (f.node, f.rank) == ("trn03.cluster.local", 0)
