@@ -6,7 +6,7 @@ from pathlib import Path
 
 from l4_plugin.ingest.identity import facts, short_name, subject
 from l4_plugin.ingest.jobdir import scan
-from l4_plugin.ingest.parser import read_blocks
+from l4_plugin.ingest.reader import read_blocks
 from l4_plugin.ingest.sources import file_streams
 from l4_plugin.records import JOB_NODE
 

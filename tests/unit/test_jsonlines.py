@@ -12,7 +12,7 @@ from l4_plugin.ingest.header import parse_header
 from l4_plugin.ingest.hosts import plan
 from l4_plugin.ingest.jobdir import discover
 from l4_plugin.ingest.jsonlines import is_json_lines, render
-from l4_plugin.ingest.parser import read_blocks
+from l4_plugin.ingest.reader import read_blocks
 
 T0 = calendar.timegm((2025, 9, 12, 7, 15, 57, 0, 0, 0))
 
