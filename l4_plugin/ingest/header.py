@@ -370,12 +370,12 @@ def parse_header(line: str, default_year: int | None = None) -> Header:
             ts = ts if ts is not None else ts2
             level, host = level2 or level, host2 or host
             body, emitter = (body2, emitter2) if body2 >= 0 else (after, "torch")
-        elif emitter == "plain" and ts is not None and level is None:
-            # A collector's time before the program's own header ("kubectl logs --timestamps",
-            # a JSON line's time): the collector's time, the program's level and body.
-            inner = _dispatch(line, _skip_blanks(line, body), year)
-            if inner[3] >= 0:
-                level, host, body, emitter = inner[1], inner[2] or host, inner[3], inner[4]
+    if emitter == "plain" and ts is not None and level is None:
+        # A collector's time before the program's own header ("kubectl logs --timestamps",
+        # a JSON line's time): the collector's time, the program's level and body.
+        inner = _dispatch(line, _skip_blanks(line, body), year)
+        if inner[3] >= 0:
+            level, host, body, emitter = inner[1], inner[2] or host, inner[3], inner[4]
     ts = ts if ts is not None else outer_ts
     host = host or outer_host
     if hdr_rank is not None and rank is None:

@@ -5,11 +5,12 @@ Bit / Vector outputs, a training platform's own shipper): the message, its time,
 the rank are fields, found here by their usual names. Each object becomes one text line that
 carries the same facts where the header parser looks for them::
 
-    2025-09-12T07:15:57.072099Z INFO [rank216]: <message>
+    [rank216]: 2025-09-12T07:15:57.072099Z INFO <message>
 
-The object's time (the collector's, in UTC) leads, so it is the line's time; a level field
-follows it; a rank field becomes the launcher's ``[rankN]:`` prefix; the message keeps its own
-header after that (a framework's stamp, a level). A kernel line (``stream: kernel``) is written
+A rank field becomes the launcher's ``[rankN]:`` prefix (as torchrun prefixes what a rank
+prints); the object's time (the collector's, in UTC) comes first after it, so it is the line's
+time; a level field follows; the message keeps its own header after that (a framework's stamp,
+a level). A kernel line (``stream: kernel``) is written
 as syslog writes one, so it is read as a kernel line of its host. The host field is not
 rendered: a file of one host's lines is that host's (``host_of``), and a file that mixes hosts
 gets the ``host: `` label that launchers such as pdsh use, which routes each line to its host
@@ -141,14 +142,14 @@ def render(obj: dict[str, Any], hosts_labelled: bool = False) -> str:
         when = f"{_MONTHS[moment.month - 1]} {moment.day:2d} {moment:%H:%M:%S.%f} {moment.year}"
         return f"{label}{when} {host or 'localhost'} kernel: {message}"
     parts = [label]
+    rank = _rank(_field(obj, _RANK))
+    if rank is not None and not message.startswith(("[rank", "[default")):
+        parts.append(f"[rank{rank}]: ")
     if moment is not None:
         parts.append(moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + ("Z " if moment.tzinfo else " "))
     level = _field(obj, _LEVEL)
     if isinstance(level, str) and level.strip().isalpha():
         parts.append(level.strip().upper() + " ")
-    rank = _rank(_field(obj, _RANK))
-    if rank is not None and not message.startswith(("[rank", "[default")):
-        parts.append(f"[rank{rank}]: ")
     parts.append(message)
     return "".join(parts)
 

@@ -265,10 +265,9 @@ def ingest_job(
         baseline_templates=baseline_templates,
         full=full,
         progress=progress,
-        skipped=[*meta.warnings, *found.skipped],
+        skipped=found.skipped,
         workers=workers,
     )
-    summary.skipped_files = len(found.skipped)
     summary.steps = {"discovery": discovery, **summary.steps}
     summary.seconds += discovery  # the whole ingest, as the user waits for it
     return summary
@@ -294,6 +293,7 @@ def ingest_streams(
     """
     started = time.monotonic()
     summary = IngestSummary(meta, files=len(streams))
+    summary.problems.extend(meta.warnings)  # job.yaml keys ignored
     summary.problems.extend(skipped or [])
     summary.skipped_files = len(skipped or [])
     parser = LineParser(known=load_known_templates(store))

@@ -543,3 +543,47 @@ def test_rank_prefixes_read_by_digit_shape_give_what_rank_prefix_gives() -> None
         if raw.startswith("["):  # hosts.plan's shortcut: such a line names no host
             assert hosts.line_label(raw)[0] is None
     assert hosts.line_label("[pod/trainer-3/pytorch] x")[0] == "trainer-3"
+
+
+def test_a_platforms_job_yaml_and_json_lines_logs_are_read(store: Store, tmp_path: Path) -> None:
+    # A scheduler's own keys beside id/status/config, and one JSON-lines file per host with the
+    # kernel's lines among the ranks' (a collector's output): warnings, never a refusal.
+    import json
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "job.yaml").write_text(
+        "id: js-1\nstatus: failed\nstarted: 2025-09-12T07:15:00Z\nnodelist: a3-[1-2]\n"
+        "partition: batch\nconfig:\n  model: x\n"
+    )
+    t0 = 1757661300.0  # 2025-09-12T07:15:00Z
+    for host in ("a3-1", "a3-2"):
+        rows = [
+            {"ts": t0 + i, "host": host, "rank": r, "stream": "stdout", "msg": f"step {i} loss 2.5"}
+            for i in range(1, 20)
+            for r in (0, 1)
+        ]
+        if host == "a3-2":
+            rows.append({"ts": t0 + 20, "host": host, "stream": "kernel", "msg": "NVRM: Xid 79"})
+            rows.append({"ts": t0 + 21, "host": host, "rank": 3, "msg": "RuntimeError: CUDA error"})
+        (job / f"{host}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    summary = ingest_job(store, job)
+    assert (summary.job.id, summary.job.hosts, summary.nodes) == ("js-1", ("a3-1", "a3-2"), 2)
+    assert any("key 'partition' in job.yaml ignored" in p for p in summary.problems)
+    store.refresh(store.names.lines)
+    hits = store.search(
+        store.names.lines,
+        {
+            "query": {
+                "bool": {
+                    "filter": [{"term": {"l4.job.id": "js-1"}}, {"term": {"host.name": "a3-2"}}]
+                }
+            },
+            "size": 50,
+        },
+    )["hits"]["hits"]
+    by_text = {h["_source"]["message"]: h["_source"] for h in hits}
+    xid = next(s for m, s in by_text.items() if "Xid 79" in m)
+    assert xid["@timestamp"] == int((t0 + 20) * 1000)  # the collector's time, not borrowed
+    err = next(s for m, s in by_text.items() if "CUDA error" in m)
+    assert err["log.level"] == "ERROR" and err["l4.rank"] == 3

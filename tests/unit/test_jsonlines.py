@@ -34,7 +34,7 @@ def _write(path: Path, objects: list[dict[str, object]]) -> Path:
                 "stream": "stdout",
                 "msg": "[2025-09-12 08:15:57,072] [WARNING] [engine.py:1:f] slow step",
             },
-            "2025-09-12T07:15:57.072000Z [rank216]: [2025-09-12 08:15:57,072] [WARNING] "
+            "[rank216]: 2025-09-12T07:15:57.072000Z [2025-09-12 08:15:57,072] [WARNING] "
             "[engine.py:1:f] slow step",
             T0 + 0.072,
             "WARNING",
@@ -89,7 +89,7 @@ def test_a_file_of_json_lines_is_found_and_read_as_text(tmp_path: Path) -> None:
     assert (found.node, found.relative) == ("a3", "a3.jsonl")
     blocks = list(read_blocks(path))
     lines = [line for b in blocks for line in b.lines]
-    assert lines[3] == "2025-09-12T07:16:00.000000Z [rank1]: step 3 loss 2.3"
+    assert lines[3] == "[rank1]: 2025-09-12T07:16:00.000000Z step 3 loss 2.3"
     # offsets stay the file's: line i starts after the i-th newline of the raw bytes
     raw = path.read_bytes()
     starts = [0, *[i + 1 for i, c in enumerate(raw) if c == 10][:-1]]
