@@ -165,7 +165,7 @@ _EPOCH = re.compile(r"(1\d{9}|[2-3]\d{9})(?:\.(\d+)|(\d{3}))?(?![\d.])[ \t,:|]*"
 
 # Level from the body where the header has none.
 _INFER_ERROR = re.compile(
-    r"Traceback \(most recent call last\)|\b[A-Za-z_.]*(?:Error|Exception|Interrupt)\b(?::|$)"
+    r"Traceback \(most recent call last\)|\b[A-Za-z_.]*(?:Error|Exception|Interrupt)\b(?::(?!:)|$)"
     r"|\b(?:ERROR|[Ee]rror)\b:|\bCUDA error\b|\bSegmentation fault\b|\bcore dumped\b"
 )
 _INFER_WARNING = re.compile(r"\bNCCL WARN\b|\b[A-Za-z]*Warning\b:|\b(?:WARNING|[Ww]arning)\b:")

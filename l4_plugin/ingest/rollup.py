@@ -290,7 +290,7 @@ LineSink = Callable[[int, str, LineKind, str, int | None, str | None, int | None
 #: opens one though it has no error level, starts a Python traceback, is kept like an error
 #: (``KEEP_LEVELS`` / ``KEEP_EMITTERS``), has an error level, has a timestamp, may start with a
 #: rank prefix (the last two: the kind's own attributes).
-Traits = tuple[int, Role, bool, bool, bool, bool, bool, bool, bool]
+Traits = tuple[int, Role, bool, bool, bool, bool, bool, bool, bool, bool]
 #: Lanes: a line of no role and none of the other traits only counts in its group; an iteration
 #: marker of none of them also moves its file's iteration. Any other line takes the general path.
 _PLAIN = 1
@@ -319,8 +319,11 @@ class KindCache:
             is_tb = body.startswith(_TB_OPENERS)
             keep = kept_like_errors(kind)
             open_level = kind.level in _OPEN_LEVELS
+            # A line with nothing after its labels (a collector's stamp, "3: ", an empty line
+            # between two ranks' interleaved traces) neither continues nor closes a record.
+            blank = not body.strip()
             lane = 0  # the general path
-            if not (cont or opener or is_tb or keep or open_level):
+            if not (cont or opener or is_tb or keep or open_level or blank):
                 if role is NO_ROLE:
                     lane = _PLAIN
                 elif role.iteration is not None:
@@ -335,6 +338,7 @@ class KindCache:
                 open_level,
                 kind.has_timestamp,
                 kind.rank_prefix,
+                blank,
             )
         return traits
 
@@ -489,7 +493,7 @@ class NodeRollup:
                 traits = traits_of(kind)
                 if traits is None:
                     traits = compute(kind, rules)
-                lane, role, cont, opener, is_tb, keep, open_level, stamped, prefixed = traits
+                lane, role, cont, opener, is_tb, keep, open_level, stamped, prefixed, blank = traits
                 if stamped:
                     ts_ref, ts_shape = raw, shape
                     stamp_pos = pos
@@ -735,7 +739,7 @@ class NodeRollup:
                 if joined or opener or open_level:
                     open_group, open_kept = group, this_kept
                     open_first, open_lines = group.count == 1, 0
-                else:
+                elif not blank:
                     open_group = open_kept = None
                 if then is not None and then != stage:
                     stage = then

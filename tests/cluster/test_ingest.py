@@ -400,6 +400,42 @@ def test_error_continuations_join_their_record(store: Store, tmp_path: Path) -> 
     assert record["message"].endswith("(0x7f in /lib/libc10.so)")
 
 
+def test_a_record_under_a_collectors_stamps_survives_an_empty_line(
+    store: Store, tmp_path: Path
+) -> None:
+    # kubectl logs --timestamps: two ranks' C++ traces interleave in one pod log, an empty
+    # (stamped) line between them; "srun -l" labels a blank line "3: " the same way.
+    job = tmp_path / "pod"
+    job.mkdir()
+    t = "2025-04-08T04:25:43.8353{:02d}Z "
+    lines = [
+        t.format(0) + "terminate called after throwing an instance of 'c10::DistBackendError'",
+        t.format(1) + "  what():  [PG ID 0 Rank 209] Process group watchdog thread terminated",
+        t.format(2) + "Exception raised from checkTimeout at ../ProcessGroupNCCL.cpp:618 (most "
+        "recent call first):",
+        t.format(3) + "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96",
+        t.format(4),
+        t.format(5) + "frame #1: c10d::ProcessGroupNCCL::watchdogHandler() + 0x233",
+        "3: terminate called after throwing an instance of 'c10::DistBackendError'",
+        "3: Exception raised from checkTimeout at ../ProcessGroupNCCL.cpp:618 (most recent call "
+        "first):",
+        "3: ",
+        "3: frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96",
+    ]
+    (job / "worker-1.log").write_text("\n".join(lines) + "\n", "utf-8")
+    job_id = ingest_job(store, job).job.id
+    body = {"size": 100, "query": {"term": {"l4.job.id": job_id}}}
+    events = [h["_source"] for h in store.search(store.names.events, body)["hits"]["hits"]]
+    texts = [e["l4.template.text"] for e in events]
+    assert not any(t.startswith(("frame #", "Exception raised")) for t in texts), texts
+    what = next(e for e in events if "what():" in e["message"])
+    assert "frame #1: c10d::ProcessGroupNCCL::watchdogHandler" in what["message"]
+    # A C++ scope's "Error::Error(" names no error of its own.
+    assert all(
+        e.get("log.level") != "ERROR" for e in events if "c10::Error::Error" in e["message"][:40]
+    )
+
+
 def test_reingest_without_status_keeps_the_registered_one(store: Store, tmp_path: Path) -> None:
     job = tmp_path / "reg"
     (job / "n1").mkdir(parents=True)
