@@ -62,6 +62,17 @@ _SUBJECTS = tuple(
 )
 _LEAD_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}) ")
 _TOKEN = re.compile(r"[A-Za-z0-9][\w.-]*[A-Za-z0-9]")
+# A launcher agent's own lines: torchrun's elastic agent (glog headers since torch 2.4 name its
+# source file, "torch/distributed/elastic/agent/server/api.py:…]"; older releases log through
+# "torch.distributed.elastic…" loggers) and Ray's node daemons ("(raylet)", "(gcs_server)").
+_AGENT = re.compile(
+    r"torch[./]distributed[./](?:elastic|run\.py|launcher)|\((?:raylet|gcs_server|\w+_agent)\)"
+    # the failure summary the agent prints (torch/distributed/elastic/multiprocessing/errors)
+    r"|^(?:\[\d+\]:|Failures:|Root Cause \(first observed failure\):|\S+ FAILED)\s*$"
+)
+_WORDY = re.compile(r"[\w\[(]")
+_AGENT_LINES = 3
+_AGENT_SHARE = 0.5
 #: How many of a file's first lines are read for its facts.
 FACT_LINES = 2000
 #: Own-host evidence lines after which the rest need not be read.
@@ -79,6 +90,9 @@ class FileFacts:
     addresses: tuple[tuple[str, str], ...] = ()
     #: Hosts (or addresses) its lines name as the subject of a launcher's or scheduler's report.
     named: tuple[str, ...] = ()
+    #: Most of its lines are a launcher agent's own (torchrun's elastic agent, Ray's raylet):
+    #: what it prints says nothing of whether the node's training processes still run.
+    agent: bool = False
 
 
 def _body(line: str) -> str:
@@ -97,10 +111,19 @@ def facts(lines: Iterable[str], limit: int = FACT_LINES) -> FileFacts:
     own: Counter[str] = Counter()
     addresses: dict[str, str] = {}
     named: dict[str, None] = {}
-    evidence = 0
+    evidence = seen = agent = 0
     for i, line in enumerate(lines):
         if i >= limit or (evidence >= _ENOUGH and i >= 200):
             break
+        if (
+            line.strip()
+            and not line[:1].isspace()
+            and _WORDY.match(line)
+            and not (line.startswith("Traceback"))
+        ):
+            # (a block's indented lines and a table's rules say nothing of who printed it)
+            seen += 1
+            agent += _AGENT.search(line[:160]) is not None
         body = _body(line)
         host = _own_host(body)
         if host is not None:
@@ -117,7 +140,8 @@ def facts(lines: Iterable[str], limit: int = FACT_LINES) -> FileFacts:
     total = sum(own.values())
     top = own.most_common(1)
     mine = top[0][0] if top and top[0][1] >= _OWN_SHARE * total else None
-    return FileFacts(mine, tuple(addresses.items()), tuple(named))
+    is_agent = seen >= _AGENT_LINES and agent >= _AGENT_SHARE * seen
+    return FileFacts(mine, tuple(addresses.items()), tuple(named), is_agent)
 
 
 def _own_host(body: str) -> str | None:

@@ -299,7 +299,7 @@ def scan(
             continue
         target, size, lines = checked
         total += size
-        kind: Literal["rank", "system"] = "system" if f.system else "rank"
+        kind: Literal["rank", "system", "agent"] = "system" if f.system else "rank"
         file = LogFile(target, f.relative, f.node, f.rank, kind, None, lines)
         kept.append((f, file, router, facts))
     if total > limits.max_job_size:
@@ -363,6 +363,8 @@ def _assign(
             same = identity.short_name(node) == identity.short_name(facts.own)
             node = node if same else facts.own
         file = replace(file, node=node)
+        if facts.agent and file.kind == "rank":
+            file = replace(file, kind="agent", rank=None)
         if router is not None:
             out.extend(_by_host(file, router, addresses))
         elif f.origin == "name" and facts.own is None and node not in known and known:

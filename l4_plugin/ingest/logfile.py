@@ -25,7 +25,8 @@ class Route:
 
 @dataclass(frozen=True, slots=True)
 class LogFile:
-    """One log file of a job: its node, rank (None for system logs) and kind.
+    """One log file of a job: its node, rank (None for system logs) and kind: a rank's output,
+    a system log (kernel, syslog) or a launcher agent's own log (torchrun's, Ray's raylet).
 
     ``host`` is set when the file holds the lines of several nodes (one launcher's stdout,
     :mod:`l4_plugin.ingest.hosts`, or the job's own file, :mod:`l4_plugin.ingest.identity`):
@@ -37,7 +38,7 @@ class LogFile:
     relative: str
     node: str
     rank: int | None
-    kind: Literal["rank", "system"]
+    kind: Literal["rank", "system", "agent"]
     host: str | None = None
     #: Its lines, estimated at discovery from its first bytes (``jobdir.estimate_lines``): what
     #: the scan's scheduling weighs a file by. None: not known.

@@ -41,6 +41,7 @@ class LogStream:
     limits: ReadLimits | None = None  # within which ``open`` reads ``file`` (None: defaults)
     lines: int | None = None  # its lines, estimated (``LogFile.lines``); None: unknown
     route: Route | None = None  # how ``host``'s lines are picked out (``logfile.LogFile.route``)
+    kind: str = "rank"  # a rank's output, a system log or an agent's (``logfile.LogFile.kind``)
 
 
 def file_streams(files: list[LogFile], limits: ReadLimits | None = None) -> list[LogStream]:
@@ -57,6 +58,7 @@ def file_streams(files: list[LogFile], limits: ReadLimits | None = None) -> list
             limits,
             f.lines,
             f.route,
+            f.kind,
         )
         for f in files
     ]

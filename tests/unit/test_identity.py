@@ -154,3 +154,28 @@ def test_a_files_name_that_is_its_hosts_domain_name_stays(tmp_path: Path) -> Non
     _write(tmp_path / "job" / "trn03.cluster.local-rank0.log", [_nccl("trn03", 0), "step 1"])
     [f] = scan(tmp_path / "job", workers=1).files
     assert (f.node, f.rank) == ("trn03.cluster.local", 0)
+
+
+def test_a_launcher_agents_own_log_is_no_ranks() -> None:
+    agent = [
+        "[entrypoint] 2025-01-19T16:42:24-04:00 host=dgx-h012 torch=2.4.1",
+        "W0119 16:42:26.1 384323 torch/distributed/run.py:793] ",
+        "I0119 16:42:26.1 384323 torch/distributed/launcher/api.py:188] Starting elastic_operator",
+        "  entrypoint       : /workspace/train.py",
+        "  min_nodes        : 8",
+        "I0119 16:42:29.3 384323 torch/distributed/elastic/agent/server/api.py:869] starting",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "========================================================",
+        "train.py FAILED",
+        "Failures:",
+        "[1]:",
+        "  time      : 2025-01-19_19:58:48",
+        "Root Cause (first observed failure):",
+        "[0]:",
+    ]
+    assert facts(agent).agent
+    raylet = ["[2025-03-06 16:18:15,300 I 1608 1608] (raylet) main.cc:180: Setting cluster ID"] * 4
+    assert facts(raylet).agent
+    # torchrun --tee: the workers' lines among the agent's make a rank's output
+    tee = agent[:3] + ["[default0]:step 1 loss 2.0", "[default1]:step 1 loss 2.1"] * 3
+    assert not facts(tee).agent
