@@ -151,11 +151,23 @@ def _spatial(
 
 
 def _node_last(data: JobData) -> dict[str, float]:
-    """Each node's last line time."""
+    """Each node's last line time of its ranks' own output (``_activity``)."""
     last: dict[str, float] = {}
-    for (node, _), cell in data.cells.items():
-        last[node] = max(last.get(node, -math.inf), cell.last_ts)
+    aux = _aux(data)
+    for (node, tid), cell in data.cells.items():
+        if tid not in aux:
+            last[node] = max(last.get(node, -math.inf), cell.last_ts)
     return last
+
+
+def _aux(data: JobData) -> frozenset[str]:
+    """Templates that say nothing of whether a node's training processes still ran: what
+    only kernel and system logs, launcher agents and the job's own files printed (a node's
+    kernel log that ends early, or its agent's teardown after its ranks hung, is no sign of
+    life or death of its ranks)."""
+    if data.job.aux_templates is not None:
+        return data.job.aux_templates
+    return data.job.system_templates
 
 
 def _loud_ends(
@@ -167,7 +179,12 @@ def _loud_ends(
 ) -> set[str]:
     """Nodes whose logging (``last``: each node's last line) ended with an error of their own
     (kept by cross-job filtering)."""
-    errors = {e.template_id for e in events if e.template_id in kept and is_error(e.level)}
+    aux = _aux(data)  # an agent's report of its ranks' death is not their own last word
+    errors = {
+        e.template_id
+        for e in events
+        if e.template_id in kept and is_error(e.level) and e.template_id not in aux
+    }
     last_error: dict[str, float] = {}
     for (node, tid), cell in data.cells.items():
         if tid in errors:
@@ -254,7 +271,11 @@ def _silence_among(
     for (node, tid), cell in data.cells.items():
         if node in row:
             last_seen[row[node], col[tid]] = cell.last_ts
-    last_ts = np.nanmax(np.where(np.isnan(last_seen), -np.inf, last_seen), axis=1)
+    # When a node stopped: the last line of its ranks' own output, per stream that shows life
+    aux = _aux(data)
+    own = np.array([e.template_id not in aux for e in events], dtype=bool)
+    activity = np.where(own[np.newaxis, :], last_seen, np.nan) if len(events) else last_seen
+    last_ts = np.nanmax(np.where(np.isnan(activity), -np.inf, activity), axis=1)
     last_ts = np.where(np.isinf(last_ts), np.nan, last_ts)
     # The iteration a node reached counts for nodes that print iterations themselves; the
     # others' lines are placed on the job's timeline, which says nothing about them stopping.

@@ -39,6 +39,8 @@ class JobDoc:
     # Whether the job had system logs (kern.log, dmesg…) and the templates only they printed
     system_logs: bool | None = None
     system_templates: frozenset[str] = frozenset()
+    # Templates no rank's own output printed (kernel, agent and job files); None: not recorded.
+    aux_templates: frozenset[str] | None = None
     # Nodes whose ranks printed iteration lines of their own (None: ingested before it was kept)
     progress_nodes: frozenset[str] | None = None
     # Log files its ingest read only up to a limit, one "PATH: why" each (``l4.job.cut_files``)

@@ -69,6 +69,9 @@ def job_doc(record: JobRecord) -> JobDoc:
         iterations=packs.int_or_none(summary.iterations),
         system_logs=_bool_or_none(summary.system_logs),
         system_templates=frozenset(summary.system_templates or ()),
+        aux_templates=(
+            frozenset(summary.aux_templates) if summary.aux_templates is not None else None
+        ),
         progress_nodes=frozenset(str(n) for n in progress) if progress is not None else None,
         cut_files=tuple(str(c) for c in summary.cut_files or ()),
         generation=record.ingest.generation or None,

@@ -92,6 +92,9 @@ class IngestSummary:
     #: Log files read only up to a limit (``errors.FileCutError.cut``: path, why, hint); the
     #: job document counts them with the skipped ones and names them (``l4.job.cut_files``).
     cut_files: list[str] = field(default_factory=list)
+    #: The files that are a launcher agent's own log (``LogStream.kind``): not stored as such,
+    #: they make the job document's ``aux_templates``.
+    agent_paths: frozenset[str] = frozenset()
     progress: ScanProgress | None = None
     scan_cpu: float = 0.0  # CPU seconds of the file scans, all scanners
     worker_cpu: float = 0.0  # the worker processes' part of it
@@ -323,6 +326,7 @@ def ingest_streams(
             f"no readable log lines in {where}"
             + (f" ({summary.problems[0]})" if summary.problems else "")
         )
+    summary.agent_paths = frozenset(s.path for s in streams if s.kind == "agent")
     full_streams = streams if full else None
     _write(store, summary, rollups, parser, generation, baseline_templates, full_streams, timeline)
     summary.seconds = time.monotonic() - started
@@ -421,11 +425,15 @@ class Survey:
     node_counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
     texts: dict[str, str] = field(default_factory=dict)  # template id -> text
     from_rank_logs: set[str] = field(default_factory=set)  # seen in a training log, not kern.log
+    from_workers: set[str] = field(default_factory=set)  # seen in a rank's own output
     system_logs: bool = False
 
 
-def survey(rollups: dict[str, NodeRollup], timeline: Timeline) -> Survey:
-    """Per-template totals, node counts, iterations and the time references of the rollups."""
+def survey(
+    rollups: dict[str, NodeRollup], timeline: Timeline, agent_paths: frozenset[str] = frozenset()
+) -> Survey:
+    """Per-template totals, node counts, iterations and the time references of the rollups
+    (``agent_paths``: the files that are a launcher agent's own log)."""
     out = Survey()
     for rollup in rollups.values():
         out.refs.update(run.after for run in rollup.runs if run.after is not None)
@@ -439,6 +447,8 @@ def survey(rollups: dict[str, NodeRollup], timeline: Timeline) -> Survey:
                 out.system_logs = True
             else:
                 out.from_rank_logs.add(kind.template.id)
+                if group.path not in agent_paths and not is_job_node(rollup.node):
+                    out.from_workers.add(kind.template.id)
             for ref in (group.first_ts_ref, group.last_ts_ref):
                 if ref is not None:
                     out.refs.add(ref)
@@ -804,6 +814,7 @@ def job_record(
             iterations=max(iterations) - first + 1 if iterations and first is not None else 0,
             system_logs=found.system_logs,
             system_templates=tuple(sorted(set(found.totals) - found.from_rank_logs)),
+            aux_templates=tuple(sorted(set(found.totals) - found.from_workers)),
             skipped_files=summary.skipped_files,
             cut_files=tuple(summary.cut_files) or None,
             start_ts=min(totals.times) if totals.times else None,
@@ -859,7 +870,7 @@ def _write(
     started = time.monotonic()
     meta = summary.job
     source, generation = generation, _begin(store, meta, summary.files)
-    found = survey(rollups, timeline)
+    found = survey(rollups, timeline, summary.agent_paths)
     ctx = doc_context(
         meta.id, generation, rollups, found, timeline, baseline_templates, summary.workers,
         fold=full_streams is None,  # with --full every raw line is a document of its own

@@ -110,6 +110,11 @@ class JobSummary(_Part):
     system_templates: tuple[str, ...] | None = field(
         default=None, metadata=_m(F.JOB_SYSTEM_TEMPLATES, _tuple)
     )
+    # Templates no rank's process printed (kernel, agent and the job's own files): what says
+    # nothing of whether a node's training processes were still running.
+    aux_templates: tuple[str, ...] | None = field(
+        default=None, metadata=_m(F.JOB_AUX_TEMPLATES, _tuple)
+    )
     # Files not read whole: skipped, or cut at a read limit (``cut_files``: "PATH: why").
     skipped_files: int | None = field(default=None, metadata=_m(F.JOB_SKIPPED_FILES))
     cut_files: tuple[str, ...] | None = field(default=None, metadata=_m(F.JOB_CUT_FILES, _tuple))
@@ -232,6 +237,7 @@ _ORDER_NAMES = (
     F.JOB_ITERATIONS,
     F.JOB_SYSTEM_LOGS,
     F.JOB_SYSTEM_TEMPLATES,
+    F.JOB_AUX_TEMPLATES,
     F.JOB_SKIPPED_FILES,
     F.JOB_CUT_FILES,
     F.INGEST_PROGRESS,

@@ -373,3 +373,40 @@ def test_of_one_nodes_lines_the_sample_is_one_that_says_the_cause(
     told = find_sample_lines(store, data.job, [tid], ["n1"], telling=says_cause)[tid]
     assert "status=12" in told["message"]
     assert not says_cause(first["message"]) and says_cause(told["message"])
+
+
+def _steps(node: str, last: int) -> list[str]:
+    """A rank's progress, one iteration a minute from 10:00, up to iteration ``last``."""
+    return [
+        f"[2024-05-01 {10 + i // 60:02d}:{i % 60:02d}:00,000] [INFO] [engine.py:10:step]  "
+        f"iteration {i}/ 100 | lm loss: 2.{i:03d}E+00 |"
+        for i in range(1, last + 1)
+    ]
+
+
+def test_silence_is_judged_on_the_ranks_own_output(tmp_path: Path, store: Store) -> None:
+    # n3's ranks hang at iteration 20; its torchrun agent tears down with everyone's at the
+    # end, and n1's kernel log simply ends early: n3 is silent, n1 is not.
+    root = tmp_path / "hang"
+    watchdog = (
+        "[2024-05-01 10:50:00,000] [ERROR] [pg.py:1:w] [Rank 0] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=21, OpType=ALLREDUCE) ran for 1800000 milliseconds"
+    )
+    nodes = {"n1": [*_steps("n1", 20), watchdog], "n2": [*_steps("n2", 20), watchdog]}
+    nodes |= {"n3": _steps("n3", 20)[:-1], "n4": [*_steps("n4", 20), watchdog]}
+    job = _write_job(root, nodes)
+    for node in nodes:
+        (job / node / "torchrun.log").write_text(
+            "I0501 10:00:00.000000 1 torch/distributed/elastic/agent/server/api.py:1] starting\n"
+            "W0501 10:50:05.000000 1 torch/distributed/elastic/multiprocessing/api.py:1] "
+            "Sending process 7 closing signal SIGTERM\n"
+            "E0501 10:50:09.000000 1 torch/distributed/elastic/multiprocessing/api.py:2] "
+            "failed (exitcode: -6) local_rank: 0 (pid: 7) of binary: python\n"
+        )
+    (job / "n1" / "kern.log").write_text("May  1 10:01:00 n1 kernel: mlx5_core: link up\n")
+    (job / "n2" / "kern.log").write_text(
+        "May  1 10:01:00 n2 kernel: mlx5_core: link up\nMay  1 10:55:00 n2 kernel: audit\n"
+    )
+    job_id = ingest_job(store, job).job.id
+    d = diagnose_job(store, job_id, rules=[])
+    assert d.report.silent_nodes == ("n3",)
