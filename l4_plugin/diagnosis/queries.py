@@ -12,9 +12,9 @@ in :mod:`l4_plugin.analysis.tables`.
 
 Times are epoch seconds. Lines logged before a file's first timestamp carry no time in their
 rollup; they get their node's earliest time (they are start-up lines), except the lines of kernel
-and system logs, whose time stays unknown (``_fill_missing_times``). A job with no timestamp at
-all is ordered by line position instead (``time_unit``
-``position``): enough for "which came first" on one node, not across nodes.
+and system logs, agents' logs and the job's own files, whose time stays unknown
+(``_fill_missing_times``). A job with no timestamp at all is ordered by line position instead
+(``time_unit`` ``position``): enough for "which came first" on one node, not across nodes.
 """
 
 from __future__ import annotations
@@ -156,7 +156,8 @@ def read_job_tables(store: Store, job_id: str) -> JobData:
     time_unit = "ts" if any(c.first_ts < math.inf for c in cells.values()) else "position"
     if time_unit != "ts":
         stage_first = {}
-    _fill_missing_times(cells, time_unit, job.system_templates)
+    aux = job.aux_templates if job.aux_templates is not None else job.system_templates
+    _fill_missing_times(cells, time_unit, aux)
     nodes = sorted({n for n, _ in cells} | set(job.nodes))
     announcements, peer_lines = _read_address_lines(store, query, templates, nodes)
     return JobData(
@@ -461,8 +462,9 @@ def _fill_missing_times(
     cells: dict[tuple[str, str], Cell], unit: str, system: frozenset[str] = frozenset()
 ) -> None:
     """Untimed cells of a rank's log take their node's earliest time (start-up lines printed
-    before its first stamp); a kernel or system log's lines without a wall-clock time (``dmesg``'s
-    seconds since boot, a collector's relative ages) stay untimed: when they were printed is
+    before its first stamp); the lines of the other files (``aux``: kernel and system logs, an
+    agent's, the job's own) without a wall-clock time (``dmesg``'s seconds since boot, a
+    collector's relative ages, ``srun: error:`` lines) stay untimed: when they were printed is
     not known, and the node's start would make a failure's kernel error look like background."""
     if unit == "position":
         for c in cells.values():

@@ -299,7 +299,7 @@ def scan(
             continue
         target, size, lines = checked
         total += size
-        kind: Literal["rank", "system", "agent"] = "system" if f.system else "rank"
+        kind: Literal["rank", "system", "agent", "job"] = "system" if f.system else "rank"
         file = LogFile(target, f.relative, f.node, f.rank, kind, None, lines)
         kept.append((f, file, router, facts))
     if total > limits.max_job_size:
@@ -404,7 +404,7 @@ def _job_streams(file: LogFile, names: dict[str, str], limits: ReadLimits) -> li
     route = Route("subject", tuple(sorted(names.items())))
     lines = None if file.lines is None else file.lines // (len(about) + 1)
     return [
-        LogFile(file.path, file.relative, host, None, file.kind, host, lines, route)
+        LogFile(file.path, file.relative, host, None, "job", host, lines, route)
         for host in [*sorted(about), JOB_NODE]
     ]
 

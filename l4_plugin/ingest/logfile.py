@@ -26,7 +26,8 @@ class Route:
 @dataclass(frozen=True, slots=True)
 class LogFile:
     """One log file of a job: its node, rank (None for system logs) and kind: a rank's output,
-    a system log (kernel, syslog) or a launcher agent's own log (torchrun's, Ray's raylet).
+    a system log (kernel, syslog), a launcher agent's own log (torchrun's, Ray's raylet) or a
+    file of the job's own (a batch script's output, a cluster's events: ``identity``).
 
     ``host`` is set when the file holds the lines of several nodes (one launcher's stdout,
     :mod:`l4_plugin.ingest.hosts`, or the job's own file, :mod:`l4_plugin.ingest.identity`):
@@ -38,7 +39,7 @@ class LogFile:
     relative: str
     node: str
     rank: int | None
-    kind: Literal["rank", "system", "agent"]
+    kind: Literal["rank", "system", "agent", "job"]
     host: str | None = None
     #: Its lines, estimated at discovery from its first bytes (``jobdir.estimate_lines``): what
     #: the scan's scheduling weighs a file by. None: not known.

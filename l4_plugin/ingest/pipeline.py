@@ -92,8 +92,8 @@ class IngestSummary:
     #: Log files read only up to a limit (``errors.FileCutError.cut``: path, why, hint); the
     #: job document counts them with the skipped ones and names them (``l4.job.cut_files``).
     cut_files: list[str] = field(default_factory=list)
-    #: The files that are a launcher agent's own log (``LogStream.kind``): not stored as such,
-    #: they make the job document's ``aux_templates``.
+    #: The files that are a launcher agent's own log or the job's own (``LogStream.kind``): not
+    #: stored as such, they make the job document's ``aux_templates``.
     agent_paths: frozenset[str] = frozenset()
     progress: ScanProgress | None = None
     scan_cpu: float = 0.0  # CPU seconds of the file scans, all scanners
@@ -326,7 +326,7 @@ def ingest_streams(
             f"no readable log lines in {where}"
             + (f" ({summary.problems[0]})" if summary.problems else "")
         )
-    summary.agent_paths = frozenset(s.path for s in streams if s.kind == "agent")
+    summary.agent_paths = frozenset(s.path for s in streams if s.kind in ("agent", "job"))
     full_streams = streams if full else None
     _write(store, summary, rollups, parser, generation, baseline_templates, full_streams, timeline)
     summary.seconds = time.monotonic() - started

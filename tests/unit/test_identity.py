@@ -90,6 +90,7 @@ def test_a_slurm_jobs_task_files_batch_output_and_kernel_logs(tmp_path: Path) ->
     assert by_file["syslog/gpu-b2.kern.log"] == ["gpu-b2"]
     # the batch script's output is the job's own; its line about gpu-b2 is gpu-b2's
     assert sorted(by_file["train-77.out"]) == sorted([JOB_NODE, "gpu-b2"])
+    assert {f.kind for f in files if f.relative == "train-77.out"} == {"job"}
     streams = {(s.path, s.node): s for s in file_streams(files)}
     about = [line for b in streams[("train-77.out", "gpu-b2")].open() for line in b.lines]
     assert about == ["srun: error: gpu-b2: task 3: Aborted (core dumped)"]
