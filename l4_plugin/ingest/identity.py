@@ -45,19 +45,22 @@ _BANNER = re.compile(
     + _HOST
     + r")\b"
 )
-#: Lines naming a host as the subject of what a launcher, scheduler or collector reports.
+#: Lines naming a host as the subject of what a launcher, scheduler or collector reports, each
+#: with a text every match holds: a line without it is not searched (most lines of a training log
+#: hold none, and nine searches over each of them made discovery cost more than the scan).
 _SUBJECTS = tuple(
-    re.compile(p)
-    for p in (
-        r"\bsrun: error: (" + _HOST + r"): tasks? [\d,\s-]+: ",  # srun: error: HOST: task 3: …
-        r"\bsrun: error: Node failure on (" + _HOST + r")",
-        r"\bon node (" + _HOST + r") exited on signal",  # mpirun noticed that process rank …
-        r"^\[(" + _HOST + r"):\d+\] ",  # Open MPI: "[host:pid] *** Process received signal ***"
-        r"\bpod/([a-z0-9][a-z0-9.-]*[a-z0-9])\b",  # kubectl get events: the object column
-        r"\bPod: [\w-]+\.([a-z0-9][a-z0-9.-]*[a-z0-9]) exited",  # training-operator
-        r"^([a-z0-9][a-z0-9.-]*[a-z0-9])\s+\d+/\d+\s+[A-Z]\w+",  # kubectl get pods: a row
-        r"\band address: (" + _IP + r")\b",  # Ray: node … has been marked dead
-        r"\bip=(" + _IP + r")[,)]",  # Ray: a task's error names the worker's address
+    (re.compile(p), needle)
+    for p, needle in (
+        (r"\bsrun: error: (" + _HOST + r"): tasks? [\d,\s-]+: ", "srun: error: "),
+        (r"\bsrun: error: Node failure on (" + _HOST + r")", "srun: error: Node failure on "),
+        # mpirun: "… noticed that process rank 3 … on node HOST exited on signal 9"
+        (r"\bon node (" + _HOST + r") exited on signal", " exited on signal"),
+        (r"^\[(" + _HOST + r"):\d+\] ", ""),  # Open MPI: "[host:pid] *** Process received signal"
+        (r"\bpod/([a-z0-9][a-z0-9.-]*[a-z0-9])\b", "pod/"),  # kubectl get events: the object
+        (r"\bPod: [\w-]+\.([a-z0-9][a-z0-9.-]*[a-z0-9]) exited", "Pod: "),  # training-operator
+        (r"^([a-z0-9][a-z0-9.-]*[a-z0-9])\s+\d+/\d+\s+[A-Z]\w+", "/"),  # kubectl get pods: a row
+        (r"\band address: (" + _IP + r")\b", "and address: "),  # Ray: node … marked dead
+        (r"\bip=(" + _IP + r")[,)]", "ip="),  # Ray: a task's error names the worker's address
     )
 )
 _LEAD_TIME = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2}) ")
@@ -132,8 +135,8 @@ def facts(lines: Iterable[str], limit: int = FACT_LINES) -> FileFacts:
             if "Bootstrap" in body and (b := _BOOTSTRAP.search(body)) is not None:
                 addresses.setdefault(b.group(1), host)
         if ": error: " in body or "pod" in body.lower() or "[" in body[:1] or "=" in body:
-            for subject in _SUBJECTS:
-                m = subject.search(body)
+            for subject, needle in _SUBJECTS:
+                m = subject.search(body) if needle in body else None
                 if m is not None:
                     named[m.group(1)] = None
                     break
@@ -173,8 +176,8 @@ def subject(line: str, hosts: Mapping[str, str]) -> str | None:
     """The known host a line of a job's own file reports about (``hosts``: name or address ->
     host), None when it names none or several."""
     body = _body(line)
-    for pattern in _SUBJECTS:
-        m = pattern.search(body)
+    for pattern, needle in _SUBJECTS:
+        m = pattern.search(body) if needle in body else None
         if m is not None:
             return hosts.get(m.group(1)) or hosts.get(short_name(m.group(1)))
     return None
