@@ -1,19 +1,16 @@
 """The processes ingest works in: how many, the forkserver they start from, and the pools.
 
-Two kinds of pools, one owner:
-
-- ``map_in_workers`` and the scan's pool (``workers._partials``) run in processes started from a
-  *forkserver* (``context``): started once per ``l4`` (``start_server``, while the job's files are
-  discovered), it has imported the L4 modules the parent had (``_preload``), so each process it
-  forks starts in ~0.02 s with them;
-- ``fork_pool`` forks children of the calling process itself, which see a large object of the
-  parent (the document builders' rollups) without pickling it: ``forked_state``.
+Every pool of local processes is made here (``executor``): discovery's probes
+(``map_in_workers``) and the ingest's lanes (``lanes``, one process each) run in processes started
+from a *forkserver* (``context``): started once per ``l4`` (``start_server``, while the job's
+files are discovered), it has imported the L4 modules the parent had (``_preload``), so each
+process it forks starts in ~0.02 s with them.
 
 How many: ``default_workers`` (the cores this process may use) and ``auto_workers`` (fewer for a
 small job, ``AUTO_BYTES_PER_WORKER``).
 
 No process outlives the ``l4`` that started it, however it ends (``kill -9`` included). Every
-child of a pool (``executor``, ``fork_pool``) watches a *lifeline*: the read end of a pipe whose
+child of a pool (``executor``) watches a *lifeline*: the read end of a pipe whose
 only writer is this process (``lifeline``); when the pipe reports end-of-file, its writer is
 gone and the child exits. On Linux a child also asks for SIGKILL when its parent dies
 (``PR_SET_PDEATHSIG``). Multiprocessing's own helpers then end by themselves: the forkserver
@@ -28,7 +25,6 @@ import contextlib
 import ctypes
 import multiprocessing
 import multiprocessing.forkserver
-import multiprocessing.pool
 import os
 import signal
 import sys
@@ -82,7 +78,7 @@ def _preload() -> list[str]:
     comes first (every worker runs it); ``warm``, last, builds what a worker's scanner compiles
     and loads first (the masking and stage rules).
     """
-    first, last = "l4_plugin.ingest.workers", "l4_plugin.ingest.warm"
+    first, last = "l4_plugin.ingest.owners", "l4_plugin.ingest.warm"
     ours = (m for m in sys.modules if m.partition(".")[0] in ("l4_plugin", "l4_simulate"))
     return [first, *sorted(m for m in ours if m not in (first, last)), last]
 
@@ -128,50 +124,6 @@ def map_in_workers(
             return list(pool.map(func, chunks))
         except BrokenProcessPool as exc:
             raise IngestError(f"an ingest worker process died — {exc}") from exc
-
-
-# What the children of ``fork_pool`` read (set by the parent just before it forks, cleared after).
-_FORKED: Any = None
-
-
-def can_fork() -> bool:
-    """Whether the platform forks (Linux). A forked child must run nothing but pure work and
-    the pickling of its result: no I/O, logging or import that another thread of the parent
-    (the embedded cluster's reader, the service's scheduler) could hold a lock of."""
-    return "fork" in multiprocessing.get_all_start_methods()
-
-
-def fork_pool(shared: object, processes: int) -> multiprocessing.pool.Pool:
-    """A pool of ``processes`` children forked from this process, in which ``forked_state()``
-    is ``shared`` as it was at the fork (shared with the parent's memory, never pickled); each
-    ends when this process does."""
-    global _FORKED
-    lifeline()  # made before the fork: the children inherit both ends (``_forked_child``)
-    _FORKED = shared
-    try:
-        return multiprocessing.get_context("fork").Pool(processes, _forked_child)
-    finally:
-        _FORKED = None
-
-
-def forked_state() -> Any:
-    """In a child of ``fork_pool``: the object its parent shared."""
-    assert _FORKED is not None  # the parent's, as it was when this process was forked
-    return _FORKED
-
-
-def _forked_child() -> None:
-    """A forked child ends on SIGTERM (the parent's handler, a service's graceful stop, would
-    keep it waiting), leaves Ctrl-C to the parent, and ends with the parent: it closes its copy
-    of the lifeline's writing end (or the pipe would never end for it) and watches the other."""
-    global _LIFELINE
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if _LIFELINE is not None:
-        _, read, write = _LIFELINE
-        _LIFELINE = None  # the parent's, not this process's own
-        write.close()
-        die_with_parent(read)
 
 
 #: This process's lifeline: (its pid, the read end, the write end). A forked child inherits

@@ -3,6 +3,6 @@ itself: it builds one ``Scanner``, which compiles the shipped masking rules and 
 rules (each cached per process), so every worker process forked from the server starts with
 them instead of spending its first ~0.04 s on it."""
 
-from l4_plugin.ingest.workers import Scanner
+from l4_plugin.ingest.scanner import Scanner
 
 Scanner()

@@ -85,8 +85,20 @@ class Store(ABC):
         self.max_retries = max_retries
         self.retry_backoff = retry_backoff
         self._writes = 0
+        # What opens this store again in another process (``__reduce__``): the base options
+        # here, the adapter's own (credentials included) added by its constructor.
+        self._options: dict[str, Any] = {
+            "max_retries": max_retries,
+            "retry_backoff": retry_backoff,
+            "display_url": self.display_url,
+        }
         self._stall_after = _env_int(STALL_ENV)
         self._bulk_docs = _env_int(BULK_DOCS_ENV)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        # A store travels to the processes that write an ingest's documents (``ingest.owners``)
+        # as what opens it: a new client there, on the same cluster, prefix and credentials.
+        return _reopen, (type(self), self.url, self.names, self._options)
 
     # -- primitives every adapter implements -------------------------------------------------
     @abstractmethod
@@ -554,3 +566,8 @@ def _dumps(value: object) -> str:
     """One compact JSON line in ASCII (non-ASCII text escaped), so its length is its size in
     bytes: ``bulk_index`` sizes requests by it."""
     return json.dumps(value, default=_json_default, separators=(",", ":"))
+
+
+def _reopen(cls: type[Store], url: str, names: IndexNames, options: dict[str, Any]) -> Store:
+    """A store opened again from what ``Store.__reduce__`` recorded."""
+    return cls(url, names, **options)

@@ -38,6 +38,16 @@ class ElasticsearchStore(Store):
         **kwargs: Any,
     ) -> None:
         super().__init__(url, names, **kwargs)
+        self._options.update(
+            {
+                "api_key": api_key,
+                "basic_auth": basic_auth,
+                "ca_certs": ca_certs,
+                "verify_certs": verify_certs,
+                "request_timeout": request_timeout,
+                "node_class": node_class,
+            }
+        )
         options: dict[str, Any] = {
             "request_timeout": request_timeout,
             # Retries are ours (bounded, with backoff, with readable errors): see Store._call.

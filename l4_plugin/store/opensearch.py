@@ -36,6 +36,15 @@ class OpenSearchStore(Store):
         **kwargs: Any,
     ) -> None:
         super().__init__(url, names, **kwargs)
+        self._options.update(
+            {
+                "api_key": api_key,
+                "basic_auth": basic_auth,
+                "ca_certs": ca_certs,
+                "verify_certs": verify_certs,
+                "request_timeout": request_timeout,
+            }
+        )
         options: dict[str, Any] = {
             "timeout": request_timeout,
             "max_retries": 0,

@@ -3,24 +3,23 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
-from collections import deque
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from l4_plugin.diagnosis import diagnose_job
-from l4_plugin.errors import IngestError, StoreError
-from l4_plugin.ingest import pipeline, procs, workers
+from l4_plugin.errors import StoreError
+from l4_plugin.ingest import lanes as lanes_mod
+from l4_plugin.ingest import owners, procs, workers
 from l4_plugin.ingest.jobdir import JobMeta, discover
 from l4_plugin.ingest.parser import LineParser
 from l4_plugin.ingest.pipeline import ingest_job, record_progress
+from l4_plugin.ingest.scanner import Scanner, node_runs
 from l4_plugin.ingest.sources import file_streams
-from l4_plugin.ingest.workers import Scanner, ScanProgress, scan_streams
+from l4_plugin.ingest.workers import ScanProgress, scan_streams
 from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.service.registry import job_state, register_job
 from l4_plugin.store import IndexNames, OpenSearchStore, Store
@@ -93,32 +92,63 @@ def test_one_two_three_workers_write_identical_documents(
     job = _job(tmp_path)
     dumps, reports = [], []
     for n in (1, 2, 3):
-        # Small batches: the workers interleave, finish out of order, and merge a node's files
-        # in runs of different lengths (up to 4 and 8 files) before the reducer merges them.
+        # Small batches (one or two nodes): the lanes interleave and finish out of order.
         monkeypatch.setattr(workers, "BATCH_FILES", n - 1 or 1)
-        # Documents built by n processes, reference times parsed by n processes.
-        monkeypatch.setattr(pipeline, "PARALLEL_GROUPS", 1)
-        monkeypatch.setattr(pipeline, "PARALLEL_REFS", 1)
-        store = OpenSearchStore(osmem_url, IndexNames(f"tw{n}-{tmp_path.name[-12:]}-l4-"))
-        store.install_templates()
-        try:
-            summary = ingest_job(store, job, job_id="j", status="failed", workers=n)
-            assert summary.workers == n
-            assert list(summary.steps) == ["discovery", "scan", "build", "send", "finish"]
-            assert all(v >= 0 for v in summary.steps.values())
-            assert sum(summary.steps.values()) <= summary.seconds  # discovery included
-            dumps.append(_dump(store))
-            report = diagnose_job(store, "j", rules=[], write=False).report.to_json()
-            report.pop("timings", None)
-            reports.append(json.dumps(report, sort_keys=True, default=str))
-        finally:
-            store.drop_indices()
-            store.close()
+        dump, report = _ingested(osmem_url, f"tw{n}-{tmp_path.name[-12:]}-l4-", job, workers=n)
+        dumps.append(dump)
+        reports.append(report)
     assert '"events": ["{' in dumps[0]  # the job was written
     assert dumps[1] == dumps[0]
     assert dumps[2] == dumps[0]
     assert reports[1] == reports[0]
     assert reports[2] == reports[0]
+
+
+def _ingested(url: str, prefix: str, job: Path, **kwargs: Any) -> tuple[str, str]:
+    """Every document of the job ingested with ``kwargs``, and its diagnosis (as JSON)."""
+    store = OpenSearchStore(url, IndexNames(prefix))
+    store.install_templates()
+    try:
+        summary = ingest_job(store, job, job_id="j", status="failed", **kwargs)
+        if kwargs.get("workers"):
+            assert summary.workers == kwargs["workers"]
+        assert list(summary.steps) == ["discovery", "scan", "build", "send", "finish"]
+        assert all(v >= 0 for v in summary.steps.values())
+        assert sum(summary.steps.values()) <= summary.seconds  # discovery included
+        report = diagnose_job(store, "j", rules=[], write=False).report.to_json()
+        report.pop("timings", None)
+        return _dump(store), json.dumps(report, sort_keys=True, default=str)
+    finally:
+        store.drop_indices()
+        store.close()
+
+
+def _held() -> int:
+    """In a Dask worker: how many lanes' states it holds."""
+    return len(owners._HELD)
+
+
+def test_a_dask_cluster_writes_the_documents_of_local_processes(
+    osmem_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same ingest on a ``distributed.LocalCluster`` of two worker processes (one thread
+    each: two lanes) writes every document the local processes write, and the same report."""
+    distributed = pytest.importorskip("distributed")
+    job = _job(tmp_path)
+    monkeypatch.setattr(workers, "BATCH_FILES", 1)  # a node per batch: both lanes get some
+    local = _ingested(osmem_url, f"tdl-{tmp_path.name[-12:]}-l4-", job, workers=2)
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        address = cluster.scheduler_address
+        prefix = f"tdd-{tmp_path.name[-12:]}-l4-"
+        on_dask = _ingested(osmem_url, prefix, job, workers=None, scheduler=address)
+        with distributed.Client(address) as client:
+            # Both workers took part, and each forgot the ingest once it was written.
+            held = client.run(_held)
+    assert on_dask[0] == local[0] and '"events": ["{' in local[0]
+    assert on_dask[1] == local[1]
+    assert len(held) == 2 and set(held.values()) == {0}
 
 
 def test_kinds_reach_drain_in_job_order_whatever_the_workers(
@@ -139,124 +169,59 @@ def test_kinds_reach_drain_in_job_order_whatever_the_workers(
     assert orders[0] == orders[1]
 
 
-def test_this_process_scans_batches_too_and_the_partials_come_in_job_order(
+def test_each_lane_owns_whole_nodes_and_digests_come_in_job_order(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     job = _job(tmp_path)
     monkeypatch.setattr(workers, "BATCH_FILES", 1)  # a batch per node (up to 4 files each)
     streams = file_streams(discover(job))
-    sizes = [s.file.stat().st_size if s.file else 0 for s in streams]
-    parts = list(workers._partials(streams, sizes, 2))
-    done = 0
-    for part in parts:
-        assert {s.node for s in streams[done : done + part.files]} == {part.node}
-        done += part.files
-    assert done == len(streams)
-    # Two scanners: a worker process and this one (which would otherwise only wait for it).
-    scanners = {part.worker for part in parts}
-    assert len(scanners) == 2 and os.getpid() in scanners
-    assert parts[0].worker != os.getpid()  # the first batches go to the worker process
+    owner: dict[str, int] = {}
+    real = owners.scan_batch
 
+    def spied(token: str, lane: int, tasks: Any, *rest: Any) -> Any:
+        for t in tasks:
+            assert owner.setdefault(t.node, lane) == lane  # a node's files in one lane
+        return real(token, lane, tasks, *rest)
 
-def test_batches_taken_back_from_a_worker_give_the_rollups_of_one_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    job = _job(tmp_path)
-    streams = file_streams(discover(job))
-    one = LineParser()
-    single = scan_streams(streams, one, workers=1)
-    # Every batch goes to the worker process at once: the caller has none to claim, so while
-    # the worker starts it takes the last ones back, each with a scanner of its own, and scans
-    # them before the earlier batches it then merges.
-    monkeypatch.setattr(workers, "BATCH_FILES", 1)
-    monkeypatch.setattr(workers, "QUEUED_PER_WORKER", 1_000)
-    taken: list[bool] = []
-    real = workers._take_back
-
-    def counted(*args: Any) -> bool:
-        taken.append(real(*args))
-        return taken[-1]
-
-    monkeypatch.setattr(workers, "_take_back", counted)
-    two = LineParser()
-    split = scan_streams(streams, two, workers=2)
-    assert any(taken)
-    assert [k.key for k in two.kinds] == [k.key for k in one.kinds]
-    assert rollups_view(split.rollups) == rollups_view(single.rollups)
-    assert sorted(split.timeline.marks.items(), key=repr) == sorted(
-        single.timeline.marks.items(), key=repr
-    )
-
-
-def test_a_worker_skips_a_batch_the_caller_took_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    streams = file_streams(discover(_job(tmp_path)))
-    claims = procs.context().Array("b", 3)
-    started, waiting = Future(), Future()  # never done: batches 1 and 2 of a worker process
-    ahead: Any = deque([(started, 1, 10, "p1"), (waiting, 2, 10, "p2")])
-    scanned: list[tuple[int, bool]] = []
-
-    def scan_here(batch: int, taken_back: bool) -> list[Any]:
-        scanned.append((batch, taken_back))
-        return []
-
-    assert workers._take_back(ahead, claims, scan_here)  # the last one first
-    assert scanned == [(2, True)] and ahead[1] == ([], 2, 10, "") and claims[2] == 2
-    claims[1] = 1  # the worker process has started batch 1: not taken back
-    assert not workers._take_back(deque([ahead[0]]), claims, scan_here)
-    workers._init_worker(None, claims)
+    monkeypatch.setattr(owners, "scan_batch", spied)
+    # Two lanes in this process (a spy sees no other process's calls), each two tasks deep.
+    lanes = [lanes_mod.Lane(i, lanes_mod.InlineExecutor(), 2, "test") for i in range(2)]
     try:
-        task = workers._Task(
-            streams[0].node, streams[0].rank, streams[0].path, str(streams[0].file), 1
-        )
-        handover = tmp_path / "2.pickle"
-        assert workers._scan_batch([task], [], str(handover), 2) is False
-        assert not handover.exists()
+        result = workers.scan_lanes(lanes, "t", streams, LineParser())
     finally:
-        workers._init_worker()
+        for lane in lanes:
+            owners.drop("t", lane.id)
+    assert [d.node for d in result.digests] == list(dict.fromkeys(s.node for s in streams))
+    assert set(owner.values()) == {0, 1}
+    assert sum(d.files for d in result.digests) == len(streams)
 
 
-def test_a_worker_learns_the_masks_other_scanners_computed(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_lane_learns_the_masks_other_lanes_computed(tmp_path: Path) -> None:
     job = _job(tmp_path)
     streams = file_streams(discover(job))
     sizes = [s.file.stat().st_size if s.file else 0 for s in streams]
     half = len(streams) // 2
+    while streams[half].node == streams[half - 1].node:  # lanes scan whole nodes
+        half += 1
     other = Scanner(share_masks=True)
     other.scan_all(streams[:half], sizes[:half])
     learnt = other.computed_masks()
     assert learnt and other.computed_masks() == []  # each mask is handed over once
-    monkeypatch.setattr(workers, "_WORKER", None)
-    workers._init_worker()
-    tasks = [
-        workers._Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.limits)
-        for s, size in zip(streams[half:], sizes[half:], strict=True)
-    ]
-    handover = str(tmp_path / "batch.pickle")
-    workers._scan_batch(tasks, learnt, handover)
-    parts, computed = workers._handed_over(handover)
-    assert not Path(handover).exists()
-    assert computed and not {key for key, _ in computed} & {key for key, _ in learnt}
-    with pytest.raises(IngestError, match="cannot hand a batch's partials over in /nonexistent"):
-        workers._scan_batch(tasks[:1], [], "/nonexistent/dir/0.pickle")
-    alone = Scanner().scan_all(streams[half:], sizes[half:])
-    assert [(p.node, p.kinds, p.specs, list(p.groups)) for p in parts] == [
-        (p.node, p.kinds, p.specs, list(p.groups)) for p in alone
-    ]
+    tasks = [workers._task(s, size) for s, size in zip(streams[half:], sizes[half:], strict=True)]
+    try:
+        report = owners.scan_batch("t", 0, tasks, learnt, None)
+    finally:
+        owners.drop("t", 0)
+    assert report.masks and not {key for key, _ in report.masks} & {key for key, _ in learnt}
+    alone = Scanner()
+    rest, rest_sizes = streams[half:], sizes[half:]
+    expected = []
+    for a, b in node_runs(rest):
+        expected.append(alone.digest(alone.scan_node(rest[a:b]), rest_sizes[a:b]))
+    assert report.digests == expected
 
 
-def test_no_directory_for_the_worker_processes_is_a_clear_error(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(workers.tempfile, "tempdir", str(tmp_path / "missing"))
-    streams = file_streams(discover(_job(tmp_path)))
-    with pytest.raises(IngestError, match="cannot create a directory for the scan's worker"):
-        scan_streams(streams, LineParser(), workers=2)
-
-
-def test_a_worker_whose_first_line_of_a_kind_differs_is_rescanned(
+def test_a_lane_whose_first_line_of_a_kind_differs_is_rescanned(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Two raw lines that mask alike but whose headers parse differently (month 13 is no date):
@@ -271,30 +236,14 @@ def test_a_worker_whose_first_line_of_a_kind_differs_is_rescanned(
     streams = file_streams(discover(job))
     one = LineParser()
     single = scan_streams(streams, one, workers=1)
-
-    def two_workers(streams: list[Any], sizes: list[int], n: int, limit: int | None) -> Any:
-        # Each file on a worker of its own: the second never saw node a's line.
-        for i, stream in enumerate(streams):
-            scanner = Scanner()
-            scanner.worker = i
-            yield scanner.scan([stream], [sizes[i]])
-
-    monkeypatch.setattr(workers, "_partials", two_workers)
+    # Each node in a lane of its own: the second lane never saw node a's line.
+    monkeypatch.setattr(workers, "BATCH_FILES", 1)
     two = LineParser()
-    split = scan_streams(streams, two, workers=1)
-    assert split.rescanned == 1
+    split = scan_streams(streams, two, workers=2)
+    assert split.workers == 2 and split.rescanned == 1
     key = one.kinds[0].key
     assert two.masked_kinds[key].has_timestamp is one.masked_kinds[key].has_timestamp is False
-    for node in ("a", "b"):
-        a = {
-            (k.key, s, i): (g.count, g.first_ts_ref)
-            for (k, s, i), g in split.rollups[node].groups.items()
-        }
-        b = {
-            (k.key, s, i): (g.count, g.first_ts_ref)
-            for (k, s, i), g in single.rollups[node].groups.items()
-        }
-        assert a == b
+    assert rollups_view(split.rollups) == rollups_view(single.rollups)
 
 
 def test_bulk_writer_writes_every_batch_and_raises_a_rejection(store: Store) -> None:
@@ -459,7 +408,7 @@ def test_the_forkserver_preloads_the_l4_modules_the_parent_imported() -> None:
     """Workers forked from the server inherit them: their copy of the parent's main script (which
     multiprocessing runs in each of them) finds its L4 imports done."""
     preload = procs._preload()
-    assert preload[0] == "l4_plugin.ingest.workers"
+    assert preload[0] == "l4_plugin.ingest.owners"
     assert "l4_plugin.ingest.pipeline" in preload and "l4_simulate" in preload
     assert all(m.partition(".")[0] in ("l4_plugin", "l4_simulate") for m in preload)
     # ... and, last, the one that builds a scanner's rules (never imported by L4 itself).

@@ -17,8 +17,8 @@ from l4_plugin.ingest import reader
 from l4_plugin.ingest.jobdir import discover
 from l4_plugin.ingest.parser import LineParser
 from l4_plugin.ingest.reader import Block, GuardedGzip, read_blocks
+from l4_plugin.ingest.scanner import chunks
 from l4_plugin.ingest.sources import file_streams
-from l4_plugin.ingest.workers import chunks
 from l4_plugin.limits import MAX_LINE_BYTES, MAX_LINE_CHARS, RATIO_WINDOW, ReadLimits
 
 LINE = b"2026-11-27 10:00:00 INFO the same line again and again\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import signal
+import pickle
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -10,17 +10,21 @@ from typing import Any
 
 import pytest
 
-from l4_plugin.ingest import pipeline
+from l4_plugin.ingest.context import doc_context, survey
+from l4_plugin.ingest.documents import (
+    Clock,
+    DocContext,
+    EventTotals,
+    node_documents,
+    rare_limit,
+    this_year,
+)
 from l4_plugin.ingest.jobdir import job_meta, scan
 from l4_plugin.ingest.parser import LineParser
 from l4_plugin.ingest.pipeline import (
-    EventTotals,
     IngestSummary,
     completed,
-    doc_context,
     job_record,
-    node_documents,
-    survey,
     template_documents,
 )
 from l4_plugin.ingest.sources import file_streams
@@ -117,12 +121,16 @@ def _scanned(tmp_path: Path) -> tuple[Any, ...]:
     return meta, summary, scanned, parser
 
 
+def _survey(scanned: Any, parser: LineParser) -> Any:
+    return survey(scanned.digests, parser.kind_of)
+
+
 def test_builders_make_the_documents_without_a_server(tmp_path: Path) -> None:
     meta, summary, scanned, parser = _scanned(tmp_path)
     rollups = scanned.rollups
-    found = survey(rollups, scanned.timeline)
+    found = _survey(scanned, parser)
     assert 0 < sum(found.totals.values()) <= summary.lines  # continuation lines join events
-    ctx = doc_context(meta.id, "00000001.abcdef", rollups, found, scanned.timeline, None)
+    ctx = doc_context(meta.id, "00000001.abcdef", found, scanned.timeline, None)
     totals = EventTotals()
     all_events = []
     for node, rollup in rollups.items():
@@ -138,11 +146,12 @@ def test_builders_make_the_documents_without_a_server(tmp_path: Path) -> None:
     assert len({i for i, _ in all_events}) == len(all_events)
     assert all(d[F.RANKS] == sorted(d[F.RANKS]) for _, d in all_events)
     summary.events_docs = len(all_events)
-    job = job_record(summary, rollups, found, totals, "src1", 1000)
+    job = job_record(summary, found, totals, "src1", 1000)
     assert job.id == "b1" and job.status == meta.status and job.fingerprint == meta.fingerprint
     assert job.summary.nodes == tuple(sorted(rollups)) and job.summary.node_count == 2
     assert job.summary.lines == summary.lines and job.ingest.state == "done"
-    assert job.summary.start_ts == min(totals.times) == job.timestamp
+    first = min(d[F.FIRST_TS] for _, d in all_events if d.get(F.FIRST_TS) is not None)
+    assert job.summary.start_ts == first == totals.first == job.timestamp
     assert job.summary.template_stats is not None
     assert set(job.summary.template_stats) == set(found.totals)
     new = parser.new_templates()
@@ -187,14 +196,13 @@ def test_malformed_template_stats_are_dropped(stats: dict[str, Any]) -> None:
     assert record.summary.template_stats == {}
 
 
-def _scanned_dir(job_dir: Path) -> tuple[Any, pipeline.DocContext]:
+def _scanned_dir(job_dir: Path) -> tuple[Any, DocContext]:
     """A job directory scanned in this process, and its documents' context."""
     found = scan(job_dir, None, None)
     parser = LineParser(known=[])
     scanned = scan_streams(file_streams(found.files, ReadLimits()), parser, workers=1)
     parser.finish()
-    survey_ = survey(scanned.rollups, scanned.timeline)
-    return scanned, doc_context("k", "g", scanned.rollups, survey_, scanned.timeline, None)
+    return scanned, doc_context("k", "g", _survey(scanned, parser), scanned.timeline, None)
 
 
 def test_kept_lines_below_error_are_trimmed_but_errors_and_addresses_are_not(
@@ -234,71 +242,28 @@ def test_kept_lines_below_error_are_trimmed_but_errors_and_addresses_are_not(
     assert power[-1]["@timestamp"] == max(d["@timestamp"] for d in power)
 
 
-def test_reference_times_parsed_in_workers_are_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    _, _, scanned, _ = _scanned(tmp_path)
-    found = survey(scanned.rollups, scanned.timeline)
-    refs = set(found.refs) | {"Nov 25 14:00:01 node-1 kernel: a line without a year", "no time"}
-    serial = pipeline._Clock(refs)
-    monkeypatch.setattr(pipeline, "PARALLEL_REFS", 1)
-    parallel = pipeline._Clock(refs, workers=2)
-    assert len(parallel.cache) == len(refs) and parallel.year == serial.year
-    assert {r: parallel.ms(r) for r in refs} == {r: serial.ms(r) for r in refs}
-    assert parallel.ms("no time") is None
-
-
-def _context(tmp_path: Path) -> tuple[Any, pipeline.DocContext]:
-    """A scanned two-node job and its documents' context."""
-    meta, _, scanned, _ = _scanned(tmp_path)
-    found = survey(scanned.rollups, scanned.timeline)
-    return scanned, doc_context(meta.id, "g", scanned.rollups, found, scanned.timeline, None)
-
-
-def test_documents_built_in_forked_processes_are_the_same(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    scanned, ctx = _context(tmp_path)
-    serial = list(pipeline._built_documents(ctx, scanned.rollups, 1))
-    monkeypatch.setattr(pipeline, "PARALLEL_GROUPS", 1)
-    forked = list(pipeline._built_documents(ctx, scanned.rollups, 3))
-    assert forked == serial and len(serial) == len(scanned.rollups)
-    assert pipeline._runs([5, 1, 1, 1, 5, 1], 3) == [(0, 1), (1, 5), (5, 6)]
-    assert pipeline._runs([1] * 6, 3) == [(0, 2), (2, 4), (4, 6)]
-    assert pipeline._runs([1, 1], 3) == [(0, 1), (1, 2)]
-
-
-def test_forked_builders_end_on_sigterm_whatever_the_parent_handles(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    scanned, ctx = _context(tmp_path)
-    monkeypatch.setattr(pipeline, "PARALLEL_GROUPS", 1)
-    _, second = list(scanned.rollups)
-    build = pipeline.node_documents
-
-    def slow(ctx: Any, node: str, rollup: Any) -> Any:
-        if node == second:  # the child's node: it is still building when the parent gives up
-            time.sleep(30)
-        return build(ctx, node, rollup)
-
-    monkeypatch.setattr(pipeline, "node_documents", slow)
-
-    def hung(*_: object) -> None:
-        raise TimeoutError("terminating the forked builders hung")
-
-    previous = signal.signal(signal.SIGTERM, lambda *_: None)  # as the service's graceful stop
-    alarm = signal.signal(signal.SIGALRM, hung)
-    signal.alarm(20)
-    try:
-        started = time.monotonic()
-        built = pipeline._built_documents(ctx, scanned.rollups, 2)
-        next(built)  # the parent's own node
-        built.close()  # gives up early: the pool is terminated and must not wait for the child
-        assert time.monotonic() - started < 10
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, alarm)
-        signal.signal(signal.SIGTERM, previous)
+def test_the_clock_reads_year_less_lines_in_the_year_the_job_gives(tmp_path: Path) -> None:
+    meta, _, scanned, parser = _scanned(tmp_path)
+    found = _survey(scanned, parser)
+    assert found.year is not None  # the simulated job's lines carry theirs
+    ctx = doc_context(meta.id, "g", found, scanned.timeline, None)
+    assert ctx.clock.year == found.year
+    kern = "Nov 25 14:00:01 node-1 kernel: a line without a year"
+    assert time.gmtime(ctx.clock.seconds(kern) or 0).tm_year == found.year
+    # The context travels to the lanes: the clock's year goes with it, its cache does not.
+    ctx.clock.ms(kern)
+    again = pickle.loads(pickle.dumps(ctx))
+    assert again.clock.year == found.year and again.clock.cache == {}
+    assert again.bucket_of(3) == ctx.bucket_of(3) and again.timeline.at(1e12) == ctx.timeline.at(
+        1e12
+    )
+    # Digests without a year (every reference year-less): this year.
+    nodes = [replace(d, year=None) for d in scanned.digests]
+    assert survey(nodes, parser.kind_of).year is None
+    assert doc_context(
+        "k", "g", survey(nodes, parser.kind_of), scanned.timeline, None
+    ).clock.year == (this_year())
+    assert Clock(2020).ms("no time") is None
 
 
 def test_a_majority_templates_lines_of_several_ranks_fold_into_one(tmp_path: Path) -> None:
@@ -356,7 +321,7 @@ def test_scanners_keep_no_samples_no_rare_template_can_have(tmp_path: Path) -> N
         path.parent.mkdir(parents=True)
         path.write_text("\n".join(lines) + "\n")
     found = scan(job_dir, None, None)
-    limit = pipeline.rare_limit(3)
+    limit = rare_limit(3)
     assert limit == 20
 
     def documents(rare_limit: int | None) -> tuple[list[Any], int]:
@@ -364,8 +329,7 @@ def test_scanners_keep_no_samples_no_rare_template_can_have(tmp_path: Path) -> N
         streams = file_streams(found.files, ReadLimits())
         scanned = scan_streams(streams, parser, workers=1, rare_limit=rare_limit)
         parser.finish()
-        survey_ = survey(scanned.rollups, scanned.timeline)
-        ctx = doc_context("k", "g", scanned.rollups, survey_, scanned.timeline, None)
+        ctx = doc_context("k", "g", _survey(scanned, parser), scanned.timeline, None)
         kept = sum(len(g.kept) for r in scanned.rollups.values() for g in r.groups.values())
         return [node_documents(ctx, n, r) for n, r in scanned.rollups.items()], kept
 

@@ -124,8 +124,8 @@ def test_block_keys_are_those_of_the_lines_the_parser_sees(tmp_path: Path) -> No
     # a line cut at MAX_LINE_CHARS must be keyed as cut: two lines that differ only past the cut
     # are one kind, and the keys the scan gets are the cut lines' own.
     from l4_plugin.ingest.jobdir import discover
+    from l4_plugin.ingest.scanner import chunks
     from l4_plugin.ingest.sources import file_streams
-    from l4_plugin.ingest.workers import chunks
     from l4_plugin.limits import MAX_LINE_CHARS
 
     head = "2024-05-03 10:00:01,000 WARNING payload "

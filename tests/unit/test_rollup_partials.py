@@ -8,8 +8,8 @@ from pathlib import Path
 
 from l4_plugin.ingest.jobdir import discover
 from l4_plugin.ingest.rollup import FilePartial
+from l4_plugin.ingest.scanner import Scanner, gc_paused
 from l4_plugin.ingest.sources import file_streams
-from l4_plugin.ingest.workers import Scanner, gc_paused
 from tests.rollup_views import group_view, kept_view
 
 _LINES = (

@@ -1,4 +1,4 @@
-"""How the scan cuts a job's files into batches for its worker processes."""
+"""How the scan cuts a job's files into batches of whole nodes for its lanes."""
 
 from __future__ import annotations
 
@@ -19,15 +19,17 @@ def _streams(nodes: int, files: int) -> list[LogStream]:
 
 
 def test_batches_keep_order_and_nodes_and_shrink_towards_the_end() -> None:
-    streams = _streams(64, 4)
-    sizes = [1 << 20] * len(streams)  # 256 MB in 1 MB files
+    streams = _streams(64, 2)
+    sizes = [1 << 20] * len(streams)  # 128 MB in 1 MB files, 21,000 lines a node
     batches = workers._batches(streams, sizes, 2)
-    assert [t.path for b in batches for t in b] == [s.path for s in streams]
-    # every batch but the last ends at a node's last file
-    assert all(b[-1].node != later[0].node for b, later in itertools.pairwise(batches))
-    mb = [sum(t.size for t in b) >> 20 for b in batches]
-    assert mb[0] == 8  # BATCH_BYTES while much is left
-    assert mb[-1] <= 4 and mb[-2] <= 4  # the last ones a few files each (1 MB per file here)
+    assert [i for b in batches for i in b] == list(range(len(streams)))
+    # every batch ends at a node's last file: its lane keeps the node's rollup
+    assert all(
+        streams[b[-1]].node != streams[later[0]].node for b, later in itertools.pairwise(batches)
+    )
+    mb = [sum(sizes[i] for i in b) >> 20 for b in batches]
+    assert mb[0] == 6  # three nodes: a fourth would pass BATCH_LINES
+    assert mb[-1] == mb[-2] == 2  # the last ones a node each
     assert mb == sorted(mb, reverse=True)
     assert len(batches) < 64  # not one batch per node
 
@@ -37,21 +39,27 @@ def test_a_small_job_is_cut_into_small_batches() -> None:
     sizes = [300 << 10] * len(streams)  # 4.7 MB: a share per worker, not one 8 MB batch
     batches = workers._batches(streams, sizes, 2)
     assert len(batches) >= 4
-    assert [t.path for b in batches for t in b] == [s.path for s in streams]
+    assert [i for b in batches for i in b] == list(range(len(streams)))
+
+
+def test_a_node_larger_than_a_batch_is_one_batch() -> None:
+    streams = _streams(3, 40)  # 40 files of 1 MB a node: 10,000 lines each
+    batches = workers._batches(streams, [1 << 20] * len(streams), 2)
+    assert [len(b) for b in batches] == [40, 40, 40]
 
 
 def test_batches_are_weighed_by_lines_not_bytes() -> None:
     # A line costs the scan about the same whatever its length: a job of 30-byte lines is cut
     # into batches of a quarter of the bytes of a job of 120-byte lines (bytes alone would cut
     # them alike, and a batch of short lines took six times as long as the others).
-    def job(line_bytes: int) -> list[list[workers._Task]]:
+    def job(line_bytes: int) -> list[list[int]]:
         streams = [
             LogStream(f"n{n:03d}", 0, f"n{n:03d}/r.log", lambda: iter(()), Path(f"/j/{n}"))
             for n in range(256)
         ]
         streams = [dataclasses.replace(s, lines=(1 << 20) // line_bytes) for s in streams]
         batches = workers._batches(streams, [1 << 20] * len(streams), 2)
-        assert [t.path for b in batches for t in b] == [s.path for s in streams]
+        assert [i for b in batches for i in b] == list(range(len(streams)))
         return batches
 
     short, long = job(30), job(120)

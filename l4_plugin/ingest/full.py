@@ -1,0 +1,101 @@
+"""``--full``: every raw line of a job as an ``l4-lines`` document, in a second pass.
+
+Run by the reducer after the lanes have written the job's rollups: it reads every stream again
+with the job's final templates, its clock and its placed timeline (``pipeline``), so that each
+raw line carries the stage and iteration its rollup has.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from l4_plugin.ingest.documents import Clock, doc_id
+from l4_plugin.ingest.jobdir import JobMeta
+from l4_plugin.ingest.parser import LineKind, LineParser
+from l4_plugin.ingest.rollup import NodeRollup
+from l4_plugin.ingest.scanner import chunks
+from l4_plugin.ingest.sources import LogStream
+from l4_plugin.ingest.stages import default_stage_rules
+from l4_plugin.ingest.timeline import UNPLACED, Timeline
+from l4_plugin.store import Store
+from l4_plugin.store import fields as F
+
+FULL_CHUNK = 2_000  # raw-line documents per bulk request
+
+
+def write_full_lines(
+    store: Store,
+    meta: JobMeta,
+    streams: list[LogStream],
+    parser: LineParser,
+    clock: Clock,
+    generation: str,
+    timeline: Timeline,
+) -> int:
+    """Index every raw line as an ``l4-lines`` document (``--full``); returns how many.
+
+    A second pass over the streams with the final templates: the stage machine runs again (a
+    throwaway ``NodeRollup``) so each line carries the same stage and iteration as its rollup.
+    Memory stays bounded: documents go to the cluster in bulk chunks of ``FULL_CHUNK`` as the
+    lines are read. Ids are (job, node, file, line): a re-ingest overwrites, never duplicates.
+    """
+    rules = default_stage_rules()
+    docs: list[tuple[str, dict[str, Any]]] = []
+    written = 0
+
+    def sink(
+        pos: int,
+        raw: str,
+        kind: LineKind,
+        stage: str,
+        iteration: int | None,
+        ts_ref: str | None,
+        rank: int | None,
+        offset: int | None,
+    ) -> None:
+        template = kind.template
+        if template is None:  # a line that was not there in the first pass (a growing file)
+            parser.finish()
+            template = kind.template
+        assert template is not None
+        if stage.startswith(UNPLACED):
+            stage, iteration = timeline.place(stage[1:], clock.seconds(ts_ref, cache=False))
+        doc: dict[str, Any] = {
+            "message": raw,
+            "host.name": node,
+            "log.file.path": path,
+            F.JOB_ID: meta.id,
+            F.TEMPLATE_ID: template.id,
+            F.STAGE: stage,
+            F.LINE: pos,
+            F.GENERATION: generation,
+        }
+        ms = clock.ms(ts_ref, cache=False)
+        if ms is not None:
+            doc["@timestamp"] = ms
+        if kind.level:
+            doc["log.level"] = kind.level
+        if rank is not None:
+            doc[F.RANK] = rank
+        if iteration is not None:
+            doc[F.ITERATION] = iteration
+        if offset is not None:
+            doc["log.offset"] = offset
+        if pos in long_lines:
+            doc[F.FLAGS] = ["truncated"]
+        docs.append((doc_id(meta.id, generation, node, path, pos), doc))
+        if len(docs) >= FULL_CHUNK:
+            nonlocal written
+            written += store.bulk_index(store.names.lines, docs)
+            docs.clear()
+
+    for stream in streams:
+        node, path = stream.node, stream.path
+        long_lines: set[int] = set()
+        read = chunks(stream, parser, None, long_lines)
+        try:
+            NodeRollup(node, rules).scan(path, stream.rank, read, long_lines, sink)
+        except OSError:
+            continue  # reported by the first pass
+    written += store.bulk_index(store.names.lines, docs)
+    return written
