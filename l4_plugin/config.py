@@ -153,6 +153,10 @@ class Settings(BaseSettings):
         le=1024,
         description="Processes scanning a job's files, l4's own included (unset: cores)",
     )
+    ingest_scheduler: str | None = Field(
+        None,
+        description="A Dask scheduler (tcp://HOST:8786) whose workers ingest jobs (unset: local)",
+    )
     dashboards_url: str = Field(
         "", description="Kibana / OpenSearch Dashboards URL for Discover links in annotations"
     )

@@ -118,9 +118,17 @@ def checked_job_id(ctx: click.Context, param: click.Parameter, value: Any) -> An
 
 
 def workers_option(f: Any) -> Any:
+    """``--workers N`` and ``--scheduler ADDRESS``: where an ingest's work runs."""
+    f = click.option(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="Ingest on a Dask cluster: its scheduler, e.g. tcp://HOST:8786 (default: "
+        "L4_INGEST_SCHEDULER, else local processes; needs pip install 'l4-plugin[dask]').",
+    )(f)
     return click.option(
         "--workers",
         type=click.IntRange(1, 1024),
-        help="Processes scanning the files, this one included (default: L4_INGEST_WORKERS, "
-        "else the cores).",
+        help="Processes scanning the files and building the documents (default: "
+        "L4_INGEST_WORKERS, else the cores; with --scheduler: at most this many of its "
+        "workers' threads).",
     )(f)

@@ -148,6 +148,7 @@ def diagnose(
     node_pattern: str | None,
     reingest: bool,
     workers: int | None,
+    scheduler: str | None,
     **kwargs: Any,
 ) -> None:
     """Diagnose a failed job's log directory: ingest (baselines first), match rules, analyse."""
@@ -178,6 +179,7 @@ def diagnose(
                 reingest=reingest,
                 limits=limits,
                 workers=workers or cli.settings.ingest_workers,
+                scheduler=scheduler or cli.settings.ingest_scheduler,
             )
         for p in [*base, job]:
             state = (

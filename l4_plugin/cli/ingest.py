@@ -75,6 +75,7 @@ def ingest(
     full: bool,
     from_index: str | None,
     workers: int | None,
+    scheduler: str | None,
     **raw_fields: Any,
 ) -> None:
     """Parse a job's logs (JOB_DIR, or --from-index) into rollups, kept lines and templates."""
@@ -120,6 +121,7 @@ def ingest(
                         progress=progress,
                         limits=limits,
                         workers=n_workers,
+                        scheduler=scheduler or cli.settings.ingest_scheduler,
                     )
                 ]
         for summary in summaries:

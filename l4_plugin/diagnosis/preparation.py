@@ -82,6 +82,7 @@ def prepare(
     known_templates: set[str] | None = None,
     limits: ReadLimits | None = None,
     workers: int | None = None,
+    scheduler: str | None = None,
 ) -> Prepared:
     """Ingest ``job_dir`` unless the cluster already holds it unchanged."""
     meta = job_meta(job_dir, job_id=job_id, status=status)
@@ -97,6 +98,7 @@ def prepare(
         progress=progress,
         limits=limits,
         workers=workers,
+        scheduler=scheduler,
     )
     return Prepared(meta.id, job_dir, summary)
 
@@ -112,6 +114,7 @@ def prepare_all(
     reingest: bool = False,
     limits: ReadLimits | None = None,
     workers: int | None = None,
+    scheduler: str | None = None,
 ) -> tuple[Prepared, list[Prepared]]:
     """Baselines first (so the failed job's rare-template choice can use them), then the job.
 
@@ -131,6 +134,7 @@ def prepare_all(
             reingest=reingest,
             limits=limits,
             workers=workers,
+            scheduler=scheduler,
         )
         for b in base_dirs
     ]
@@ -148,6 +152,7 @@ def prepare_all(
         known_templates=known,
         limits=limits,
         workers=workers,
+        scheduler=scheduler,
     )
     return job, done_baselines
 

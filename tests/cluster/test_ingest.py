@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from l4_plugin.errors import IngestError
-from l4_plugin.ingest.pipeline import _doc_id, ingest_job
+from l4_plugin.ingest.documents import doc_id as _doc_id
+from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.store import Store
 from l4_simulate import simulate
 
@@ -336,7 +337,7 @@ def test_full_indexes_every_line_once(store: Store, tmp_path: Path) -> None:
 def test_full_memory_is_bounded(
     store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from l4_plugin.ingest import pipeline
+    from l4_plugin.ingest import full
 
     sizes: list[int] = []
     real = store.bulk_index
@@ -348,7 +349,7 @@ def test_full_memory_is_bounded(
         return real(index, docs, **kw)
 
     monkeypatch.setattr(store, "bulk_index", spy)
-    monkeypatch.setattr(pipeline, "FULL_CHUNK", 100)
+    monkeypatch.setattr(full, "FULL_CHUNK", 100)
     (tmp_path / "n1").mkdir()
     (tmp_path / "n1" / "rank0.log").write_text(
         "".join(f"2024-05-03 10:00:{i % 60:02d},000 INFO step {i}\n" for i in range(1000))

@@ -11,9 +11,10 @@ import pytest
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest import index_source
+from l4_plugin.ingest.documents import doc_id as _doc_id
 from l4_plugin.ingest.index_source import RawFields, ingest_index
 from l4_plugin.ingest.jobdir import discover
-from l4_plugin.ingest.pipeline import _doc_id, ingest_job
+from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.store import Store
 from l4_simulate import simulate
 

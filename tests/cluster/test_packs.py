@@ -80,7 +80,7 @@ def test_folded_lines_count_as_the_raw_lines_they_stand_for(
 ) -> None:
     """Every rank of nearly every node prints the watchdog cascade: folded, each node writes one
     line per template; the rules see the same counts and times as with every line written."""
-    # 29 of the 32 nodes print the cascade: a majority (pipeline.MAJORITY).
+    # 29 of the 32 nodes print the cascade: a majority (documents.MAJORITY).
     simulate(tmp_path, nodes=32, iterations=30, fault="nccl-ib-error", seed=11, baselines=0)
     job = tmp_path / "job"
     ingest_job(store, job, job_id="j", workers=1)
