@@ -16,7 +16,7 @@ import pytest
 
 from l4_plugin.diagnosis import diagnose_job
 from l4_plugin.diagnosis.queries import read_job_tables
-from l4_plugin.ingest import pipeline
+from l4_plugin.ingest import documents
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.rules.engine import JobFacts, compile_rule, match_job
 from l4_plugin.rules.loader import load_rules
@@ -85,7 +85,7 @@ def test_folded_lines_count_as_the_raw_lines_they_stand_for(
     job = tmp_path / "job"
     ingest_job(store, job, job_id="j", workers=1)
     with monkeypatch.context() as m:
-        m.setattr(pipeline, "_fold_ranks", lambda docs: docs)
+        m.setattr(documents, "_fold_ranks", lambda docs: docs)
         ingest_job(es_store, job, job_id="j", workers=1)
     folded, plain = store.count(store.names.lines), es_store.count(es_store.names.lines)
     assert folded < 0.6 * plain
