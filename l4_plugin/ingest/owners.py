@@ -34,6 +34,7 @@ from l4_plugin.ingest.scanner import (
     task_stream,
 )
 from l4_plugin.ingest.sources import LogStream
+from l4_plugin.ingest.spill import Spill
 from l4_plugin.ingest.timeline import Timeline
 from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.records import Template
@@ -50,9 +51,49 @@ class Held:
     parsers: list[LineParser] = field(default_factory=list)
     #: One set object per distinct set of ranks, shared by the groups that have it (``_seal``).
     ranks: dict[frozenset[int], set[int]] = field(default_factory=dict)
+    #: Its nodes in job order, the bytes of those in ``rollups`` (about), the others on disk.
+    order: list[str] = field(default_factory=list)
+    bytes: int = 0
+    spill: Spill | None = None
+
+    def keep(self, rollup: NodeRollup, parser: int) -> None:
+        """Keep a scanned node: in memory up to ``HELD_BYTES``, then on disk."""
+        node = rollup.node
+        if node not in self.rollups and (self.spill is None or node not in self.spill.where):
+            self.order.append(node)
+        size = GROUP_BYTES * len(rollup.groups)
+        old = self.rollups.pop(node, None)
+        if old is not None:
+            self.bytes -= GROUP_BYTES * len(old.groups)
+        if self.bytes + size <= HELD_BYTES:
+            self.rollups[node] = rollup
+            self.bytes += size
+            return
+        if self.spill is None:
+            self.spill = Spill()
+        self.spill.put(rollup, parser)
+
+    def take(self, node: str) -> NodeRollup:
+        """A kept node's rollup, forgotten here."""
+        rollup = self.rollups.pop(node, None)
+        if rollup is not None:
+            return rollup
+        assert self.spill is not None
+        return self.spill.take(
+            node, self.scanner.rules, self.scanner.cache, lambda i: self.parsers[i].kind_of
+        )
+
+    def close(self) -> None:
+        if self.spill is not None:
+            self.spill.close()
 
 
 _HELD: dict[tuple[str, int], Held] = {}
+#: Bytes of rollups a lane keeps in memory; the nodes it scans past that wait on disk (``spill``).
+HELD_BYTES = 1 << 30
+#: What one group of a kept rollup holds, about (measured on the 64-node simulated job: its
+#: group, key, exemplar and last reference line, kept lines).
+GROUP_BYTES = 1_200
 
 
 @dataclass
@@ -117,7 +158,7 @@ def scan_batch(
     held = _held(token, lane, rare_limit)
     scanner = held.scanner
     scanner.parser.learn_masks(masks)
-    digests = _scan_into(held, scanner, tasks)
+    digests = _scan_into(held, scanner, tasks, 0)
     return BatchReport(lane, digests, scanner.computed_masks(), *_usage(cpu))
 
 
@@ -138,11 +179,13 @@ def rescan(
     kinds = {spec[0]: LineKind(*spec) for spec in pinned}
     scanner = Scanner(pinned=kinds, rare_limit=rare_limit)
     held.parsers.append(scanner.parser)
-    digests = _scan_into(held, scanner, tasks)
+    digests = _scan_into(held, scanner, tasks, len(held.parsers) - 1)
     return BatchReport(lane, digests, [], *_usage(cpu))
 
 
-def _scan_into(held: Held, scanner: Scanner, tasks: Sequence[Task | LogStream]) -> list[NodeDigest]:
+def _scan_into(
+    held: Held, scanner: Scanner, tasks: Sequence[Task | LogStream], parser: int
+) -> list[NodeDigest]:
     streams = _streams(tasks)
     sizes = [t.size if isinstance(t, Task) else 0 for t in tasks]
     digests = []
@@ -150,7 +193,7 @@ def _scan_into(held: Held, scanner: Scanner, tasks: Sequence[Task | LogStream]) 
         for a, b in node_runs(streams):
             done = scanner.scan_node(streams[a:b])
             digests.append(scanner.digest(done, sizes[a:b]))
-            held.rollups[done.rollup.node] = _seal(done.rollup, held.ranks)
+            held.keep(_seal(done.rollup, held.ranks), parser)
     return digests
 
 
@@ -190,8 +233,8 @@ def build(token: str, lane: int, plan: BuildPlan) -> BuildReport:
     writer = BulkWriter(plan.store) if plan.store is not None else None
     try:
         with gc_paused():
-            for node in list(held.rollups):
-                events, lines, shared = node_documents(ctx, node, held.rollups.pop(node))
+            for node in held.order:
+                events, lines, shared = node_documents(ctx, node, held.take(node))
                 ctx.clock.cache.clear()
                 report.totals.add(events)
                 report.events.extend(events)
@@ -207,6 +250,8 @@ def build(token: str, lane: int, plan: BuildPlan) -> BuildReport:
     finally:
         if writer is not None:
             writer.stop()
+        held.order = []
+        held.close()
     report.cpu, report.rss_kb, _ = _usage(cpu)
     return report
 
@@ -216,9 +261,18 @@ def gather(token: str, lane: int) -> list[FilePartial]:
     held = _HELD.get((token, lane))
     if held is None:
         return []
-    return [rollup.partial(()) for rollup in held.rollups.values()]
+    out = []
+    for node in held.order:
+        rollup = held.rollups.get(node)
+        if rollup is not None:
+            out.append(rollup.partial(()))
+        elif held.spill is not None:
+            out.append(held.spill.partial(node)[0])
+    return out
 
 
 def drop(token: str, lane: int) -> None:
     """Forget the ingest's state in this lane (what is left of it after a failure)."""
-    _HELD.pop((token, lane), None)
+    held = _HELD.pop((token, lane), None)
+    if held is not None:
+        held.close()

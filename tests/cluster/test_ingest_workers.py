@@ -13,7 +13,7 @@ import pytest
 from l4_plugin.diagnosis import diagnose_job
 from l4_plugin.errors import StoreError
 from l4_plugin.ingest import lanes as lanes_mod
-from l4_plugin.ingest import owners, procs, workers
+from l4_plugin.ingest import owners, procs, spill, workers
 from l4_plugin.ingest.jobdir import JobMeta, discover
 from l4_plugin.ingest.parser import LineParser
 from l4_plugin.ingest.pipeline import ingest_job, record_progress
@@ -417,3 +417,29 @@ def test_the_forkserver_preloads_the_l4_modules_the_parent_imported() -> None:
         m for m in sys.modules if m.partition(".")[0] in ("l4_plugin", "l4_simulate")
     }
     assert len(preload) == len(set(preload))
+
+
+def test_nodes_a_lane_keeps_on_disk_give_the_same_rollups_and_documents(
+    osmem_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its memory share a lane keeps the nodes it scans on disk (``spill``): read back,
+    they are the same rollups and make the same documents (one lane in this process, so the
+    share set here is the lane's)."""
+    job = _job(tmp_path)
+    streams = file_streams(discover(job))
+    in_memory = scan_streams(streams, LineParser(), workers=1)
+    kept, _ = _ingested(osmem_url, f"tsm-{tmp_path.name[-12:]}-l4-", job, workers=1)
+    monkeypatch.setattr(owners, "HELD_BYTES", 0)
+    spilled: list[int] = []
+    real = spill.Spill.put
+
+    def counted(self: spill.Spill, rollup: Any, parser: int) -> None:
+        spilled.append(parser)
+        real(self, rollup, parser)
+
+    monkeypatch.setattr(spill.Spill, "put", counted)
+    on_disk = scan_streams(streams, LineParser(), workers=1)
+    assert len(spilled) == len(on_disk.rollups) > 1
+    assert rollups_view(on_disk.rollups) == rollups_view(in_memory.rollups)
+    written, _ = _ingested(osmem_url, f"tsd-{tmp_path.name[-12:]}-l4-", job, workers=1)
+    assert written == kept and '"events": ["{' in kept
