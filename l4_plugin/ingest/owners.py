@@ -19,6 +19,7 @@ import resource
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.documents import Doc, DocContext, EventTotals, node_documents
@@ -39,6 +40,7 @@ from l4_plugin.ingest.timeline import Timeline
 from l4_plugin.ingest.writer import BulkWriter
 from l4_plugin.records import Template
 from l4_plugin.store import Store
+from l4_plugin.store.packs import EventColumns, add_events
 
 
 @dataclass
@@ -124,7 +126,7 @@ class BuildReport:
     """What a lane's nodes' documents leave for the reducer."""
 
     lane: int
-    events: list[Doc]
+    events: dict[tuple[Any, ...], EventColumns]  # by signature (``store.packs``)
     shared: list[Doc]  # kept lines it packs across nodes (``store.line_packs``)
     kept: list[Doc]  # kept lines not written here (no store given)
     lines_written: int
@@ -228,7 +230,7 @@ def build(token: str, lane: int, plan: BuildPlan) -> BuildReport:
     for parser in held.parsers:
         for kind in parser.kinds:
             kind.template = plan.templates[kind.key]
-    report = BuildReport(lane, [], [], [], 0, EventTotals(), 0.0, 0)
+    report = BuildReport(lane, {}, [], [], 0, EventTotals(), 0.0, 0)
     ctx = plan.ctx
     writer = BulkWriter(plan.store) if plan.store is not None else None
     try:
@@ -237,7 +239,7 @@ def build(token: str, lane: int, plan: BuildPlan) -> BuildReport:
                 events, lines, shared = node_documents(ctx, node, held.take(node))
                 ctx.clock.cache.clear()
                 report.totals.add(events)
-                report.events.extend(events)
+                add_events(report.events, events)
                 report.shared.extend(shared)
                 if writer is None:
                     report.kept.extend(lines)

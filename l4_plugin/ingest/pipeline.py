@@ -378,13 +378,18 @@ def _write(
     plan = BuildPlan(ctx, templates, store if full_streams is None else None)
     built = _build(lanes, token, plan)
     totals = EventTotals()
-    events: list[Doc] = []
+    events: dict[tuple[Any, ...], packs.EventColumns] = {}
     shared: list[Doc] = []
     kept: list[Doc] = []
     lines_written = 0
     for report in built:
         totals.merge(report.totals)
-        events.extend(report.events)
+        for sig, columns in report.events.items():
+            have = events.get(sig)
+            if have is None:
+                events[sig] = columns
+            else:
+                have.extend(columns)
         shared.extend(report.shared)  # none with --full (ctx.fold is off)
         kept.extend(report.kept)
         lines_written += report.lines_written
@@ -392,7 +397,7 @@ def _write(
         # The healthy majority's lines and rollups: one document for the nodes that agree.
         for pack_id, doc in line_packs.pack_lines(shared, doc_id):
             writer.add(store.names.lines, pack_id, doc)
-        for pack_id, doc in packs.pack_events(events, doc_id):
+        for pack_id, doc in packs.pack_event_columns(events, doc_id):
             writer.add(store.names.events, pack_id, doc)
         handed = time.monotonic()
         written = writer.close()

@@ -25,7 +25,6 @@ templates a job printed) is read from it directly.
 from __future__ import annotations
 
 import struct
-from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -78,10 +77,70 @@ def pack_events(events: Iterable[Doc], doc_id: Callable[..., str]) -> list[Doc]:
     ``doc_id(*parts)`` names a pack from its signature and chunk, as the write step names every
     document, so the same rollups give the same ids.
     """
-    groups: dict[tuple[Any, ...], list[Doc]] = defaultdict(list)
-    for doc in events:
-        groups[_signature(doc[1])].append(doc)
-    return packed(groups, _pack, lambda key, start: doc_id("pack", *key, start))
+    groups: dict[tuple[Any, ...], EventColumns] = {}
+    add_events(groups, events)
+    return pack_event_columns(groups, doc_id)
+
+
+class EventColumns:
+    """The event documents of one signature (what their nodes share), as a column per field a
+    node keeps of its own (``_OWN``) and their ids: what travels from the processes that build
+    nodes' documents to the one that packs them (a few lists, not a dict per document)."""
+
+    __slots__ = ("columns", "ids")
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.columns: tuple[list[Any], ...] = tuple([] for _ in _OWN)
+
+    def add(self, doc_id: str, doc: dict[str, Any]) -> None:
+        self.ids.append(doc_id)
+        for column, (name, _) in zip(self.columns, _OWN, strict=True):
+            column.append(doc.get(name))
+
+    def extend(self, other: EventColumns) -> None:
+        self.ids.extend(other.ids)
+        for mine, theirs in zip(self.columns, other.columns, strict=True):
+            mine.extend(theirs)
+
+    def doc(self, signature: tuple[Any, ...], i: int) -> dict[str, Any]:
+        """The ``i``-th event document again, as the builders made it (field by field)."""
+        doc: dict[str, Any] = {name: value for name, value in zip(_SHARED, signature, strict=True)}
+        for column, (name, _) in zip(self.columns, _OWN, strict=True):
+            doc[name] = column[i]
+        doc[F.COUNT_ALL] = doc[F.COUNT]
+        if doc[F.FIRST_TS] is not None:
+            doc["@timestamp"] = doc[F.FIRST_TS]
+        return {k: v for k, v in doc.items() if v is not None}
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _columns, (self.ids, self.columns)
+
+
+def _columns(ids: list[str], columns: tuple[list[Any], ...]) -> EventColumns:
+    out = EventColumns()
+    out.ids, out.columns = ids, columns
+    return out
+
+
+def add_events(groups: dict[tuple[Any, ...], EventColumns], events: Iterable[Doc]) -> None:
+    """Event documents into ``groups``, by signature."""
+    for doc_id, doc in events:
+        sig = _signature(doc)
+        columns = groups.get(sig)
+        if columns is None:
+            columns = groups[sig] = EventColumns()
+        columns.add(doc_id, doc)
+
+
+def pack_event_columns(
+    groups: Mapping[tuple[Any, ...], EventColumns], doc_id: Callable[..., str]
+) -> list[Doc]:
+    """``pack_events`` of event documents gathered by signature (``add_events``)."""
+    docs = {
+        sig: [(c.ids[i], c.doc(sig, i)) for i in range(len(c.ids))] for sig, c in groups.items()
+    }
+    return packed(docs, _pack, lambda key, start: doc_id("pack", *key, start))
 
 
 def packed(
