@@ -41,11 +41,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "simulate"))
 
 from l4_plugin.ingest.jobdir import discover
 from l4_plugin.ingest.parser import LineParser
-from l4_plugin.ingest.pipeline import ingest_job, rare_limit
+from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.ingest.sources import file_streams
-from l4_plugin.ingest.workers import scan_streams
 from l4_plugin.store import EmbeddedCluster, IndexNames, OpenSearchStore
 from l4_simulate import simulate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_instructions import scan
 
 
 def _peak_rss_mb(pid: int) -> float:
@@ -98,13 +100,12 @@ def parse_only(
         before()
     cpu0, t0 = _cpu(), time.monotonic()
     parser = LineParser()
-    limit = rare_limit(len({f.node for f in files}))
-    result = scan_streams(file_streams(files), parser, workers=workers, rare_limit=limit)
+    result = scan(file_streams(files), parser, workers, len({f.node for f in files}))
     parser.finish()
     wall, reducer = time.monotonic() - t0, _cpu() - cpu0
     # Worker processes are the forkserver's children, not ours: they report their own CPU.
     cpu = reducer + result.worker_cpu
-    lines = sum(r.lines for r in result.rollups.values())
+    lines = sum(d.lines for d in result.digests)
     return {
         "lines": lines,
         "bytes": size,

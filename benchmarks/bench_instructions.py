@@ -46,11 +46,9 @@ def _child(mode: str, job: Path, workers: int = 1, follow: bool = False) -> None
     """In a process under callgrind: the counted work (``code`` is first on ``sys.path``)."""
     from l4_plugin.ingest.jobdir import discover
     from l4_plugin.ingest.parser import LineParser
-    from l4_plugin.ingest.pipeline import rare_limit
     from l4_plugin.ingest.procs import start_server
     from l4_plugin.ingest.sources import file_streams
     from l4_plugin.ingest.stages import default_stage_rules
-    from l4_plugin.ingest.workers import scan_streams
 
     if follow:
         start_server()  # in every run compared: the server's instructions cancel out
@@ -58,9 +56,23 @@ def _child(mode: str, job: Path, workers: int = 1, follow: bool = False) -> None
     parser = LineParser()
     default_stage_rules()
     if mode == "full":
-        limit = rare_limit(len({f.node for f in files}))
-        scan_streams(file_streams(files), parser, workers=workers, rare_limit=limit)
+        scan(file_streams(files), parser, workers, len({f.node for f in files}))
         parser.finish()
+
+
+def scan(streams: list[Any], parser: Any, workers: int, nodes: int) -> Any:
+    """The scan an ingest runs (its rollups left where it leaves them), in the code counted:
+    on lanes that keep them since issue 32, with the reducer gathering them before."""
+    try:
+        from l4_plugin.ingest.documents import rare_limit
+        from l4_plugin.ingest.workers import ingest_lanes, scan_lanes
+    except ImportError:  # a version before the lanes
+        from l4_plugin.ingest.pipeline import rare_limit  # type: ignore[attr-defined,no-redef]
+        from l4_plugin.ingest.workers import scan_streams
+
+        return scan_streams(streams, parser, workers=workers, rare_limit=rare_limit(nodes))
+    with ingest_lanes(streams, workers) as (lanes, token):
+        return scan_lanes(lanes, token, streams, parser, rare_limit=rare_limit(nodes))
 
 
 def count(code: Path, mode: str, job: Path, workers: int = 1, follow: bool = False) -> int:

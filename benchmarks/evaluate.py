@@ -13,7 +13,7 @@ same configuration and ``truth.json``), ingested into its own index prefix of ON
 
 Ground truth for events: the job's files are parsed and rolled up again with the ingest's own
 pieces (``LineParser`` seeded with the templates that were in the cluster just before the job was
-ingested, ``pipeline._chunks``, ``NodeRollup``), so every raw line gets exactly the template id the
+ingested, ``scanner.chunks``, ``NodeRollup``), so every raw line gets exactly the template id the
 cluster has and joined records (tracebacks, error continuations) belong to the event they were
 joined to; the script checks the two template id sets agree. A reported template is a true
 positive when any of its raw lines matches a ``truth.indicators`` regex (``re.search``).
@@ -52,8 +52,9 @@ from l4_plugin.diagnosis import AnalysisOptions, diagnose_job
 from l4_plugin.diagnosis.queries import read_job_tables
 from l4_plugin.ingest.jobdir import discover
 from l4_plugin.ingest.parser import LineKind, LineParser
-from l4_plugin.ingest.pipeline import _chunks, ingest_job, load_known_templates
+from l4_plugin.ingest.pipeline import ingest_job, load_known_templates
 from l4_plugin.ingest.rollup import Chunk, NodeRollup
+from l4_plugin.ingest.scanner import chunks as _chunks
 from l4_plugin.ingest.sources import file_streams
 from l4_plugin.ingest.stages import StageRules
 from l4_plugin.records import Template
@@ -128,7 +129,7 @@ def reparse(job_dir: Path, known: list[Template], indicators: Sequence[str]) -> 
     """Parse and roll up ``job_dir`` exactly as ingest does, and match every line to the truth.
 
     The ingest's own pieces run again: ``LineParser`` seeded with the templates that were in the
-    cluster before the job, the files in ``discover`` order through ``pipeline._chunks``, one
+    cluster before the job, the files in ``discover`` order through ``scanner.chunks``, one
     ``NodeRollup`` per node. A line's indicators count for its own template, and the joined
     records of the rollup (Python tracebacks, error continuations: the group's first message and
     every kept message carry the whole block) count for the template they were joined to.
