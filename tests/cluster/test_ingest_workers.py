@@ -132,7 +132,9 @@ def test_a_dask_cluster_writes_the_documents_of_local_processes(
     osmem_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The same ingest on a ``distributed.LocalCluster`` of two worker processes (one thread
-    each: two lanes) writes every document the local processes write, and the same report."""
+    each: two lanes) writes every document the local processes write, and the same report; a
+    re-ingest there leaves one generation (nothing lost or doubled); progress is reported as the
+    lanes' digests come; the workers keep nothing of the ingest after it."""
     distributed = pytest.importorskip("distributed")
     job = _job(tmp_path)
     monkeypatch.setattr(workers, "BATCH_FILES", 1)  # a node per batch: both lanes get some
@@ -141,14 +143,51 @@ def test_a_dask_cluster_writes_the_documents_of_local_processes(
         n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
     ) as cluster:
         address = cluster.scheduler_address
-        prefix = f"tdd-{tmp_path.name[-12:]}-l4-"
-        on_dask = _ingested(osmem_url, prefix, job, workers=None, scheduler=address)
+        store = OpenSearchStore(osmem_url, IndexNames(f"tdd-{tmp_path.name[-12:]}-l4-"))
+        store.install_templates()
+        try:
+            seen: list[ScanProgress] = []
+            for _ in range(2):  # the second: a re-ingest, a new generation
+                summary = ingest_job(
+                    store, job, job_id="j", status="failed", scheduler=address, progress=seen.append
+                )
+                assert summary.workers == 2
+            on_dask = _dump(store)
+            report = diagnose_job(store, "j", rules=[], write=False).report.to_json()
+            report.pop("timings", None)
+        finally:
+            store.drop_indices()
+            store.close()
         with distributed.Client(address) as client:
-            # Both workers took part, and each forgot the ingest once it was written.
-            held = client.run(_held)
-    assert on_dask[0] == local[0] and '"events": ["{' in local[0]
-    assert on_dask[1] == local[1]
+            held = client.run(_held)  # what each worker still holds of the ingest
+    assert on_dask == local[0] and '"events": ["{' in on_dask
+    assert json.dumps(report, sort_keys=True, default=str) == local[1]
+    assert seen and seen[-1].files_done == seen[-1].files == summary.files
     assert len(held) == 2 and set(held.values()) == {0}
+
+
+def test_read_limits_hold_on_a_dask_cluster(osmem_url: str, tmp_path: Path) -> None:
+    """A compression bomb and a line without end, read by a Dask cluster's workers: cut as
+    local processes cut them, with the same warnings (``tests/cluster/test_security.py``)."""
+    distributed = pytest.importorskip("distributed")
+    from tests.cluster.test_security import _hostile_files
+
+    job = _hostile_files(tmp_path / "job")
+    seen = []
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        for where in ({"workers": 2}, {"scheduler": cluster.scheduler_address}):
+            store = OpenSearchStore(osmem_url, IndexNames(f"tb{len(seen)}-{tmp_path.name[-9:]}-"))
+            store.install_templates()
+            try:
+                summary = ingest_job(store, job, job_id="h", **where)  # type: ignore[arg-type]
+            finally:
+                store.drop_indices()
+                store.close()
+            assert len(summary.cut_files) == 1 and "compression bomb" in summary.cut_files[0]
+            seen.append((summary.cut_files, sorted(summary.problems), summary.lines))
+    assert seen[0] == seen[1]
 
 
 def test_kinds_reach_drain_in_job_order_whatever_the_workers(
