@@ -27,7 +27,7 @@ from typing import Any, NamedTuple
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest import procs
 from l4_plugin.ingest.header import parse_time
-from l4_plugin.ingest.jobdir import JobMeta, is_system_log, job_meta, scan
+from l4_plugin.ingest.jobdir import JobFiles, JobMeta, is_system_log, job_meta, scan
 from l4_plugin.ingest.parser import LineKind, LineParser
 from l4_plugin.ingest.rollup import (
     RARE_SAMPLE,
@@ -103,6 +103,8 @@ class IngestSummary:
     # build (the documents, until the last is handed to the writer), send (waiting for the
     # cluster after that), finish (templates, refresh, the job document).
     steps: dict[str, float] = field(default_factory=dict)
+    # The job's ``l4-jobs`` document as the ingest completed it (what a diagnosis reads next).
+    record: JobRecord | None = None
 
 
 class _ProgressReport:
@@ -258,13 +260,41 @@ def ingest_job(
     meta = job_meta(job_dir, job_id=job_id, status=status, config=config)
     started = time.monotonic()
     found = scan(job_dir, node_pattern, limits, workers, meta.hosts)
-    discovery = time.monotonic() - started
+    return ingest_files(
+        store,
+        meta,
+        found,
+        where=str(job_dir),
+        discovery=time.monotonic() - started,
+        baseline_templates=baseline_templates,
+        full=full,
+        progress=progress,
+        limits=limits,
+        workers=workers,
+    )
+
+
+def ingest_files(
+    store: Store,
+    meta: JobMeta,
+    found: JobFiles,
+    *,
+    where: str,
+    discovery: float = 0.0,
+    baseline_templates: set[str] | None = None,
+    full: bool = False,
+    progress: Progress | None = None,
+    limits: ReadLimits | None = None,
+    workers: int | None = None,
+) -> IngestSummary:
+    """``ingest_job`` of a job directory whose ``job.yaml`` (``meta``) and files (``found``,
+    ``jobdir.scan`` in ``discovery`` seconds) were read already: neither is read again."""
     summary = ingest_streams(
         store,
         meta,
         file_streams(found.files, limits),
         files_generation(found.files),
-        where=str(job_dir),
+        where=where,
         baseline_templates=baseline_templates,
         full=full,
         progress=progress,
@@ -919,7 +949,9 @@ def _write(
     for index in (store.names.events, store.names.lines, store.names.templates):
         store.refresh(index)
     job = job_record(summary, rollups, found, totals, source, now)
-    generations.complete(store, meta.id, generation, lambda old: completed(job, old))
+    summary.record = generations.complete(
+        store, meta.id, generation, lambda old: completed(job, old)
+    )
     summary.steps["finish"] = (
         time.monotonic() - started - sum(summary.steps.get(k, 0.0) for k in ("build", "send"))
     )

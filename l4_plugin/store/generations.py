@@ -169,8 +169,9 @@ def complete(
     job_id: str,
     generation: str,
     build: Callable[[dict[str, Any]], dict[str, Any]],
-) -> None:
-    """Make ``generation`` the job's complete one, then delete every older generation.
+) -> JobRecord:
+    """Make ``generation`` the job's complete one, then delete every older generation; returns
+    the job document as written.
 
     ``build`` gets the current job document and returns the new one (ingest's summary of the
     generation, with what it keeps of the old document). ``IngestError`` when a newer ingest of
@@ -204,6 +205,7 @@ def complete(
             + "began while this one was writing; what this one wrote was deleted"
         )
     _delete(store, _older(job_id, generation, old=replaced[0]))
+    return JobRecord.from_source(doc.source)
 
 
 def sweep(store: Store, job_id: str, source: Mapping[str, Any]) -> int:
