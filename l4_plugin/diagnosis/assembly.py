@@ -93,7 +93,7 @@ def _sample(
     return (without_boilerplate(info.message) if info else ""), None
 
 
-def _events(
+def report_events(
     data: JobData, analysis: Analysis, samples: Mapping[str, Mapping[str, Any]]
 ) -> tuple[ReportEvent, ...]:
     """The fused events, ranked, each with one sample line (cause-telling lines preferred)."""
@@ -168,12 +168,14 @@ def _slowdown(analysis: Analysis) -> ReportSlowdown | None:
     )
 
 
-def _verdict(
+def decide_verdict(
     data: JobData,
     analysis: Analysis,
     events: Sequence[ReportEvent],
     rule_matches: Sequence[RuleMatch],
 ) -> Verdict:
+    """The verdict (``analysis.verdict.decide``) on the ranked events as the report shows them
+    (template and sample line), the ranked nodes and the rule matches; confidence rounded."""
     fusion = analysis.fusion
     decided = decide(
         [
@@ -214,16 +216,17 @@ def _filtering(analysis: Analysis) -> ReportFiltering:
 def build_report(
     data: JobData,
     analysis: Analysis,
+    events: Sequence[ReportEvent],
+    verdict: Verdict,
     *,
     baseline_jobs: Sequence[str],
     rule_matches: Sequence[RuleMatch],
-    samples: Mapping[str, Mapping[str, Any]],
     analyzer_version: str,
     timings: Mapping[str, float] | None = None,
 ) -> Report:
-    """The report of one analysed job (ARCHITECTURE.md, *The report*), extra sections included."""
+    """The report of one analysed job (ARCHITECTURE.md, *The report*), extra sections included:
+    ``events`` are :func:`report_events`, ``verdict`` is :func:`decide_verdict`'s."""
     fusion = analysis.fusion
-    events = _events(data, analysis, samples)
     stragglers = analysis.stragglers.stragglers if analysis.stragglers else ()
     return Report(
         job_id=data.job.id,
@@ -232,14 +235,14 @@ def build_report(
         baseline_jobs=tuple(baseline_jobs),
         # The rule engine owns the shape of a match's JSON; the report keeps it as written.
         rule_matches=tuple(ReportRuleMatch.from_json(m.to_report()) for m in rule_matches),
-        events=events,
+        events=tuple(events),
         nodes=tuple(
             ReportNode(n.node, round(n.score, 4), tuple(n.events), tuple(n.reasons))
             for n in fusion.nodes
         ),
         iterations=_iterations(analysis),
         silent_nodes=tuple(fusion.silent_nodes),
-        verdict=_verdict(data, analysis, events, rule_matches),
+        verdict=verdict,
         stragglers=tuple(
             ReportStraggler(s.node, s.first_iteration, round(s.slowdown, 3)) for s in stragglers
         ),

@@ -24,7 +24,7 @@ import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from typing import Any
 
 from l4_plugin.analysis.fusion import is_flagged
@@ -107,10 +107,13 @@ def read_job(store: Store, job_id: str) -> JobDoc:
     return job_doc(record)
 
 
-def find_jobs(store: Store, *, fingerprint: str, status: str) -> list[JobDoc]:
+def find_jobs(
+    store: Store, *, fingerprint: str, status: str, exclude: Collection[str] = ()
+) -> list[JobDoc]:
     """Jobs of one configuration fingerprint and status, sorted by id: those with documents to
-    compare with (not purged by retention, not only ever begun)."""
-    return [job_doc(r) for r in jobs.find_jobs(store, fingerprint=fingerprint, status=status)]
+    compare with (not purged by retention, not only ever begun), but for ``exclude``."""
+    found = jobs.find_jobs(store, fingerprint=fingerprint, status=status, exclude=exclude)
+    return [job_doc(r) for r in found]
 
 
 def _walk(
@@ -133,13 +136,12 @@ def _value(bucket: dict[str, Any], name: str) -> Any:
     return bucket.get(name, {}).get("value")
 
 
-def read_job_tables(store: Store, job_id: str) -> JobData:
-    """Read every table the analyses need for ``job_id`` (see the module docstring)."""
-    job = read_job(store, job_id)
+def read_job_tables(store: Store, job: JobDoc) -> JobData:
+    """Read every table the analyses need for ``job`` (see the module docstring)."""
     query = job_scope(job)
     if not store.count(store.names.events, query):
         raise AnalysisError(
-            f"job {job_id!r} has no event rollups in {store.names.events} — hint: re-ingest it"
+            f"job {job.id!r} has no event rollups in {store.names.events} — hint: re-ingest it"
         )
     shared = packs.read_packs(store, store.names.events, query)
     own = packs.without_packs(query)
@@ -506,6 +508,22 @@ def _read_exemplars(store: Store, job: dict[str, Any], templates: dict[str, Temp
         info = templates[str(b["key"]["t"])]
         info.text = str(source_field(src, F.TEMPLATE_TEXT) or "")
         info.message = str(source_field(src, "message") or "")
+
+
+def read_pool_templates(store: Store, pool: Sequence[JobDoc]) -> set[str] | None:
+    """Template ids the baseline pool printed, so ingest keeps the failed job's lines of every
+    other template; None without a pool."""
+    if not pool:
+        return None
+    scopes = [job_scope(j) for j in sorted(pool, key=lambda j: j.id)]
+    return {
+        str(b["key"]["t"])
+        for b in _walk(
+            store,
+            [_terms("t", F.TEMPLATE_ID)],
+            {"bool": {"should": scopes, "minimum_should_match": 1}},
+        )
+    }
 
 
 def read_baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:

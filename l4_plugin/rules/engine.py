@@ -147,6 +147,7 @@ class JobFacts:
         *,
         resolve_messages: bool = True,
         scope: Query | None = None,
+        nodes: Sequence[str] | None = None,
     ) -> None:
         self.store = store
         self.job_id = job_id
@@ -159,7 +160,10 @@ class JobFacts:
         self._facts: dict[str, dict[str, SelectionFacts]] = {}
         self._samples: dict[str, tuple[dict[str, Any], ...]] = {}
         self.planning: list[Query] | None = None
-        self._registered: tuple[list[str] | None] | None = None
+        # The node list the ingest recorded, when the caller read the job's document already
+        self._registered: tuple[list[str] | None] | None = (
+            None if nodes is None else ([str(n) for n in nodes] or None,)
+        )
         self._silent: dict[float, dict[str, float]] = {}
         self._has_line_packs: bool | None = None
         self.messages = (
@@ -639,14 +643,17 @@ def match_job(
     *,
     resolve_messages: bool = True,
     scope: Query | None = None,
+    nodes: Sequence[str] | None = None,
 ) -> list[RuleMatch]:
     """Match every rule against one job; return the matches, root causes first.
 
     ``resolve_messages=False`` sends every ``message`` value as its direct query (regexp,
     wildcard): same results, much slower on large indices; kept to test the resolution against.
-    ``scope`` selects the job's documents (default: its last complete ingest generation).
+    ``scope`` selects the job's documents (default: its last complete ingest generation) and
+    ``nodes`` are the nodes its ``l4-jobs`` document lists: with both, the caller has read the
+    document and it is not read again.
     """
-    facts = JobFacts(store, job_id, resolve_messages=resolve_messages, scope=scope)
+    facts = JobFacts(store, job_id, resolve_messages=resolve_messages, scope=scope, nodes=nodes)
     facts.resolve_messages(rules)
     compiled = [compile_rule(facts, rule) for rule in rules]
     if resolve_messages:

@@ -15,7 +15,7 @@ Fields the record does not know (written by another tool or a newer L4) are kept
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -318,10 +318,15 @@ def comparable_query(*, fingerprint: str, status: str) -> dict[str, Any]:
     }
 
 
-def find_jobs(store: Store, *, fingerprint: str, status: str) -> list[JobRecord]:
-    """Jobs of one fingerprint and status with documents to compare with, sorted by id."""
-    body = {"size": 1000, "query": comparable_query(fingerprint=fingerprint, status=status)}
-    return sorted(search_jobs(store, body), key=lambda r: r.id)
+def find_jobs(
+    store: Store, *, fingerprint: str, status: str, exclude: Collection[str] = ()
+) -> list[JobRecord]:
+    """Jobs of one fingerprint and status with documents to compare with, sorted by id; those
+    of ``exclude`` (jobs whose documents the caller has read already) are not read again."""
+    query = comparable_query(fingerprint=fingerprint, status=status)
+    if exclude:
+        query["bool"]["must_not"].append({"terms": {F.JOB_ID: sorted(exclude)}})
+    return sorted(search_jobs(store, {"size": 1000, "query": query}), key=lambda r: r.id)
 
 
 # --- writes --------------------------------------------------------------------------------------
