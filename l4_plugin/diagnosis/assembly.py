@@ -26,7 +26,6 @@ from l4_plugin.analysis.tables import JobData, JobDoc
 from l4_plugin.analysis.verdict import VerdictEvent, VerdictNode, VerdictRule, decide
 from l4_plugin.records import Finding, Verdict
 from l4_plugin.report.extras import (
-    DroppedTemplate,
     IterationPoint,
     NodeEventMatrix,
     ReportExtras,
@@ -43,7 +42,7 @@ from l4_plugin.report.model import (
     ReportStraggler,
 )
 from l4_plugin.rules.engine import RuleMatch
-from l4_plugin.store.documents import source_field
+from l4_plugin.store.fields import source_field
 
 _HEAT_NODES = 30
 _HEAT_EVENTS = 20
@@ -306,56 +305,6 @@ def build_extras(
         no_baseline=analysis.crossjob.no_baseline,
         timings=dict(timings or {}),
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
-    )
-
-
-def extras_to_dict(extras: ReportExtras) -> dict[str, Any]:
-    """A JSON-ready copy of the extras (stored with the summary annotation for ``l4 report``)."""
-    m = extras.matrix
-    return {
-        "matrix": None
-        if m is None
-        else {
-            "nodes": list(m.nodes),
-            "template_ids": list(m.template_ids),
-            "counts": [list(r) for r in m.counts],
-        },
-        "iterations": [
-            [p.iteration, p.distance, p.threshold, p.suspect] for p in extras.iterations
-        ],
-        "stage_per_node": dict(extras.stage_per_node),
-        "stage_order": list(extras.stage_order),
-        "dropped_templates": [[d.template_id, d.text, d.note] for d in extras.dropped_templates],
-        "no_baseline": extras.no_baseline,
-        "timings": dict(extras.timings),
-        "generated_at": extras.generated_at,
-    }
-
-
-def extras_from_dict(raw: Mapping[str, Any]) -> ReportExtras:
-    """The inverse of :func:`extras_to_dict`."""
-    m = raw.get("matrix")
-    return ReportExtras(
-        matrix=None
-        if not m
-        else NodeEventMatrix(
-            tuple(m["nodes"]),
-            tuple(m["template_ids"]),
-            tuple(tuple(int(v) for v in r) for r in m["counts"]),
-        ),
-        iterations=tuple(
-            IterationPoint(int(i), float(d), None if t is None else float(t), bool(s))
-            for i, d, t, s in raw.get("iterations", [])
-        ),
-        stage_per_node=dict(raw.get("stage_per_node", {})),
-        stage_order=tuple(raw.get("stage_order", [])),
-        dropped_templates=tuple(
-            DroppedTemplate(str(t), str(r), math.nan, math.nan, text=str(x))
-            for t, x, r in raw.get("dropped_templates", [])
-        ),
-        no_baseline=bool(raw.get("no_baseline", False)),
-        timings=dict(raw.get("timings", {})),
-        generated_at=raw.get("generated_at"),
     )
 
 

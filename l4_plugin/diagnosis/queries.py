@@ -33,8 +33,8 @@ from l4_plugin.errors import AnalysisError
 from l4_plugin.records import host_shapes, level_label, may_name_a_node
 from l4_plugin.store import Store, generations, jobs
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import source_field
 from l4_plugin.store.events import JobEvents, Key, Metric, template_totals
+from l4_plugin.store.fields import source_field
 from l4_plugin.store.jobs import JobRecord
 from l4_plugin.store.lines import JobLines
 

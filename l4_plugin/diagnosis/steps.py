@@ -25,7 +25,7 @@ from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.analysis.recipe import Analysis, analyze
 from l4_plugin.analysis.tables import JobData
-from l4_plugin.diagnosis.annotations import write_annotations
+from l4_plugin.diagnosis.annotations import write_diagnosis
 from l4_plugin.diagnosis.assembly import (
     Diagnosis,
     build_extras,
@@ -138,7 +138,7 @@ def diagnose(
     if write:
         timed(
             "write annotations",
-            lambda: write_annotations(
+            lambda: write_diagnosis(
                 store, diagnosis, matches, analyzer_version=ANALYZER_VERSION, discover=discover
             ),
         )

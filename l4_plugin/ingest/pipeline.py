@@ -55,7 +55,7 @@ from l4_plugin.records import (
 )
 from l4_plugin.store import Store, generations, jobs, line_packs, packs
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import source_field
+from l4_plugin.store.fields import source_field
 from l4_plugin.store.jobs import JobRecord
 
 # Running (sum in ns, lines) of an event document's iteration durations while groups merge into it;

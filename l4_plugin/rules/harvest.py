@@ -22,7 +22,7 @@ from l4_plugin.rules.compiler import job_filter
 from l4_plugin.rules.port import RuleStorePort
 from l4_plugin.store import fields as F
 from l4_plugin.store import generations
-from l4_plugin.store.documents import source_field
+from l4_plugin.store.fields import source_field
 from l4_plugin.store.lines import JobLines
 
 MAX_EVENTS = 3

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import source_field
+from l4_plugin.store.fields import source_field
 from l4_plugin.store.names import IndexNames
 from l4_plugin.store.packs import NodeRollup, only_packs, read_packs, without_packs
 

@@ -11,6 +11,9 @@ name from a key.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 ROOT = "l4"
 
 # --- shared by several indices ---------------------------------------------------------------
@@ -113,3 +116,15 @@ RULE_ID = "l4.rule.id"
 RULE_TITLE = "l4.rule.title"
 RULE_CATEGORY = "l4.rule.category"
 RULE_SEVERITY = "l4.rule.severity"
+
+
+def source_field(source: Mapping[str, Any], name: str) -> Any:
+    """A field of a ``_source``, written with dotted keys (as L4 writes) or as nested objects."""
+    if name in source:
+        return source[name]
+    node: Any = source
+    for part in name.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node

@@ -15,6 +15,7 @@ Fields the record does not know (written by another tool or a newer L4) are kept
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -22,10 +23,15 @@ from typing import Any
 from l4_plugin.errors import ConflictError
 from l4_plugin.store import fields as F
 from l4_plugin.store.base import Store, VersionedDoc
-from l4_plugin.store.documents import job_doc_id, source_field
+from l4_plugin.store.fields import source_field
 
 _WRITE_TRIES = 8
 TIMESTAMP = "@timestamp"
+
+
+def job_doc_id(job_id: str) -> str:
+    """The ``_id`` of a job's ``l4-jobs`` document."""
+    return hashlib.sha1(job_id.encode()).hexdigest()
 
 
 def _tuple(value: Any) -> tuple[Any, ...] | None:
@@ -329,6 +335,92 @@ def find_jobs(
     return sorted(search_jobs(store, {"size": 1000, "query": query}), key=lambda r: r.id)
 
 
+def complete_clause() -> dict[str, Any]:
+    """Jobs with a complete ingest generation (``store.generations``): what an analysis reads."""
+    return {
+        "bool": {
+            "should": [
+                {"term": {F.INGEST_STATE: "done"}},
+                {"exists": {"field": F.INGEST_GENERATION}},
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+
+
+_REGISTERED_FIRST = [{F.JOB_REGISTERED: {"order": "asc", "unmapped_type": "date"}}]
+
+
+def find_due(
+    store: Store, *, max_attempts: int, analyzer_version: str, now: int, limit: int
+) -> list[JobRecord]:
+    """Failed jobs with a complete ingest whose analysis may be due (never analysed, released,
+    a lease expired before ``now``, failed fewer than ``max_attempts`` times, or analysed by
+    another analyzer version), oldest registration first; the claim decides on each."""
+    state, attempts = F.ANALYSIS_STATE, F.ANALYSIS_ATTEMPTS
+    query = {
+        "bool": {
+            "filter": [{"term": {F.JOB_STATUS: "failed"}}, complete_clause()],
+            "should": [
+                {"bool": {"must_not": [{"exists": {"field": state}}]}},
+                {"term": {state: "pending"}},
+                {
+                    "bool": {
+                        "filter": [
+                            {"term": {state: "running"}},
+                            {"range": {F.ANALYSIS_LEASE_UNTIL: {"lt": now}}},
+                        ]
+                    }
+                },
+                {
+                    "bool": {
+                        "filter": [
+                            {"term": {state: "failed"}},
+                            {"range": {attempts: {"lt": max_attempts}}},
+                        ]
+                    }
+                },
+                {
+                    "bool": {
+                        "filter": [{"terms": {state: ["done", "failed"]}}],
+                        "must_not": [{"term": {F.ANALYSIS_VERSION: analyzer_version}}],
+                    }
+                },
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+    return search_jobs(store, {"size": limit, "query": query, "sort": _REGISTERED_FIRST})
+
+
+def find_running(store: Store, *, limit: int) -> list[JobRecord]:
+    """Running jobs with a complete ingest (what the service watches), oldest registration
+    first."""
+    query = {"bool": {"filter": [{"term": {F.JOB_STATUS: "running"}}, complete_clause()]}}
+    return search_jobs(store, {"size": limit, "query": query, "sort": _REGISTERED_FIRST})
+
+
+def find_ingested_before(store: Store, cutoff_ms: int, *, limit: int) -> list[JobRecord]:
+    """Jobs last ingested before ``cutoff_ms`` whose documents are still there and whose
+    analysis is not claimed or released (what retention may purge)."""
+    query = {
+        "bool": {
+            "filter": [{"range": {F.INGEST_UPDATED: {"lt": cutoff_ms}}}],
+            "must_not": [
+                {"exists": {"field": F.RETENTION_PURGED}},
+                {"terms": {F.ANALYSIS_STATE: ["running", "pending"]}},
+            ],
+        }
+    }
+    return search_jobs(store, {"size": limit, "query": query})
+
+
+def get_versioned(store: Store, job_id: str) -> VersionedDoc | None:
+    """The job's document with the version a conditional write (:func:`put_if_unchanged`)
+    replaces; None when the job has none."""
+    return store.get(store.names.jobs, job_doc_id(job_id))
+
+
 # --- writes --------------------------------------------------------------------------------------
 
 
@@ -410,6 +502,17 @@ def update_job(
     )
 
 
+def record_purge(store: Store, job_id: str, *, deleted: int, now: int) -> None:
+    """Record on the job's document that retention deleted its ``deleted`` documents."""
+
+    def change(source: dict[str, Any]) -> dict[str, Any]:
+        source[F.RETENTION_PURGED] = now
+        source[F.RETENTION_DELETED_DOCS] = deleted
+        return source
+
+    update_job(store, job_id, change)
+
+
 def update_record(
     store: Store, job_id: str, change: Callable[[JobRecord], JobRecord | None]
 ) -> JobRecord | None:
@@ -429,12 +532,19 @@ __all__ = [
     "JobRecord",
     "JobSummary",
     "comparable_query",
+    "complete_clause",
     "create_job",
+    "find_due",
+    "find_ingested_before",
     "find_jobs",
+    "find_running",
     "get_job",
+    "get_versioned",
+    "job_doc_id",
     "job_identity",
     "put_if_unchanged",
     "put_progress",
+    "record_purge",
     "search_jobs",
     "update_job",
     "update_record",

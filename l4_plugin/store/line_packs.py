@@ -31,7 +31,7 @@ from typing import Any
 
 from l4_plugin.records import numbers_blanked
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import source_field
+from l4_plugin.store.fields import source_field
 from l4_plugin.store.packs import int_or_none, pack_columns, packed
 
 Doc = tuple[str, dict[str, Any]]

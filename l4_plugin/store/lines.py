@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import source_field
 from l4_plugin.store.events import PAGE, EventSource, earliest_first, node_top_hits, sort_time
+from l4_plugin.store.fields import source_field
 from l4_plugin.store.line_packs import members, own_line
 from l4_plugin.store.packs import only_packs, without_packs
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import source_field
+from l4_plugin.store.fields import source_field
 
 Doc = tuple[str, dict[str, Any]]  # (``_id``, ``_source``) of a document to write
 

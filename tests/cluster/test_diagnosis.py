@@ -26,7 +26,8 @@ from l4_plugin.diagnosis.steps import says_cause
 from l4_plugin.errors import AnalysisError
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.store import IndexNames, OpenSearchStore, Store
-from l4_plugin.store.documents import job_doc_id, source_field
+from l4_plugin.store.fields import source_field
+from l4_plugin.store.jobs import job_doc_id
 from l4_simulate import simulate
 
 _SECTION6_KEYS = {

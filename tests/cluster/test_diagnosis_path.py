@@ -25,7 +25,7 @@ from l4_plugin.cli import main
 from l4_plugin.config import Settings
 from l4_plugin.ingest import jobdir
 from l4_plugin.store import OpenSearchStore
-from l4_plugin.store.documents import job_doc_id
+from l4_plugin.store.jobs import job_doc_id
 from l4_simulate import simulate
 
 

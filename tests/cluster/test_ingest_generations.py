@@ -33,8 +33,7 @@ from l4_plugin.service import claims
 from l4_plugin.service.registry import job_state
 from l4_plugin.store import IndexNames, OpenSearchStore, Store, generations, jobs
 from l4_plugin.store.base import BULK_DOCS_ENV, STALL_ENV
-from l4_plugin.store.documents import job_doc_id
-from l4_plugin.store.jobs import update_job
+from l4_plugin.store.jobs import job_doc_id, update_job
 from l4_simulate import simulate
 
 pytestmark = pytest.mark.slow

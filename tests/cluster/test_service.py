@@ -28,7 +28,7 @@ from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.service import claims
 from l4_plugin.service.registry import set_status
 from l4_plugin.store import EmbeddedCluster, IndexNames, OpenSearchStore, Store
-from l4_plugin.store.documents import job_doc_id
+from l4_plugin.store.jobs import job_doc_id
 from l4_simulate import simulate
 
 pytestmark = pytest.mark.slow
