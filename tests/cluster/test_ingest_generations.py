@@ -162,24 +162,24 @@ def kill_ingest(url: str, store: Store, job_dir: Path, after_writes: int) -> str
     env = {k: v for k, v in os.environ.items() if not k.startswith("L4_")}
     env.update({STALL_ENV: str(after_writes), BULK_DOCS_ENV: BULK_DOCS, "L4_MAX_RETRIES": "0"})
     cmd = [*CLI, "--es-url", url, "--index-prefix", store.names.prefix, "ingest", str(job_dir)]
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    assert proc.stderr is not None
     seen = b""
     deadline = time.monotonic() + 120
-    try:
-        while b"l4-test: stalled" not in seen:
-            line = proc.stderr.readline()
-            if not line and proc.poll() is not None:
-                raise AssertionError(f"ingest ended (exit {proc.returncode}) before the stall")
-            seen += line
-            assert time.monotonic() < deadline, "no stall within 120 s"
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    # Leaving the block closes the pipes and waits for the process.
+    with subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    ) as proc:
+        assert proc.stderr is not None
+        try:
+            while b"l4-test: stalled" not in seen:
+                line = proc.stderr.readline()
+                if not line and proc.poll() is not None:
+                    raise AssertionError(f"ingest ended (exit {proc.returncode}) before the stall")
+                seen += line
+                assert time.monotonic() < deadline, "no stall within 120 s"
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert proc.returncode == -signal.SIGKILL
     return seen.decode(errors="replace")
 

@@ -49,6 +49,8 @@ def unauthorized_url() -> Iterator[str]:
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+    thread.join()
+    server.server_close()
 
 
 def test_wrong_credentials(unauthorized_url: str) -> None:
