@@ -98,7 +98,8 @@ def _run_diagnosis(
 ) -> None:
     """``run(**how)`` (a diagnosis of ``job_id``) with the settings' analysis options, a status
     line and warnings on stderr; then the summary, the files asked for and where they went."""
-    from l4_plugin.diagnosis.output import discover_linker, write_outputs
+    from l4_plugin.dashboards.links import discover_linker
+    from l4_plugin.report.files import write_report_files
     from l4_plugin.report.terminal import render_terminal
 
     settings = cli.settings
@@ -114,7 +115,7 @@ def _run_diagnosis(
         )
     if str(json_out) != "-":
         render_terminal(diagnosis.report, out)
-    write_outputs(diagnosis, json_out=json_out, html_out=html_out)
+    write_report_files(diagnosis.report, diagnosis.extras, json_out=json_out, html_out=html_out)
     for target in (json_out, html_out):
         if target is not None and str(target) != "-":
             err.print(f"wrote {target}")
@@ -235,7 +236,7 @@ def analyze(cli: CliState, job_id: str, baseline_ids: tuple[str, ...], **kwargs:
 def report(cli: CliState, job_id: str, html_out: Path | None, json_out: Path | None) -> None:
     """Render a job's stored diagnosis (from l4-annotations) without analysing again."""
     from l4_plugin.diagnosis import load_summary
-    from l4_plugin.diagnosis.output import write_report_files
+    from l4_plugin.report.files import write_report_files
     from l4_plugin.report.terminal import render_terminal
 
     with open_cluster(cli.settings) as store:

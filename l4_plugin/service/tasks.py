@@ -32,8 +32,8 @@ from collections import deque
 from dataclasses import replace
 
 from l4_plugin.config import Settings
+from l4_plugin.dashboards.links import discover_linker
 from l4_plugin.diagnosis import Diagnosis, diagnose_job
-from l4_plugin.diagnosis.output import discover_linker
 from l4_plugin.errors import ConflictError, L4Error, StoreError
 from l4_plugin.jobid import job_id_problem
 from l4_plugin.rules import Rule, match_job
