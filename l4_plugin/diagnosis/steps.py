@@ -25,7 +25,6 @@ from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.analysis.recipe import Analysis, analyze
 from l4_plugin.analysis.tables import JobData
-from l4_plugin.diagnosis.annotations import write_diagnosis
 from l4_plugin.diagnosis.assembly import (
     Diagnosis,
     build_extras,
@@ -43,6 +42,7 @@ from l4_plugin.diagnosis.queries import (
     read_job,
     read_job_tables,
 )
+from l4_plugin.diagnosis.storage import write_diagnosis
 from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.rules import Rule, load_rules, match_job
 from l4_plugin.store import Store

@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 from l4_plugin.store import fields as F
 from l4_plugin.store.fields import source_field
 from l4_plugin.store.names import IndexNames
-from l4_plugin.store.packs import NodeRollup, only_packs, read_packs, without_packs
+from l4_plugin.store.packs import PackMember, only_packs, read_packs, without_packs
 
 Query = dict[str, Any]
 PAGE = 50_000  # composite buckets per request
@@ -114,9 +114,9 @@ class JobEvents:
         self.store = store
         self.query = query
         self.page_size = page_size
-        self._members: list[NodeRollup] | None = None
+        self._members: list[PackMember] | None = None
 
-    def members(self) -> list[NodeRollup]:
+    def members(self) -> list[PackMember]:
         """Every node's share of the packs the query selects (times and counts, no message)."""
         if self._members is None:
             self._members = read_packs(self.store, self.store.names.events, self.query)

@@ -144,7 +144,7 @@ def only_packs(query: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeRollup:
+class PackMember:
     """One node's share of a pack: the fields its own event document would have had."""
 
     node: str
@@ -179,7 +179,7 @@ def read_packs(
     *,
     messages: bool = False,
     templates: Collection[str] | None = None,
-) -> list[NodeRollup]:
+) -> list[PackMember]:
     """Every node's share of the packs ``query`` selects (of ``templates`` only, if given).
 
     Exemplar lines and files are read only with ``messages`` (most of a pack's bytes).
@@ -195,13 +195,13 @@ def read_packs(
     if not messages:
         skip += [_MESSAGES, f"{F.PACK}.paths", "message", "log.file.path"]
     body["_source"] = {"excludes": skip}
-    out: list[NodeRollup] = []
+    out: list[PackMember] = []
     for hit in store.search_after(index, body, page_size=1000):
         out.extend(unpack(hit.get("_source", {})))
     return out
 
 
-def unpack(src: dict[str, Any]) -> Iterator[NodeRollup]:
+def unpack(src: dict[str, Any]) -> Iterator[PackMember]:
     """The nodes' shares of one pack document's ``_source``."""
     hosts, cols = pack_columns(src, [key for _, key in _OWN])
 
@@ -210,7 +210,7 @@ def unpack(src: dict[str, Any]) -> Iterator[NodeRollup]:
 
     level = shared("log.level")
     for i, host in enumerate(hosts):
-        yield NodeRollup(
+        yield PackMember(
             node=str(host),
             template_id=str(shared(F.TEMPLATE_ID)),
             template_text=str(shared(F.TEMPLATE_TEXT) or ""),

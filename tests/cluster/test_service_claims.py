@@ -18,7 +18,7 @@ import pytest
 from l4_plugin import cli
 from l4_plugin.config import Settings, load_settings
 from l4_plugin.diagnosis import ANALYZER_VERSION
-from l4_plugin.diagnosis.annotations import record_analysis
+from l4_plugin.diagnosis.storage import record_analysis
 from l4_plugin.errors import ConfigError, StoreError
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.rules import load_rules

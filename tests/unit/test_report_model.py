@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from l4_plugin.diagnosis.annotations import summary_text
 from l4_plugin.diagnosis.assembly import findings
+from l4_plugin.diagnosis.storage import summary_text
 from l4_plugin.records import Verdict
 from l4_plugin.report.model import (
     Report,

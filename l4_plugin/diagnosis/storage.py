@@ -1,4 +1,5 @@
-"""Write-back: a diagnosis's findings as ``l4-annotations`` documents, and reading it back.
+"""A diagnosis stored in the cluster and read back: its findings as ``l4-annotations`` documents
+(written by ``store/annotations.py``, the one writer), the analysis recorded on the job.
 
 Ids are deterministic (job, kind, key), so re-analysing a job overwrites its annotations; the
 job's annotations that the new run did not produce (a node that is no longer suspect) are then
