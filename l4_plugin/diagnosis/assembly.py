@@ -120,7 +120,20 @@ def report_events(
     return tuple(out)
 
 
-def _iterations(analysis: Analysis) -> tuple[ReportIteration, ...]:
+def _failure_iteration(data: JobData, analysis: Analysis) -> tuple[int, str] | None:
+    """The iteration the job failed in: where the best-ranked event that has one was first
+    printed (by the iteration lines, or placed by time on the job's timeline)."""
+    first: dict[str, int] = {}
+    for it, tid in data.iteration_cells:
+        if it < first.get(tid, it + 1):
+            first[tid] = it
+    for event in analysis.fusion.events:
+        if event.template_id in first:
+            return first[event.template_id], event.template_id
+    return None
+
+
+def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...]:
     fusion = analysis.fusion
     top = max((s.distance for s in fusion.iterations), default=0.0)
     iterations = [
@@ -137,7 +150,24 @@ def _iterations(analysis: Analysis) -> tuple[ReportIteration, ...]:
     ]
     slow = analysis.slowdown
     if slow is None:
-        return tuple(iterations)
+        failed = _failure_iteration(data, analysis)
+        if failed is None:
+            return tuple(iterations)
+        # Where the failure began comes first (the paper's temporal answer); the iterations
+        # that depart from their predecessors follow.
+        it, tid = failed
+        rest = [s for s in iterations if s.iteration != it]
+        known = next((s for s in iterations if s.iteration == it), None)
+        lead = ReportIteration(
+            iteration=it,
+            score=1.0,
+            why="failure",
+            distance=known.distance if known else None,
+            threshold=known.threshold if known else None,
+            events=known.events if known else (tid,),
+            missing_events=known.missing_events if known else (),
+        )
+        return (lead, *rest)
     # Where the job started to slow down comes first: the DTW suspect is then mostly where
     # the slowed job finally failed.
     iterations = [it for it in iterations if it.iteration != slow.first_iteration] or iterations
@@ -239,7 +269,7 @@ def build_report(
             ReportNode(n.node, round(n.score, 4), tuple(n.events), tuple(n.reasons))
             for n in fusion.nodes
         ),
-        iterations=_iterations(analysis),
+        iterations=_iterations(analysis, data),
         silent_nodes=tuple(fusion.silent_nodes),
         verdict=verdict,
         stragglers=tuple(
@@ -361,6 +391,8 @@ def _iteration_text(it: ReportIteration) -> str:
             f"the job runs {it.slowdown or 0.0:.2f}× slower from iteration {it.iteration} "
             f"on than before it; events that start with it: {len(it.events)}"
         )
+    if it.why == "failure" and it.distance is None:
+        return f"the failure began in iteration {it.iteration}: its first event was printed then"
     return (
         f"iteration {it.iteration} departs from the 10 before it (DTW "
         f"{it.distance or 0.0:.2f} > three-sigma {it.threshold}); new events: "

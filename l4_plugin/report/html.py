@@ -256,6 +256,8 @@ def _iteration_table(reported: Sequence[ReportIteration]) -> str:
     for it in reported[: MAX_LIST * 2]:
         if it.why == "slowdown":
             why = f"job {fmt(_num(it.slowdown))}× slower from here"
+        elif it.why == "failure" and it.distance is None:
+            why = "the failure began here"
         else:
             why = f"DTW {fmt(_num(it.distance))} > {fmt(_num(it.threshold))}"
         html.append(

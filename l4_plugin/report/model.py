@@ -171,7 +171,8 @@ class ReportNode:
 
 @dataclass(frozen=True, slots=True)
 class ReportIteration:
-    """A suspect iteration: ``why`` is ``dtw`` (departs from its predecessors) or ``slowdown``.
+    """A suspect iteration: ``why`` is ``failure`` (where the best-ranked event began),
+    ``dtw`` (departs from its predecessors) or ``slowdown`` (where the job began to slow down).
 
     ``slowdown`` (the job's slowdown ratio) is set, and written, only for a ``slowdown`` entry;
     ``distance`` and ``threshold`` are ``None`` there.
