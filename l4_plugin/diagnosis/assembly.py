@@ -153,21 +153,22 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
         failed = _failure_iteration(data, analysis)
         if failed is None:
             return tuple(iterations)
-        # Where the failure began comes first (the paper's temporal answer); the iterations
-        # that depart from their predecessors follow.
+        # Where the failure began, when no iteration departs from its predecessors (a hang's
+        # last iteration, a crash in an iteration like the others); after them otherwise: the
+        # best-ranked event may have begun earlier than the failure (a flapping link).
         it, tid = failed
-        rest = [s for s in iterations if s.iteration != it]
-        known = next((s for s in iterations if s.iteration == it), None)
-        lead = ReportIteration(
+        if any(s.iteration == it for s in iterations):
+            return tuple(iterations)
+        began = ReportIteration(
             iteration=it,
-            score=1.0,
+            score=1.0 if not iterations else 0.0,
             why="failure",
-            distance=known.distance if known else None,
-            threshold=known.threshold if known else None,
-            events=known.events if known else (tid,),
-            missing_events=known.missing_events if known else (),
+            distance=None,
+            threshold=None,
+            events=(tid,),
+            missing_events=(),
         )
-        return (lead, *rest)
+        return (*iterations, began)
     # Where the job started to slow down comes first: the DTW suspect is then mostly where
     # the slowed job finally failed.
     iterations = [it for it in iterations if it.iteration != slow.first_iteration] or iterations
