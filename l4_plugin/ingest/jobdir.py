@@ -353,7 +353,11 @@ def _assign(
                 known.add(f.node)
         if router is not None:
             known.update(h for h in router.hosts if not _IPV4.fullmatch(h))
-    announced = {ip: host for *_, facts in kept for ip, host in facts.addresses}
+    announced = {
+        ip: host or (facts.own if f.origin == "name" and facts.own else f.node)
+        for f, _, _, facts in kept
+        for ip, host in facts.addresses
+    }
     addresses = identity.address_host(announced, known)
     out: list[LogFile] = []
     for f, file, router, facts in kept:
