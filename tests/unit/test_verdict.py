@@ -172,3 +172,112 @@ def test_cuda_boilerplate_is_never_the_sample() -> None:
     )
     only = "For debugging consider passing CUDA_LAUNCH_BLOCKING=1."
     assert without_boilerplate(only) == only
+
+
+# --- evidence-based eviction, consequences, local and alone categories ------------------------
+
+
+def test_hardware_evidence_on_a_named_node_evicts_it_without_a_clear_culprit() -> None:
+    # gen3's Xid 48 shape: a second node scores close to the first (its watchdog lines), so the
+    # ranking singles nobody out; the confirmed rule and the Xid line both name one node.
+    nodes = [
+        VerdictNode("g1288", 1.0, ("spatial-outlier", "earliest-evidence")),
+        VerdictNode("g1120", 0.95, ("spatial-outlier",)),
+        VerdictNode("g1048", 0.0, ()),
+    ]
+    assert culprits(nodes) == ()
+    rule = VerdictRule(
+        "gpu-xid-48-double-bit-ecc", "hardware/accelerator", "cause", ("g1288",), 0.9
+    )
+    events = [
+        _ev(
+            "NVRM: Xid (PCI:0000:18:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable "
+            "double bit error (DBE) has been detected on GPU",
+            ("g1288",),
+            score=0.86,
+        ),
+        _ev("Timeout at NCCL work: 21241, last enqueued NCCL work: 21243", ("g1120",), score=0.8),
+    ]
+    v = decide(events, nodes, [rule], LEX, n_nodes=8)
+    assert v.category == "hardware/accelerator"
+    assert v.evict == ("g1288",) and v.restart == "after-eviction"
+
+
+def test_storage_evicts_only_a_node_that_alone_carries_the_evidence() -> None:
+    full = "OSError: [Errno 28] No space left on device: '/mnt/ckpt/iter_56/model.pt'"
+    shared = decide([_ev(full, ("n1", "n2", "n3", "n4", "n5"))], [], [], LEX, n_nodes=22)
+    assert shared.category == "hardware/storage" and shared.evict == ()
+    assert shared.restart == "after-fix"
+    local = decide([_ev(full, ("n7",))], [], [], LEX, n_nodes=22)
+    assert local.evict == ("n7",) and local.restart == "after-eviction"
+
+
+def test_a_port_in_use_on_one_node_of_many_is_that_nodes_environment() -> None:
+    line = (
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+        "network address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: "
+        "address already in use"
+    )
+    many = decide([_ev(line, ("h0",))], [], [], LEX, n_nodes=16)
+    assert (many.category, many.evict, many.blame) == ("platform", ("h0",), "infrastructure")
+    # On a single machine it is the user's second run on the same port (torchtune#1025).
+    alone = decide([_ev(line, ("h0",))], [], [], LEX, n_nodes=1)
+    assert (alone.category, alone.evict, alone.restart) == ("user/config", (), "after-fix")
+
+
+def test_consequences_never_lead() -> None:
+    # The launcher's and the scheduler's reactions come first in time and rank; the cause is the
+    # user's exception below them.
+    events = [
+        _ev("srun: error: gpu-r41-u15: tasks 192-199: Terminated", ("s",), score=0.9),
+        _ev(
+            "slurmstepd: error: *** JOB 61 ON gpu-r41-u15 CANCELLED AT 2025-08-11T15:44 ***", ("s",)
+        ),
+        _ev("ray.train.base_trainer.TrainingFailedError: ... an error such as OOM)", ("d",)),
+        _ev("ZeroDivisionError: division by zero", ("n3",), score=0.7),
+    ]
+    v = decide(events, [], [], LEX, n_nodes=4)
+    assert v.category == "user/code" and v.evict == ()
+
+
+def test_timeouts_alone_point_to_a_collective_mismatch() -> None:
+    # particleflow#390 / MOSS#275 shape: nothing but the watchdog; no rank singled out.
+    events = [
+        _ev(
+            "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=10646, "
+            "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1808898 milliseconds",
+            ("n1",),
+            "cascade",
+        )
+    ]
+    v = decide(events, [VerdictNode("n1", 0.3, ())], [], LEX, n_nodes=1)
+    assert v.category == "user/code" and v.confidence < 0.5 and v.evict == ()
+    # With a culprit that stayed up while its peers waited, the same timeouts are its hang.
+    hung = [VerdictNode("n3", 0.95, ("named-by-peers:4",)), VerdictNode("n1", 0.2, ())]
+    assert decide(events, hung, [], LEX, n_nodes=4).category == "hardware/accelerator"
+
+
+def test_a_cancel_with_nothing_before_it_is_the_users_decision() -> None:
+    events = [
+        _ev("slurmstepd: error: *** JOB 3737 ON c2 CANCELLED AT 2021-08-03T16:28:28 ***", ("c2",))
+    ]
+    v = decide(events, [], [], LEX, n_nodes=2)
+    assert v.category == "user/config"
+
+
+def test_a_misoperation_rule_is_a_user_configuration_verdict() -> None:
+    rule = VerdictRule("someone-cancelled", "user/misoperation", "cause", (), 0.8)
+    v = decide([], [], [rule], LEX, n_nodes=2)
+    assert (v.category, v.blame, v.evict) == ("user/config", "user", ())
+
+
+def test_whose_code_raised_a_generic_error_decides_its_category() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/data/Megatron-LM/pretrain_gpt.py", line 207, in <module>\n    pretrain()\n'
+        '  File "/data/Megatron-LM/megatron/core/pipeline_parallel/schedules.py", line 216, in '
+        "forward_step\n    config.grad_scale_func(torch.tensor(1.0, device=loss.device))\n"
+        "UnboundLocalError: local variable 'loss' referenced before assignment"
+    )
+    v = decide([_ev(text, ("n1",))], [], [], LEX, n_nodes=1)
+    assert (v.category, v.blame, v.restart) == ("framework", "user", "after-fix")
