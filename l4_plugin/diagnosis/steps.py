@@ -138,7 +138,7 @@ def diagnose_job(
     )
     result: Analysis = timed(
         "analyse",
-        lambda: analyze(data, pool, options, stage_of_stack=default_stage_rules().stage_of_stack),
+        lambda: analyze(data, pool, options, stages=default_stage_rules()),
     )
     samples = timed("fetch sample lines", lambda: _sample_lines(store, data, result))
     report = build_report(

@@ -1,0 +1,132 @@
+"""The stage a job failed in: its markers first, then the failing record's stack and words.
+
+The job's own stage and iteration markers say where it was (:class:`~l4_plugin.analysis.temporal.
+StageAnalyzer`; lines no marker placed sit in ``init`` and do not outvote them). Two things refine
+that, read from the failing records (the root cause's record first, then the job's errors in the
+order they were printed):
+
+* a job in training whose failing record's *innermost* stack frame belongs to another stage failed
+  there: a DataLoader worker's death, a checkpoint save, a resume's load all happen while the
+  iteration markers say "training";
+* a job whose ranks printed no marker beyond start-up (a pasted excerpt) failed where the failing
+  record's stack says, or the lines just before it (rich prints a traceback's frames above the
+  error); else in start-up when its last start-up marker came right before the failure (NCCL's
+  init banner, then the first transfer failing); else where the failing record's words put it (a
+  GPU's ECC error or an IB completion error strikes a running job; a port in use, a rendezvous
+  timeout strike at start-up); else in start-up.
+
+The stage rules themselves are the ingest's (``ingest/stages.yaml``: ``stages``, ``iterations``,
+``frames``); they reach the analysis through :class:`StageReader`, so that it stays pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Protocol
+
+from l4_plugin.analysis.results import StageResult
+from l4_plugin.analysis.tables import JobData
+
+#: How many lines before the failing record its stack may have been printed (rich tracebacks).
+BEFORE_LINES = 40
+#: A failure at most this many lines (and, with times, seconds) after the job's last start-up
+#: marker on its node happened during start-up.
+NEAR_LINES = 100
+NEAR_SECONDS = 300.0
+#: Stages a failing record's frames may name while the markers say training.
+_WITHIN_TRAINING = ("data_loading", "model_loading", "checkpointing")
+
+
+class StageReader(Protocol):
+    """What the analysis needs of the ingest's stage rules."""
+
+    def stage_of_stack(self, text: str) -> str | None:
+        """The stage the innermost stack frame of a record names."""
+
+    def stage_of_words(self, text: str) -> str | None:
+        """The stage a failing record's words imply."""
+
+    def marker_stage(self, body: str) -> str | None:
+        """The stage a template marks, when it is a stage or iteration marker."""
+
+
+def failing_stage(
+    data: JobData,
+    marked: StageResult | None,
+    failing: Sequence[str],
+    reader: StageReader | None,
+) -> str | None:
+    """The job's failing stage (see the module docstring); ``failing`` are template ids of the
+    failing records, most telling first."""
+    stage = marked.stage if marked is not None else None
+    if reader is None:
+        return stage
+    texts = [_text(data, t) for t in failing]
+    if any(s != "init" for _, s in data.stage_spans):
+        if stage == "training" and texts:
+            inner = reader.stage_of_stack(texts[0])
+            if inner in _WITHIN_TRAINING:
+                return inner
+        return stage
+    for text in (*texts, *(_text(data, t) for t in _before(data, failing[:1]))):
+        found = reader.stage_of_stack(text)
+        if found is not None:
+            return found
+    if failing and _soon_after_start(data, failing[0], reader):
+        return "init"
+    for text in texts:
+        found = reader.stage_of_words(text)
+        if found is not None:
+            return found
+    return stage
+
+
+def _text(data: JobData, tid: str) -> str:
+    info = data.templates.get(tid)
+    return f"{info.text}\n{info.message}" if info is not None else ""
+
+
+def _first_cell(data: JobData, tid: str) -> tuple[str, float, float] | None:
+    """(node, position, time) of a template's earliest occurrence."""
+    cells = [(n, c) for (n, t), c in data.cells.items() if t == tid]
+    if not cells:
+        return None
+    node, cell = min(cells, key=lambda nc: (nc[1].first_pos, nc[0]))
+    return node, cell.first_pos, cell.first_ts
+
+
+def _before(data: JobData, failing: Sequence[str]) -> list[str]:
+    """Templates printed on the failing record's node in the lines just before it, nearest
+    first."""
+    if not failing:
+        return []
+    at = _first_cell(data, failing[0])
+    if at is None:
+        return []
+    node, pos, _ = at
+    near = [
+        (cell.first_pos, t)
+        for (n, t), cell in data.cells.items()
+        if n == node and pos - BEFORE_LINES <= cell.first_pos < pos
+    ]
+    return [t for _, t in sorted(near, reverse=True)]
+
+
+def _soon_after_start(data: JobData, tid: str, reader: StageReader) -> bool:
+    """True when a start-up marker came on the failing record's node shortly before it."""
+    at = _first_cell(data, tid)
+    if at is None:
+        return False
+    node, pos, ts = at
+    for (n, t), cell in data.cells.items():
+        info = data.templates.get(t)
+        if n != node or info is None or not cell.first_pos <= pos:
+            continue
+        if reader.marker_stage(info.text) != "init" or pos - cell.first_pos > NEAR_LINES:
+            continue
+        timed = data.time_unit == "ts" and math.isfinite(ts) and math.isfinite(cell.first_ts)
+        if timed and ts - cell.first_ts > NEAR_SECONDS:
+            continue
+        return True
+    return False
