@@ -5,6 +5,8 @@ StageAnalyzer`; lines no marker placed sit in ``init`` and do not outvote them).
 that, read from the failing records (the root cause's record first, then the job's errors in the
 order they were printed):
 
+* a job whose root cause was printed while it was training did not fail in start-up, whatever
+  the ranks printed after it (torchrun restarts the workers, which go through start-up again);
 * a job in training whose failing record's *innermost* stack frame belongs to another stage failed
   there: a DataLoader worker's death, a checkpoint save, a resume's load all happen while the
   iteration markers say "training";
@@ -22,11 +24,12 @@ The stage rules themselves are the ingest's (``ingest/stages.yaml``: ``stages``,
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from l4_plugin.analysis.results import StageResult
 from l4_plugin.analysis.tables import JobData
+from l4_plugin.records import PRE_TRAINING_STAGES
 
 #: How many lines before the failing record its stack may have been printed (rich tracebacks).
 BEFORE_LINES = 40
@@ -36,6 +39,10 @@ NEAR_LINES = 100
 NEAR_SECONDS = 300.0
 #: Stages a failing record's frames may name while the markers say training.
 _WITHIN_TRAINING = ("data_loading", "model_loading", "checkpointing")
+#: Stages of a running job: a root cause printed in one was not a start-up failure.
+_RUNNING = ("training", "checkpointing")
+#: The failing records (most telling first) whose stage says whether the job was running.
+_ROOTS = 3
 
 
 class StageReader(Protocol):
@@ -56,14 +63,22 @@ def failing_stage(
     marked: StageResult | None,
     failing: Sequence[str],
     reader: StageReader | None,
+    printed_in: Mapping[str, str | None] | None = None,
 ) -> str | None:
     """The job's failing stage (see the module docstring); ``failing`` are template ids of the
-    failing records, most telling first."""
+    failing records, most telling first, and ``printed_in`` the stage each template was printed
+    in."""
     stage = marked.stage if marked is not None else None
     if reader is None:
         return stage
     texts = [_text(data, t) for t in failing]
     if any(s != "init" for _, s in data.stage_spans):
+        printed = [(printed_in or {}).get(t) for t in failing[:_ROOTS]]
+        running = [st for st in printed if st in _RUNNING]
+        if stage in PRE_TRAINING_STAGES and running:
+            # The ranks went through start-up again after the failure began in training: a
+            # restart (a kernel line whose clock says nothing of the stage is skipped).
+            stage = running[0]
         if stage == "training" and texts:
             inner = reader.stage_of_stack(texts[0])
             if inner in _WITHIN_TRAINING:

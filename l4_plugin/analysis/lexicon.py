@@ -29,7 +29,7 @@ from l4_plugin.resources import data_path
 from l4_plugin.yamldoc import read_mapping
 
 _DEFAULT_WEIGHT = 0.8
-_KEYS = {"pattern", "category", "weight", "cascade", "benign", "local", "alone", "origin"}
+_KEYS = {"pattern", "category", "weight", "cascade", "benign", "local", "alone", "origin", "evict"}
 # A consequence's line may go on to name its cause ("watchdog thread terminated with exception:
 # CUDA error: uncorrectable ECC error", NCCL's "Original reason for failure was: …"): words of at
 # least this weight after such an introduction count.
@@ -59,6 +59,9 @@ class Term:
     alone: str | None = None
     #: The category depends on whose code raised the error (user, library, argument parsing).
     origin: bool = False
+    #: False when taking the nodes that printed the words out never helps (the scheduler
+    #: preempted the job, a time limit); None: the category decides.
+    evict: bool | None = None
 
     @property
     def says_cause(self) -> bool:
@@ -224,4 +227,5 @@ def _term(path: Path, i: int, entry: Any) -> Term:
         local=None if local is None else _category(f"{where}.local", local),
         alone=None if alone is None else _category(f"{where}.alone", alone),
         origin=_flag(where, entry, "origin"),
+        evict=_flag(where, entry, "evict") if "evict" in entry else None,
     )

@@ -298,12 +298,17 @@ def _silence_among(
     ).result_
 
 
+# Reasons of ranked events that are not the failure itself.
+_NOT_FAILING = ("cascade", "consequence-words", "benign-words")
+
+
 def _failing_records(
     fusion: FusionResult, events: tuple[EventStat, ...], kept: frozenset[str]
 ) -> list[str]:
-    """The failing records, most telling first: the ranked events that are not the cascade,
-    then every kept error in the order it was first printed."""
-    ranked = [e.template_id for e in fusion.events if "cascade" not in e.reasons]
+    """The failing records, most telling first: the ranked events that are neither the cascade
+    nor read as a consequence or a handled condition, then every kept error in the order it was
+    first printed."""
+    ranked = [e.template_id for e in fusion.events if not any(r in _NOT_FAILING for r in e.reasons)]
     errors = sorted(
         (e for e in events if e.template_id in kept and is_error(e.level)),
         key=lambda e: (e.first if e.first is not None else math.inf, e.template_id),
@@ -369,7 +374,8 @@ def _slowdown(
     events that start with it and keep up: first printed within one bucket of its onset, before
     the job's last bucket, in two buckets or more, by less than half of the nodes (a cause is
     local; the slowdown is not). Kernel and BMC lines carry no iteration: they count when printed
-    only by nodes that have such events, more than once, from about when the onset happened
+    only by nodes that have such events (by a few nodes, when no training line started with the
+    slowdown), more than once, from about when the onset happened
     (:func:`_bucket_times`; without timestamps on iteration lines the estimate runs early,
     checkpoint saves are not in it, hence the wide margin after it)."""
     per = _bucket_medians(data.node_iteration_seconds)
@@ -407,7 +413,7 @@ def _slowdown(
     }
     nodes = set().union(*(nodes_of[t] for t in events)) if events else set()
     at = _bucket_times(data, its, secs)
-    if nodes and at:
+    if at:
         t_lo = at[lo] - options.slowdown_lead_seconds
         t_hi = (
             at[hi]
@@ -415,12 +421,18 @@ def _slowdown(
             + options.slowdown_tail_seconds
         )
         for tid, cells in nodes_of.items():
-            if tid in first_bucket or tid in events or not local(tid) or not cells <= nodes:
+            if tid in first_bucket or tid in events or not local(tid):
+                continue
+            # With no training line starting with the slowdown, a kernel or BMC line of its own
+            # may still (a CPU throttled by its temperature says so only there).
+            if not (cells <= nodes if nodes else tid in system):
                 continue
             first = min(data.cells[(n, tid)].first_ts for n in cells)
             last_ts = max(data.cells[(n, tid)].last_ts for n in cells)
             if t_lo <= first <= t_hi and last_ts > first:
                 events.add(tid)
+        if not nodes and events:
+            nodes = set().union(*(nodes_of[t] for t in events))
     return replace(found, events=tuple(sorted(events)), nodes=tuple(sorted(nodes)))
 
 
@@ -561,7 +573,9 @@ def analyze(
     )
     # The stage the failing records' stacks and words name refines the markers' (the fusion
     # keeps judging "in the failing stage" by the lines' own stages).
-    reported = failing_stage(data, stage, _failing_records(fusion, events, kept), stages)
+    printed_in = {e.template_id: e.stage for e in events}
+    failing = _failing_records(fusion, events, kept)
+    reported = failing_stage(data, stage, failing, stages, printed_in)
     if reported is not None and reported != fusion.stage:
         fusion = replace(fusion, stage=reported)
     return Analysis(

@@ -258,7 +258,7 @@ class _Words:
             category = term.local
         line = last_line(event.text)
         self.why.append(f"{said} {line[:120]!r} ({category})")
-        return _Basis(category, weight * term.weight, event.nodes)
+        return _Basis(category, weight * term.weight, event.nodes, term.evict)
 
 
 def _from_behaviour(top: VerdictNode, why: list[str]) -> _Basis | None:

@@ -139,3 +139,52 @@ def test_frame_entries_are_validated(tmp_path: Path) -> None:
     bad.write_text("frames:\n  - {stage: training, pattern: 'x', words: often}\n", "utf-8")
     with pytest.raises(ConfigError, match=r"stages.yaml: frames\[0\]: keys are stage, pattern"):
         StageRules.load(bad)
+
+
+def test_a_restart_after_a_failure_in_training_is_not_a_start_up_failure() -> None:
+    # torchrun restarted the workers after a node crashed in training: the ranks printed
+    # start-up markers again, so the markers' vote says data_loading.
+    data = _data(
+        [("mce", "Kernel panic - not syncing: Fatal machine check"), ("ib", "port error")],
+        {("n", "training"): (0, 5), ("n", "data_loading"): (6, 9)},
+    )
+    printed = {"mce": "init", "ib": "training"}
+    assert failing_stage(data, _marked("data_loading"), ["mce", "ib"], RULES, printed) == (
+        "training"
+    )
+    # A failure that began in start-up stays there.
+    assert failing_stage(data, _marked("data_loading"), ["mce"], RULES, {"mce": "init"}) == (
+        "data_loading"
+    )
+
+
+def test_a_kernel_line_of_its_own_starts_a_slowdown() -> None:
+    # gen3's thermal straggler: the whole job slows from iteration 5; the only local evidence is
+    # the throttled CPU's kernel line on node c, repeated from about then.
+    from l4_plugin.analysis.params import DEFAULT_OPTIONS
+    from l4_plugin.analysis.recipe import _slowdown
+
+    nodes = ("a", "b", "c", "d")
+    secs = {(n, b): (10.0 if b < 5 else 20.0) for n in nodes for b in range(10)}
+    starts, t = {}, 0.0
+    for b in range(10):
+        for n in nodes:
+            starts[(n, b)] = t
+        t += 10.0 if b < 5 else 20.0
+    cells = {(n, "step"): Cell(10, 0.0, t, 0.0) for n in nodes}
+    cells[("c", "therm")] = Cell(4, 52.0, 150.0, 0.0)
+    data = JobData(
+        job=JobDoc("j", "failed", "fp", nodes, 100, 0.0, t, system_templates=frozenset({"therm"})),
+        time_unit="ts",
+        cells=cells,
+        templates={"step": TemplateInfo("step <NUM> | loss"), "therm": TemplateInfo("CPU temp")},
+        stage_spans={(n, "training"): (0.0, t, 0.0, 9.0) for n in nodes},
+        iteration_cells={(b, "step"): (starts[("a", b)], 4) for b in range(10)},
+        iteration_spans={b: 1 for b in range(10)},
+        node_iteration_start=starts,
+        node_last_iteration={n: 9 for n in nodes},
+        node_iteration_seconds=secs,
+    )
+    found = _slowdown(data, frozenset({"step", "therm"}), 4, DEFAULT_OPTIONS)
+    assert found is not None and found.first_iteration == 5
+    assert found.events == ("therm",) and found.nodes == ("c",)

@@ -281,3 +281,13 @@ def test_whose_code_raised_a_generic_error_decides_its_category() -> None:
     )
     v = decide([_ev(text, ("n1",))], [], [], LEX, n_nodes=1)
     assert (v.category, v.blame, v.restart) == ("framework", "user", "after-fix")
+
+
+def test_a_preemption_evicts_nobody() -> None:
+    # SystemsGenetics/GEMmaker#233: the scheduler took the nodes back; they are healthy.
+    line = (
+        "slurmstepd: error: *** JOB 32391783 ON cn119 CANCELLED AT 2021-06-18T13:05:36 DUE TO "
+        "PREEMPTION ***"
+    )
+    v = decide([_ev(line, ("cn119",))], [], [], LEX, n_nodes=8)
+    assert (v.category, v.evict, v.restart) == ("platform", (), "as-is")
