@@ -24,7 +24,7 @@ The stage rules themselves are the ingest's (``ingest/stages.yaml``: ``stages``,
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from l4_plugin.analysis.results import StageResult
@@ -41,8 +41,11 @@ NEAR_SECONDS = 300.0
 _WITHIN_TRAINING = ("data_loading", "model_loading", "checkpointing")
 #: Stages of a running job: a root cause printed in one was not a start-up failure.
 _RUNNING = ("training", "checkpointing")
-#: The failing records (most telling first) whose stage says whether the job was running.
+#: The failing records (most telling first) whose stage or stack is the root's.
 _ROOTS = 3
+#: ... and those whose stack may move a job in training to another stage (the root's record and
+#: the one after it: a traceback's header and its frames may be two records).
+_INNER = 2
 
 
 class StageReader(Protocol):
@@ -79,15 +82,17 @@ def failing_stage(
             # The ranks went through start-up again after the failure began in training: a
             # restart (a kernel line whose clock says nothing of the stage is skipped).
             stage = running[0]
-        if stage == "training" and texts:
-            inner = reader.stage_of_stack(texts[0])
+        if stage == "training":
+            inner = _first_stage(reader.stage_of_stack, texts[:_INNER])
             if inner in _WITHIN_TRAINING:
                 return inner
         return stage
-    for text in (*texts, *(_text(data, t) for t in _before(data, failing[:1]))):
-        found = reader.stage_of_stack(text)
-        if found is not None:
-            return found
+    # Only the root's records: the stacks of ranks that failed in reaction were wherever they
+    # happened to be.
+    roots = [*texts[:_ROOTS], *(_text(data, t) for t in _before(data, failing[:1]))]
+    found = _first_stage(reader.stage_of_stack, roots)
+    if found is not None:
+        return found
     if failing and _soon_after_start(data, failing[0], reader):
         return "init"
     for text in texts:
@@ -95,6 +100,15 @@ def failing_stage(
         if found is not None:
             return found
     return stage
+
+
+def _first_stage(read: Callable[[str], str | None], texts: Sequence[str]) -> str | None:
+    """The stage the first of ``texts`` that names one names."""
+    for text in texts:
+        found = read(text)
+        if found is not None:
+            return found
+    return None
 
 
 def _text(data: JobData, tid: str) -> str:

@@ -188,3 +188,12 @@ def test_a_kernel_line_of_its_own_starts_a_slowdown() -> None:
     found = _slowdown(data, frozenset({"step", "therm"}), 4, DEFAULT_OPTIONS)
     assert found is not None and found.first_iteration == 5
     assert found.events == ("therm",) and found.nodes == ("c",)
+
+
+def test_only_the_roots_stack_names_the_stage() -> None:
+    # A node crashed (kernel lines, no stack); ranks elsewhere failed in reaction wherever they
+    # were, one of them inside its DataLoader: that stack is not where the job failed.
+    lines = [(f"k{i}", f"kernel: soft lockup - CPU#{i} stuck for 23s!") for i in range(3)]
+    lines.append(("peer", 'File "x/torch/utils/data/dataloader.py", line 1, in _next_data'))
+    failing = [t for t, _ in lines]
+    assert failing_stage(_data(lines), _marked("init"), failing, RULES) == "training"
