@@ -1,21 +1,25 @@
 """The stage a job failed in: its markers first, then the failing record's stack and words.
 
 The job's own stage and iteration markers say where it was (:class:`~l4_plugin.analysis.temporal.
-StageAnalyzer`; lines no marker placed sit in ``init`` and do not outvote them). Two things refine
-that, read from the failing records (the root cause's record first, then the job's errors in the
-order they were printed):
+StageAnalyzer`; lines no marker placed sit in ``init`` and do not outvote them). Three things
+refine that, read from the failing records (the root cause's records first, then the job's
+errors in the order they were printed):
 
-* a job whose root cause was printed while it was training did not fail in start-up, whatever
-  the ranks printed after it (torchrun restarts the workers, which go through start-up again);
-* a job in training whose failing record's *innermost* stack frame belongs to another stage failed
+* a job whose failure began while it was training did not fail in start-up, whatever the ranks
+  printed after it (torchrun restarts the workers, which go through start-up again);
+* a job in training whose root record's *innermost* stack frame belongs to another stage failed
   there: a DataLoader worker's death, a checkpoint save, a resume's load all happen while the
   iteration markers say "training";
-* a job whose ranks printed no marker beyond start-up (a pasted excerpt) failed where the failing
-  record's stack says, or the lines just before it (rich prints a traceback's frames above the
-  error); else in start-up when its last start-up marker came right before the failure (NCCL's
-  init banner, then the first transfer failing); else where the failing record's words put it (a
-  GPU's ECC error or an IB completion error strikes a running job; a port in use, a rendezvous
-  timeout strike at start-up); else in start-up.
+* a job whose ranks printed no marker beyond start-up (a pasted excerpt) failed where the root
+  records' stack says, or the stack frames printed just above the first (rich prints a
+  traceback's frames above the error); else in start-up when a start-up marker came right before
+  the failure (NCCL's transport banner, then the first transfer failing); else where the failing
+  records' words put it (a GPU's ECC error or an IB completion error strikes a running job; a
+  port in use, a rendezvous timeout strike at start-up); else in start-up.
+
+Only the root's records count for a stack (ranks that failed in reaction were wherever they
+happened to be), and a kernel or BMC line is a stream of its own: the lines near it in another
+file say nothing about it.
 
 The stage rules themselves are the ingest's (``ingest/stages.yaml``: ``stages``, ``iterations``,
 ``frames``); they reach the analysis through :class:`StageReader`, so that it stays pure.
@@ -27,12 +31,14 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+from l4_plugin.analysis.origin import frames_of
 from l4_plugin.analysis.results import StageResult
 from l4_plugin.analysis.tables import JobData
 from l4_plugin.records import PRE_TRAINING_STAGES
 
 #: How many lines before the failing record its stack may have been printed (rich tracebacks).
 BEFORE_LINES = 40
+BEFORE_SECONDS = 2.0
 #: A failure at most this many lines (and, with times, seconds) after the job's last start-up
 #: marker on its node happened during start-up.
 NEAR_LINES = 100
@@ -89,7 +95,8 @@ def failing_stage(
         return stage
     # Only the root's records: the stacks of ranks that failed in reaction were wherever they
     # happened to be.
-    roots = [*texts[:_ROOTS], *(_text(data, t) for t in _before(data, failing[:1]))]
+    above = [_text(data, t) for t in _before(data, failing[:1])]
+    roots = [*texts[:_ROOTS], *(t for t in above if frames_of(t, frozenset()))]
     found = _first_stage(reader.stage_of_stack, roots)
     if found is not None:
         return found
@@ -126,26 +133,33 @@ def _first_cell(data: JobData, tid: str) -> tuple[str, float, float] | None:
 
 
 def _before(data: JobData, failing: Sequence[str]) -> list[str]:
-    """Templates printed on the failing record's node in the lines just before it, nearest
-    first."""
+    """Templates printed on the failing record's node in the lines just before it (with times,
+    in the same moment; a record of unknown time in a timed job has none), nearest first."""
     if not failing:
         return []
     at = _first_cell(data, failing[0])
-    if at is None:
+    if at is None or failing[0] in data.job.system_templates:
         return []
-    node, pos, _ = at
+    node, pos, ts = at
+    timed = data.time_unit == "ts"
+    if timed and not math.isfinite(ts):
+        return []
     near = [
         (cell.first_pos, t)
         for (n, t), cell in data.cells.items()
-        if n == node and pos - BEFORE_LINES <= cell.first_pos < pos
+        if n == node
+        and pos - BEFORE_LINES <= cell.first_pos < pos
+        # Positions count lines per file: with times, the frames came in the same moment.
+        and not (timed and not abs(cell.first_ts - ts) <= BEFORE_SECONDS)
     ]
     return [t for _, t in sorted(near, reverse=True)]
 
 
 def _soon_after_start(data: JobData, tid: str, reader: StageReader) -> bool:
-    """True when a start-up marker came on the failing record's node shortly before it."""
+    """True when a start-up marker came on the failing record's node shortly before it (a
+    kernel or BMC line is another stream: its place says nothing of the training log's)."""
     at = _first_cell(data, tid)
-    if at is None:
+    if at is None or tid in data.job.system_templates:
         return False
     node, pos, ts = at
     for (n, t), cell in data.cells.items():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -197,3 +198,16 @@ def test_only_the_roots_stack_names_the_stage() -> None:
     lines.append(("peer", 'File "x/torch/utils/data/dataloader.py", line 1, in _next_data'))
     failing = [t for t, _ in lines]
     assert failing_stage(_data(lines), _marked("init"), failing, RULES) == "training"
+
+
+def test_a_kernel_line_is_a_stream_of_its_own() -> None:
+    # The kernel's machine-check line sits near the training log's start-up lines only by the
+    # accident of line numbers in two files: no start-up marker "just before" it.
+    lines = [
+        ("rdzv", "[default] Rendezvous'ing worker group"),
+        ("mce", "mce: [Hardware Error]: CPU 78: Machine Check Exception: 5 Bank 8"),
+    ]
+    data = _data(lines)
+    assert failing_stage(data, _marked("init"), ["mce"], RULES) == "init"
+    kernel = replace(data, job=replace(data.job, system_templates=frozenset({"mce"})))
+    assert failing_stage(kernel, _marked("init"), ["mce"], RULES) == "training"
