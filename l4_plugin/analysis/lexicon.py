@@ -138,8 +138,12 @@ class Lexicon:
             named = self._named_after(said)
             if named is not None:
                 return named
-        # The rest of the record: all of it, or what came before a consequence's line.
-        rest = text if first is None else text.strip()[: text.strip().rfind(said)]
+        # The rest of the record: all of it, or what came before a consequence's line (less the
+        # lines of that consequence itself: a template repeats its record's last line).
+        rest = text
+        if first is not None:
+            before = text.strip()[: text.strip().rfind(said)]
+            rest = "\n".join(x for x in before.splitlines() if not first.pattern.search(x))
         for term in self.terms:
             if term.says_cause and term.pattern.search(rest):
                 return term

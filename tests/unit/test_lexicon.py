@@ -218,6 +218,21 @@ def test_consequences_that_mean_something_alone() -> None:
     assert watchdog is not None and watchdog.alone == "user/code"
     cancel = LEX.cause_of_record(CONSEQUENCES[5])
     assert cancel is not None and cancel.alone == "user/config"
+    # axolotl-ai-cloud/axolotl#2684: rank 1's store client gave up while rank 0 tokenized; the
+    # template of the same line (digits zeroed: "c00d") is the same consequence, not a cause.
+    waited = LEX.cause_of_record(
+        "[rank1]:[W516 14:34:56.854597329 socket.cpp:489] [c10d] waitForInput: socket "
+        "SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) timed out after "
+        "1800000ms"
+    )
+    assert waited is not None and waited.alone == "user/config"
+    record = (
+        "RuntimeError: [<NUM>] is setting up NCCL communicator and retrieving ncclUniqueId from "
+        "[<NUM>] via c00d key-value store by key '<NUM>', but store->get('<NUM>') got error\n"
+        + CONSEQUENCES[-1]
+    )
+    nccl_id = LEX.cause_of_record(record)
+    assert nccl_id is not None and nccl_id.cascade and nccl_id.alone == "user/config"
     # A stack that ends inside a collective, with no error of its own (OpenMOSS/MOSS#275 shape).
     stuck = LEX.cause_of_record(
         'File "/env/dist-packages/deepspeed/comm/comm.py", line 526, in all_reduce\n'
