@@ -4,8 +4,11 @@ Four answers: which machines to take out (``evict``, the smallest set the eviden
 culprit, not its neighbours), what kind of fault it was (``category``) and so whose (``blame``),
 and whether restarting helps (``restart``). The category, from the strongest evidence down:
 
-1. the leading events, when their own words name the failure beyond doubt;
-2. a confirmed *cause* rule that matched the culprit (or, with no culprit, the job);
+1. the leading events, when their own words name the failure beyond doubt (an error before a
+   warning scored alike);
+2. a confirmed *cause* rule that matched the culprit (or, with no culprit, the job); a rule
+   matched on the job's own files (``records.JOB_NODE``: the scheduler's or the cluster's account
+   of an OOM kill, a preemption) describes the job and explains a culprit that merely went silent;
 3. the failure lexicon (``rules/lexicon.yaml``) on the culprit's own events, then what the
    culprit did (a node that went silent is a node fault; a node its peers name while it stays
    up had a rank hang on its accelerator), then the lexicon on all ranked events;
@@ -22,7 +25,7 @@ multi-node job printed it. A verdict category is one of DESIGN §6's; a rule's
 Eviction follows the evidence: a hardware fault evicts the nodes whose own lines carry it when
 they are few, else the culprit the ranking singles out; storage and platform faults evict only a
 node that alone carries the evidence (its disk, its file-system client, its container); user and
-framework faults evict nobody. ``restart`` follows: after eviction when something is evicted,
+framework faults evict nobody; the job's own files are never a node to evict. ``restart`` follows: after eviction when something is evicted,
 after a fix for user, framework and storage faults, as-is otherwise.
 
 Pure: report facts in, :class:`Verdict` out.
@@ -35,7 +38,7 @@ from dataclasses import dataclass
 
 from l4_plugin.analysis.lexicon import Lexicon, Term, last_line
 from l4_plugin.analysis.origin import refine
-from l4_plugin.records import Verdict
+from l4_plugin.records import Verdict, is_job_node
 
 _CULPRIT_MIN = 0.5  # the top node's score below which nothing singles it out
 _CULPRIT_GAP = 0.1  # ... or how far above the next node it must stand without strong evidence
@@ -138,7 +141,8 @@ def decide(
         top = nodes[0]
         why.append(f"culprit {', '.join(suspects)} ({', '.join(top.reasons) or 'top-ranked'})")
     words = _Words(lexicon, n_nodes, why)
-    basis = words.lead(events, nodes) or _from_rules(rules, suspects, n_nodes, why)
+    silent = bool(suspects) and "silent" in nodes[0].reasons
+    basis = words.lead(events, nodes) or _from_rules(rules, suspects, silent, n_nodes, why)
     if basis is None and suspects:
         own = [e for e in events if set(e.nodes) & set(suspects)]
         basis = words.first(own) or _from_behaviour(nodes[0], why)
@@ -164,7 +168,7 @@ def _evict(
     """The nodes to take out (see the module docstring)."""
     if basis.evict is False or category.startswith(_NEVER_EVICT):
         return ()
-    evidence = basis.nodes
+    evidence = _hosts(basis.nodes)
     few = 0 < len(evidence) <= max(1, n_nodes // _FEW)
     if category in _EVICTING or basis.evict:
         if few:
@@ -176,19 +180,29 @@ def _evict(
 
 
 def _from_rules(
-    rules: Sequence[VerdictRule], suspects: tuple[str, ...], n_nodes: int, why: list[str]
+    rules: Sequence[VerdictRule],
+    suspects: tuple[str, ...],
+    silent: bool,
+    n_nodes: int,
+    why: list[str],
 ) -> _Basis | None:
-    """A cause rule that matched the culprit; with no culprit, one that matched the job."""
+    """A cause rule that matched the culprit; with no culprit, one that matched the job. A rule
+    matched on the job's own files (the scheduler's or the cluster's account: an OOM kill, a
+    preemption) describes the job, and explains a culprit that merely went silent."""
     causes = [r for r in rules if r.role == "cause"]
+    stated = [r for r in causes if r.nodes and all(is_job_node(n) for n in r.nodes)]
     if suspects:
         # A rule that matched on most nodes (every rank's timeout) says nothing of the culprit.
         on_culprit = [
             r for r in causes if set(r.nodes) & set(suspects) and len(r.nodes) <= n_nodes / 2
         ]
+        if silent:
+            on_culprit += stated
     else:
         # No node stands out: a rule counts when it describes the job (matched widely), not a
         # single node's trouble the ranking did not confirm.
         on_culprit = [r for r in causes if not r.nodes or len(r.nodes) >= max(2, n_nodes // 2)]
+        on_culprit += [r for r in stated if r not in on_culprit]
     if not on_culprit:
         return None
     best = max(on_culprit, key=lambda r: (r.confidence, r.rule))
@@ -214,6 +228,7 @@ class _Words:
         witnesses = {n.node for n in nodes if any(r.startswith("witness-of:") for r in n.reasons)}
         leads = [e for e in events if "cascade" not in e.reasons][:_LEADS]
         top = leads[0].score if leads else 0.0
+        found: list[tuple[Term, VerdictEvent]] = []
         for lead in leads:
             if lead.score < _LEAD_CLOSE * top:
                 break
@@ -222,7 +237,12 @@ class _Words:
             term = self.lexicon.cause_of_record(lead.text)
             if term is None or not term.says_cause or term.weight < _LEAD_WEIGHT:
                 continue
-            return self._basis(term, lead, "lead event", 0.95)
+            found.append((term, lead))
+        # An error that ended the job before a warning of the same rank (a link that flapped on
+        # another node and recovered is a warning).
+        found.sort(key=lambda tl: "error-level" not in tl[1].reasons)
+        if found:
+            return self._basis(*found[0], "lead event", 0.95)
         return None
 
     def first(self, events: Sequence[VerdictEvent]) -> _Basis | None:
@@ -253,12 +273,17 @@ class _Words:
         category = term.category
         if term.origin:
             category = refine(category, event.text, self.lexicon)
-        local = 0 < len(event.nodes) <= max(1, self.n_nodes // _FEW)
+        local = 0 < len(_hosts(event.nodes)) <= max(1, self.n_nodes // _FEW)
         if term.local is not None and self.n_nodes >= 2 and local:
             category = term.local
         line = last_line(event.text)
         self.why.append(f"{said} {line[:120]!r} ({category})")
         return _Basis(category, weight * term.weight, event.nodes, term.evict)
+
+
+def _hosts(nodes: Sequence[str]) -> tuple[str, ...]:
+    """The hosts among nodes (not the job's own files)."""
+    return tuple(n for n in nodes if not is_job_node(n))
 
 
 def _from_behaviour(top: VerdictNode, why: list[str]) -> _Basis | None:

@@ -291,3 +291,44 @@ def test_a_preemption_evicts_nobody() -> None:
     )
     v = decide([_ev(line, ("cn119",))], [], [], LEX, n_nodes=8)
     assert (v.category, v.evict, v.restart) == ("platform", (), "as-is")
+
+
+def test_the_clusters_account_explains_a_silent_culprit() -> None:
+    # gen3's k8s OOMKilled shape: the killed pod went silent; the cluster's event (the job's own
+    # file) says the kernel's memory cgroup killed it.
+    nodes = [
+        VerdictNode("worker-30", 1.0, ("spatial-outlier", "silent")),
+        VerdictNode("w1", 0.2, ()),
+    ]
+    rules = [
+        VerdictRule("node-silent", "hardware/node", "cause", ("worker-30",), 0.7),
+        VerdictRule("host-oom-killer", "user/config", "cause", ("(job)",), 0.9),
+    ]
+    v = decide([], nodes, rules, LEX, n_nodes=32)
+    assert (v.category, v.evict) == ("user/config", ())
+    # The same rule on the job's own files with no culprit: it describes the job.
+    assert decide([], [], rules[1:], LEX, n_nodes=32).category == "user/config"
+
+
+def test_an_error_leads_a_warning_of_the_same_rank_and_the_jobs_files_are_never_evicted() -> None:
+    # gen3's Slurm preemption with a decoy: a link flapped on another node (a warning) just
+    # before the scheduler preempted the job (printed in the batch script's output).
+    events = [
+        _ev(
+            "NCCL WARN NET/IB : mlx5_11:1 Got async event : port error",
+            ("ip-10-2-62-116",),
+            "warning-level",
+            score=0.795,
+        ),
+        _ev(
+            "slurmstepd: error: *** JOB 6153359 ON ip-10-1-199-12 CANCELLED AT "
+            "2025-05-04T20:12:28 DUE TO PREEMPTION ***",
+            ("(job)",),
+            "error-level",
+            score=0.768,
+        ),
+    ]
+    v = decide(events, [], [], LEX, n_nodes=24)
+    assert (v.category, v.evict, v.restart) == ("platform", (), "as-is")
+    shm = "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error."
+    assert decide([_ev(shm, ("(job)",))], [], [], LEX, n_nodes=8).evict == ()
