@@ -25,8 +25,9 @@ multi-node job printed it. A verdict category is one of DESIGN §6's; a rule's
 Eviction follows the evidence: a hardware fault evicts the nodes whose own lines carry it when
 they are few, else the culprit the ranking singles out; storage and platform faults evict only a
 node that alone carries the evidence (its disk, its file-system client, its container); user and
-framework faults evict nobody; the job's own files are never a node to evict. ``restart`` follows: after eviction when something is evicted,
-after a fix for user, framework and storage faults, as-is otherwise.
+framework faults evict nobody; the job's own files are never a node to evict. ``restart``
+follows: after eviction when something is evicted, after a fix for user, framework and storage
+faults, as-is otherwise.
 
 Pure: report facts in, :class:`Verdict` out.
 """
