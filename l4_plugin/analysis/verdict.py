@@ -98,6 +98,7 @@ class _Basis:
     confidence: float
     nodes: tuple[str, ...] = ()
     evict: bool | None = None
+    why: str = ""
 
 
 def blame_of(category: str) -> str:
@@ -141,16 +142,22 @@ def decide(
     if suspects:
         top = nodes[0]
         why.append(f"culprit {', '.join(suspects)} ({', '.join(top.reasons) or 'top-ranked'})")
-    words = _Words(lexicon, n_nodes, why)
+    words = _Words(lexicon, n_nodes)
     silent = bool(suspects) and "silent" in nodes[0].reasons
-    basis = words.lead(events, nodes) or _from_rules(rules, suspects, silent, n_nodes, why)
-    if basis is None and suspects:
-        own = [e for e in events if set(e.nodes) & set(suspects)]
-        basis = words.first(own) or _from_behaviour(nodes[0], why)
+    basis = words.lead(events, nodes)
+    if basis is None:
+        basis = _from_rules(rules, suspects, silent, n_nodes)
+        if suspects:
+            # The culprit's own words outweigh a rule that only infers (its silence).
+            own = words.first([e for e in events if set(e.nodes) & set(suspects)])
+            if own is not None and (basis is None or own.confidence > basis.confidence):
+                basis = own
+            basis = basis or _from_behaviour(nodes[0])
     basis = basis or words.first(events) or words.alone(events)
     if basis is None:
         why.append("no rule, no known failure words and no culprit")
         return Verdict("unknown", "unknown", (), "as-is", 0.2, tuple(why))
+    why.append(basis.why)
     category = _AS_VERDICT.get(basis.category, basis.category)
     evict = _evict(basis, category, suspects, n_nodes)
     confidence = basis.confidence if suspects else basis.confidence * 0.8
@@ -185,7 +192,6 @@ def _from_rules(
     suspects: tuple[str, ...],
     silent: bool,
     n_nodes: int,
-    why: list[str],
 ) -> _Basis | None:
     """A cause rule that matched the culprit; with no culprit, one that matched the job. A rule
     matched on the job's own files (the scheduler's or the cluster's account: an OOM kill, a
@@ -207,18 +213,18 @@ def _from_rules(
     if not on_culprit:
         return None
     best = max(on_culprit, key=lambda r: (r.confidence, r.rule))
-    why.append(f"rule {best.rule} ({best.category})")
     nodes = tuple(n for n in best.nodes if n in suspects) if suspects else best.nodes
-    return _Basis(best.category, best.confidence, nodes, best.evict)
+    return _Basis(
+        best.category, best.confidence, nodes, best.evict, f"rule {best.rule} ({best.category})"
+    )
 
 
 class _Words:
-    """The failure lexicon on ranked events (``why`` collects what decided)."""
+    """The failure lexicon on ranked events."""
 
-    def __init__(self, lexicon: Lexicon, n_nodes: int, why: list[str]) -> None:
+    def __init__(self, lexicon: Lexicon, n_nodes: int) -> None:
         self.lexicon = lexicon
         self.n_nodes = n_nodes
-        self.why = why
 
     def lead(self, events: Sequence[VerdictEvent], nodes: Sequence[VerdictNode]) -> _Basis | None:
         """The leading events, when their own words name the failure beyond doubt (lexicon
@@ -263,11 +269,11 @@ class _Words:
             term = self.lexicon.cause_of_record(e.text)
             if term is None or term.alone is None:
                 continue
-            self.why.append(
+            said = (
                 f"only consequences, such as {last_line(e.text)[:120]!r}: with nothing else "
                 f"failing they point to {term.alone}"
             )
-            return _Basis(term.alone, _ALONE_CONFIDENCE)
+            return _Basis(term.alone, _ALONE_CONFIDENCE, why=said)
         return None
 
     def _basis(self, term: Term, event: VerdictEvent, said: str, weight: float) -> _Basis:
@@ -278,8 +284,8 @@ class _Words:
         if term.local is not None and self.n_nodes >= 2 and local:
             category = term.local
         line = last_line(event.text)
-        self.why.append(f"{said} {line[:120]!r} ({category})")
-        return _Basis(category, weight * term.weight, event.nodes, term.evict)
+        why = f"{said} {line[:120]!r} ({category})"
+        return _Basis(category, weight * term.weight, event.nodes, term.evict, why)
 
 
 def _hosts(nodes: Sequence[str]) -> tuple[str, ...]:
@@ -287,14 +293,14 @@ def _hosts(nodes: Sequence[str]) -> tuple[str, ...]:
     return tuple(n for n in nodes if not is_job_node(n))
 
 
-def _from_behaviour(top: VerdictNode, why: list[str]) -> _Basis | None:
+def _from_behaviour(top: VerdictNode) -> _Basis | None:
     """What the culprit did when none of its lines says what happened."""
     if "silent" in top.reasons:
-        why.append(f"{top.node} stopped logging while the job went on")
-        return _Basis("hardware/node", 0.6, (top.node,))
+        said = f"{top.node} stopped logging while the job went on"
+        return _Basis("hardware/node", 0.6, (top.node,), why=said)
     if any(
         r.startswith(("named-by-peers", "straggler-from", "slowdown-onset")) for r in top.reasons
     ):
-        why.append(f"{top.node} stayed up but its peers waited on it (a rank hung or slowed)")
-        return _Basis("hardware/accelerator", 0.5, (top.node,))
+        said = f"{top.node} stayed up but its peers waited on it (a rank hung or slowed)"
+        return _Basis("hardware/accelerator", 0.5, (top.node,), why=said)
     return None

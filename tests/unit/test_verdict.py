@@ -332,3 +332,22 @@ def test_an_error_leads_a_warning_of_the_same_rank_and_the_jobs_files_are_never_
     assert (v.category, v.evict, v.restart) == ("platform", (), "as-is")
     shm = "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error."
     assert decide([_ev(shm, ("(job)",))], [], [], LEX, n_nodes=8).evict == ()
+
+
+def test_the_culprits_own_words_outweigh_an_inference_from_silence() -> None:
+    # gen3's corrupt shard: the culprit stopped (node-silent, an inference) after its DataLoader
+    # said why: a Parquet file that does not read back.
+    nodes = [VerdictNode("ip-4", 1.0, ("spatial-outlier",)), VerdictNode("ip-8", 0.5, ())]
+    rule = VerdictRule("node-silent", "hardware/node", "cause", ("ip-4",), 0.7)
+    events = [
+        _ev(
+            "pyarrow.lib.ArrowInvalid: Parquet magic bytes not found in footer. Either the file "
+            "is corrupted or this is not a parquet file.",
+            ("ip-4",),
+        )
+    ]
+    v = decide(events, nodes, [rule], LEX, n_nodes=16)
+    assert (v.category, v.evict) == ("hardware/storage", ("ip-4",))
+    # A confirmed rule that names the fault itself still comes first.
+    xid = VerdictRule("gpu-xid-79-fallen-off-bus", "hardware/accelerator", "cause", ("ip-4",), 0.9)
+    assert decide(events, nodes, [xid], LEX, n_nodes=16).category == "hardware/accelerator"
