@@ -234,17 +234,20 @@ def recovered(
     slowdown: Slowdown | None = None,
     options: AnalysisOptions = DEFAULT_OPTIONS,
 ) -> set[str]:
-    """Warnings the job trained on past: printed for the last time before the job's last
-    ``options.chronic_lead`` iteration buckets began, with iterations still coming after them.
+    """Warnings the job trained on past: one episode (all within
+    ``options.reaction_max_seconds``), printed before the job's last ``options.chronic_lead``
+    iteration buckets began, with iterations still coming after them.
 
     A link that flapped and came back ("port error", then "port active"), a retried allocation:
     the job went on for several buckets, so they are not what ended it. Errors are never
     discounted (a NaN the job logged and went on from is still a fault), nor a straggler's lines,
-    nor the lines that start with a job-wide slowdown (a slow-burning cause), nor kernel and BMC
-    lines (their clocks drift from the ranks'). Needs wall-clock times.
+    nor anything in a job that slowed down (a GPU throttled for heat burns slowly), nor kernel
+    and BMC lines (their clocks drift from the ranks'). Needs wall-clock times.
     """
     buckets = sorted(data.iteration_spans)
-    if data.time_unit != "ts" or len(buckets) <= options.chronic_lead:
+    if data.time_unit != "ts" or len(buckets) <= options.chronic_lead or slowdown is not None:
+        # A job that slowed down did not train past its warnings at its own pace: one of them
+        # (a GPU throttled for heat) may be the slow-burning cause.
         return set()
     cutoff = buckets[-1 - options.chronic_lead]
     starts = [t for (_, it), t in data.node_iteration_start.items() if it == cutoff]
@@ -252,16 +255,19 @@ def recovered(
         return set()
     cut_ts = min(starts)
     slow = {s.node for s in stragglers.stragglers} if stragglers else set()
-    onset = set(slowdown.events) if slowdown else set()
     out: set[str] = set()
     for e in events:
         tid = e.template_id
-        if not is_flagged(e.level) or is_error(e.level) or tid in onset:
+        if not is_flagged(e.level) or is_error(e.level):
             continue
         if tid in data.job.system_templates or (slow and set(e.counts) <= slow):
             continue
-        last = max(data.cells[(n, tid)].last_ts for n in e.counts if (n, tid) in data.cells)
-        if math.isfinite(last) and last < cut_ts:
+        cells = [data.cells[(n, tid)] for n in e.counts if (n, tid) in data.cells]
+        first = min(c.first_ts for c in cells)
+        last = max(c.last_ts for c in cells)
+        # One episode (a flap and its recovery), not a condition that kept recurring.
+        episode = last - first <= options.reaction_max_seconds
+        if math.isfinite(last) and last < cut_ts and episode:
             out.add(tid)
     return out
 

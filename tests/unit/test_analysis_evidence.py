@@ -227,3 +227,8 @@ def test_a_warning_the_job_trained_past_is_discounted() -> None:
     levels = {"flap": "WARN", "late": "WARN", "nan": "ERROR"}
     events = tuple(replace(e, level=levels[e.template_id]) for e in event_stats(data))
     assert recovered(data, events, None) == {"flap"}
+    # In a job that slowed down an early one-off warning may be the slow-burning cause (dev-26's
+    # GPU at its thermal slowdown): nothing is discounted.
+    from l4_plugin.analysis.results import Slowdown
+
+    assert recovered(data, events, None, Slowdown(5, 10.0, 2.0)) == set()
