@@ -111,9 +111,9 @@ def diagnose(
         "match fault rules",
         lambda: match_job(store, job.id, library, scope=job_scope(job), nodes=job.nodes),
     )
-    stage_of_stack = default_stage_rules().stage_of_stack
     result: Analysis = timed(
-        "analyse", lambda: analyze(data, baseline, options, stage_of_stack=stage_of_stack)
+        "analyse",
+        lambda: analyze(data, baseline, options, stages=default_stage_rules()),
     )
     samples = timed("fetch sample lines", lambda: _sample_lines(store, data, result))
     events = report_events(data, result, samples)
