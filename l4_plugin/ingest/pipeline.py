@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from l4_plugin.errors import IngestError
-from l4_plugin.ingest import procs
+from l4_plugin.ingest import dumps, procs
 from l4_plugin.ingest.header import parse_time
 from l4_plugin.ingest.jobdir import JobMeta, is_system_log, job_meta, scan
 from l4_plugin.ingest.parser import LineKind, LineParser
@@ -57,6 +57,7 @@ from l4_plugin.store import Store, generations, jobs, line_packs, packs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
 from l4_plugin.store.jobs import JobRecord
+from l4_plugin.traces import JobDumps
 
 # Running (sum in ns, lines) of an event document's iteration durations while groups merge into it;
 # replaced by their mean, ``l4.iteration_seconds``, just before the documents are written.
@@ -103,6 +104,8 @@ class IngestSummary:
     # build (the documents, until the last is handed to the writer), send (waiting for the
     # cluster after that), finish (templates, refresh, the job document).
     steps: dict[str, float] = field(default_factory=dict)
+    #: The Flight Recorder traces and stacks found beside the logs (``ingest.dumps``).
+    dumps: JobDumps = field(default_factory=JobDumps)
 
 
 class _ProgressReport:
@@ -258,6 +261,7 @@ def ingest_job(
     meta = job_meta(job_dir, job_id=job_id, status=status, config=config)
     started = time.monotonic()
     found = scan(job_dir, node_pattern, limits, workers, meta.hosts)
+    traces = dumps.read_dumps(job_dir, found.dumps, {f.node for f in found.files}, limits)
     discovery = time.monotonic() - started
     summary = ingest_streams(
         store,
@@ -270,6 +274,7 @@ def ingest_job(
         progress=progress,
         skipped=found.skipped,
         workers=workers,
+        dumps=traces,
     )
     summary.steps = {"discovery": discovery, **summary.steps}
     summary.seconds += discovery  # the whole ingest, as the user waits for it
@@ -288,11 +293,13 @@ def ingest_streams(
     progress: Progress | None = None,
     skipped: list[str] | None = None,
     workers: int | None = None,
+    dumps: JobDumps | None = None,
 ) -> IngestSummary:
     """The one ingest path of files and index sources: parse, tag, roll up, write.
 
     ``streams`` are the job's files (sorted by node, rank, path); ``generation`` identifies this
-    version of the job's logs (see the module docstring); ``where`` names the source in errors.
+    version of the job's logs (see the module docstring); ``where`` names the source in errors;
+    ``dumps`` are the traces and stacks found beside them, kept on the job document.
     """
     started = time.monotonic()
     summary = IngestSummary(meta, files=len(streams))
@@ -318,6 +325,10 @@ def ingest_streams(
     summary.worker_cpu = scanned.worker_cpu
     summary.worker_rss_mb = scanned.worker_rss_kb / 1024
     parser.finish()
+    if dumps:
+        summary.dumps = _placed(dumps, rollups)
+    if dumps is not None:
+        summary.problems.extend(dumps.problems)
     summary.steps["scan"] = time.monotonic() - started
     summary.nodes = len(rollups)
     summary.lines = sum(r.lines for r in rollups.values())
@@ -331,6 +342,17 @@ def ingest_streams(
     _write(store, summary, rollups, parser, generation, baseline_templates, full_streams, timeline)
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def _placed(found: JobDumps, rollups: dict[str, NodeRollup]) -> JobDumps:
+    """The dumps with the global ranks the logs place on one node each (for the ranks that
+    left no dump)."""
+    ranks = {
+        n: {r for g in rollup.groups.values() for r in g.ranks}
+        for n, rollup in rollups.items()
+        if not is_job_node(n)
+    }
+    return replace(found, rank_nodes=dumps.rank_nodes(ranks))
 
 
 def _write_full_lines(
@@ -819,6 +841,7 @@ def job_record(
             cut_files=tuple(summary.cut_files) or None,
             start_ts=min(totals.times) if totals.times else None,
             end_ts=max(totals.ends) if totals.times else None,
+            dumps=summary.dumps.to_json() if summary.dumps else None,
         ),
         ingest=jobs.IngestState(
             state="done",

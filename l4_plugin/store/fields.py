@@ -67,6 +67,7 @@ JOB_CUT_FILES = "l4.job.cut_files"
 JOB_START_TS = "l4.job.start_ts"
 JOB_END_TS = "l4.job.end_ts"
 JOB_REGISTERED = "l4.job.registered"
+JOB_DUMPS = "l4.job.dumps"  # Flight Recorder traces and py-spy stacks (stored, not indexed)
 
 # --- l4-jobs: the ingest's state (generations, progress) ---------------------------------------
 INGEST_STATE = "l4.ingest.state"

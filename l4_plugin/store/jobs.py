@@ -120,6 +120,9 @@ class JobSummary(_Part):
     cut_files: tuple[str, ...] | None = field(default=None, metadata=_m(F.JOB_CUT_FILES, _tuple))
     start_ts: int | None = field(default=None, metadata=_m(F.JOB_START_TS))
     end_ts: int | None = field(default=None, metadata=_m(F.JOB_END_TS))
+    # The Flight Recorder traces and py-spy stacks found beside the logs (``traces.JobDumps``
+    # in its stored form): kept, not indexed.
+    dumps: dict[str, Any] | None = field(default=None, metadata=_m(F.JOB_DUMPS, _dict))
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +248,7 @@ _ORDER_NAMES = (
     TIMESTAMP,
     F.JOB_START_TS,
     F.JOB_END_TS,
+    F.JOB_DUMPS,
     *AnalysisClaim.names(),
     F.INGEST_GENERATION,
     F.INGEST_SEQUENCE,
