@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from l4_plugin.records import is_job_node
+from l4_plugin.traces import JobDumps
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,8 @@ class JobDoc:
     generation: str | None = None
     # (empty for a JobDoc built by hand: ``diagnosis.queries.job_scope`` then selects the job)
     scope: dict[str, Any] = field(default_factory=dict)
+    # The Flight Recorder traces and stacks found beside its logs (None: none)
+    dumps: JobDumps | None = None
 
 
 @dataclass

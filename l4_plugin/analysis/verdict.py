@@ -21,13 +21,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from l4_plugin.analysis.fusion import HANG_REASONS
 from l4_plugin.analysis.lexicon import Lexicon, last_line
 from l4_plugin.records import Verdict
 
 _CULPRIT_MIN = 0.5  # the top node's score below which nothing singles it out
 _CULPRIT_GAP = 0.1  # ... or how far above the next node it must stand without strong evidence
 _SECOND_CLOSE = 0.97  # a second node is evicted with the first only when this close and named
-_STRONG = ("named-by-peers", "silent", "straggler-from", "slowdown-onset")
+_STRONG = ("named-by-peers", "silent", "straggler-from", "slowdown-onset", *HANG_REASONS)
 _EVICTING = ("hardware/accelerator", "hardware/network", "hardware/node")
 _MAX_EVENTS = 10  # ranked events read for a category
 _LEAD_WEIGHT = 0.9  # lexicon weight from which the lead event's words decide the category
@@ -100,8 +101,11 @@ def decide(
     rules: Sequence[VerdictRule],
     lexicon: Lexicon,
     n_nodes: int,
+    hang: tuple[str, float, str] | None = None,
 ) -> Verdict:
-    """The verdict of one diagnosis (see the module docstring)."""
+    """The verdict of one diagnosis (see the module docstring); ``hang`` is what the ranks'
+    dumps say of the category (``analysis.hang``: category, confidence, why), read after the
+    rules."""
     suspects = culprits(nodes)
     why: list[str] = []
     if suspects:
@@ -111,6 +115,9 @@ def decide(
     evict_flag: bool | None = None
     if category is None:
         category, confidence, evict_flag = _from_rules(rules, suspects, n_nodes, why)
+    if category is None and hang is not None:
+        category, confidence = hang[0], hang[1]
+        why.append(f"the ranks' dumps: {hang[2]} ({hang[0]})")
     if category is None and suspects:
         own = [e for e in events if set(e.nodes) & set(suspects)]
         category, confidence = _from_words(own, lexicon, why)

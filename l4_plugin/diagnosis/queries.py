@@ -35,6 +35,7 @@ from l4_plugin.store import Store, generations, jobs, line_packs, packs
 from l4_plugin.store import fields as F
 from l4_plugin.store.documents import source_field
 from l4_plugin.store.jobs import JobRecord
+from l4_plugin.traces import JobDumps
 
 _PAGE = 50_000
 
@@ -76,6 +77,7 @@ def job_doc(record: JobRecord) -> JobDoc:
         cut_files=tuple(str(c) for c in summary.cut_files or ()),
         generation=record.ingest.generation or None,
         scope=generations.scope(record.id, record.to_source()),
+        dumps=JobDumps.from_json(summary.dumps),
     )
 
 

@@ -12,6 +12,13 @@ import pytest
 from l4_plugin.diagnosis.annotations import summary_text
 from l4_plugin.diagnosis.assembly import findings
 from l4_plugin.records import Verdict
+from l4_plugin.report.hangs import (
+    ReportCollective,
+    ReportHang,
+    ReportRank,
+    ReportStackGroup,
+    ReportStacks,
+)
 from l4_plugin.report.model import (
     Report,
     ReportEvent,
@@ -36,6 +43,7 @@ REPORT_KEYS = [
     "iterations",
     "silent_nodes",
     "verdict",
+    "hang",
     "stragglers",
     "slowdown",
     "lagging_nodes",
@@ -59,6 +67,48 @@ EVENT_KEYS = [
     "stage",
     "reasons",
 ]
+
+
+def full_hang() -> ReportHang:
+    """A ``hang`` section with every field set."""
+    odd = ReportStackGroup("barrier (torch/distributed/distributed_c10d.py)", (3,), ("n2",))
+    return ReportHang(
+        collectives=(
+            ReportCollective(
+                attempt=1,
+                process_group="default_pg",
+                kind="mismatch",
+                seq=48,
+                op="nccl:all_reduce",
+                summary="default_pg: collective #48 (nccl:all_reduce); in another op: 3",
+                ranks_in_op=(0, 1),
+                ranks_in_other_op=((3, "nccl:barrier"),),
+                ranks_other_shape=((2, '[[4]]->[[4]] ["Float"]->["Float"]'),),
+                ranks_behind=(4,),
+                ranks_without_dump=(5,),
+                culprits=(3,),
+                culprit_nodes=("n2",),
+                ranks=(ReportRank(3, "n2", 48, "nccl:barrier", "started"),),
+            ),
+        ),
+        stacks=(
+            ReportStacks(
+                1,
+                (
+                    ReportStackGroup(
+                        "all_reduce (torch/distributed/distributed_c10d.py)", (0, 1), ("n1",)
+                    ),
+                    odd,
+                ),
+                odd,
+                ("barrier (torch/distributed/distributed_c10d.py:5356)",),
+            ),
+        ),
+        nodes=("n2",),
+        category="user/code",
+        why="ranks called different collectives at #48",
+        problems=("dump n2/fr/trace_9 not read: not a plain pickle",),
+    )
 
 
 def full_report() -> Report:
@@ -109,6 +159,7 @@ def full_report() -> Report:
         verdict=Verdict(
             "hardware/network", "infrastructure", ("n3",), "after-eviction", 0.85, ("rule x",)
         ),
+        hang=full_hang(),
         stragglers=(ReportStraggler("n4", 500, 1.4),),
         slowdown=ReportSlowdown(511, 0.52, 1.8, ("t1",), ("n3",)),
         lagging_nodes=("n5",),
@@ -174,6 +225,11 @@ def test_a_dropped_field_breaks_the_round_trip() -> None:
         report.filtering,
         report.spatial,
         report.verdict,
+        report.hang,
+        report.hang and report.hang.collectives[0],
+        report.hang and report.hang.collectives[0].ranks[0],
+        report.hang and report.hang.stacks[0],
+        report.hang and report.hang.stacks[0].odd,
     ):
         assert part is not None
         assert list(part.to_json()) == [f.name for f in dataclasses.fields(part)]
@@ -207,6 +263,14 @@ def test_numbers_keep_their_json_type() -> None:
     raw = full_report().to_json()
     raw["rule_matches"][0]["confidence"] = 1
     assert json.dumps(Report.from_json(raw).to_json()) == json.dumps(raw)
+
+
+def test_a_report_without_dumps_has_no_hang_key() -> None:
+    # A job whose ranks left no traces or stacks keeps the JSON it always had.
+    raw = dataclasses.replace(full_report(), hang=None).to_json()
+    assert "hang" not in raw
+    assert list(raw) == [k for k in REPORT_KEYS if k != "hang"]
+    assert Report.from_json(raw).hang is None
 
 
 def test_a_stored_report_without_newer_sections_reads() -> None:
