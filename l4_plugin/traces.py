@@ -13,6 +13,7 @@ when nothing says (a job that never restarted).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -53,42 +54,29 @@ def _ints(value: Any) -> tuple[int, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Collective:
-    """One entry of a rank's Flight Recorder: a collective (or point-to-point op) it enqueued.
+    """One entry of a rank's Flight Recorder: a collective it enqueued.
 
-    ``state`` is ``scheduled``, ``started`` or ``completed`` as the recorder saw it (gloo never
-    times its work: every entry is ``scheduled``); ``shape`` is the input and output sizes and
-    data types as one text, what ranks must agree on; times are ns since the epoch (None: not
-    recorded)."""
+    ``state`` is ``scheduled``, ``started`` or ``completed`` as the recorder saw it (from its
+    times when it took them: NCCL; gloo never times its work and leaves every entry
+    ``scheduled``); ``shape`` is the input and output sizes and data types as one text, what the
+    ranks must agree on. Times are not kept: the ranks' entries then read alike, and a job's
+    many healthy ranks are stored once (``JobDumps.to_json``)."""
 
     seq: int
     op: str
     state: str
     shape: str
-    p2p: bool = False
-    created_ns: int | None = None
-    started_ns: int | None = None
-    completed_ns: int | None = None
 
     def to_json(self) -> list[Any]:
         """The stored form: a short list."""
-        return [
-            self.seq,
-            self.op,
-            self.state,
-            self.shape,
-            self.p2p,
-            self.created_ns,
-            self.started_ns,
-            self.completed_ns,
-        ]
+        return [self.seq, self.op, self.state, self.shape]
 
     @classmethod
     def from_json(cls, raw: Any) -> Collective | None:
         """The inverse of :meth:`to_json` (None for a value that is none)."""
         if not isinstance(raw, list | tuple) or len(raw) < 4 or _int(raw[0]) is None:
             return None
-        times = [_int(v) for v in (list(raw[5:8]) + [None] * 3)[:3]]
-        return cls(int(raw[0]), _str(raw[1]), _str(raw[2]), _str(raw[3]), raw[4] is True, *times)
+        return cls(int(raw[0]), _str(raw[1]), _str(raw[2]), _str(raw[3]))
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,33 +131,6 @@ class RankTrace:
     version: str
     groups: tuple[GroupTrace, ...]
 
-    def to_json(self) -> Json:
-        """The stored form."""
-        return {
-            "rank": self.rank,
-            "node": self.node,
-            "attempt": self.attempt,
-            "file": self.file,
-            "version": self.version,
-            "groups": [g.to_json() for g in self.groups],
-        }
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> RankTrace | None:
-        """The inverse of :meth:`to_json` (None without a rank)."""
-        rank = _int(raw.get("rank"))
-        if rank is None:
-            return None
-        groups = raw.get("groups") or ()
-        return cls(
-            rank,
-            raw.get("node") if isinstance(raw.get("node"), str) else None,
-            _int(raw.get("attempt")),
-            _str(raw.get("file")),
-            _str(raw.get("version")),
-            tuple(GroupTrace.from_json(g) for g in groups if isinstance(g, Mapping)),
-        )
-
 
 @dataclass(frozen=True, slots=True)
 class RankStack:
@@ -183,32 +144,6 @@ class RankStack:
     pid: int | None
     thread: str
     frames: tuple[str, ...]
-
-    def to_json(self) -> Json:
-        """The stored form."""
-        return {
-            "rank": self.rank,
-            "node": self.node,
-            "attempt": self.attempt,
-            "file": self.file,
-            "pid": self.pid,
-            "thread": self.thread,
-            "frames": list(self.frames),
-        }
-
-    @classmethod
-    def from_json(cls, raw: Mapping[str, Any]) -> RankStack:
-        """The inverse of :meth:`to_json`."""
-        frames = raw.get("frames") or ()
-        return cls(
-            _int(raw.get("rank")),
-            raw.get("node") if isinstance(raw.get("node"), str) else None,
-            _int(raw.get("attempt")),
-            _str(raw.get("file")),
-            _int(raw.get("pid")),
-            _str(raw.get("thread")),
-            tuple(f for f in frames if isinstance(f, str)),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,10 +160,36 @@ class JobDumps:
         return bool(self.traces or self.stacks)
 
     def to_json(self) -> Json:
-        """The stored form (``l4.job.dumps``)."""
+        """The stored form (``l4.job.dumps``): each distinct group list or stack once
+        (``tails``, ``frames``), each rank as a row naming it by index — a job's healthy ranks
+        hold the same last collectives and wait at the same frames."""
+        tails: dict[str, int] = {}
+        frames: dict[str, int] = {}
+        tail_list: list[Any] = []
+        frame_list: list[Any] = []
+
+        def index(value: Any, seen: dict[str, int], out: list[Any]) -> int:
+            key = json.dumps(value, separators=(",", ":"))
+            if key not in seen:
+                seen[key] = len(out)
+                out.append(value)
+            return seen[key]
+
+        def tail(t: RankTrace) -> int:
+            return index([g.to_json() for g in t.groups], tails, tail_list)
+
+        def stack(s: RankStack) -> int:
+            return index(list(s.frames), frames, frame_list)
+
         return {
-            "traces": [t.to_json() for t in self.traces],
-            "stacks": [s.to_json() for s in self.stacks],
+            "tails": tail_list,
+            "traces": [
+                [t.rank, t.node, t.attempt, t.file, t.version, tail(t)] for t in self.traces
+            ],
+            "frames": frame_list,
+            "stacks": [
+                [s.rank, s.node, s.attempt, s.file, s.pid, s.thread, stack(s)] for s in self.stacks
+            ],
             "rank_nodes": [list(p) for p in self.rank_nodes],
             "problems": list(self.problems),
         }
@@ -238,15 +199,59 @@ class JobDumps:
         """The inverse of :meth:`to_json` (None for a document without dumps)."""
         if not isinstance(raw, Mapping):
             return None
-        traces = [RankTrace.from_json(t) for t in raw.get("traces") or () if isinstance(t, Mapping)]
+        tails = [_groups(t) for t in _list(raw.get("tails"))]
+        frames = [
+            tuple(f for f in _list(fs) if isinstance(f, str)) for fs in _list(raw.get("frames"))
+        ]
+        traces = []
+        for row in _list(raw.get("traces")):
+            if len(row) == 6 and _int(row[0]) is not None and _int(row[5]) is not None:
+                at = _int(row[5])
+                groups = tails[at] if at is not None and 0 <= at < len(tails) else ()
+                traces.append(
+                    RankTrace(
+                        int(row[0]),
+                        _opt_str(row[1]),
+                        _int(row[2]),
+                        _str(row[3]),
+                        _str(row[4]),
+                        groups,
+                    )
+                )
+        stacks = []
+        for row in _list(raw.get("stacks")):
+            if len(row) == 7:
+                at = _int(row[6])
+                stack = frames[at] if at is not None and 0 <= at < len(frames) else ()
+                stacks.append(
+                    RankStack(
+                        _int(row[0]),
+                        _opt_str(row[1]),
+                        _int(row[2]),
+                        _str(row[3]),
+                        _int(row[4]),
+                        _str(row[5]),
+                        stack,
+                    )
+                )
         return cls(
-            tuple(t for t in traces if t is not None),
-            tuple(
-                RankStack.from_json(s) for s in raw.get("stacks") or () if isinstance(s, Mapping)
-            ),
+            tuple(traces),
+            tuple(stacks),
             _pairs(raw.get("rank_nodes")),
-            tuple(p for p in raw.get("problems") or () if isinstance(p, str)),
+            tuple(p for p in _list(raw.get("problems")) if isinstance(p, str)),
         )
+
+
+def _list(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, list | tuple) else []
+
+
+def _opt_str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _groups(raw: Any) -> tuple[GroupTrace, ...]:
+    return tuple(GroupTrace.from_json(g) for g in _list(raw) if isinstance(g, Mapping))
 
 
 def _pairs(raw: Any) -> tuple[tuple[int, str], ...]:

@@ -323,12 +323,10 @@ def _position(rank: int, g: GroupTrace, places: Places, attempt: int | None) -> 
 
 
 def _state(g: GroupTrace, entry: Collective | None, seq: int | None) -> str:
-    """A collective's state: its own times when the recorder took them (NCCL), else the
-    group's status (gloo leaves every entry ``scheduled``)."""
-    if entry is not None and entry.completed_ns:
-        return "completed"
-    if entry is not None and entry.started_ns:
-        return "started"
+    """A collective's state: its own when the recorder timed it (NCCL), else the group's
+    status (gloo leaves every entry ``scheduled``)."""
+    if entry is not None and entry.state in ("completed", "started"):
+        return entry.state
     if seq is not None and g.last_completed is not None and g.last_completed >= seq:
         return "completed"
     if seq is not None and g.last_started is not None and g.last_started >= seq:

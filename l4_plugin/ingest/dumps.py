@@ -47,7 +47,7 @@ from l4_plugin.traces import (
 #: The most bytes of one dump read (a Flight Recorder of 2,000 entries with frames is a few MB).
 MAX_DUMP_BYTES = 64 << 20
 #: Values a dump may hold (every container, key and scalar counted once per reference).
-MAX_VALUES = 4_000_000
+MAX_VALUES = 1_000_000
 #: How deep a dump's containers may nest (a real one nests five deep).
 MAX_DEPTH = 32
 #: Process groups kept per rank (the ones with the latest collectives).
@@ -359,7 +359,7 @@ def _group(
 ) -> GroupTrace:
     raw = status.get(pg)
     own: Mapping[Any, Any] = raw if isinstance(raw, Mapping) else {}
-    collectives = sorted((e for e in entries if not e.p2p), key=lambda e: e.seq)
+    collectives = sorted(entries, key=lambda e: e.seq)
     ranks = members.get(pg_name) or (
         next(iter(members.values())) if len(members) == 1 else ()
     )  # gloo registers its one group under an empty name
@@ -406,9 +406,9 @@ def _members(raw: Any) -> dict[str, tuple[int, ...]]:
 
 
 def _collective(raw: Mapping[Any, Any]) -> Collective | None:
-    p2p = raw.get("is_p2p") is True
-    seq = raw.get("p2p_seq_id" if p2p else "collective_seq_id")
-    if not isinstance(seq, int) or isinstance(seq, bool):
+    """A collective entry (point-to-point ops have a sequence of their own: None)."""
+    seq = raw.get("collective_seq_id")
+    if raw.get("is_p2p") is True or not isinstance(seq, int) or isinstance(seq, bool):
         return None
     shape = "{}->{} {}->{}".format(
         *(
@@ -417,21 +417,18 @@ def _collective(raw: Mapping[Any, Any]) -> Collective | None:
         )
     )
 
-    def ns(key: str) -> int | None:
+    def timed(key: str) -> bool:
         value = raw.get(key)
-        ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-        return value if ok else None
+        return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
-    return Collective(
-        seq=seq,
-        op=str(raw.get("profiling_name", ""))[:80],
-        state=str(raw.get("state", ""))[:20],
-        shape=shape,
-        p2p=p2p,
-        created_ns=ns("time_created_ns"),
-        started_ns=ns("time_discovered_started_ns"),
-        completed_ns=ns("time_discovered_completed_ns"),
-    )
+    # The recorder writes the state from its times; a JSON dump writes 0 for a missing time.
+    if timed("time_discovered_completed_ns"):
+        state = "completed"
+    elif timed("time_discovered_started_ns"):
+        state = "started"
+    else:
+        state = str(raw.get("state", "") or "scheduled")[:20]
+    return Collective(seq=seq, op=str(raw.get("profiling_name", ""))[:80], state=state, shape=shape)
 
 
 def stacks_from_text(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -133,7 +134,7 @@ def test_a_trace_keeps_each_group_its_status_and_last_collectives() -> None:
     assert group.name == "default_pg" and group.ranks == (0, 1, 2, 3)
     assert (group.last_enqueued, group.last_started, group.last_completed) == (40, 40, 39)
     assert [e.seq for e in group.entries] == list(range(29, 41))
-    assert group.entries[-1].state == "started" and group.entries[-1].completed_ns is None
+    assert group.entries[-1].state == "started" and group.entries[-2].state == "completed"
     assert group.entries[-1].shape == '[[1024]]->[[1024]] ["Float"]->["Float"]'
 
 
@@ -148,7 +149,7 @@ def test_gloo_json_dump_numbers_as_text_and_one_unnamed_group() -> None:
     (group,) = dumps.trace_from_dump(value, 0, None, None, "fr_trace_rank_0.json").groups
     assert group.ranks == (0, 1, 2, 3)  # gloo's one group registered under an empty name
     assert (group.last_enqueued, group.last_started, group.last_completed) == (5, None, 4)
-    assert group.entries[-1].started_ns is None
+    assert group.entries[-1].state == "scheduled"
 
 
 def test_pyspy_text_and_json_read_the_main_thread() -> None:
@@ -233,3 +234,17 @@ def test_dumps_are_bounded_and_confined(tmp_path: Path, monkeypatch: pytest.Monk
 def test_rank_nodes_keep_the_ranks_one_node_alone_names() -> None:
     # [default0]/[default1] (local ranks) are printed on every node; [rank5] on one.
     assert dumps.rank_nodes({"a": {0, 1, 2}, "b": {0, 1, 5}, "c": set()}) == ((2, "a"), (5, "b"))
+
+
+def test_healthy_ranks_are_stored_once() -> None:
+    # 4,096 ranks that agree on their last collectives cost one tail and a row each.
+    one = dumps.trace_from_dump(trace(40, world=4096), 0, "n0", 0, "n0/t0")
+    (stack,) = dumps.stacks_from_text(PYSPY_TEXT, "n0/rank0.txt", "n0", 0)
+    where = [(r, f"n{r // 8}", f"n{r // 8}/rank{r}") for r in range(4096)]
+    traces = tuple(replace(one, rank=r, node=n, file=f) for r, n, f in where)
+    stacks = tuple(replace(stack, rank=r, node=n, file=f) for r, n, f in where)
+    found = JobDumps(traces, stacks)
+    stored = found.to_json()
+    assert len(stored["tails"]) == 1 and len(stored["frames"]) == 1
+    assert len(json.dumps(stored)) < 4096 * 120  # a row of some 50 bytes per rank and kind
+    assert JobDumps.from_json(json.loads(json.dumps(stored))) == found
