@@ -266,7 +266,9 @@ def compare_group(
     base = dict(attempt=attempt, pg=any_group.pg, name=any_group.name, members=members)
     if lo is None or hi is None:
         return None
-    for seq in range(lo, hi + 1):
+    # The sequence numbers some rank still holds (a status claiming more is not walked to).
+    held = sorted({q for e in entries.values() for q in e if lo <= q <= hi})
+    for seq in held:
         parted = _at(seq, entries, last)
         if parted is not None:
             op, in_op, other_op, other_shape, behind = parted

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from l4_plugin.analysis import hang
 from l4_plugin.traces import Collective, GroupTrace, JobDumps, RankStack, RankTrace
 
@@ -176,3 +178,12 @@ def test_attempts_are_compared_apart() -> None:
 
 def test_no_dumps_no_result() -> None:
     assert hang.analyse(None) is None and hang.analyse(JobDumps()) is None
+
+
+def test_a_status_beyond_the_entries_is_not_walked_to() -> None:
+    traces = [rank(r, NODES[r], [AR] * 4) for r in range(4)]
+    group = traces[0].groups[0]
+    huge = replace(group, last_enqueued=10**12, last_completed=10**12)
+    traces[0] = replace(traces[0], groups=(huge,))
+    (f,) = find(traces).collectives
+    assert f.kind == "agree" and f.seq == 10**12
