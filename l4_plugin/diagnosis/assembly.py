@@ -265,6 +265,7 @@ def build_report(
         analyzer_version=analyzer_version,
         timings={k: round(v, 3) for k, v in (timings or {}).items()},
         hang=report_hang(analysis.hang),
+        attempts=None,
     )
 
 

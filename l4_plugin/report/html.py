@@ -206,6 +206,28 @@ def _nodes_section(report: Report) -> str:
     return "".join(html)
 
 
+def _attempts_section(report: Report) -> str:
+    """A restarted job's attempts, each with its own diagnosis in brief."""
+    attempts = report.attempts
+    if attempts is None:
+        return ""
+    rows = "".join(
+        f"<tr><td>{'→ ' if a.attempt == attempts.lead else ''}{a.attempt}</td>"
+        f"<td>{esc(a.category)}</td><td>{esc(a.stage or '?')}</td>"
+        f"<td>{_list(a.culprits) or 'none'}</td><td>{len(a.nodes)}</td>"
+        f"<td>{esc(a.first_seen or '?')}</td><td>{esc(a.last_seen or '?')}</td></tr>"
+        for a in attempts.attempts
+    )
+    return (
+        f'<section id="attempts"><h2>Attempts ({len(attempts.attempts)})</h2>'
+        f"<p>This report is attempt {attempts.lead}'s: {esc(attempts.why)}</p>"
+        "<table><thead><tr><th>attempt</th><th>category</th><th>stage</th><th>culprit</th>"
+        f"<th>nodes</th><th>first</th><th>last</th></tr></thead><tbody>{rows}</tbody></table>"
+        + (f"<p>{esc(attempts.note)}</p>" if attempts.note else "")
+        + "</section>"
+    )
+
+
 def _hang_section(report: Report) -> str:
     """Where the ranks stood: per Flight Recorder finding, each rank's last collective, and
     the stack groups."""
@@ -478,6 +500,7 @@ def render_html(report: Report, extras: ReportExtras | None = None) -> str:
         f'<div class="sub">status {esc(report.status)} · stage '
         f"{esc(report.stage or 'unknown')}{when}</div></header><main>",
         _verdict(report),
+        _attempts_section(report),
         _summary(report, extras),
         _rules_section(report),
         _nodes_section(report),

@@ -10,7 +10,8 @@ back (``l4 report``) by :meth:`Report.from_json`. Numbers are stored as they app
 section reads as empty, a missing verdict or slowdown as ``None``. Values are kept as the JSON
 holds them (an integer confidence stays an integer), so a stored report renders to the same JSON.
 ``hang`` (``report/hangs.py``) is written only for a job whose ranks left Flight Recorder traces
-or stacks: a job without them has the JSON it always had.
+or stacks, ``attempts`` (``report/attempts.py``) only for a job that restarted: a job without
+them has the JSON it always had.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from l4_plugin.records import Verdict
+from l4_plugin.report.attempts import ReportAttempts
 from l4_plugin.report.hangs import ReportHang
 
 # A JSON object as ``json.loads`` gives it: the report's serialised form, nothing else.
@@ -343,6 +345,8 @@ class Report:
     verdict: Verdict | None
     #: What the ranks' Flight Recorder traces and stacks say (None: the job left none).
     hang: ReportHang | None
+    #: A restarted job's attempts, each diagnosed on its own (None: one attempt).
+    attempts: ReportAttempts | None
     stragglers: tuple[ReportStraggler, ...]
     slowdown: ReportSlowdown | None
     lagging_nodes: tuple[str, ...]
@@ -367,9 +371,12 @@ class Report:
             "silent_nodes": list(self.silent_nodes),
             "verdict": None if self.verdict is None else self.verdict.to_json(),
         }
+        # After the verdict they explain; absent for a job without dumps and of one attempt
+        # (its JSON unchanged).
         if self.hang is not None:
-            # After the verdict it explains; absent for a job without dumps (its JSON unchanged).
             out["hang"] = self.hang.to_json()
+        if self.attempts is not None:
+            out["attempts"] = self.attempts.to_json()
         return out | {
             "stragglers": [s.to_json() for s in self.stragglers],
             "slowdown": None if self.slowdown is None else self.slowdown.to_json(),
@@ -388,6 +395,7 @@ class Report:
         verdict = raw.get("verdict")
         slowdown = raw.get("slowdown")
         hang = raw.get("hang")
+        attempts = raw.get("attempts")
         return cls(
             job_id=str(raw.get("job_id", "unknown job")),
             status=str(raw.get("status", "unknown")),
@@ -400,6 +408,7 @@ class Report:
             silent_nodes=_strs(raw, "silent_nodes"),
             verdict=Verdict.from_json(verdict) if verdict else None,
             hang=ReportHang.from_json(hang) if isinstance(hang, Mapping) else None,
+            attempts=ReportAttempts.from_json(attempts) if isinstance(attempts, Mapping) else None,
             stragglers=tuple(ReportStraggler.from_json(s) for s in raw.get("stragglers") or ()),
             slowdown=ReportSlowdown.from_json(slowdown) if slowdown else None,
             lagging_nodes=_strs(raw, "lagging_nodes"),

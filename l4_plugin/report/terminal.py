@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.text import Text
 
 from l4_plugin.records import Verdict
+from l4_plugin.report.attempts import ReportAttempts
 from l4_plugin.report.hangs import ReportCollective, ReportHang
 from l4_plugin.report.model import Report, ReportEvent, ReportRuleMatch
 
@@ -219,9 +220,34 @@ def _render_hang(hang: ReportHang | None, console: Console) -> None:
         console.print(Text(f"  note: {problem}", style="yellow"))
 
 
+def _render_attempts(attempts: ReportAttempts | None, console: Console) -> None:
+    """Each attempt's own diagnosis in a line, the one the report leads with marked."""
+    if attempts is None:
+        return
+    console.print(
+        Text.assemble(
+            (f"\nAttempts ({len(attempts.attempts)}): ", "bold"),
+            f"this report is attempt {attempts.lead}'s — {attempts.why}",
+        )
+    )
+    for a in attempts.attempts:
+        mark = "→" if a.attempt == attempts.lead else " "
+        culprits = ", ".join(a.culprits) or "no node stands out"
+        console.print(
+            Text(
+                f"  {mark} attempt {a.attempt}: {a.category}, stage {a.stage or '?'}, "
+                f"culprit {culprits} ({len(a.nodes)} nodes, {(a.first_seen or '?')[:19]} → "
+                f"{(a.last_seen or '?')[:19]})"
+            )
+        )
+    if attempts.note:
+        console.print(Text(f"  {attempts.note}", style="bold" if attempts.bound else "dim"))
+
+
 def render_terminal(report: Report, console: Console) -> None:
     """Print the readable summary of a diagnosis report."""
     _render_header(report, console)
+    _render_attempts(report.attempts, console)
     _render_rules(report.rule_matches, console)
     _render_events(report.events, console)
     _render_nodes(report, console)

@@ -12,6 +12,7 @@ import pytest
 from l4_plugin.diagnosis.annotations import summary_text
 from l4_plugin.diagnosis.assembly import findings
 from l4_plugin.records import Verdict
+from l4_plugin.report.attempts import ReportAttempt, ReportAttempts
 from l4_plugin.report.hangs import (
     ReportCollective,
     ReportHang,
@@ -44,6 +45,7 @@ REPORT_KEYS = [
     "silent_nodes",
     "verdict",
     "hang",
+    "attempts",
     "stragglers",
     "slowdown",
     "lagging_nodes",
@@ -160,6 +162,23 @@ def full_report() -> Report:
             "hardware/network", "infrastructure", ("n3",), "after-eviction", 0.85, ("rule x",)
         ),
         hang=full_hang(),
+        attempts=ReportAttempts(
+            lead=0,
+            why="attempt 0 is the last that got past start-up",
+            bound=("n2",),
+            note="n2 is the culprit in every attempt (0, 1)",
+            attempts=(
+                ReportAttempt(
+                    0,
+                    "training",
+                    "user/code",
+                    ("n2",),
+                    ("n1", "n2"),
+                    "2024-08-05T09:00:00+00:00",
+                    "2024-08-05T09:39:59+00:00",
+                ),
+            ),
+        ),
         stragglers=(ReportStraggler("n4", 500, 1.4),),
         slowdown=ReportSlowdown(511, 0.52, 1.8, ("t1",), ("n3",)),
         lagging_nodes=("n5",),
@@ -230,6 +249,8 @@ def test_a_dropped_field_breaks_the_round_trip() -> None:
         report.hang and report.hang.collectives[0].ranks[0],
         report.hang and report.hang.stacks[0],
         report.hang and report.hang.stacks[0].odd,
+        report.attempts,
+        report.attempts and report.attempts.attempts[0],
     ):
         assert part is not None
         assert list(part.to_json()) == [f.name for f in dataclasses.fields(part)]
@@ -265,12 +286,12 @@ def test_numbers_keep_their_json_type() -> None:
     assert json.dumps(Report.from_json(raw).to_json()) == json.dumps(raw)
 
 
-def test_a_report_without_dumps_has_no_hang_key() -> None:
+def test_a_report_without_dumps_or_restarts_has_no_key_for_them() -> None:
     # A job whose ranks left no traces or stacks keeps the JSON it always had.
-    raw = dataclasses.replace(full_report(), hang=None).to_json()
-    assert "hang" not in raw
-    assert list(raw) == [k for k in REPORT_KEYS if k != "hang"]
-    assert Report.from_json(raw).hang is None
+    raw = dataclasses.replace(full_report(), hang=None, attempts=None).to_json()
+    assert "hang" not in raw and "attempts" not in raw
+    assert list(raw) == [k for k in REPORT_KEYS if k not in ("hang", "attempts")]
+    assert Report.from_json(raw).hang is None and Report.from_json(raw).attempts is None
 
 
 def test_a_stored_report_without_newer_sections_reads() -> None:
