@@ -9,7 +9,8 @@ before it more often than not — a restart that cannot reconnect (gloo's worker
 first attempt's addresses), a node the scheduler did not replace — so the attempt before it,
 which failed while training, is the failure to explain; when every attempt failed while
 starting, the last leads. A node every attempt names is its machine: it is evicted with high
-confidence; different nodes each time say the fault is not bound to a node.
+confidence; different nodes each time say the fault is not bound to a node (of the attempts that
+got past start-up, when two did).
 
 Pure: the outcomes of the attempts' diagnoses in, the lead and the cross-attempt reading out.
 """
@@ -38,6 +39,8 @@ class AttemptOutcome:
     nodes: tuple[str, ...] = ()
     #: Whether any rank of the attempt printed a training marker (an iteration, a step).
     trained: bool = False
+    #: Whether it printed anything (an attempt whose workers died at once left empty files).
+    printed: bool = True
 
     @property
     def started(self) -> bool:
@@ -57,29 +60,46 @@ class AcrossAttempts:
 
 
 def across(outcomes: Sequence[AttemptOutcome]) -> AcrossAttempts | None:
-    """The lead attempt and the cross-attempt reading (None for fewer than two attempts)."""
+    """The lead attempt and the cross-attempt reading (None for fewer than two attempts, or
+    none that printed a line). An attempt that printed nothing never leads."""
     if len(outcomes) < 2:
         return None
-    ordered = sorted(outcomes, key=lambda o: o.attempt)
-    last = ordered[-1]
-    lead, why = last, f"attempt {last.attempt} is the last"
-    if not last.started:
-        earlier = [o for o in ordered[:-1] if o.started]
-        if earlier:
-            lead = earlier[-1]
-            failed = [o.attempt for o in ordered if o.attempt > lead.attempt]
-            why = (
-                f"attempt {lead.attempt} is the last that got past start-up: "
-                f"attempt{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))} failed "
-                "while starting again, a consequence of the failure before"
-            )
-        else:
-            why = f"attempt {last.attempt} is the last (every attempt failed while starting)"
-    return AcrossAttempts(lead.attempt, why, *_bound(ordered))
+    ordered = sorted((o for o in outcomes if o.printed), key=lambda o: o.attempt)
+    if not ordered:
+        return None
+    started = [o for o in ordered if o.started]
+    lead = started[-1] if started else ordered[-1]
+    return AcrossAttempts(
+        lead.attempt, _why(lead, outcomes, bool(started)), *_bound(started or ordered)
+    )
+
+
+def _why(lead: AttemptOutcome, outcomes: Sequence[AttemptOutcome], started: bool) -> str:
+    """Why the report leads with ``lead``."""
+    if not started:
+        return f"attempt {lead.attempt} is the last (every attempt failed while starting)"
+    later = sorted((o for o in outcomes if o.attempt > lead.attempt), key=lambda o: o.attempt)
+    if not later:
+        return f"attempt {lead.attempt} is the last"
+    failed = [o.attempt for o in later if o.printed]
+    quiet = [o.attempt for o in later if not o.printed]
+    parts = []
+    if failed:
+        parts.append(
+            f"{_attempts(failed)} failed while starting again, a consequence of the failure before"
+        )
+    if quiet:
+        parts.append(f"{_attempts(quiet)} left no line (its workers' files are empty)")
+    return f"attempt {lead.attempt} is the last that got past start-up: " + "; ".join(parts)
+
+
+def _attempts(ks: Sequence[int]) -> str:
+    return f"attempt{'s' if len(ks) > 1 else ''} {', '.join(map(str, ks))}"
 
 
 def _bound(ordered: Sequence[AttemptOutcome]) -> tuple[tuple[str, ...], str]:
-    """Nodes named by every attempt that named one, when at least two did."""
+    """Nodes named by every attempt that named one, when at least two did (of the attempts
+    that got past start-up: one that failed while starting again says nothing of the node)."""
     named = [o for o in ordered if o.culprits]
     if len(named) < 2:
         return (), ""

@@ -178,9 +178,10 @@ Places = dict[tuple[int | None, int], str]
 
 
 def rank_places(dumps: JobDumps, nodes: Sequence[str] = ()) -> Places:
-    """(attempt, rank) → node: where its dump lies, else where the logs put it, else — for
-    the ranks no dump or log places — the one node of the job that left no trace, when the
-    missing ranks are exactly its share of the world."""
+    """(attempt, rank) → node: where its dump lies; for a rank that left none, torchrun's
+    contiguous blocks of ranks per node (``_place_by_elimination``), else the node whose log
+    lines alone name the rank (a ``[rankN]`` prefix) when that node holds fewer ranks than the
+    others (a local rank's ``[defaultN]`` on one node only would claim it otherwise)."""
     places: Places = {}
     found: list[tuple[int | None, int | None, str | None]]
     found = [(t.attempt, t.rank, t.node) for t in dumps.traces]
@@ -194,10 +195,14 @@ def rank_places(dumps: JobDumps, nodes: Sequence[str] = ()) -> Places:
         members = {
             r for t in dumps.traces if t.attempt == attempt for g in t.groups for r in g.ranks
         }
-        for rank in members:
-            if (attempt, rank) not in places and rank in logged:
-                places[(attempt, rank)] = logged[rank]
         _place_by_elimination(places, attempt, members, nodes)
+        counts = Counter(n for (a, _), n in places.items() if a == attempt)
+        full = max(counts.values(), default=0)
+        for rank in sorted(members):
+            node = logged.get(rank)
+            if (attempt, rank) not in places and node is not None and counts[node] < full:
+                places[(attempt, rank)] = node
+                counts[node] += 1
     return places
 
 

@@ -18,6 +18,17 @@ from l4_plugin.traces import JobDumps
 
 
 @dataclass(frozen=True, slots=True)
+class JobAttempt:
+    """One attempt of a restarted job: the nodes that printed in it and its time span."""
+
+    attempt: int
+    nodes: tuple[str, ...]
+    start_ts: float | None
+    end_ts: float | None
+    trained: bool = False  # a rank printed progress of its own in it
+
+
+@dataclass(frozen=True, slots=True)
 class JobDoc:
     """What the analyses need of a job's ``l4-jobs`` document.
 
@@ -52,6 +63,10 @@ class JobDoc:
     scope: dict[str, Any] = field(default_factory=dict)
     # The Flight Recorder traces and stacks found beside its logs (None: none)
     dumps: JobDumps | None = None
+    # A restarted job's attempts (empty: it never restarted), and the one this document is
+    # narrowed to (``diagnosis.queries.attempt_job``; None: the whole job)
+    attempts: tuple[JobAttempt, ...] = ()
+    attempt: int | None = None
 
 
 @dataclass

@@ -25,10 +25,11 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from l4_plugin.analysis.fusion import is_flagged
-from l4_plugin.analysis.tables import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
+from l4_plugin.analysis.tables import BaselinePool, Cell, JobAttempt, JobData, JobDoc, TemplateInfo
 from l4_plugin.errors import AnalysisError
 from l4_plugin.records import host_shapes, level_label, may_name_a_node
 from l4_plugin.store import Store, generations, jobs, line_packs, packs
@@ -78,6 +79,41 @@ def job_doc(record: JobRecord) -> JobDoc:
         generation=record.ingest.generation or None,
         scope=generations.scope(record.id, record.to_source()),
         dumps=JobDumps.from_json(summary.dumps),
+        attempts=tuple(
+            JobAttempt(a.attempt, a.nodes, _seconds(a.start_ts), _seconds(a.end_ts), a.trained)
+            for a in summary.attempts or ()
+        ),
+    )
+
+
+def attempt_job(job: JobDoc, attempt: int) -> JobDoc:
+    """``job`` narrowed to one of its attempts: its documents (and those that belong to no
+    attempt: the job's own files), nodes, time span and dumps."""
+    span = next((a for a in job.attempts if a.attempt == attempt), None)
+    dumps = job.dumps
+    if dumps is not None:
+        dumps = replace(
+            dumps,
+            traces=tuple(t for t in dumps.traces if t.attempt in (attempt, None)),
+            stacks=tuple(s for s in dumps.stacks if s.attempt in (attempt, None)),
+        )
+    mine = {
+        "bool": {
+            "should": [
+                {"term": {F.ATTEMPT: attempt}},
+                {"bool": {"must_not": {"exists": {"field": F.ATTEMPT}}}},
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+    return replace(
+        job,
+        nodes=span.nodes if span is not None else job.nodes,
+        start_ts=span.start_ts if span is not None else job.start_ts,
+        end_ts=span.end_ts if span is not None else job.end_ts,
+        dumps=dumps,
+        attempt=attempt,
+        scope={"bool": {"filter": [job_scope(job), mine]}},
     )
 
 
@@ -137,11 +173,16 @@ def _value(bucket: dict[str, Any], name: str) -> Any:
 
 def read_job_tables(store: Store, job_id: str) -> JobData:
     """Read every table the analyses need for ``job_id`` (see the module docstring)."""
-    job = read_job(store, job_id)
+    return read_tables(store, read_job(store, job_id))
+
+
+def read_tables(store: Store, job: JobDoc) -> JobData:
+    """Every table the analyses need of ``job``'s documents (``job_scope``: one attempt's, for
+    a job narrowed by ``attempt_job``)."""
     query = job_scope(job)
     if not store.count(store.names.events, query):
         raise AnalysisError(
-            f"job {job_id!r} has no event rollups in {store.names.events} — hint: re-ingest it"
+            f"job {job.id!r} has no event rollups in {store.names.events} — hint: re-ingest it"
         )
     shared = packs.read_packs(store, store.names.events, query)
     own = packs.without_packs(query)

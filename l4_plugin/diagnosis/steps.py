@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from l4_plugin import __version__
+from l4_plugin.analysis.attempts import AcrossAttempts, AttemptOutcome, across
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.analysis.recipe import Analysis, analyze
@@ -31,14 +32,17 @@ from l4_plugin.diagnosis.assembly import (
     build_report,
     findings,
 )
+from l4_plugin.diagnosis.attempts import outcome, silent_outcome, with_attempts
 from l4_plugin.diagnosis.queries import (
     JobDoc,
+    attempt_job,
     find_jobs,
     find_sample_lines,
     job_scope,
     read_baseline_pool,
     read_job,
     read_job_tables,
+    read_tables,
 )
 from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.rules import Rule, load_rules, match_job
@@ -99,6 +103,39 @@ def _sample_lines(store: Store, data: JobData, result: Analysis) -> dict[str, di
     )
 
 
+def _each_attempt(
+    store: Store,
+    data: JobData,
+    analysed: Callable[[JobData], Analysis],
+    baseline_jobs: list[str],
+) -> tuple[JobData, Analysis, tuple[AcrossAttempts, list[AttemptOutcome]]]:
+    """Each attempt of a restarted job analysed on its own documents; the lead attempt's tables
+    and analysis (what the report is made of) and the reading across attempts."""
+    done: dict[int, tuple[JobData, Analysis]] = {}
+    outcomes = []
+    for span in data.job.attempts:
+        narrowed = attempt_job(data.job, span.attempt)
+        if not store.count(store.names.events, job_scope(narrowed)):
+            # An attempt whose workers died before printing a line: listed, not analysed.
+            outcomes.append(silent_outcome(narrowed))
+            continue
+        mine = read_tables(store, narrowed)
+        result = analysed(mine)
+        done[span.attempt] = (mine, result)
+        brief = build_report(
+            mine,
+            result,
+            baseline_jobs=baseline_jobs,
+            rule_matches=[],
+            samples={},
+            analyzer_version=ANALYZER_VERSION,
+        )
+        outcomes.append(outcome(mine, result, brief))
+    found = across(outcomes)
+    assert found is not None  # two attempts, one of them with lines (the job has some)
+    return *done[found.lead], (found, outcomes)
+
+
 def diagnose_job(
     store: Store,
     job_id: str,
@@ -132,14 +169,24 @@ def diagnose_job(
     data = timed("read aggregations", lambda: read_job_tables(store, job_id))
     base_jobs = resolve_baselines(store, data.job, baselines, force=force_baselines, warn=warn)
     pool = timed("read baseline pool", lambda: read_baseline_pool(store, base_jobs))
+    stage_of_stack = default_stage_rules().stage_of_stack
+
+    def analysed(d: JobData) -> Analysis:
+        return analyze(d, pool, options, stage_of_stack=stage_of_stack)
+
+    across_attempts: tuple[AcrossAttempts, list[AttemptOutcome]] | None = None
+    result: Analysis | None = None
+    if len(data.job.attempts) >= 2:
+        data, result, across_attempts = timed(
+            "diagnose each attempt",
+            lambda: _each_attempt(store, data, analysed, [j.id for j in base_jobs]),
+        )
     library = load_rules() if rules is None else list(rules)
     matches = timed(
         "match fault rules", lambda: match_job(store, job_id, library, scope=job_scope(data.job))
     )
-    result: Analysis = timed(
-        "analyse",
-        lambda: analyze(data, pool, options, stage_of_stack=default_stage_rules().stage_of_stack),
-    )
+    if result is None:
+        result = timed("analyse", lambda: analysed(data))
     samples = timed("fetch sample lines", lambda: _sample_lines(store, data, result))
     report = build_report(
         data,
@@ -150,6 +197,8 @@ def diagnose_job(
         analyzer_version=ANALYZER_VERSION,
         timings=timings,
     )
+    if across_attempts is not None:
+        report = with_attempts(report, *across_attempts)
     extras = build_extras(data, result, timings)
     texts = {tid: info.text for tid, info in data.templates.items()}
     diagnosis = Diagnosis(

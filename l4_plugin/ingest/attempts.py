@@ -15,16 +15,28 @@ only because of the first). What says which attempt something is:
 - else the time of a line against when each attempt started on its node (the first stamped line
   of its ``attempt_<k>`` files).
 
-Pure: paths, lines and times in, attempt numbers out (``None``: nothing says; a job that never
-restarted).
+Paths, lines and times in, attempt numbers out (``None``: nothing says; a job that never
+restarted); ``assign`` reads the first lines of the attempts' files for when each began. Ingest
+keeps a node's lines of one attempt apart from its others: the *unit* it rolls up, times and
+writes is (node, attempt) (``unit``), and a file that holds several attempts is read as one
+stream per attempt (``attempt_blocks``). Only the paths of a job can start the attempts (a
+restart announced only inside one stream, with no attempt folder, is not split: a follow-up).
 """
 
 from __future__ import annotations
 
 import bisect
+import math
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field, replace
+
+from l4_plugin.errors import IngestError
+from l4_plugin.ingest.header import parse_time
+from l4_plugin.ingest.logfile import LogFile, Split
+from l4_plugin.ingest.reader import Block, read_blocks
+from l4_plugin.limits import ReadLimits
 
 _FOLDER = re.compile(r"^attempt[-_]?(\d+)$", re.IGNORECASE)
 _PREVIOUS = re.compile(r"(?:^|[-_.])previous(?=[-_.]|$)", re.IGNORECASE)
@@ -126,3 +138,136 @@ class AttemptClock:
     def attempts(self) -> list[int]:
         """Every attempt any node started."""
         return sorted({a for spans in self.starts.values() for _, a in spans})
+
+
+#: Between a node and its attempt in the key of ingest's unit (a node's lines in one attempt):
+#: no host name, path or label holds it.
+_UNIT = "\x1f"
+
+
+def unit(node: str, attempt: int | None) -> str:
+    """The key ingest rolls a node's lines of one attempt up under (the node itself when the
+    job never restarted): its rollup, timeline and documents are that unit's."""
+    return node if attempt is None else f"{node}{_UNIT}{attempt}"
+
+
+def split_unit(key: str) -> tuple[str, int | None]:
+    """(node, attempt) of a unit key (``unit``'s inverse)."""
+    node, sep, attempt = key.rpartition(_UNIT)
+    if not sep or not attempt.isdigit():
+        return key, None
+    return node, int(attempt)
+
+
+#: A worker's line as a launcher copies it into its own log (torchrun ``--tee``: role and
+#: local rank, ``[default3]:``).
+_WORKER_COPY = re.compile(r"\[[A-Za-z_]+\d+\]:")
+
+
+def attempt_blocks(blocks: Iterable[Block], attempt: int, split: Split) -> Iterator[Block]:
+    """The lines of one attempt in a stream that holds several (a launcher agent's log, a
+    node's kernel log): by the stream's own markers (``marked_attempt``), else by each stamped
+    line's time against ``split.starts`` (when each attempt began on the node); an unstamped
+    line goes with the line before it. Byte offsets stay the file's.
+
+    A worker's line the launcher copied (``[default0]:…``, torchrun ``--tee``) is left out: the
+    node's attempt folders hold each worker's own output, and the copies of its standard output
+    come in whole at the end, after the next attempt's lines (Python buffers a pipe), where no
+    time says which attempt printed them."""
+    starts, year = split.starts, split.year
+    clock = AttemptClock({"": sorted(starts)})
+    current = starts[0][1] if starts else 0
+    marked = False  # a marker decides until the clock passes the next attempt's start
+    for block in blocks:
+        lines: list[str] = []
+        offsets: list[int | None] = []
+        for i, line in enumerate(block.lines):
+            if _WORKER_COPY.match(line):
+                continue
+            ts = parse_time(line, year)
+            if ts is not None:
+                by_time = clock.attempt("", ts)
+                if by_time is not None and (not marked or by_time > current):
+                    current, marked = by_time, False
+            if current == attempt:
+                lines.append(line)
+                offsets.append(block.offset(i))
+            after = marked_attempt(line, current)
+            if after is not None:
+                current, marked = after, True
+        if lines:
+            yield Block(lines, offsets=offsets)
+
+
+#: Lines read from the start of an attempt's file for its first stamped line.
+HEAD_LINES = 200
+
+
+def assign(files: list[LogFile], limits: ReadLimits | None = None) -> list[LogFile]:
+    """The job's files with their attempts (``LogFile.attempt``), for a job whose paths name
+    two attempts or more; else as they are. A file of a node with attempts whose path names
+    none (the launcher agent's log, the node's kernel log) becomes one stream per attempt of
+    its node (``split``); a file of a node without any (the job's own files) stays the whole
+    job's."""
+    by_path = path_attempts(f.relative for f in files)
+    if len(set(by_path.values())) < 2:
+        return files
+    year = _year(f for f in files if f.relative in by_path)
+    firsts: dict[tuple[str, int], float] = {}
+    for f in files:
+        k = by_path.get(f.relative)
+        if k is None:
+            continue
+        ts = _first_time(f, year, limits)
+        key = (f.node, k)
+        firsts.setdefault(key, math.inf)
+        if ts is not None:
+            firsts[key] = min(firsts[key], ts)
+    of_node: dict[str, list[int]] = {}
+    for node, k in sorted(firsts):
+        of_node.setdefault(node, []).append(k)
+    clock = AttemptClock.from_firsts({key: ts for key, ts in firsts.items() if ts < math.inf})
+    out: list[LogFile] = []
+    for f in files:
+        k = by_path.get(f.relative)
+        mine = of_node.get(f.node, [])
+        if k is not None or len(mine) <= 1:
+            out.append(replace(f, attempt=k if k is not None else (mine[0] if mine else None)))
+            continue
+        split = Split(tuple(clock.starts.get(f.node, ())), year)
+        lines = None if f.lines is None else f.lines // len(mine)
+        out.extend(replace(f, attempt=a, split=split, lines=lines) for a in mine)
+    return out
+
+
+def _first_time(f: LogFile, year: int, limits: ReadLimits | None) -> float | None:
+    """The time of the first stamped line among the first ``HEAD_LINES`` of a file."""
+    try:
+        for n, line in enumerate(_lines(f, limits)):
+            ts = parse_time(line, year)
+            if ts is not None or n >= HEAD_LINES:
+                return ts
+    except (OSError, IngestError):
+        return None
+    return None
+
+
+def _lines(f: LogFile, limits: ReadLimits | None) -> Iterator[str]:
+    for block in read_blocks(f.path, limits=limits):
+        yield from block.lines
+
+
+def _year(files: Iterable[LogFile]) -> int:
+    """The year of the first stamped line that states one among the attempts' files (a line
+    without a year, a glog ``W1127 15:53:22``, takes it); else this year."""
+    for f in files:
+        try:
+            for n, line in enumerate(_lines(f, None)):
+                a, b = parse_time(line, 1999), parse_time(line, 2001)
+                if a is not None and a == b:
+                    return time.gmtime(a).tm_year
+                if a is not None or n >= HEAD_LINES:
+                    break
+        except (OSError, IngestError):
+            continue
+    return time.gmtime().tm_year

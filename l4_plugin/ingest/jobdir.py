@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from l4_plugin.errors import IngestError
-from l4_plugin.ingest import dumps, identity, procs
+from l4_plugin.ingest import attempts, dumps, identity, procs
 from l4_plugin.ingest.hostlist import HostlistError
 from l4_plugin.ingest.hostlist import expand as expand_hostlist
 from l4_plugin.ingest.hosts import HostRouter, plan
@@ -319,7 +319,7 @@ def scan(
             f"job too large — {job_dir} — {human_size(total)} of logs, over the per-job limit of "
             f"{human_size(limits.max_job_size)} — hint: raise --max-job-size"
         )
-    files = _assign(kept, hosts, limits)
+    files = attempts.assign(_assign(kept, hosts, limits), limits)
     if not files:
         raise IngestError(
             f"no log files in {job_dir} — expected JOB/<node>/*.log[.gz] or "
@@ -327,7 +327,13 @@ def scan(
             + (f"; {len(skipped)} skipped, first: {skipped[0]}" if skipped else "")
         )
     files.sort(
-        key=lambda f: (f.node, f.kind != "rank", f.rank if f.rank is not None else -1, f.relative)
+        key=lambda f: (
+            f.node,
+            -1 if f.attempt is None else f.attempt,
+            f.kind != "rank",
+            f.rank if f.rank is not None else -1,
+            f.relative,
+        )
     )
     return JobFiles(files, skipped, others)
 

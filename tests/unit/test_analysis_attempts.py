@@ -47,3 +47,18 @@ def test_other_nodes_each_time_is_not_bound_to_a_node() -> None:
 
 def test_one_attempt_is_no_comparison() -> None:
     assert across([outcome(0, "training", ("n1",))]) is None
+
+
+def test_an_attempt_that_failed_to_start_says_nothing_of_the_node() -> None:
+    found = across([outcome(0, "training", ("n1",)), outcome(1, "init", ("n2",), trained=False)])
+    assert found is not None and found.bound == () and found.note == ""
+
+
+def test_an_attempt_that_printed_nothing_never_leads() -> None:
+    quiet = AttemptOutcome(1, None, (), "unknown", nodes=("n1",), printed=False)
+    found = across([outcome(0, "training", ("n1",)), quiet])
+    assert found is not None and found.lead == 0
+    assert found.why == (
+        "attempt 0 is the last that got past start-up: "
+        "attempt 1 left no line (its workers' files are empty)"
+    )
