@@ -2,13 +2,25 @@
 
 from __future__ import annotations
 
+import time
+from pathlib import Path
+
 from l4_plugin.ingest.attempts import (
     AttemptClock,
+    assign,
+    attempt_blocks,
     folder_attempt,
     marked_attempt,
     path_attempts,
     previous_attempts,
+    split_unit,
+    unit,
 )
+from l4_plugin.ingest.header import parse_time
+from l4_plugin.ingest.logfile import LogFile, Split
+from l4_plugin.ingest.reader import Block
+
+T0 = parse_time("W1127 10:00:00.000000 7 x.py:1] x", 2026) or 0.0
 
 
 def test_torchrun_log_dir_attempt_folders() -> None:
@@ -61,3 +73,62 @@ def test_a_lines_time_says_its_attempt_on_its_node() -> None:
     # A later attempt whose files start earlier (a clock step) does not reorder the attempts.
     odd = AttemptClock.from_firsts({("a", 0): 100.0, ("a", 1): 90.0})
     assert odd.attempt("a", 95.0) == 0
+
+
+def _blocks(lines: list[str]) -> list[Block]:
+    return [Block(lines[:3]), Block(lines[3:])]
+
+
+def test_a_file_of_several_attempts_is_split_by_time_markers_and_copies() -> None:
+    lines = [
+        "W1127 10:00:00.000000 7 torch/distributed/run.py:874] starting",  # before any start
+        "[default0]:step 1 loss 0.5",  # a worker's copy: in its own file already
+        "I1127 10:00:05.000000 7 api.py:894] [default] Worker group FAILED. "
+        "1/1 attempts left; will restart worker group",
+        "I1127 10:00:06.000000 7 api.py:680] stopping workers",  # after the banner: attempt 1
+        "  restart_count=1",
+        "traceback line without a time",
+        "E1127 10:00:30.000000 7 api.py:1002] failed (exitcode: 1) local_rank: 0",
+    ]
+    split = Split(((T0 + 1, 0), (T0 + 10, 1)), 2026)
+    first = [line for b in attempt_blocks(_blocks(lines), 0, split) for line in b.lines]
+    second = [line for b in attempt_blocks(_blocks(lines), 1, split) for line in b.lines]
+    assert first == lines[0:1] + lines[2:3]
+    assert second == lines[3:]
+    offsets = [b.offset(0) for b in attempt_blocks(_blocks(lines), 1, split)]
+    assert offsets == [None]  # blocks built from lines carry no file offsets to keep
+
+
+def test_units_key_a_nodes_lines_of_one_attempt() -> None:
+    assert unit("gpu-1", None) == "gpu-1" and split_unit("gpu-1") == ("gpu-1", None)
+    assert split_unit(unit("gpu-1", 3)) == ("gpu-1", 3)
+
+
+def test_assign_splits_the_files_of_nodes_with_attempts(tmp_path: Path) -> None:
+    job = tmp_path / "job"
+    stamp = "[W1127 10:00:{:02d}.000000 socket.cpp:207] hello"
+    for k, sec in ((0, 1), (1, 40)):
+        d = job / "n1" / "logs" / "run" / f"attempt_{k}" / "0"
+        d.mkdir(parents=True)
+        (d / "stderr.log").write_text(stamp.format(sec) + "\n")
+    (job / "n1" / "torchrun.log").write_text(stamp.format(0) + "\n")
+    (job / "n2").mkdir()
+    (job / "n2" / "rank0.log").write_text(stamp.format(5) + "\n")
+    files = [
+        LogFile(p, p.relative_to(job).as_posix(), p.relative_to(job).parts[0], None, "rank")
+        for p in sorted(job.rglob("*.log"))
+    ]
+    out = {(f.relative, f.attempt): f for f in assign(files)}
+    assert set(out) == {
+        ("n1/logs/run/attempt_0/0/stderr.log", 0),
+        ("n1/logs/run/attempt_1/0/stderr.log", 1),
+        ("n1/torchrun.log", 0),
+        ("n1/torchrun.log", 1),
+        ("n2/rank0.log", None),  # a node without attempts: the whole job's
+    }
+    split = out[("n1/torchrun.log", 1)].split
+    assert split is not None and split.year == time.gmtime().tm_year  # glog states no year
+    assert [a for _, a in split.starts] == [0, 1]
+    # One attempt only: nothing changes.
+    one = [f for f in files if "attempt_1" not in f.relative]
+    assert assign(one) == one
