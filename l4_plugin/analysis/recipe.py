@@ -21,6 +21,8 @@ from l4_plugin.analysis.crossjob import CrossJobFilter
 from l4_plugin.analysis.evidence import discounts, event_stats, lexicon_priors, timed_in_stage
 from l4_plugin.analysis.failing_stage import StageReader, failing_stage
 from l4_plugin.analysis.fusion import Fusion, is_error, is_flagged
+from l4_plugin.analysis.hang import HangResult
+from l4_plugin.analysis.hang import analyse as analyse_hang
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.analysis.peers import PeerResult, name_peers
@@ -72,6 +74,8 @@ class Analysis:
     notes: tuple[str, ...] = ()
     matrix_templates: tuple[str, ...] = ()
     matrix: np.ndarray | None = field(default=None, compare=False)
+    #: What the ranks' Flight Recorder traces and stacks say (None: the job left none).
+    hang: HangResult | None = None
 
 
 def _periodic(data: JobData, tid: str) -> bool:
@@ -552,6 +556,7 @@ def analyze(
     slowdown = _slowdown(data, kept, len(nodes), options)
     events = timed_in_stage(events, data, stage.stage if stage else None)
     priors, consequences = _lexicon_evidence(data, crossjob, options)
+    hang = analyse_hang(data.job.dumps, nodes)
     fusion = (
         Fusion(max_events=options.max_events, root_window=options.root_window)
         .fit(
@@ -568,14 +573,19 @@ def analyze(
             peers=peers,
             priors=priors,
             ordering=consequences,
+            hang=hang.evidence if hang is not None else None,
         )
         .result_
     )
     # The stage the failing records' stacks and words name refines the markers' (the fusion
-    # keeps judging "in the failing stage" by the lines' own stages).
+    # keeps judging "in the failing stage" by the lines' own stages); the stack of a rank its
+    # peers wait for (the ranks' dumps) names where a hung job stood.
     printed_in = {e.template_id: e.stage for e in events}
     failing = _failing_records(fusion, events, kept)
     reported = failing_stage(data, stage, failing, stages, printed_in)
+    stuck = _stage_of_hang(hang, stages)
+    if stuck is not None:
+        reported = stuck
     if reported is not None and reported != fusion.stage:
         fusion = replace(fusion, stage=reported)
     return Analysis(
@@ -593,4 +603,13 @@ def analyze(
         notes=_notes(crossjob, spatial, iterations, options),
         matrix_templates=tuple(e.template_id for e in events),
         matrix=matrix,
+        hang=hang,
     )
+
+
+def _stage_of_hang(hang: HangResult | None, stages: StageReader | None) -> str | None:
+    """The stage the stack of a rank its peers wait for names (its DataLoader, a checkpoint
+    save): where the job hung, whatever the waiting ranks' lines say."""
+    if hang is None or not hang.stage_frames or stages is None:
+        return None
+    return stages.stage_of_stack("\n".join(hang.stage_frames))

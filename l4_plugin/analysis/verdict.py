@@ -9,6 +9,7 @@ and whether restarting helps (``restart``). The category, from the strongest evi
 2. a confirmed *cause* rule that matched the culprit (or, with no culprit, the job); a rule
    matched on the job's own files (``records.JOB_NODE``: the scheduler's or the cluster's account
    of an OOM kill, a preemption) describes the job and explains a culprit that merely went silent;
+   then what the ranks' Flight Recorder traces and stacks say of a hang (``analysis.hang``);
 3. the failure lexicon (``rules/lexicon.yaml``) on the culprit's own events, then what the
    culprit did (a node that went silent is a node fault; a node its peers name while it stays
    up had a rank hang on its accelerator), then the lexicon on all ranked events;
@@ -37,6 +38,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from l4_plugin.analysis.fusion import HANG_REASONS
 from l4_plugin.analysis.lexicon import Lexicon, Term, last_line
 from l4_plugin.analysis.origin import refine
 from l4_plugin.records import Verdict, is_job_node
@@ -44,7 +46,7 @@ from l4_plugin.records import Verdict, is_job_node
 _CULPRIT_MIN = 0.5  # the top node's score below which nothing singles it out
 _CULPRIT_GAP = 0.1  # ... or how far above the next node it must stand without strong evidence
 _SECOND_CLOSE = 0.97  # a second node is evicted with the first only when this close and named
-_STRONG = ("named-by-peers", "silent", "straggler-from", "slowdown-onset")
+_STRONG = ("named-by-peers", "silent", "straggler-from", "slowdown-onset", *HANG_REASONS)
 _EVICTING = ("hardware/accelerator", "hardware/network", "hardware/node")
 _LOCAL_EVICTING = ("hardware/storage", "platform")
 _NEVER_EVICT = ("user/", "framework", "unknown")
@@ -135,8 +137,11 @@ def decide(
     rules: Sequence[VerdictRule],
     lexicon: Lexicon,
     n_nodes: int,
+    hang: tuple[str, float, str] | None = None,
 ) -> Verdict:
-    """The verdict of one diagnosis (see the module docstring)."""
+    """The verdict of one diagnosis (see the module docstring); ``hang`` is what the ranks'
+    dumps say of the category (``analysis.hang``: category, confidence, why), read after the
+    rules."""
     suspects = culprits(nodes)
     why: list[str] = []
     if suspects:
@@ -147,6 +152,10 @@ def decide(
     basis = words.lead(events, nodes)
     if basis is None:
         basis = _from_rules(rules, suspects, silent, n_nodes)
+        if basis is None and hang is not None:
+            basis = _Basis(
+                hang[0], hang[1], suspects, None, f"the ranks' dumps: {hang[2]} ({hang[0]})"
+            )
         if suspects:
             # The culprit's own words outweigh a rule that only infers (its silence).
             own = words.first([e for e in events if set(e.nodes) & set(suspects)])

@@ -24,6 +24,7 @@ from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.tables import JobData, JobDoc
 from l4_plugin.analysis.verdict import VerdictEvent, VerdictNode, VerdictRule, decide
+from l4_plugin.diagnosis.hangs import report_hang
 from l4_plugin.records import Finding, Verdict
 from l4_plugin.report.extras import (
     IterationPoint,
@@ -224,8 +225,17 @@ def decide_verdict(
         ],
         default_lexicon(),
         len(data.nodes),
+        hang=_hang_hint(analysis),
     )
     return replace(decided, confidence=round(decided.confidence, 3))
+
+
+def _hang_hint(analysis: Analysis) -> tuple[str, float, str] | None:
+    """What the ranks' dumps say of the fault's category, if anything."""
+    hang = analysis.hang
+    if hang is None or hang.category is None:
+        return None
+    return hang.category, hang.confidence, hang.why
 
 
 def _filtering(analysis: Analysis) -> ReportFiltering:
@@ -287,6 +297,8 @@ def build_report(
         time_unit="timestamp" if data.time_unit == "ts" else "line position",
         analyzer_version=analyzer_version,
         timings={k: round(v, 3) for k, v in (timings or {}).items()},
+        hang=report_hang(analysis.hang),
+        attempts=None,
     )
 
 

@@ -25,10 +25,11 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from l4_plugin.analysis.fusion import is_flagged
-from l4_plugin.analysis.tables import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
+from l4_plugin.analysis.tables import BaselinePool, Cell, JobAttempt, JobData, JobDoc, TemplateInfo
 from l4_plugin.errors import AnalysisError
 from l4_plugin.records import host_shapes, level_label, may_name_a_node
 from l4_plugin.store import Store, generations, jobs
@@ -37,6 +38,7 @@ from l4_plugin.store.events import JobEvents, Key, Metric, template_totals
 from l4_plugin.store.fields import source_field
 from l4_plugin.store.jobs import JobRecord
 from l4_plugin.store.lines import JobLines
+from l4_plugin.traces import JobDumps
 
 _PAGE = 50_000
 
@@ -78,6 +80,42 @@ def job_doc(record: JobRecord) -> JobDoc:
         cut_files=tuple(str(c) for c in summary.cut_files or ()),
         generation=record.ingest.generation or None,
         scope=generations.scope(record.id, record.to_source()),
+        dumps=JobDumps.from_json(summary.dumps),
+        attempts=tuple(
+            JobAttempt(a.attempt, a.nodes, _seconds(a.start_ts), _seconds(a.end_ts), a.trained)
+            for a in summary.attempts or ()
+        ),
+    )
+
+
+def attempt_job(job: JobDoc, attempt: int) -> JobDoc:
+    """``job`` narrowed to one of its attempts: its documents (and those that belong to no
+    attempt: the job's own files), nodes, time span and dumps."""
+    span = next((a for a in job.attempts if a.attempt == attempt), None)
+    dumps = job.dumps
+    if dumps is not None:
+        dumps = replace(
+            dumps,
+            traces=tuple(t for t in dumps.traces if t.attempt in (attempt, None)),
+            stacks=tuple(s for s in dumps.stacks if s.attempt in (attempt, None)),
+        )
+    mine = {
+        "bool": {
+            "should": [
+                {"term": {F.ATTEMPT: attempt}},
+                {"bool": {"must_not": {"exists": {"field": F.ATTEMPT}}}},
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+    return replace(
+        job,
+        nodes=span.nodes if span is not None else job.nodes,
+        start_ts=span.start_ts if span is not None else job.start_ts,
+        end_ts=span.end_ts if span is not None else job.end_ts,
+        dumps=dumps,
+        attempt=attempt,
+        scope={"bool": {"filter": [job_scope(job), mine]}},
     )
 
 
@@ -143,7 +181,8 @@ def _value(bucket: dict[str, Any], name: str) -> Any:
 
 
 def read_job_tables(store: Store, job: JobDoc) -> JobData:
-    """Read every table the analyses need for ``job`` (see the module docstring)."""
+    """Read every table the analyses need for ``job`` (see the module docstring): its documents,
+    or one attempt's for a job narrowed by ``attempt_job`` (``job_scope``)."""
     query = job_scope(job)
     if not store.count(store.names.events, query):
         raise AnalysisError(

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from l4_plugin import __version__
+from l4_plugin.analysis.attempts import AcrossAttempts, AttemptOutcome, across
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.analysis.recipe import Analysis, analyze
@@ -33,9 +34,11 @@ from l4_plugin.diagnosis.assembly import (
     findings,
     report_events,
 )
+from l4_plugin.diagnosis.attempts import outcome, silent_outcome, with_attempts
 from l4_plugin.diagnosis.pool import Warn, find_pool
 from l4_plugin.diagnosis.queries import (
     JobDoc,
+    attempt_job,
     find_sample_lines,
     job_scope,
     read_baseline_pool,
@@ -75,6 +78,41 @@ def _sample_lines(store: Store, data: JobData, result: Analysis) -> dict[str, di
     )
 
 
+def _each_attempt(
+    store: Store,
+    data: JobData,
+    analysed: Callable[[JobData], Analysis],
+    baseline_jobs: list[str],
+) -> tuple[JobData, Analysis, tuple[AcrossAttempts, list[AttemptOutcome]]]:
+    """Each attempt of a restarted job analysed on its own documents; the lead attempt's tables
+    and analysis (what the report is made of) and the reading across attempts."""
+    done: dict[int, tuple[JobData, Analysis]] = {}
+    outcomes = []
+    for span in data.job.attempts:
+        narrowed = attempt_job(data.job, span.attempt)
+        if not store.count(store.names.events, job_scope(narrowed)):
+            # An attempt whose workers died before printing a line: listed, not analysed.
+            outcomes.append(silent_outcome(narrowed))
+            continue
+        mine = read_job_tables(store, narrowed)
+        result = analysed(mine)
+        done[span.attempt] = (mine, result)
+        events = report_events(mine, result, {})
+        brief = build_report(
+            mine,
+            result,
+            events,
+            decide_verdict(mine, result, events, []),
+            baseline_jobs=baseline_jobs,
+            rule_matches=[],
+            analyzer_version=ANALYZER_VERSION,
+        )
+        outcomes.append(outcome(mine, result, brief))
+    found = across(outcomes)
+    assert found is not None  # two attempts, one of them with lines (the job has some)
+    return *done[found.lead], (found, outcomes)
+
+
 def diagnose(
     store: Store,
     job: JobDoc,
@@ -89,10 +127,10 @@ def diagnose(
 ) -> Diagnosis:
     """Diagnose ``job`` against its baseline ``pool`` (see the module docstring) and return it.
 
-    ``rules`` defaults to the shipped library (give ``[]`` to skip matching); ``write`` False
-    leaves the cluster untouched; ``discover(job_id, node, ts)`` builds a Discover link for an
-    annotation; ``step`` is told the name of each step as it starts.
-    """
+    ``rules`` defaults to the shipped library (``[]``: no matching); ``write`` False leaves the
+    cluster untouched; ``discover(job_id, node, ts)`` builds a Discover link for an annotation;
+    ``step`` is told the name of each step as it starts. A restarted job: each attempt analysed
+    on its own, the report made of the lead attempt's."""
     options = options or AnalysisOptions()
     timings: dict[str, float] = {}
 
@@ -106,15 +144,24 @@ def diagnose(
 
     data = timed("read aggregations", lambda: read_job_tables(store, job))
     baseline = timed("read baseline pool", lambda: read_baseline_pool(store, pool))
+
+    def analysed(d: JobData) -> Analysis:
+        return analyze(d, baseline, options, stages=default_stage_rules())
+
+    across_attempts: tuple[AcrossAttempts, list[AttemptOutcome]] | None
+    result, across_attempts = None, None
+    if len(job.attempts) >= 2:
+        data, result, across_attempts = timed(
+            "diagnose each attempt",
+            lambda: _each_attempt(store, data, analysed, [j.id for j in pool]),
+        )
     library = load_rules() if rules is None else list(rules)
     matches = timed(
         "match fault rules",
         lambda: match_job(store, job.id, library, scope=job_scope(job), nodes=job.nodes),
     )
-    result: Analysis = timed(
-        "analyse",
-        lambda: analyze(data, baseline, options, stages=default_stage_rules()),
-    )
+    if result is None:
+        result = timed("analyse", lambda: analysed(data))
     samples = timed("fetch sample lines", lambda: _sample_lines(store, data, result))
     events = report_events(data, result, samples)
     verdict = timed("decide verdict", lambda: decide_verdict(data, result, events, matches))
@@ -128,6 +175,7 @@ def diagnose(
         analyzer_version=ANALYZER_VERSION,
         timings=timings,
     )
+    report = with_attempts(report, *across_attempts) if across_attempts else report
     diagnosis = Diagnosis(
         job=job,
         report=report,

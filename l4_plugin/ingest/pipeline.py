@@ -25,9 +25,11 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from l4_plugin.errors import IngestError
-from l4_plugin.ingest import procs
+from l4_plugin.ingest import dumps, procs
+from l4_plugin.ingest.attempts import split_unit
 from l4_plugin.ingest.header import parse_time
 from l4_plugin.ingest.jobdir import JobFiles, JobMeta, is_system_log, job_meta, scan
+from l4_plugin.ingest.logfile import LogFile
 from l4_plugin.ingest.parser import LineKind, LineParser
 from l4_plugin.ingest.rollup import (
     RARE_SAMPLE,
@@ -57,6 +59,7 @@ from l4_plugin.store import Store, generations, jobs, line_packs, packs
 from l4_plugin.store import fields as F
 from l4_plugin.store.fields import source_field
 from l4_plugin.store.jobs import JobRecord
+from l4_plugin.traces import JobDumps
 
 # Running (sum in ns, lines) of an event document's iteration durations while groups merge into it;
 # replaced by their mean, ``l4.iteration_seconds``, just before the documents are written.
@@ -105,6 +108,11 @@ class IngestSummary:
     steps: dict[str, float] = field(default_factory=dict)
     # The job's ``l4-jobs`` document as the ingest completed it (what a diagnosis reads next).
     record: JobRecord | None = None
+    #: The Flight Recorder traces and stacks found beside the logs (``ingest.dumps``).
+    dumps: JobDumps = field(default_factory=JobDumps)
+    #: A restarted job's attempts as its files name them, each with its nodes (an attempt
+    #: whose workers died before printing left empty files: it counts).
+    attempts: dict[int, set[str]] = field(default_factory=dict)
 
 
 class _ProgressReport:
@@ -287,8 +295,12 @@ def ingest_files(
     limits: ReadLimits | None = None,
     workers: int | None = None,
 ) -> IngestSummary:
-    """``ingest_job`` of a job directory whose ``job.yaml`` (``meta``) and files (``found``,
-    ``jobdir.scan`` in ``discovery`` seconds) were read already: neither is read again."""
+    """``ingest_job`` of the job directory ``where`` whose ``job.yaml`` (``meta``) and files
+    (``found``, ``jobdir.scan`` in ``discovery`` seconds) were read already: neither is read
+    again. The Flight Recorder traces and stacks the scan found are read here."""
+    started = time.monotonic()
+    traces = dumps.read_dumps(Path(where), found.dumps, {f.node for f in found.files}, limits)
+    discovery += time.monotonic() - started
     summary = ingest_streams(
         store,
         meta,
@@ -300,6 +312,8 @@ def ingest_files(
         progress=progress,
         skipped=found.skipped,
         workers=workers,
+        dumps=traces,
+        attempts=_named_attempts(found.files),
     )
     summary.steps = {"discovery": discovery, **summary.steps}
     summary.seconds += discovery  # the whole ingest, as the user waits for it
@@ -318,15 +332,20 @@ def ingest_streams(
     progress: Progress | None = None,
     skipped: list[str] | None = None,
     workers: int | None = None,
+    dumps: JobDumps | None = None,
+    attempts: dict[int, set[str]] | None = None,
 ) -> IngestSummary:
     """The one ingest path of files and index sources: parse, tag, roll up, write.
 
     ``streams`` are the job's files (sorted by node, rank, path); ``generation`` identifies this
-    version of the job's logs (see the module docstring); ``where`` names the source in errors.
+    version of the job's logs (see the module docstring); ``where`` names the source in errors;
+    ``dumps`` are the traces and stacks found beside them, kept on the job document;
+    ``attempts`` the attempts of a restarted job the files name, with their nodes.
     """
     started = time.monotonic()
     summary = IngestSummary(meta, files=len(streams))
     summary.problems.extend(meta.warnings)  # job.yaml keys ignored
+    summary.attempts = dict(attempts or {})
     summary.problems.extend(skipped or [])
     summary.skipped_files = len(skipped or [])
     parser = LineParser(known=load_known_templates(store))
@@ -336,7 +355,7 @@ def ingest_streams(
     nodes = len({s.node for s in streams})
     limit = rare_limit(nodes) if baseline_templates is None else None
     scanned = scan_streams(streams, parser, workers=workers, progress=report, rare_limit=limit)
-    rollups, timeline = scanned.rollups, scanned.timeline
+    rollups = scanned.rollups
     summary.cut_files = scanned.cut
     summary.skipped_files += len(scanned.cut)
     # Cut files before the other problems: the terminal shows the first ones only.
@@ -348,6 +367,10 @@ def ingest_streams(
     summary.worker_cpu = scanned.worker_cpu
     summary.worker_rss_mb = scanned.worker_rss_kb / 1024
     parser.finish()
+    if dumps:
+        summary.dumps = _placed(dumps, rollups)
+    if dumps is not None:
+        summary.problems.extend(dumps.problems)
     summary.steps["scan"] = time.monotonic() - started
     summary.nodes = len(rollups)
     summary.lines = sum(r.lines for r in rollups.values())
@@ -358,9 +381,32 @@ def ingest_streams(
         )
     summary.agent_paths = frozenset(s.path for s in streams if s.kind in ("agent", "job"))
     full_streams = streams if full else None
-    _write(store, summary, rollups, parser, generation, baseline_templates, full_streams, timeline)
+    _write(
+        store, summary, rollups, parser, generation, baseline_templates, full_streams,
+        scanned.timeline, scanned.timelines,
+    )  # fmt: skip
     summary.seconds = time.monotonic() - started
     return summary
+
+
+def _named_attempts(files: list[LogFile]) -> dict[int, set[str]]:
+    """Each attempt the job's files name, with the nodes that have files of it."""
+    out: dict[int, set[str]] = {}
+    for f in files:
+        if f.attempt is not None:
+            out.setdefault(f.attempt, set()).add(f.node)
+    return out
+
+
+def _placed(found: JobDumps, rollups: dict[str, NodeRollup]) -> JobDumps:
+    """The dumps with the global ranks the logs place on one node each (for the ranks that
+    left no dump)."""
+    ranks: dict[str, set[int]] = {}
+    for n, rollup in rollups.items():
+        host = split_unit(n)[0]
+        if not is_job_node(host):
+            ranks.setdefault(host, set()).update(r for g in rollup.groups.values() for r in g.ranks)
+    return replace(found, rank_nodes=dumps.rank_nodes(ranks))
 
 
 def _write_full_lines(
@@ -370,7 +416,7 @@ def _write_full_lines(
     parser: LineParser,
     clock: _Clock,
     generation: str,
-    timeline: Timeline,
+    ctx: DocContext,
 ) -> int:
     """Index every raw line as an ``l4-lines`` document (``--full``); returns how many.
 
@@ -379,9 +425,8 @@ def _write_full_lines(
     Memory stays bounded: documents go to the cluster in bulk chunks of ``FULL_CHUNK`` as the
     lines are read. Ids are (job, node, file, line): a re-ingest overwrites, never duplicates.
     """
-    rules = default_stage_rules()
+    rules, written = default_stage_rules(), 0
     docs: list[tuple[str, dict[str, Any]]] = []
-    written = 0
 
     def sink(
         pos: int,
@@ -399,10 +444,13 @@ def _write_full_lines(
             template = kind.template
         assert template is not None
         if stage.startswith(UNPLACED):
-            stage, iteration = timeline.place(stage[1:], clock.seconds(ts_ref, cache=False))
+            stage, iteration = ctx.timeline_of(node).place(
+                stage[1:], clock.seconds(ts_ref, cache=False)
+            )
+        host, attempt = split_unit(node)
         doc: dict[str, Any] = {
             "message": raw,
-            "host.name": node,
+            "host.name": host,
             "log.file.path": path,
             F.JOB_ID: meta.id,
             F.TEMPLATE_ID: template.id,
@@ -423,6 +471,8 @@ def _write_full_lines(
             doc["log.offset"] = offset
         if pos in long_lines:
             doc[F.FLAGS] = ["truncated"]
+        if attempt is not None:
+            doc[F.ATTEMPT] = attempt
         docs.append((_doc_id(meta.id, generation, node, path, pos), doc))
         if len(docs) >= FULL_CHUNK:
             nonlocal written
@@ -460,7 +510,10 @@ class Survey:
 
 
 def survey(
-    rollups: dict[str, NodeRollup], timeline: Timeline, agent_paths: frozenset[str] = frozenset()
+    rollups: dict[str, NodeRollup],
+    timeline: Timeline,
+    agent_paths: frozenset[str] = frozenset(),
+    attempts: Mapping[int, Timeline] | None = None,
 ) -> Survey:
     """Per-template totals, node counts, iterations and the time references of the rollups
     (``agent_paths``: the files that are a launcher agent's own log)."""
@@ -489,7 +542,8 @@ def survey(
             out.node_counts[tid] += 1
         if rollup.last_iteration is not None:
             out.iterations.append(rollup.last_iteration)
-    out.refs.update(timeline.marks.values())
+    for each in (timeline, *(attempts or {}).values()):
+        out.refs.update(each.marks.values())
     return out
 
 
@@ -508,6 +562,13 @@ class DocContext:
     names_a_node: frozenset[str]  # templates whose lines may name a node: kept whole
     majority: frozenset[str]  # templates (naming no node) that nearly every node prints
     fold: bool = True  # fold a majority template's lines of several ranks (not with --full)
+    #: A restarted job's timeline per attempt (resolved), which its units' lines are placed on.
+    attempts: Mapping[int, Timeline] = field(default_factory=dict)
+
+    def timeline_of(self, unit: str) -> Timeline:
+        """The timeline a unit's lines are placed on: its attempt's, else the job's."""
+        attempt = split_unit(unit)[1]
+        return self.attempts.get(attempt, self.timeline) if attempt is not None else self.timeline
 
 
 def doc_context(
@@ -520,12 +581,14 @@ def doc_context(
     workers: int = 1,
     *,
     fold: bool = True,
+    attempts: Mapping[int, Timeline] | None = None,
 ) -> DocContext:
     """Parse the reference times (in ``workers`` processes for a large job), place the
-    timeline, size the iteration buckets."""
+    timeline (and each attempt's), size the iteration buckets."""
     clock = _Clock(found.refs, workers)
-    timeline.resolve(clock.seconds)
-    shapes = host_shapes(rollups)
+    for each in (timeline, *(attempts or {}).values()):
+        each.resolve(clock.seconds)
+    shapes = host_shapes(split_unit(n)[0] for n in rollups)
     named = frozenset(t for t, text in found.texts.items() if may_name_a_node(text, shapes))
     least = max(2, MAJORITY * len(rollups))
     majority = frozenset(t for t, n in found.node_counts.items() if n >= least and t not in named)
@@ -541,6 +604,7 @@ def doc_context(
         named,
         majority,
         fold,
+        dict(attempts or {}),
     )
 
 
@@ -726,15 +790,16 @@ def node_documents(
     merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
     kept: dict[str, list[_Kept]] = {}
     below_error: dict[str, bool] = {}
+    timeline = ctx.timeline_of(node)
     for (kind, stage, it), group in rollup.groups.items():
         template = kind.template
         assert template is not None
         first_ms, last_ms, moved = _group_times(ctx, rollup, stage, it, group)
         first_s = first_ms / 1000.0 if first_ms is not None else None
         if stage.startswith(UNPLACED):
-            stage, it = ctx.timeline.place(stage[1:], first_s)
+            stage, it = timeline.place(stage[1:], first_s)
         else:
-            stage = ctx.timeline.refine(stage, it, first_s)
+            stage = timeline.refine(stage, it, first_s)
         start, span = ctx.bucket_of(it) if it is not None else (None, 0)
         key = (node, template.id, stage, start)
         doc = merged.get(key)
@@ -760,6 +825,11 @@ def node_documents(
     events = [
         (_doc_id(ctx.job_id, ctx.generation, *key), _finish_event(d)) for key, d in merged.items()
     ]
+    host, attempt = split_unit(node)
+    if attempt is not None:  # the unit is a node's lines of one attempt
+        for _, doc in (*events, *lines, *shared):
+            doc["host.name"] = host
+            doc[F.ATTEMPT] = attempt
     return events, lines, shared
 
 
@@ -780,6 +850,8 @@ class EventTotals:
     ranks: set[int] = field(default_factory=set)
     times: list[int] = field(default_factory=list)
     ends: list[int] = field(default_factory=list)
+    #: Per attempt of a restarted job: its nodes and the time span of its documents.
+    attempts: dict[int, jobs.AttemptSpan] = field(default_factory=dict)
 
     def add(self, events: list[Doc]) -> None:
         """Count a node's event documents in."""
@@ -789,6 +861,10 @@ class EventTotals:
                 self.times.append(d[F.FIRST_TS])
             if d.get(F.LAST_TS) is not None:
                 self.ends.append(d[F.LAST_TS])
+            if d.get(F.ATTEMPT) is not None:
+                k = d[F.ATTEMPT]
+                span = self.attempts.get(k) or jobs.AttemptSpan(k)
+                self.attempts[k] = span.add(d["host.name"], d.get(F.FIRST_TS), d.get(F.LAST_TS))
 
 
 def template_documents(
@@ -825,8 +901,10 @@ def job_record(
 ) -> JobRecord:
     """The job document of a completed ingest (before ``completed`` merges the old one in)."""
     meta = summary.job
-    progressing = sorted(n for n, r in rollups.items() if r.last_iteration is not None)
-    hosts = sorted(n for n in rollups if not is_job_node(n))  # not the job's own files
+    progressing = sorted(
+        {split_unit(n)[0] for n, r in rollups.items() if r.last_iteration is not None}
+    )
+    hosts = sorted({h for n in rollups if not is_job_node(h := split_unit(n)[0])})  # not the job's
     iterations = found.iterations
     first = found.first_iteration
     progress = summary.progress
@@ -849,6 +927,8 @@ def job_record(
             cut_files=tuple(summary.cut_files) or None,
             start_ts=min(totals.times) if totals.times else None,
             end_ts=max(totals.ends) if totals.times else None,
+            dumps=summary.dumps.to_json() if summary.dumps else None,
+            attempts=_attempts(totals, rollups, summary.attempts),
         ),
         ingest=jobs.IngestState(
             state="done",
@@ -861,6 +941,24 @@ def job_record(
             problems="\n".join(summary.problems[:100]) if summary.problems else None,
         ),
     )  # fmt: skip
+
+
+def _attempts(
+    totals: EventTotals, rollups: dict[str, NodeRollup], named: Mapping[int, set[str]]
+) -> tuple[jobs.AttemptSpan, ...] | None:
+    """A restarted job's attempts: every attempt its files name (one whose workers died before
+    printing a line counts, with its nodes and no time), nodes and time span from their
+    documents, and whether a rank printed progress of its own in each (None: the job never
+    restarted)."""
+    attempts = sorted(set(named) | set(totals.attempts))
+    if len(attempts) < 2:
+        return None
+    trained = {split_unit(n)[1] for n, r in rollups.items() if r.last_iteration is not None}
+    out = []
+    for k in attempts:
+        span = totals.attempts.get(k) or jobs.AttemptSpan(k, tuple(sorted(named.get(k, ()))))
+        out.append(replace(span, trained=k in trained))
+    return tuple(out)
 
 
 def completed(job: JobRecord, existing: Mapping[str, Any]) -> dict[str, Any]:
@@ -891,6 +989,7 @@ def _write(
     baseline_templates: set[str] | None,
     full_streams: list[LogStream] | None,
     timeline: Timeline,
+    attempts: Mapping[int, Timeline] | None = None,
 ) -> None:
     """Build and write every document of the ingest, then make its generation the complete one.
 
@@ -900,10 +999,11 @@ def _write(
     started = time.monotonic()
     meta = summary.job
     source, generation = generation, _begin(store, meta, summary.files)
-    found = survey(rollups, timeline, summary.agent_paths)
+    found = survey(rollups, timeline, summary.agent_paths, attempts)
     ctx = doc_context(
         meta.id, generation, rollups, found, timeline, baseline_templates, summary.workers,
         fold=full_streams is None,  # with --full every raw line is a document of its own
+        attempts=attempts,
     )  # fmt: skip
     kept_docs: list[Doc] = []  # --full: written after the raw lines
     all_events: list[Doc] = []
@@ -933,7 +1033,7 @@ def _write(
     summary.events_docs = written.get(store.names.events, 0)
     if full_streams is not None:
         summary.lines_docs = _write_full_lines(
-            store, meta, full_streams, parser, ctx.clock, generation, timeline
+            store, meta, full_streams, parser, ctx.clock, generation, ctx
         )
         # Kept lines overwrite their raw-line twins: same ids, joined tracebacks, flags.
         store.bulk_index(store.names.lines, kept_docs)

@@ -41,7 +41,8 @@ from typing import Any
 
 from l4_plugin.errors import FileCutError, IngestError
 from l4_plugin.ingest import procs
-from l4_plugin.ingest.logfile import LogFile, Route
+from l4_plugin.ingest.attempts import split_unit
+from l4_plugin.ingest.logfile import LogFile, Route, Split
 from l4_plugin.ingest.parser import LineKind, LineParser, kind_spec
 from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup, kept_like_errors
 from l4_plugin.ingest.sources import LogStream, bounded_blocks
@@ -131,15 +132,26 @@ class ScanResult:
     timeline: Timeline
     problems: list[str]
     workers: int
+    #: A restarted job's timeline per attempt (each attempt starts again; its iterations may
+    #: repeat its predecessor's): the units of an attempt place their lines on it.
+    timelines: dict[int, Timeline] = field(default_factory=dict)
     rescanned: int = 0
     #: Files cut at a read limit, in job order (``errors.FileCutError.cut``).
     cut: list[str] = field(default_factory=list)
     progress: ScanProgress | None = None
+
     #: CPU seconds the scanners spent (this process's scans and the worker processes'), the
     #: worker processes' part of it, and the largest worker process's peak RSS (KiB).
     scan_cpu: float = 0.0
     worker_cpu: float = 0.0
     worker_rss_kb: int = 0
+
+    def timeline_of(self, unit: str) -> Timeline:
+        """The timeline of a unit's attempt (the job's, for a job that never restarted)."""
+        attempt = split_unit(unit)[1]
+        if attempt is None:
+            return self.timeline
+        return self.timelines.setdefault(attempt, Timeline())
 
 
 def chunks(
@@ -354,6 +366,8 @@ class _Task:
     host: str | None = None
     limits: ReadLimits | None = None
     route: Route | None = None
+    attempt: int | None = None
+    split: Split | None = None
 
 
 _WORKER: Scanner | None = None
@@ -442,7 +456,17 @@ def _file_stream(task: _Task) -> LogStream:
     """The stream a worker reads: the same confinement, size limit and host filter as
     ``sources.file_streams`` in the parent."""
     path = Path(task.file)
-    file = LogFile(path, task.path, task.node, task.rank, "rank", task.host, route=task.route)
+    file = LogFile(
+        path,
+        task.path,
+        task.node,
+        task.rank,
+        "rank",
+        task.host,
+        route=task.route,
+        attempt=task.attempt,
+        split=task.split,
+    )
     return LogStream(
         task.node,
         task.rank,
@@ -452,6 +476,8 @@ def _file_stream(task: _Task) -> LogStream:
         task.host,
         task.limits,
         route=task.route,
+        attempt=task.attempt,
+        split=task.split,
     )
 
 
@@ -509,9 +535,10 @@ def scan_streams(
                 result.rescanned += part.files
             _adopt(parser, part, None)
             rollup = result.rollups.get(part.node)
+            timeline = result.timeline_of(part.node)
             if rollup is None:
-                rollup = result.rollups[part.node] = NodeRollup(part.node, rules, result.timeline)
-            rollup.absorb(part, parser.kind_of, result.timeline)
+                rollup = result.rollups[part.node] = NodeRollup(part.node, rules, timeline)
+            rollup.absorb(part, parser.kind_of, timeline)
             result.problems.extend(part.problems)
             result.cut.extend(part.cut)
             result.scan_cpu += part.cpu
@@ -589,7 +616,18 @@ def _batches(streams: list[LogStream], sizes: list[int], workers: int) -> list[l
             batch_cost = 0
             limit = _batch_limit(left, workers)
         batches[-1].append(
-            _Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.limits, s.route)
+            _Task(
+                s.node,
+                s.rank,
+                s.path,
+                str(s.file),
+                size,
+                s.host,
+                s.limits,
+                s.route,
+                s.attempt,
+                s.split,
+            )
         )
         batch_cost += cost
         left -= cost

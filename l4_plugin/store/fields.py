@@ -23,6 +23,7 @@ TEMPLATE_TEXT = "l4.template.text"
 STAGE = "l4.stage"
 ITERATION = "l4.iteration"
 GENERATION = "l4.generation"  # the ingest generation a rollup or line belongs to
+ATTEMPT = "l4.attempt"  # the attempt of a restarted job a rollup or line belongs to
 
 # --- l4-events: one rollup per job x node x template x stage x iteration bucket ----------------
 COUNT = "l4.count"
@@ -70,6 +71,8 @@ JOB_CUT_FILES = "l4.job.cut_files"
 JOB_START_TS = "l4.job.start_ts"
 JOB_END_TS = "l4.job.end_ts"
 JOB_REGISTERED = "l4.job.registered"
+JOB_DUMPS = "l4.job.dumps"  # Flight Recorder traces and py-spy stacks (stored, not indexed)
+JOB_ATTEMPTS = "l4.job.attempts"  # a restarted job's attempts: nodes, time span (not indexed)
 
 # --- l4-jobs: the ingest's state (generations, progress) ---------------------------------------
 INGEST_STATE = "l4.ingest.state"

@@ -52,7 +52,7 @@ def _dict(value: Any) -> dict[str, Any] | None:
 def _out(value: Any) -> Any:
     """A record value as the document holds it (tuples are JSON lists)."""
     if isinstance(value, tuple):
-        return list(value)
+        return [v.to_json() if isinstance(v, AttemptSpan) else v for v in value]
     if isinstance(value, dict) and value and all(isinstance(v, tuple) for v in value.values()):
         return {k: list(v) for k, v in value.items()}
     return value
@@ -92,6 +92,57 @@ class _Part:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptSpan:
+    """One attempt of a restarted job as its ingest found it (``l4.job.attempts``): the nodes
+    that printed in it and the time span of its lines (ms since the epoch)."""
+
+    attempt: int
+    nodes: tuple[str, ...] = ()
+    start_ts: int | None = None
+    end_ts: int | None = None
+    #: Whether a rank printed a progress line of its own in it (it got past start-up).
+    trained: bool = False
+
+    def add(self, node: str, first: int | None, last: int | None) -> AttemptSpan:
+        """This span with a document of ``node`` from ``first`` to ``last`` counted in."""
+        nodes = self.nodes if node in self.nodes else tuple(sorted((*self.nodes, node)))
+        start = self.start_ts if first is None or (self.start_ts or first) < first else first
+        end = self.end_ts if last is None or (self.end_ts or last) > last else last
+        return AttemptSpan(self.attempt, nodes, start, end, self.trained)
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form."""
+        return {
+            "attempt": self.attempt,
+            "nodes": list(self.nodes),
+            "start_ts": self.start_ts,
+            "end_ts": self.end_ts,
+            "trained": self.trained,
+        }
+
+
+def _spans(value: Any) -> tuple[AttemptSpan, ...] | None:
+    if not isinstance(value, list | tuple):
+        return None
+    out = []
+    for raw in value:
+        if isinstance(raw, AttemptSpan):
+            out.append(raw)
+        elif isinstance(raw, Mapping) and isinstance(raw.get("attempt"), int):
+            start, end = raw.get("start_ts"), raw.get("end_ts")
+            out.append(
+                AttemptSpan(
+                    raw["attempt"],
+                    tuple(str(n) for n in raw.get("nodes") or ()),
+                    start if isinstance(start, int) else None,
+                    end if isinstance(end, int) else None,
+                    raw.get("trained") is True,
+                )
+            )
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
 class JobSummary(_Part):
     """What the job's last complete ingest found (``l4.job.*`` sizes and statistics)."""
 
@@ -126,6 +177,13 @@ class JobSummary(_Part):
     cut_files: tuple[str, ...] | None = field(default=None, metadata=_m(F.JOB_CUT_FILES, _tuple))
     start_ts: int | None = field(default=None, metadata=_m(F.JOB_START_TS))
     end_ts: int | None = field(default=None, metadata=_m(F.JOB_END_TS))
+    # The Flight Recorder traces and py-spy stacks found beside the logs (``traces.JobDumps``
+    # in its stored form): kept, not indexed.
+    dumps: dict[str, Any] | None = field(default=None, metadata=_m(F.JOB_DUMPS, _dict))
+    # A restarted job's attempts (``AttemptSpan``); None: it never restarted.
+    attempts: tuple[AttemptSpan, ...] | None = field(
+        default=None, metadata=_m(F.JOB_ATTEMPTS, _spans)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -251,6 +309,8 @@ _ORDER_NAMES = (
     TIMESTAMP,
     F.JOB_START_TS,
     F.JOB_END_TS,
+    F.JOB_DUMPS,
+    F.JOB_ATTEMPTS,
     *AnalysisClaim.names(),
     F.INGEST_GENERATION,
     F.INGEST_SEQUENCE,

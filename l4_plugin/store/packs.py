@@ -68,7 +68,14 @@ _MESSAGES = f"{F.PACK}.messages"
 
 
 def _signature(doc: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(doc.get(name) for name in _SHARED)
+    return tuple(doc.get(name) for name in _SHARED) + attempt_of(doc)
+
+
+def attempt_of(doc: dict[str, Any]) -> tuple[int, ...]:
+    """``(attempt,)`` of a restarted job's document, else ``()``: documents of two attempts
+    never share a pack, and a job that never restarted keeps the signatures it always had."""
+    attempt = doc.get(F.ATTEMPT)
+    return (attempt,) if attempt is not None else ()
 
 
 def pack_events(events: Iterable[Doc], doc_id: Callable[..., str]) -> list[Doc]:
@@ -110,7 +117,7 @@ def packed(
 def _pack(docs: list[dict[str, Any]]) -> dict[str, Any]:
     """One document for the nodes of ``docs`` (same signature, sorted by node)."""
     first = docs[0]
-    out = {name: first[name] for name in _SHARED if name in first}
+    out = {name: first[name] for name in (*_SHARED, F.ATTEMPT) if name in first}
     pack: dict[str, list[Any]] = {key: [d.get(name) for d in docs] for name, key in _OWN}
     out[F.PACK] = pack
     out["host.name"] = pack["hosts"]
