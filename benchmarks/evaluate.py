@@ -49,7 +49,7 @@ from l4_plugin.analysis.results import FusionResult
 from l4_plugin.analysis.tables import JobData
 from l4_plugin.config import load_settings
 from l4_plugin.diagnosis import AnalysisOptions, diagnose_job
-from l4_plugin.diagnosis.queries import read_job_tables
+from l4_plugin.diagnosis.queries import read_job, read_job_tables
 from l4_plugin.ingest.jobdir import discover
 from l4_plugin.ingest.parser import LineKind, LineParser
 from l4_plugin.ingest.pipeline import ingest_job, load_known_templates
@@ -269,7 +269,7 @@ def run_case(url: str, case: Case, root: Path) -> dict[str, Any]:
         t0 = time.monotonic()
         lt = reparse(out / "job", known, truth.indicators)
         timings["reparse"] = time.monotonic() - t0
-        data = read_job_tables(store, job_id)
+        data = read_job_tables(store, read_job(store, job_id))
         result: dict[str, Any] = {
             "case": case.name,
             "kind": case.kind,

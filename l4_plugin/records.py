@@ -3,7 +3,7 @@
 Ingest produces ``ParsedLine`` (for ``l4 parse``) and ``Template``; the diagnosis produces
 ``Finding`` objects (what goes to ``l4-annotations``) and the ``Verdict`` (what the report
 tells an SRE to do), which the store turns into documents
-(``l4_plugin.store.documents``). The rollups and kept lines have no record of their own: the
+(``l4_plugin.store.annotations``). The rollups and kept lines have no record of their own: the
 ingest's builders (``ingest/pipeline.py``) write them straight from the scan, with the field
 names of ``store/fields.py``. The vocabularies every stage shares live here too: the log levels
 (:class:`Level`, with every spelling logs use) and the order of a run's stages (``STAGE_ORDER``).

@@ -44,9 +44,12 @@ def wait_for(condition: Callable[[], bool], seconds: float, what: str) -> None:
 
 
 def kill_and_wait(proc: subprocess.Popen[bytes], mark: str) -> None:
-    """SIGKILL ``proc``; every process of ``mark`` must be gone within 5 s."""
+    """SIGKILL ``proc`` (its pipes closed); every process of ``mark`` must be gone within 5 s."""
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    for pipe in (proc.stdin, proc.stdout, proc.stderr):
+        if pipe is not None:
+            pipe.close()
     deadline = time.monotonic() + 5
     while marked(mark) and time.monotonic() < deadline:
         time.sleep(0.05)

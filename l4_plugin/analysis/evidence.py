@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import replace
 
-from l4_plugin.analysis.fusion import is_error
+from l4_plugin.analysis.fusion import is_error, is_flagged
 from l4_plugin.analysis.lexicon import Lexicon
 from l4_plugin.analysis.params import DEFAULT_OPTIONS, AnalysisOptions
 from l4_plugin.analysis.results import EventStat, Slowdown, StragglerResult
@@ -204,8 +204,8 @@ def discounts(
     the lines that start with a job-wide slowdown: they recur because the cause does.
     *Boilerplate*: see :func:`boilerplate`. *Low information*: a template with fewer than three
     words of text (``Last error:``, a stack frame); an empty one (a bare header) never counts.
-    *Reaction*: see :func:`reactions` (of ``events``, judged against the ``kept`` errors); the
-    other reasons win where both apply.
+    *Reaction*: see :func:`reactions` (of ``events``, judged against the ``kept`` errors).
+    *Recovered*: see :func:`recovered`. The earlier reasons win where several apply.
     """
     out = chronic(data, stragglers, slowdown, options)
     for tid in boilerplate(data, options):
@@ -222,6 +222,53 @@ def discounts(
             out[tid] = (options.low_information_factor, "low-information")
     for tid in reactions(data, events, kept, options):
         out.setdefault(tid, (options.reaction_factor, "reaction-to-error"))
+    for tid in recovered(data, events, stragglers, slowdown, options):
+        out.setdefault(tid, (options.recovered_factor, "recovered-before-failure"))
+    return out
+
+
+def recovered(
+    data: JobData,
+    events: tuple[EventStat, ...],
+    stragglers: StragglerResult | None,
+    slowdown: Slowdown | None = None,
+    options: AnalysisOptions = DEFAULT_OPTIONS,
+) -> set[str]:
+    """Warnings the job trained on past: one episode (all within
+    ``options.reaction_max_seconds``), printed before the job's last ``options.chronic_lead``
+    iteration buckets began, with iterations still coming after them.
+
+    A link that flapped and came back ("port error", then "port active"), a retried allocation:
+    the job went on for several buckets, so they are not what ended it. Errors are never
+    discounted (a NaN the job logged and went on from is still a fault), nor a straggler's lines,
+    nor anything in a job that slowed down (a GPU throttled for heat burns slowly), nor kernel
+    and BMC lines (their clocks drift from the ranks'). Needs wall-clock times.
+    """
+    buckets = sorted(data.iteration_spans)
+    if data.time_unit != "ts" or len(buckets) <= options.chronic_lead or slowdown is not None:
+        # A job that slowed down did not train past its warnings at its own pace: one of them
+        # (a GPU throttled for heat) may be the slow-burning cause.
+        return set()
+    cutoff = buckets[-1 - options.chronic_lead]
+    starts = [t for (_, it), t in data.node_iteration_start.items() if it == cutoff]
+    if not starts:
+        return set()
+    cut_ts = min(starts)
+    slow = {s.node for s in stragglers.stragglers} if stragglers else set()
+    out: set[str] = set()
+    for e in events:
+        tid = e.template_id
+        if not is_flagged(e.level) or is_error(e.level):
+            continue
+        if tid in data.job.system_templates or (slow and set(e.counts) <= slow):
+            continue
+        cells = [data.cells[(n, tid)] for n in e.counts if (n, tid) in data.cells]
+        first = min(c.first_ts for c in cells)
+        last = max(c.last_ts for c in cells)
+        # One episode (a flap and its recovery), not a condition that kept recurring.
+        episode = last - first <= options.reaction_max_seconds
+        if math.isfinite(last) and last < cut_ts and episode:
+            out.add(tid)
     return out
 
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 
-from l4_plugin.analysis.peers import PeerResult
+from l4_plugin.analysis.peers import NamedNode, PeerResult
 from l4_plugin.analysis.results import (
     EventStat,
     FilterResult,
@@ -83,6 +83,13 @@ _CASCADE_FACTOR = 0.75
 # witnesses report about it); a witness's statement ranks after it.
 _CULPRIT_WEIGHT = 0.85
 _WITNESS_STATEMENT_FACTOR = 0.5
+# When the ranks' dumps (Flight Recorder, stacks: ``analysis.hang``) name a node, a node they do
+# not name and that is not silent weighs this much: a trace that says which rank the others wait
+# for outweighs how loudly the waiting ranks report it.
+_HANG_OTHERS_FACTOR = 0.6
+#: Node reasons of the dumps' evidence (``analysis.hang``): a culprit as strong as one its
+#: peers name.
+HANG_REASONS = ("collective-mismatch", "collective-behind", "no-trace", "stack-apart")
 
 
 _FALLBACK_EVENTS = 3
@@ -148,6 +155,7 @@ class Fusion:
         peers: PeerResult | None = None,
         priors: Mapping[str, tuple[float, str]] | None = None,
         ordering: Mapping[str, tuple[float, str]] | None = None,
+        hang: Mapping[str, tuple[float, tuple[str, ...]]] | None = None,
     ) -> Fusion:
         """Rank events and nodes from whatever analyses ran (None = that analysis did not run).
 
@@ -157,7 +165,8 @@ class Fusion:
         cannot express. ``priors`` maps a template to ``(weight, reason)``: evidence *for* it
         that no comparison gave (the failure lexicon's words when there is no baseline).
         ``ordering`` maps a template to ``(factor, reason)`` like ``discounts`` but only orders
-        the recommended set (a consequence's words rank it after what explains it).
+        the recommended set (a consequence's words rank it after what explains it). ``hang``
+        maps a node the ranks' dumps name to ``(weight, reasons)`` (``analysis.hang``).
         """
         self._check(events)
         all_nodes = _all_nodes(events, nodes, spatial, silence)
@@ -186,14 +195,16 @@ class Fusion:
                 by_id,
                 slowdown,
                 peers,
+                hang,
             )
 
         ranked_nodes = rank_nodes(selected)
         culprit = _culprit(ranked_nodes)
-        if culprit is not None and peers is not None:
+        if culprit is not None and (peers is not None or hang):
             own = self._culprit_evidence(culprit, pre, by_id, job_stage)
-            heard = _witness_statements(culprit, peers, reasons, by_id)
+            heard = _witness_statements(culprit, peers, reasons, by_id) if peers else set()
             _credit_culprit(culprit, own, heard, reasons, order)
+            _credit_hang(culprit, own, hang, reasons)
             if own or heard:
                 candidates = self._sorted(reasons, by_id, factor, order, culprit)
                 selected = self._select(candidates, order)
@@ -379,6 +390,7 @@ class Fusion:
         by_id: dict[str, EventStat],
         slowdown: Slowdown | None = None,
         peers: PeerResult | None = None,
+        hang: Mapping[str, tuple[float, tuple[str, ...]]] | None = None,
     ) -> tuple[RankedNode, ...]:
         spatial_score = {}
         attributions: dict[str, list[str]] = {}
@@ -423,16 +435,7 @@ class Fusion:
             if slowdown is not None and node in slowdown.nodes:
                 weights.append(_SLOWDOWN_WEIGHT)
                 why.append(f"slowdown-onset:{slowdown.first_iteration}")
-            factor = 1.0
-            if node in named:
-                weights.append(_NAMED_WEIGHT * named[node].share)
-                why.append(f"named-by-peers:{len(named[node].witnesses)}")
-            elif node in witnesses:
-                factor = _WITNESS_FACTOR
-                why.append("witness-of:" + ",".join(witnesses[node][:3]))
-            elif named and node not in silent:
-                # Peers named another node: this one's loudness alone weighs less.
-                factor = _UNNAMED_FACTOR
+            factor = _factor(node, named, witnesses, silent, hang, weights, why)
             own = [t for t in sel_ids if node in by_id[t].first_seen]
             own += [t for t in attributions.get(node, []) if t not in own]
             out.append(
@@ -447,6 +450,36 @@ class Fusion:
         return tuple(out)
 
 
+def _factor(
+    node: str,
+    named: Mapping[str, NamedNode],
+    witnesses: Mapping[str, tuple[str, ...]],
+    silent: Mapping[str, float],
+    hang: Mapping[str, tuple[float, tuple[str, ...]]] | None,
+    weights: list[float],
+    why: list[str],
+) -> float:
+    """What the peers and the dumps say of a node: their weights and reasons added to
+    ``weights`` and ``why``, and the factor its score takes (a witness's, or a node neither
+    names weighs less)."""
+    factor = 1.0
+    if hang and node in hang:
+        weights.append(hang[node][0])
+        why.extend(hang[node][1])
+    elif hang and node not in silent:
+        factor = _HANG_OTHERS_FACTOR
+    if node in named:
+        weights.append(_NAMED_WEIGHT * named[node].share)
+        why.append(f"named-by-peers:{len(named[node].witnesses)}")
+    elif node in witnesses:
+        factor = min(factor, _WITNESS_FACTOR)
+        why.append("witness-of:" + ",".join(witnesses[node][:3]))
+    elif named and node not in silent:
+        # Peers named another node: this one's loudness alone weighs less.
+        factor = min(factor, _UNNAMED_FACTOR)
+    return factor
+
+
 def _culprit(nodes: Sequence[RankedNode]) -> str | None:
     """The most suspect node when its peers' evidence names it (else None: a loud node alone
     is not enough to re-order the events around it)."""
@@ -455,7 +488,22 @@ def _culprit(nodes: Sequence[RankedNode]) -> str | None:
     top = nodes[0]
     if len(nodes) > 1 and nodes[1].score >= top.score:
         return None
-    return top.node if any(r.startswith("named-by-peers:") for r in top.reasons) else None
+    strong = ("named-by-peers:", *HANG_REASONS)
+    return top.node if any(r.startswith(strong) for r in top.reasons) else None
+
+
+def _credit_hang(
+    culprit: str,
+    own: Iterable[str],
+    hang: Mapping[str, tuple[float, tuple[str, ...]]] | None,
+    reasons: dict[str, list[tuple[str, float]]],
+) -> None:
+    """Name the dumps' evidence on what the culprit they name printed first: its own account
+    of the hang (its timeout, its error) is the event their finding explains."""
+    if not hang or culprit not in hang:
+        return
+    for t in own:
+        reasons[t].extend((why, 0.0) for why in hang[culprit][1])
 
 
 def _witness_statements(

@@ -6,6 +6,13 @@ to compare a job with. Entries are tried in order and the first match wins; ``ca
 name consequences (watchdog timeouts, the launcher tearing a job down) and ``benign`` entries
 conditions that were handled (a corrected PCIe error, a GPU at its software power cap): neither
 gives a category, both rank a line after what explains the failure.
+
+Three refinements the verdict applies (:mod:`l4_plugin.analysis.verdict`): an entry's ``local``
+category when its words come from a few nodes of a multi-node job (the node's own environment
+differs: its image, a leftover process on it); a cascade entry's ``alone`` category when a
+job's evidence is nothing but that consequence; and an ``origin`` entry (a generic error type)
+whose category depends on whose code raised it (:mod:`l4_plugin.analysis.origin`, with the
+lexicon's ``libraries`` and ``config_functions``).
 """
 
 from __future__ import annotations
@@ -22,6 +29,19 @@ from l4_plugin.resources import data_path
 from l4_plugin.yamldoc import read_mapping
 
 _DEFAULT_WEIGHT = 0.8
+_KEYS = {"pattern", "category", "weight", "cascade", "benign", "local", "alone", "origin", "evict"}
+# A consequence's line may go on to name its cause ("watchdog thread terminated with exception:
+# CUDA error: uncorrectable ECC error", NCCL's "Original reason for failure was: …"): words of at
+# least this weight after such an introduction count.
+_PAST_CASCADE_WEIGHT = 0.9
+# What CUDA and c10 append to every error: hints, never what went wrong.
+_CUDA_HINTS = re.compile(
+    r"CUDA kernel errors might be asynchronously reported|"
+    r"For debugging consider passing CUDA_LAUNCH_BLOCKING|Compile with `?TORCH_USE_CUDA_DSA"
+)
+_NAMES_CAUSE = re.compile(
+    r"\b(?:with exception|reason for failure was|caused by|failed with)\s*:", re.IGNORECASE
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +53,15 @@ class Term:
     weight: float
     cascade: bool = False
     benign: bool = False
+    #: The category when only a few nodes of a multi-node job print the words.
+    local: str | None = None
+    #: For a consequence: the category when the job shows nothing but it.
+    alone: str | None = None
+    #: The category depends on whose code raised the error (user, library, argument parsing).
+    origin: bool = False
+    #: False when taking the nodes that printed the words out never helps (the scheduler
+    #: preempted the job, a time limit); None: the category decides.
+    evict: bool | None = None
 
     @property
     def says_cause(self) -> bool:
@@ -43,8 +72,17 @@ class Term:
 class Lexicon:
     """The compiled lexicon; :meth:`classify` a line."""
 
-    def __init__(self, terms: list[Term]) -> None:
+    def __init__(
+        self,
+        terms: list[Term],
+        libraries: frozenset[str] = frozenset(),
+        config_functions: re.Pattern[str] | None = None,
+    ) -> None:
         self.terms = terms
+        #: Top-level Python packages whose frames in a traceback are not the user's code.
+        self.libraries = libraries
+        #: Function names that parse or check a run's arguments and configuration.
+        self.config_functions = config_functions
 
     @classmethod
     def load(cls, path: Path | None = None) -> Lexicon:
@@ -54,7 +92,15 @@ class Lexicon:
         entries = data.get("entries")
         if not isinstance(entries, list):
             raise ConfigError(f"{path}: entries: expected a list of entries")
-        return cls([_term(path, i, e) for i, e in enumerate(entries)])
+        libraries = data.get("libraries") or []
+        if not isinstance(libraries, list) or not all(
+            isinstance(x, str) and re.fullmatch(r"[A-Za-z_]\w*", x) for x in libraries
+        ):
+            raise ConfigError(f"{path}: libraries: expected a list of package names")
+        config = data.get("config_functions")
+        compiled = None if config is None else _compile(path, "config_functions", config, 0)
+        terms = [_term(path, i, e) for i, e in enumerate(entries)]
+        return cls(terms, frozenset(libraries), compiled)
 
     def classify(self, text: str) -> Term | None:
         """The first entry whose words the text holds (None: the lexicon knows none)."""
@@ -64,15 +110,66 @@ class Lexicon:
         return None
 
     def classify_record(self, text: str) -> Term | None:
-        """A record's words: its last line first (a traceback says what went wrong there),
-        then the whole record."""
-        return self.classify(last_line(text)) or self.classify(text)
+        """A record's words: its last line first (a traceback says what went wrong there; a
+        consequence the line goes on to explain is that cause), then the whole record."""
+        said = last_line(text)
+        first = self.classify(said)
+        scope = said
+        if first is None:
+            first, scope = self.classify(text), text
+        if first is not None and first.cascade:
+            return self._named_after(scope) or first
+        return first
+
+    def cause_of_record(self, text: str) -> Term | None:
+        """The words of a record that name a cause, looking past a consequence.
+
+        The last line first; when it is a consequence, the cause the same line goes on to name
+        after "with exception:" or "reason for failure was:" (strong words only), then the rest
+        of the record (a timeout at a barrier whose stack says what the other rank was doing).
+        A handled condition names nothing. Else the consequence itself (``says_cause`` false),
+        or None.
+        """
+        said = last_line(text)
+        first = self.classify(said)
+        if first is not None and (first.says_cause or first.benign):
+            return first
+        if first is not None:
+            named = self._named_after(said)
+            if named is not None:
+                return named
+        # The rest of the record: all of it, or what came before a consequence's line (less the
+        # lines of that consequence itself: a template repeats its record's last line).
+        rest = text
+        if first is not None:
+            before = text.strip()[: text.strip().rfind(said)]
+            rest = "\n".join(x for x in before.splitlines() if not first.pattern.search(x))
+        for term in self.terms:
+            if term.says_cause and term.pattern.search(rest):
+                return term
+        return first or self.classify(text)
+
+    def _named_after(self, said: str) -> Term | None:
+        """The cause a consequence's line names after "with exception:" and the like (strong
+        words only)."""
+        named = _NAMES_CAUSE.search(said)
+        if named is None:
+            return None
+        for term in self.terms:
+            strong = term.says_cause and term.weight >= _PAST_CASCADE_WEIGHT
+            if strong and term.pattern.search(said[named.end() :]):
+                return term
+        return None
 
 
 def last_line(text: str) -> str:
-    """The last line of a record ('' for an empty one)."""
-    stripped = text.strip()
-    return stripped.splitlines()[-1] if stripped else ""
+    """The last line of a record that says something ('' for an empty one): the hints CUDA
+    appends to every error are skipped."""
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    for line in reversed(lines):
+        if not _CUDA_HINTS.search(line):
+            return line
+    return lines[-1] if lines else ""
 
 
 @lru_cache(maxsize=1)
@@ -81,35 +178,58 @@ def default_lexicon() -> Lexicon:
     return Lexicon.load()
 
 
+def _compile(path: Path, where: str, pattern: Any, flags: int) -> re.Pattern[str]:
+    if not isinstance(pattern, str) or not pattern:
+        raise ConfigError(f"{path}: {where}: expected a regex string, got {pattern!r}")
+    try:
+        return re.compile(pattern, flags)
+    except re.error as exc:
+        raise ConfigError(f"{path}: {where}: invalid regex {pattern!r}: {exc}") from None
+
+
+def _category(where: str, value: Any) -> str:
+    if value not in FAULT_CATEGORIES:
+        raise ConfigError(f"{where}: expected one of {', '.join(FAULT_CATEGORIES)}, got {value!r}")
+    return str(value)
+
+
+def _flag(where: str, entry: dict[str, Any], key: str) -> bool:
+    value = entry.get(key, False)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where}.{key}: expected true or false, got {value!r}")
+    return value
+
+
 def _term(path: Path, i: int, entry: Any) -> Term:
     where = f"{path}: entries[{i}]"
     if not isinstance(entry, dict):
         raise ConfigError(f"{where}: expected a mapping with pattern and category, got {entry!r}")
-    unknown = set(entry) - {"pattern", "category", "weight", "cascade", "benign"}
+    unknown = set(entry) - _KEYS
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-    pattern, category = entry.get("pattern"), entry.get("category")
-    if not isinstance(pattern, str) or not pattern:
-        raise ConfigError(f"{where}.pattern: expected a regex string, got {pattern!r}")
-    benign = entry.get("benign", False)
-    if not isinstance(benign, bool):
-        raise ConfigError(f"{where}.benign: expected true or false, got {benign!r}")
+    benign, cascade = _flag(where, entry, "benign"), _flag(where, entry, "cascade")
+    category = entry.get("category")
     if benign and category is None:
         category = "hardware/node"  # never reported: benign words give no category
-    if category not in FAULT_CATEGORIES:
-        raise ConfigError(
-            f"{where}.category: expected one of {', '.join(FAULT_CATEGORIES)}, got {category!r}"
-        )
+    category = _category(f"{where}.category", category)
     weight = entry.get("weight", _DEFAULT_WEIGHT)
     if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight <= 1:
         raise ConfigError(f"{where}.weight: expected a number in (0, 1], got {weight!r}")
-    cascade = entry.get("cascade", False)
-    if not isinstance(cascade, bool):
-        raise ConfigError(f"{where}.cascade: expected true or false, got {cascade!r}")
-    try:
-        compiled = re.compile(pattern, re.IGNORECASE)
-    except re.error as exc:
-        raise ConfigError(f"{where}.pattern: invalid regex {pattern!r}: {exc}") from None
+    compiled = _compile(path, f"entries[{i}].pattern", entry.get("pattern"), re.IGNORECASE)
     if benign and cascade:
         raise ConfigError(f"{where}: an entry is either benign or cascade, not both")
-    return Term(compiled, str(category), float(weight), cascade, benign)
+    local = entry.get("local")
+    alone = entry.get("alone")
+    if alone is not None and not cascade:
+        raise ConfigError(f"{where}.alone: only a cascade entry has a category of its own alone")
+    return Term(
+        compiled,
+        category,
+        float(weight),
+        cascade,
+        benign,
+        local=None if local is None else _category(f"{where}.local", local),
+        alone=None if alone is None else _category(f"{where}.alone", alone),
+        origin=_flag(where, entry, "origin"),
+        evict=_flag(where, entry, "evict") if "evict" in entry else None,
+    )

@@ -52,6 +52,9 @@ class AnalysisOptions:
     # A line a node prints ``reaction_min_seconds`` (later than its own error block) to
     # ``reaction_max_seconds`` after its first error.
     reaction_factor: float = 0.4
+    # A warning last printed before the job's last ``chronic_lead`` iteration buckets, which
+    # the job trained on past (a link that flapped and came back).
+    recovered_factor: float = 0.5
     reaction_min_seconds: float = 0.5
     reaction_max_seconds: float = 60.0
     # A node that printed an error of its own this close to its last line died loudly: it

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from l4_plugin.analysis.crossjob import CrossJobFilter
 from l4_plugin.analysis.evidence import discounts, event_stats, lexicon_priors, timed_in_stage
+from l4_plugin.analysis.failing_stage import StageReader, failing_stage
 from l4_plugin.analysis.fusion import Fusion, is_error, is_flagged
+from l4_plugin.analysis.hang import HangResult
+from l4_plugin.analysis.hang import analyse as analyse_hang
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.analysis.peers import PeerResult, name_peers
@@ -53,9 +55,6 @@ from l4_plugin.records import PRE_TRAINING_STAGES, STAGE_ORDER
 
 __all__ = ["Analysis", "analyze", "cross_job"]
 
-# Text of a record (template and exemplar) -> the stage its stack frames name, if any.
-StackStage = Callable[[str], str | None]
-
 
 @dataclass(frozen=True, slots=True)
 class Analysis:
@@ -75,6 +74,8 @@ class Analysis:
     notes: tuple[str, ...] = ()
     matrix_templates: tuple[str, ...] = ()
     matrix: np.ndarray | None = field(default=None, compare=False)
+    #: What the ranks' Flight Recorder traces and stacks say (None: the job left none).
+    hang: HangResult | None = None
 
 
 def _periodic(data: JobData, tid: str) -> bool:
@@ -301,32 +302,22 @@ def _silence_among(
     ).result_
 
 
-def _stage_from_stack(
-    data: JobData,
-    stage: StageResult | None,
-    events: tuple[EventStat, ...],
-    kept: frozenset[str],
-    stage_of_stack: StackStage | None,
-) -> StageResult | None:
-    """When no rank printed a stage marker (every line in ``init``: a pasted excerpt), the
-    earliest kept error record whose stack names a stage says where the job failed."""
-    if stage_of_stack is None or (
-        stage is not None
-        and (stage.stage != "init" or any(s != "init" for _, s in data.stage_spans))
-    ):
-        return stage
+# Reasons of ranked events that are not the failure itself.
+_NOT_FAILING = ("cascade", "consequence-words", "benign-words")
+
+
+def _failing_records(
+    fusion: FusionResult, events: tuple[EventStat, ...], kept: frozenset[str]
+) -> list[str]:
+    """The failing records, most telling first: the ranked events that are neither the cascade
+    nor read as a consequence or a handled condition, then every kept error in the order it was
+    first printed."""
+    ranked = [e.template_id for e in fusion.events if not any(r in _NOT_FAILING for r in e.reasons)]
     errors = sorted(
         (e for e in events if e.template_id in kept and is_error(e.level)),
         key=lambda e: (e.first if e.first is not None else math.inf, e.template_id),
     )
-    for e in errors:
-        info = data.templates.get(e.template_id)
-        found = stage_of_stack(f"{info.text}\n{info.message}") if info else None
-        if found is not None:
-            if stage is None:
-                return StageResult(stage=found, order=STAGE_ORDER, nodes=(), lagging=())
-            return replace(stage, stage=found, lagging=())
-    return stage
+    return list(dict.fromkeys([*ranked, *(e.template_id for e in errors)]))
 
 
 def _stage(data: JobData) -> StageResult | None:
@@ -338,7 +329,7 @@ def _stage(data: JobData) -> StageResult | None:
             spans.append(StageSpan(node, stage, fp, max(lp, fp)))
     if not spans:
         return None
-    return StageAnalyzer(order=STAGE_ORDER).fit(spans).result_
+    return StageAnalyzer(order=STAGE_ORDER, default=STAGE_ORDER[0]).fit(spans).result_
 
 
 def _iteration_buckets(data: JobData, options: AnalysisOptions) -> list[int]:
@@ -387,7 +378,8 @@ def _slowdown(
     events that start with it and keep up: first printed within one bucket of its onset, before
     the job's last bucket, in two buckets or more, by less than half of the nodes (a cause is
     local; the slowdown is not). Kernel and BMC lines carry no iteration: they count when printed
-    only by nodes that have such events, more than once, from about when the onset happened
+    only by nodes that have such events (by a few nodes, when no training line started with the
+    slowdown), more than once, from about when the onset happened
     (:func:`_bucket_times`; without timestamps on iteration lines the estimate runs early,
     checkpoint saves are not in it, hence the wide margin after it)."""
     per = _bucket_medians(data.node_iteration_seconds)
@@ -425,7 +417,7 @@ def _slowdown(
     }
     nodes = set().union(*(nodes_of[t] for t in events)) if events else set()
     at = _bucket_times(data, its, secs)
-    if nodes and at:
+    if at:
         t_lo = at[lo] - options.slowdown_lead_seconds
         t_hi = (
             at[hi]
@@ -433,12 +425,18 @@ def _slowdown(
             + options.slowdown_tail_seconds
         )
         for tid, cells in nodes_of.items():
-            if tid in first_bucket or tid in events or not local(tid) or not cells <= nodes:
+            if tid in first_bucket or tid in events or not local(tid):
+                continue
+            # With no training line starting with the slowdown, a kernel or BMC line of its own
+            # may still (a CPU throttled by its temperature says so only there).
+            if not (cells <= nodes if nodes else tid in system):
                 continue
             first = min(data.cells[(n, tid)].first_ts for n in cells)
             last_ts = max(data.cells[(n, tid)].last_ts for n in cells)
             if t_lo <= first <= t_hi and last_ts > first:
                 events.add(tid)
+        if not nodes and events:
+            nodes = set().union(*(nodes_of[t] for t in events))
     return replace(found, events=tuple(sorted(events)), nodes=tuple(sorted(nodes)))
 
 
@@ -537,13 +535,13 @@ def analyze(
     pool: BaselinePool,
     options: AnalysisOptions,
     *,
-    stage_of_stack: StackStage | None = None,
+    stages: StageReader | None = None,
 ) -> Analysis:
     """Run every analysis on one job and fuse the results (see the module docstring).
 
-    ``stage_of_stack`` names the stage a stack trace's frames belong to (the ingest's stage
-    rules, passed in so that the analysis stays pure); without it a job whose ranks printed no
-    stage marker is reported in ``init``.
+    ``stages`` reads the ingest's stage rules (passed in so that the analysis stays pure): the
+    stage a failing record's stack frames or words name (:mod:`l4_plugin.analysis.failing_stage`);
+    without it the stage is the markers' alone.
     """
     events = event_stats(data)
     nodes = data.nodes
@@ -551,9 +549,6 @@ def analyze(
     kept = crossjob.kept_ids
     spatial, matrix = _spatial(data, events, nodes, kept, options)
     stage = _stage(data)
-    # The stage the failing record's stack names, reported when no rank printed a marker; the
-    # fusion keeps judging "in the failing stage" by the lines' own stages.
-    reported = _stage_from_stack(data, stage, events, kept, stage_of_stack)
     peers = _peers(data, events, kept, stage.stage if stage else None)
     silence = _silence(data, events, nodes, kept, peers, options) if len(nodes) >= 2 else None
     iterations = _iterations(data, kept, options)
@@ -561,6 +556,7 @@ def analyze(
     slowdown = _slowdown(data, kept, len(nodes), options)
     events = timed_in_stage(events, data, stage.stage if stage else None)
     priors, consequences = _lexicon_evidence(data, crossjob, options)
+    hang = analyse_hang(data.job.dumps, nodes)
     fusion = (
         Fusion(max_events=options.max_events, root_window=options.root_window)
         .fit(
@@ -577,11 +573,21 @@ def analyze(
             peers=peers,
             priors=priors,
             ordering=consequences,
+            hang=hang.evidence if hang is not None else None,
         )
         .result_
     )
-    if reported is not None and (stage is None or reported.stage != stage.stage):
-        fusion = replace(fusion, stage=reported.stage)
+    # The stage the failing records' stacks and words name refines the markers' (the fusion
+    # keeps judging "in the failing stage" by the lines' own stages); the stack of a rank its
+    # peers wait for (the ranks' dumps) names where a hung job stood.
+    printed_in = {e.template_id: e.stage for e in events}
+    failing = _failing_records(fusion, events, kept)
+    reported = failing_stage(data, stage, failing, stages, printed_in)
+    stuck = _stage_of_hang(hang, stages)
+    if stuck is not None:
+        reported = stuck
+    if reported is not None and reported != fusion.stage:
+        fusion = replace(fusion, stage=reported)
     return Analysis(
         events=events,
         nodes=tuple(nodes),
@@ -597,4 +603,13 @@ def analyze(
         notes=_notes(crossjob, spatial, iterations, options),
         matrix_templates=tuple(e.template_id for e in events),
         matrix=matrix,
+        hang=hang,
     )
+
+
+def _stage_of_hang(hang: HangResult | None, stages: StageReader | None) -> str | None:
+    """The stage the stack of a rank its peers wait for names (its DataLoader, a checkpoint
+    save): where the job hung, whatever the waiting ranks' lines say."""
+    if hang is None or not hang.stage_frames or stages is None:
+        return None
+    return stages.stage_of_stack("\n".join(hang.stage_frames))

@@ -97,7 +97,8 @@ class SilenceDetector:
             hit = np.nan_to_num(lag, nan=-np.inf) >= cut
             silent_mask |= hit
             # Saturating in the lag: at the cut-off 0.63, at three times the cut-off 0.95.
-            s = np.where(hit, 1.0 - np.exp(-np.nan_to_num(lag, nan=0.0) / cut), 0.0)
+            # (fmax: the lags of the nodes not hit, some far below zero, would overflow the exp.)
+            s = np.where(hit, 1.0 - np.exp(-np.fmax(lag, 0.0) / cut), 0.0)
             score = np.maximum(score, s)
 
         silent: list[SilentNode] = []

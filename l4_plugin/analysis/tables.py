@@ -14,6 +14,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from l4_plugin.records import is_job_node
+from l4_plugin.traces import JobDumps
+
+
+@dataclass(frozen=True, slots=True)
+class JobAttempt:
+    """One attempt of a restarted job: the nodes that printed in it and its time span."""
+
+    attempt: int
+    nodes: tuple[str, ...]
+    start_ts: float | None
+    end_ts: float | None
+    trained: bool = False  # a rank printed progress of its own in it
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +61,12 @@ class JobDoc:
     generation: str | None = None
     # (empty for a JobDoc built by hand: ``diagnosis.queries.job_scope`` then selects the job)
     scope: dict[str, Any] = field(default_factory=dict)
+    # The Flight Recorder traces and stacks found beside its logs (None: none)
+    dumps: JobDumps | None = None
+    # A restarted job's attempts (empty: it never restarted), and the one this document is
+    # narrowed to (``diagnosis.queries.attempt_job``; None: the whole job)
+    attempts: tuple[JobAttempt, ...] = ()
+    attempt: int | None = None
 
 
 @dataclass

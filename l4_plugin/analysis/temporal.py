@@ -48,10 +48,16 @@ class StageAnalyzer:
     training the job stops where most ranks stop, while one rank's teardown line or one rank stuck
     behind must not move it. Nodes whose last stage comes before the job's are ``lagging`` — a rank
     that never got as far as the others is a suspect in its own right.
+
+    ``default`` is the stage of lines no marker placed (a kernel log, the files of ranks that
+    print no progress): a node's span of it never outlasts the node's own later stages, and
+    nodes that never left it do not vote while other nodes did — a job whose ranks printed
+    iterations was not in start-up, whatever its quiet files say.
     """
 
-    def __init__(self, order: Sequence[str] | None = None) -> None:
+    def __init__(self, order: Sequence[str] | None = None, default: str | None = None) -> None:
         self.order = order
+        self.default = default
 
     def fit(self, spans: Iterable[StageSpan]) -> StageAnalyzer:
         """Compute the stage result from per-node stage spans and return ``self``."""
@@ -64,8 +70,11 @@ class StageAnalyzer:
                 )
         order = self._order(spans)
         rank = {st: k for k, st in enumerate(order)}
+        marked = {s.node for s in spans if s.stage != self.default}
         last: dict[str, StageSpan] = {}
         for s in spans:
+            if s.stage == self.default and s.node in marked:
+                continue
             cur = last.get(s.node)
             if cur is None or (s.last, rank[s.stage]) > (cur.last, rank[cur.stage]):
                 last[s.node] = s
@@ -74,7 +83,8 @@ class StageAnalyzer:
         lagging: tuple[str, ...] = ()
         if nodes:
             tally: dict[str, int] = {}
-            for ns in nodes:
+            voters = [ns for ns in nodes if ns.node in marked] or list(nodes)
+            for ns in voters:
                 tally[ns.last_stage] = tally.get(ns.last_stage, 0) + 1
             stage = max(tally, key=lambda st: (tally[st], rank[st]))
             lagging = tuple(ns.node for ns in nodes if rank[ns.last_stage] < rank[stage])

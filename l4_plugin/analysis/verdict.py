@@ -2,16 +2,33 @@
 
 Four answers: which machines to take out (``evict``, the smallest set the evidence supports: the
 culprit, not its neighbours), what kind of fault it was (``category``) and so whose (``blame``),
-and whether restarting helps (``restart``). Evidence, strongest first:
+and whether restarting helps (``restart``). The category, from the strongest evidence down:
 
-1. the culprit: the top-ranked node when the ranking singles it out (its peers name it, it went
-   silent, or it stands clearly above the rest);
-2. a confirmed *cause* rule that matched the culprit (or, with no culprit, the job): its category,
-   and its ``evict`` (else: hardware evicts, user, framework and platform faults do not);
-3. else the failure lexicon (``rules/lexicon.yaml``) on the culprit's own events, then on the
-   ranked events, consequences (watchdog timeouts, the launcher's teardown) skipped;
-4. else what the culprit did: a node that went silent is a node fault; a node its peers name
-   while it stays up (its other ranks still print) had a rank hang on its accelerator.
+1. the leading events, when their own words name the failure beyond doubt (an error before a
+   warning scored alike);
+2. a confirmed *cause* rule that matched the culprit (or, with no culprit, the job); a rule
+   matched on the job's own files (``records.JOB_NODE``: the scheduler's or the cluster's account
+   of an OOM kill, a preemption) describes the job and explains a culprit that merely went silent;
+   then what the ranks' Flight Recorder traces and stacks say of a hang (``analysis.hang``);
+3. the failure lexicon (``rules/lexicon.yaml``) on the culprit's own events, then what the
+   culprit did (a node that went silent is a node fault; a node its peers name while it stays
+   up had a rank hang on its accelerator), then the lexicon on all ranked events;
+4. else the consequences themselves, when the lexicon says what they mean alone (collective
+   timeouts and nothing else: the ranks disagreed on a collective).
+
+Consequences (the launcher's teardown, a scheduler's cancel after an abort, watchdog timeouts on
+every rank) never give the category while anything else does. The lexicon's words are refined by
+where they were printed and by whom: a generic error type by whose code raised it
+(:mod:`l4_plugin.analysis.origin`), an entry's ``local`` category when only a few nodes of a
+multi-node job printed it. A verdict category is one of DESIGN §6's; a rule's
+``user/misoperation`` (somebody cancelled the job, reused a port) is the user's configuration.
+
+Eviction follows the evidence: a hardware fault evicts the nodes whose own lines carry it when
+they are few, else the culprit the ranking singles out; storage and platform faults evict only a
+node that alone carries the evidence (its disk, its file-system client, its container); user and
+framework faults evict nobody; the job's own files are never a node to evict. ``restart``
+follows: after eviction when something is evicted, after a fix for user, framework and storage
+faults, as-is otherwise.
 
 Pure: report facts in, :class:`Verdict` out.
 """
@@ -21,18 +38,26 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from l4_plugin.analysis.lexicon import Lexicon, last_line
-from l4_plugin.records import Verdict
+from l4_plugin.analysis.fusion import HANG_REASONS
+from l4_plugin.analysis.lexicon import Lexicon, Term, last_line
+from l4_plugin.analysis.origin import refine
+from l4_plugin.records import Verdict, is_job_node
 
 _CULPRIT_MIN = 0.5  # the top node's score below which nothing singles it out
 _CULPRIT_GAP = 0.1  # ... or how far above the next node it must stand without strong evidence
 _SECOND_CLOSE = 0.97  # a second node is evicted with the first only when this close and named
-_STRONG = ("named-by-peers", "silent", "straggler-from", "slowdown-onset")
+_STRONG = ("named-by-peers", "silent", "straggler-from", "slowdown-onset", *HANG_REASONS)
 _EVICTING = ("hardware/accelerator", "hardware/network", "hardware/node")
+_LOCAL_EVICTING = ("hardware/storage", "platform")
+_NEVER_EVICT = ("user/", "framework", "unknown")
 _MAX_EVENTS = 10  # ranked events read for a category
 _LEAD_WEIGHT = 0.9  # lexicon weight from which the lead event's words decide the category
 _LEADS = 3  # the leading events: the first few that are not consequences...
 _LEAD_CLOSE = 0.9  # ... scored within this fraction of the first
+_FEW = 4  # evidence on at most 1 node in this many (and at least one) is a node's own
+_ALONE_CONFIDENCE = 0.35
+# Rule categories of the fault library that are not verdict categories (DESIGN §6).
+_AS_VERDICT = {"user/misoperation": "user/config"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +89,18 @@ class VerdictRule:
     nodes: tuple[str, ...]
     confidence: float
     evict: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Basis:
+    """What decided the category: it, how sure, the nodes whose lines carry the evidence, and a
+    rule's own say on eviction."""
+
+    category: str
+    confidence: float
+    nodes: tuple[str, ...] = ()
+    evict: bool | None = None
+    why: str = ""
 
 
 def blame_of(category: str) -> str:
@@ -100,31 +137,39 @@ def decide(
     rules: Sequence[VerdictRule],
     lexicon: Lexicon,
     n_nodes: int,
+    hang: tuple[str, float, str] | None = None,
 ) -> Verdict:
-    """The verdict of one diagnosis (see the module docstring)."""
+    """The verdict of one diagnosis (see the module docstring); ``hang`` is what the ranks'
+    dumps say of the category (``analysis.hang``: category, confidence, why), read after the
+    rules."""
     suspects = culprits(nodes)
     why: list[str] = []
     if suspects:
         top = nodes[0]
         why.append(f"culprit {', '.join(suspects)} ({', '.join(top.reasons) or 'top-ranked'})")
-    category, confidence = _from_lead(events, nodes, lexicon, why)
-    evict_flag: bool | None = None
-    if category is None:
-        category, confidence, evict_flag = _from_rules(rules, suspects, n_nodes, why)
-    if category is None and suspects:
-        own = [e for e in events if set(e.nodes) & set(suspects)]
-        category, confidence = _from_words(own, lexicon, why)
-        if category is None:
-            category, confidence = _from_behaviour(nodes[0], why)
-    if category is None:
-        category, confidence = _from_words(events, lexicon, why)
-    if category is None:
+    words = _Words(lexicon, n_nodes)
+    silent = bool(suspects) and "silent" in nodes[0].reasons
+    basis = words.lead(events, nodes)
+    if basis is None:
+        basis = _from_rules(rules, suspects, silent, n_nodes)
+        if basis is None and hang is not None:
+            basis = _Basis(
+                hang[0], hang[1], suspects, None, f"the ranks' dumps: {hang[2]} ({hang[0]})"
+            )
+        if suspects:
+            # The culprit's own words outweigh a rule that only infers (its silence).
+            own = words.first([e for e in events if set(e.nodes) & set(suspects)])
+            if own is not None and (basis is None or own.confidence > basis.confidence):
+                basis = own
+            basis = basis or _from_behaviour(nodes[0])
+    basis = basis or words.first(events) or words.alone(events)
+    if basis is None:
         why.append("no rule, no known failure words and no culprit")
         return Verdict("unknown", "unknown", (), "as-is", 0.2, tuple(why))
-    evicts = evict_flag if evict_flag is not None else category in _EVICTING
-    evict = suspects if evicts else ()
-    if not suspects:
-        confidence *= 0.8
+    why.append(basis.why)
+    category = _AS_VERDICT.get(basis.category, basis.category)
+    evict = _evict(basis, category, suspects, n_nodes)
+    confidence = basis.confidence if suspects else basis.confidence * 0.8
     if evict:
         restart = "after-eviction"
     elif blame_of(category) == "user" or category == "hardware/storage":
@@ -134,79 +179,137 @@ def decide(
     return Verdict(category, blame_of(category), evict, restart, confidence, tuple(why))
 
 
+def _evict(
+    basis: _Basis, category: str, suspects: tuple[str, ...], n_nodes: int
+) -> tuple[str, ...]:
+    """The nodes to take out (see the module docstring)."""
+    if basis.evict is False or category.startswith(_NEVER_EVICT):
+        return ()
+    evidence = _hosts(basis.nodes)
+    few = 0 < len(evidence) <= max(1, n_nodes // _FEW)
+    if category in _EVICTING or basis.evict:
+        if few:
+            return evidence
+        return suspects
+    if category in _LOCAL_EVICTING and len(evidence) == 1:
+        return evidence
+    return ()
+
+
 def _from_rules(
-    rules: Sequence[VerdictRule], suspects: tuple[str, ...], n_nodes: int, why: list[str]
-) -> tuple[str | None, float, bool | None]:
-    """A cause rule that matched the culprit; with no culprit, one that matched the job."""
+    rules: Sequence[VerdictRule],
+    suspects: tuple[str, ...],
+    silent: bool,
+    n_nodes: int,
+) -> _Basis | None:
+    """A cause rule that matched the culprit; with no culprit, one that matched the job. A rule
+    matched on the job's own files (the scheduler's or the cluster's account: an OOM kill, a
+    preemption) describes the job, and explains a culprit that merely went silent."""
     causes = [r for r in rules if r.role == "cause"]
+    stated = [r for r in causes if r.nodes and all(is_job_node(n) for n in r.nodes)]
     if suspects:
         # A rule that matched on most nodes (every rank's timeout) says nothing of the culprit.
         on_culprit = [
             r for r in causes if set(r.nodes) & set(suspects) and len(r.nodes) <= n_nodes / 2
         ]
+        if silent:
+            on_culprit += stated
     else:
         # No node stands out: a rule counts when it describes the job (matched widely), not a
         # single node's trouble the ranking did not confirm.
         on_culprit = [r for r in causes if not r.nodes or len(r.nodes) >= max(2, n_nodes // 2)]
+        on_culprit += [r for r in stated if r not in on_culprit]
     if not on_culprit:
-        return None, 0.0, None
+        return None
     best = max(on_culprit, key=lambda r: (r.confidence, r.rule))
-    why.append(f"rule {best.rule} ({best.category})")
-    return best.category, best.confidence, best.evict
+    nodes = tuple(n for n in best.nodes if n in suspects) if suspects else best.nodes
+    return _Basis(
+        best.category, best.confidence, nodes, best.evict, f"rule {best.rule} ({best.category})"
+    )
 
 
-def _from_lead(
-    events: Sequence[VerdictEvent],
-    nodes: Sequence[VerdictNode],
-    lexicon: Lexicon,
-    why: list[str],
-) -> tuple[str | None, float]:
-    """The leading events, when their own words name the failure beyond doubt (lexicon weight at
-    least ``_LEAD_WEIGHT``): "No space left on device" at the top of the report is the storage
-    fault, whatever benign anomaly a rule also found on a node. A lead printed only by
-    witnesses (nodes reporting a peer) is their view of the culprit, not a verdict."""
-    witnesses = {n.node for n in nodes if any(r.startswith("witness-of:") for r in n.reasons)}
-    leads = [e for e in events if "cascade" not in e.reasons][:_LEADS]
-    top = leads[0].score if leads else 0.0
-    for lead in leads:
-        if lead.score < _LEAD_CLOSE * top:
-            break
-        if lead.nodes and set(lead.nodes) <= witnesses:
-            continue
-        said = last_line(lead.text)
-        term = lexicon.classify_record(lead.text)
-        if term is None or not term.says_cause or term.weight < _LEAD_WEIGHT:
-            continue
-        why.append(f"lead event {said[:120]!r} ({term.category})")
-        return term.category, 0.95 * term.weight
-    return None, 0.0
+class _Words:
+    """The failure lexicon on ranked events."""
+
+    def __init__(self, lexicon: Lexicon, n_nodes: int) -> None:
+        self.lexicon = lexicon
+        self.n_nodes = n_nodes
+
+    def lead(self, events: Sequence[VerdictEvent], nodes: Sequence[VerdictNode]) -> _Basis | None:
+        """The leading events, when their own words name the failure beyond doubt (lexicon
+        weight at least ``_LEAD_WEIGHT``): "No space left on device" at the top of the report is
+        the storage fault, whatever benign anomaly a rule also found on a node. A lead printed
+        only by witnesses (nodes reporting a peer) is their view of the culprit, not a
+        verdict."""
+        witnesses = {n.node for n in nodes if any(r.startswith("witness-of:") for r in n.reasons)}
+        leads = [e for e in events if "cascade" not in e.reasons][:_LEADS]
+        top = leads[0].score if leads else 0.0
+        found: list[tuple[Term, VerdictEvent]] = []
+        for lead in leads:
+            if lead.score < _LEAD_CLOSE * top:
+                break
+            if lead.nodes and set(lead.nodes) <= witnesses:
+                continue
+            term = self.lexicon.cause_of_record(lead.text)
+            if term is None or not term.says_cause or term.weight < _LEAD_WEIGHT:
+                continue
+            found.append((term, lead))
+        # An error that ended the job before a warning of the same rank (a link that flapped on
+        # another node and recovered is a warning).
+        found.sort(key=lambda tl: "error-level" not in tl[1].reasons)
+        if found:
+            return self._basis(*found[0], "lead event", 0.95)
+        return None
+
+    def first(self, events: Sequence[VerdictEvent]) -> _Basis | None:
+        """The first ranked events that say what went wrong (consequences skipped)."""
+        for e in events[:_MAX_EVENTS]:
+            if "cascade" in e.reasons:
+                continue
+            term = self.lexicon.cause_of_record(e.text)
+            if term is None or not term.says_cause:
+                continue
+            return self._basis(term, e, "words of", 0.9)
+        return None
+
+    def alone(self, events: Sequence[VerdictEvent]) -> _Basis | None:
+        """Nothing but consequences: what the first one that has a meaning alone says."""
+        for e in events[:_MAX_EVENTS]:
+            term = self.lexicon.cause_of_record(e.text)
+            if term is None or term.alone is None:
+                continue
+            said = (
+                f"only consequences, such as {last_line(e.text)[:120]!r}: with nothing else "
+                f"failing they point to {term.alone}"
+            )
+            return _Basis(term.alone, _ALONE_CONFIDENCE, why=said)
+        return None
+
+    def _basis(self, term: Term, event: VerdictEvent, said: str, weight: float) -> _Basis:
+        category = term.category
+        if term.origin:
+            category = refine(category, event.text, self.lexicon)
+        local = 0 < len(_hosts(event.nodes)) <= max(1, self.n_nodes // _FEW)
+        if term.local is not None and self.n_nodes >= 2 and local:
+            category = term.local
+        line = last_line(event.text)
+        why = f"{said} {line[:120]!r} ({category})"
+        return _Basis(category, weight * term.weight, event.nodes, term.evict, why)
 
 
-def _from_words(
-    events: Sequence[VerdictEvent], lexicon: Lexicon, why: list[str]
-) -> tuple[str | None, float]:
-    """The lexicon on the first ranked events that say what went wrong (consequences
-    skipped)."""
-    for e in events[:_MAX_EVENTS]:
-        if "cascade" in e.reasons:
-            continue
-        said = last_line(e.text)
-        term = lexicon.classify_record(e.text)
-        if term is None or not term.says_cause:
-            continue
-        why.append(f"words of {said[:120]!r} ({term.category})")
-        return term.category, 0.9 * term.weight
-    return None, 0.0
+def _hosts(nodes: Sequence[str]) -> tuple[str, ...]:
+    """The hosts among nodes (not the job's own files)."""
+    return tuple(n for n in nodes if not is_job_node(n))
 
 
-def _from_behaviour(top: VerdictNode, why: list[str]) -> tuple[str | None, float]:
+def _from_behaviour(top: VerdictNode) -> _Basis | None:
     """What the culprit did when none of its lines says what happened."""
     if "silent" in top.reasons:
-        why.append(f"{top.node} stopped logging while the job went on")
-        return "hardware/node", 0.6
+        said = f"{top.node} stopped logging while the job went on"
+        return _Basis("hardware/node", 0.6, (top.node,), why=said)
     if any(
         r.startswith(("named-by-peers", "straggler-from", "slowdown-onset")) for r in top.reasons
     ):
-        why.append(f"{top.node} stayed up but its peers waited on it (a rank hung or slowed)")
-        return "hardware/accelerator", 0.5
-    return None, 0.0
+        said = f"{top.node} stayed up but its peers waited on it (a rank hung or slowed)"
+        return _Basis("hardware/accelerator", 0.5, (top.node,), why=said)
+    return None

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -19,6 +21,9 @@ from l4_plugin.cli.common import (
 )
 from l4_plugin.display import SafeConsole, safe_print
 from l4_plugin.store import open_cluster
+
+if TYPE_CHECKING:
+    from l4_plugin.diagnosis import Diagnosis
 
 
 def _diagnosis_options(f: Any) -> Any:
@@ -85,41 +90,41 @@ def _run_diagnosis(
     cli: CliState,
     store: Any,
     job_id: str,
-    baselines: list[str],
+    run: Callable[..., Diagnosis],
     *,
     json_out: Path | None,
     html_out: Path | None,
-    force_baseline: bool,
     dry_run: bool,
 ) -> None:
-    from l4_plugin.diagnosis import diagnose_job
-    from l4_plugin.diagnosis.output import discover_linker, write_outputs
+    """``run(**how)`` (a diagnosis of ``job_id``) with the settings' analysis options, a status
+    line and warnings on stderr; then the summary, the files asked for and where they went."""
+    from l4_plugin.dashboards.links import discover_linker
+    from l4_plugin.report.files import write_report_files
     from l4_plugin.report.terminal import render_terminal
 
     settings = cli.settings
-    analysis = settings.analysis
     err = SafeConsole(stderr=True, highlight=False)
     with err.status("analysing") as spinner:
-        diagnosis = diagnose_job(
-            store,
-            job_id,
+        diagnosis = run(
             options=settings.analysis_options(),
-            baselines=baselines,
-            force_baselines=force_baseline,
-            rules=None if analysis.rules else [],
+            rules=None if settings.analysis.rules else [],
             write=not dry_run,
             discover=discover_linker(settings),
             step=lambda name: spinner.update(f"{job_id}: {name}"),
-            warn=lambda msg: safe_print(f"warning: {msg}", file=sys.stderr),
+            warn=_warn,
         )
     if str(json_out) != "-":
         render_terminal(diagnosis.report, out)
-    write_outputs(diagnosis, json_out=json_out, html_out=html_out)
+    write_report_files(diagnosis.report, diagnosis.extras, json_out=json_out, html_out=html_out)
     for target in (json_out, html_out):
         if target is not None and str(target) != "-":
             err.print(f"wrote {target}")
     if not dry_run:
         err.print(f"annotations written to {store.names.annotations}")
+
+
+def _warn(message: str) -> None:
+    safe_print(f"warning: {message}", file=sys.stderr)
 
 
 @click.command()
@@ -152,11 +157,13 @@ def diagnose(
     **kwargs: Any,
 ) -> None:
     """Diagnose a failed job's log directory: ingest (baselines first), match rules, analyse."""
-    from l4_plugin.diagnosis.preparation import prepare_all
+    from l4_plugin.diagnosis import diagnose
+    from l4_plugin.diagnosis.preparation import How, prepare_all
     from l4_plugin.ingest.workers import ScanProgress
 
     limits = read_limits(cli, kwargs)  # takes the size flags out of kwargs
     _analysis_flags(cli, kwargs)
+    force = kwargs.pop("force_baseline")
     with open_cluster(cli.settings) as store:
         store.install_templates()
         err = SafeConsole(stderr=True, highlight=False)
@@ -168,20 +175,25 @@ def diagnose(
 
             return tick
 
+        how = How(
+            node_pattern=node_pattern,
+            reingest=reingest,
+            limits=limits,
+            workers=workers or cli.settings.ingest_workers,
+            progress=progress,
+            scheduler=scheduler or cli.settings.ingest_scheduler,
+        )
         with status_line:
-            job, base = prepare_all(
+            intake = prepare_all(
                 store,
                 job_dir,
                 list(baseline_dirs),
                 job_id=job_id,
-                node_pattern=node_pattern,
-                progress=progress,
-                reingest=reingest,
-                limits=limits,
-                workers=workers or cli.settings.ingest_workers,
-                scheduler=scheduler or cli.settings.ingest_scheduler,
+                how=how,
+                force_baselines=force,
+                warn=_warn,
             )
-        for p in [*base, job]:
+        for p in [*intake.baselines, intake.job]:
             state = (
                 f"ingested {p.ingested.lines:,} lines in {p.ingested.seconds:.1f} s"
                 if p.ingested
@@ -190,7 +202,8 @@ def diagnose(
             err.print(f"{p.job_id}: {state}")
             for problem in (p.ingested.problems if p.ingested else [])[:5]:
                 safe_print(f"warning: {problem}", file=sys.stderr)
-        _run_diagnosis(cli, store, job.job_id, [b.job_id for b in base], **kwargs)
+        run = partial(diagnose, store, intake.job.doc, intake.pool)
+        _run_diagnosis(cli, store, intake.job.job_id, run, **kwargs)
 
 
 @click.command()
@@ -206,9 +219,15 @@ def diagnose(
 @pass_state
 def analyze(cli: CliState, job_id: str, baseline_ids: tuple[str, ...], **kwargs: Any) -> None:
     """Diagnose a job that is already in the cluster (same output as diagnose)."""
+    from l4_plugin.diagnosis import diagnose_job
+
     _analysis_flags(cli, kwargs)
+    force = kwargs.pop("force_baseline")
     with open_cluster(cli.settings) as store:
-        _run_diagnosis(cli, store, job_id, list(baseline_ids), **kwargs)
+        run = partial(
+            diagnose_job, store, job_id, baselines=list(baseline_ids), force_baselines=force
+        )
+        _run_diagnosis(cli, store, job_id, run, **kwargs)
 
 
 @click.command()
@@ -219,7 +238,7 @@ def analyze(cli: CliState, job_id: str, baseline_ids: tuple[str, ...], **kwargs:
 def report(cli: CliState, job_id: str, html_out: Path | None, json_out: Path | None) -> None:
     """Render a job's stored diagnosis (from l4-annotations) without analysing again."""
     from l4_plugin.diagnosis import load_summary
-    from l4_plugin.diagnosis.output import write_report_files
+    from l4_plugin.report.files import write_report_files
     from l4_plugin.report.terminal import render_terminal
 
     with open_cluster(cli.settings) as store:

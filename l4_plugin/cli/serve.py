@@ -73,7 +73,7 @@ def serve(
     """
     import logging
 
-    from l4_plugin.service import Service, ServiceOptions, setup_logging
+    from l4_plugin.service import Service, setup_logging
 
     # --no-rules / --no-watch given switch off; not given leave the file's or environment's choice.
     cli.override(
@@ -87,22 +87,7 @@ def serve(
     logger = setup_logging(
         json_lines=service.log_json, level=logging.DEBUG if debug_log else logging.INFO
     )
-    options = ServiceOptions(
-        interval=service.interval,
-        watch_interval=service.watch_interval,
-        retention_days=service.retention_days,
-        retention_interval=service.retention_interval,
-        lease_seconds=service.lease,
-        max_attempts=service.max_attempts,
-        batch=service.batch,
-        rules=service.rules,
-        watch=service.watch,
-        health_port=service.health_port,
-        once=once,
-        stop_grace=service.stop_grace,
-        max_backoff=service.max_backoff,
-    )
-    code = Service(cli.settings, options, logger).run()
+    code = Service(cli.settings, logger, once=once).run()
     if code:
         raise click.exceptions.Exit(code)
 

@@ -10,9 +10,11 @@ each already escaped for where it goes (Rison inside the URL fragment, then perc
 from __future__ import annotations
 
 import string
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from urllib.parse import quote
 
+from l4_plugin.config import Settings
 from l4_plugin.dashboards.objects import data_view_id
 from l4_plugin.errors import ConfigError
 from l4_plugin.store import fields as F
@@ -96,3 +98,32 @@ def window_around(ts: datetime, minutes: float = 5.0) -> tuple[datetime, datetim
     """A time window of ``minutes`` either side of a finding, for :func:`discover_url`."""
     delta = timedelta(minutes=minutes)
     return ts - delta, ts + delta
+
+
+Linker = Callable[[str, str | None, float | None], str | None]
+
+
+def discover_linker(settings: Settings) -> Linker:
+    """A function building the Discover link of an annotation (job, node, time of the finding)
+    from the settings (``discover_url_template``, ``dashboards_url``, ``index_prefix``); the
+    template is checked now, so a bad one fails before any work."""
+    template = settings.discover_url_template or DEFAULT_DISCOVER_URL_TEMPLATE
+    validate_template(template)
+
+    def link(job_id: str, node: str | None, ts: float | None) -> str | None:
+        if ts is None:
+            start: datetime | str = "now-30d"
+            end: datetime | str = "now"
+        else:
+            start, end = window_around(datetime.fromtimestamp(ts, UTC))
+        return discover_url(
+            template,
+            job_id,
+            node,
+            start,
+            end,
+            base_url=settings.dashboards_url,
+            index_prefix=settings.index_prefix,
+        )
+
+    return link

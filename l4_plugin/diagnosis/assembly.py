@@ -24,9 +24,9 @@ from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.tables import JobData, JobDoc
 from l4_plugin.analysis.verdict import VerdictEvent, VerdictNode, VerdictRule, decide
+from l4_plugin.diagnosis.hangs import report_hang
 from l4_plugin.records import Finding, Verdict
 from l4_plugin.report.extras import (
-    DroppedTemplate,
     IterationPoint,
     NodeEventMatrix,
     ReportExtras,
@@ -43,7 +43,7 @@ from l4_plugin.report.model import (
     ReportStraggler,
 )
 from l4_plugin.rules.engine import RuleMatch
-from l4_plugin.store.documents import source_field
+from l4_plugin.store.fields import source_field
 
 _HEAT_NODES = 30
 _HEAT_EVENTS = 20
@@ -93,7 +93,7 @@ def _sample(
     return (without_boilerplate(info.message) if info else ""), None
 
 
-def _events(
+def report_events(
     data: JobData, analysis: Analysis, samples: Mapping[str, Mapping[str, Any]]
 ) -> tuple[ReportEvent, ...]:
     """The fused events, ranked, each with one sample line (cause-telling lines preferred)."""
@@ -121,7 +121,20 @@ def _events(
     return tuple(out)
 
 
-def _iterations(analysis: Analysis) -> tuple[ReportIteration, ...]:
+def _failure_iteration(data: JobData, analysis: Analysis) -> tuple[int, str] | None:
+    """The iteration the job failed in: where the best-ranked event that has one was first
+    printed (by the iteration lines, or placed by time on the job's timeline)."""
+    first: dict[str, int] = {}
+    for it, tid in data.iteration_cells:
+        if it < first.get(tid, it + 1):
+            first[tid] = it
+    for event in analysis.fusion.events:
+        if event.template_id in first:
+            return first[event.template_id], event.template_id
+    return None
+
+
+def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...]:
     fusion = analysis.fusion
     top = max((s.distance for s in fusion.iterations), default=0.0)
     iterations = [
@@ -138,7 +151,25 @@ def _iterations(analysis: Analysis) -> tuple[ReportIteration, ...]:
     ]
     slow = analysis.slowdown
     if slow is None:
-        return tuple(iterations)
+        failed = _failure_iteration(data, analysis)
+        if failed is None:
+            return tuple(iterations)
+        # Where the failure began, when no iteration departs from its predecessors (a hang's
+        # last iteration, a crash in an iteration like the others); after them otherwise: the
+        # best-ranked event may have begun earlier than the failure (a flapping link).
+        it, tid = failed
+        if any(s.iteration == it for s in iterations):
+            return tuple(iterations)
+        began = ReportIteration(
+            iteration=it,
+            score=1.0 if not iterations else 0.0,
+            why="failure",
+            distance=None,
+            threshold=None,
+            events=(tid,),
+            missing_events=(),
+        )
+        return (*iterations, began)
     # Where the job started to slow down comes first: the DTW suspect is then mostly where
     # the slowed job finally failed.
     iterations = [it for it in iterations if it.iteration != slow.first_iteration] or iterations
@@ -168,12 +199,14 @@ def _slowdown(analysis: Analysis) -> ReportSlowdown | None:
     )
 
 
-def _verdict(
+def decide_verdict(
     data: JobData,
     analysis: Analysis,
     events: Sequence[ReportEvent],
     rule_matches: Sequence[RuleMatch],
 ) -> Verdict:
+    """The verdict (``analysis.verdict.decide``) on the ranked events as the report shows them
+    (template and sample line), the ranked nodes and the rule matches; confidence rounded."""
     fusion = analysis.fusion
     decided = decide(
         [
@@ -192,8 +225,17 @@ def _verdict(
         ],
         default_lexicon(),
         len(data.nodes),
+        hang=_hang_hint(analysis),
     )
     return replace(decided, confidence=round(decided.confidence, 3))
+
+
+def _hang_hint(analysis: Analysis) -> tuple[str, float, str] | None:
+    """What the ranks' dumps say of the fault's category, if anything."""
+    hang = analysis.hang
+    if hang is None or hang.category is None:
+        return None
+    return hang.category, hang.confidence, hang.why
 
 
 def _filtering(analysis: Analysis) -> ReportFiltering:
@@ -214,16 +256,17 @@ def _filtering(analysis: Analysis) -> ReportFiltering:
 def build_report(
     data: JobData,
     analysis: Analysis,
+    events: Sequence[ReportEvent],
+    verdict: Verdict,
     *,
     baseline_jobs: Sequence[str],
     rule_matches: Sequence[RuleMatch],
-    samples: Mapping[str, Mapping[str, Any]],
     analyzer_version: str,
     timings: Mapping[str, float] | None = None,
 ) -> Report:
-    """The report of one analysed job (ARCHITECTURE.md, *The report*), extra sections included."""
+    """The report of one analysed job (ARCHITECTURE.md, *The report*), extra sections included:
+    ``events`` are :func:`report_events`, ``verdict`` is :func:`decide_verdict`'s."""
     fusion = analysis.fusion
-    events = _events(data, analysis, samples)
     stragglers = analysis.stragglers.stragglers if analysis.stragglers else ()
     return Report(
         job_id=data.job.id,
@@ -232,14 +275,14 @@ def build_report(
         baseline_jobs=tuple(baseline_jobs),
         # The rule engine owns the shape of a match's JSON; the report keeps it as written.
         rule_matches=tuple(ReportRuleMatch.from_json(m.to_report()) for m in rule_matches),
-        events=events,
+        events=tuple(events),
         nodes=tuple(
             ReportNode(n.node, round(n.score, 4), tuple(n.events), tuple(n.reasons))
             for n in fusion.nodes
         ),
-        iterations=_iterations(analysis),
+        iterations=_iterations(analysis, data),
         silent_nodes=tuple(fusion.silent_nodes),
-        verdict=_verdict(data, analysis, events, rule_matches),
+        verdict=verdict,
         stragglers=tuple(
             ReportStraggler(s.node, s.first_iteration, round(s.slowdown, 3)) for s in stragglers
         ),
@@ -254,6 +297,8 @@ def build_report(
         time_unit="timestamp" if data.time_unit == "ts" else "line position",
         analyzer_version=analyzer_version,
         timings={k: round(v, 3) for k, v in (timings or {}).items()},
+        hang=report_hang(analysis.hang),
+        attempts=None,
     )
 
 
@@ -303,56 +348,6 @@ def build_extras(
         no_baseline=analysis.crossjob.no_baseline,
         timings=dict(timings or {}),
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
-    )
-
-
-def extras_to_dict(extras: ReportExtras) -> dict[str, Any]:
-    """A JSON-ready copy of the extras (stored with the summary annotation for ``l4 report``)."""
-    m = extras.matrix
-    return {
-        "matrix": None
-        if m is None
-        else {
-            "nodes": list(m.nodes),
-            "template_ids": list(m.template_ids),
-            "counts": [list(r) for r in m.counts],
-        },
-        "iterations": [
-            [p.iteration, p.distance, p.threshold, p.suspect] for p in extras.iterations
-        ],
-        "stage_per_node": dict(extras.stage_per_node),
-        "stage_order": list(extras.stage_order),
-        "dropped_templates": [[d.template_id, d.text, d.note] for d in extras.dropped_templates],
-        "no_baseline": extras.no_baseline,
-        "timings": dict(extras.timings),
-        "generated_at": extras.generated_at,
-    }
-
-
-def extras_from_dict(raw: Mapping[str, Any]) -> ReportExtras:
-    """The inverse of :func:`extras_to_dict`."""
-    m = raw.get("matrix")
-    return ReportExtras(
-        matrix=None
-        if not m
-        else NodeEventMatrix(
-            tuple(m["nodes"]),
-            tuple(m["template_ids"]),
-            tuple(tuple(int(v) for v in r) for r in m["counts"]),
-        ),
-        iterations=tuple(
-            IterationPoint(int(i), float(d), None if t is None else float(t), bool(s))
-            for i, d, t, s in raw.get("iterations", [])
-        ),
-        stage_per_node=dict(raw.get("stage_per_node", {})),
-        stage_order=tuple(raw.get("stage_order", [])),
-        dropped_templates=tuple(
-            DroppedTemplate(str(t), str(r), math.nan, math.nan, text=str(x))
-            for t, x, r in raw.get("dropped_templates", [])
-        ),
-        no_baseline=bool(raw.get("no_baseline", False)),
-        timings=dict(raw.get("timings", {})),
-        generated_at=raw.get("generated_at"),
     )
 
 
@@ -409,6 +404,8 @@ def _iteration_text(it: ReportIteration) -> str:
             f"the job runs {it.slowdown or 0.0:.2f}× slower from iteration {it.iteration} "
             f"on than before it; events that start with it: {len(it.events)}"
         )
+    if it.why == "failure" and it.distance is None:
+        return f"the failure began in iteration {it.iteration}: its first event was printed then"
     return (
         f"iteration {it.iteration} departs from the 10 before it (DTW "
         f"{it.distance or 0.0:.2f} > three-sigma {it.threshold}); new events: "

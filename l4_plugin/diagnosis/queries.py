@@ -24,17 +24,21 @@ import math
 import re
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from l4_plugin.analysis.fusion import is_flagged
-from l4_plugin.analysis.tables import BaselinePool, Cell, JobData, JobDoc, TemplateInfo
+from l4_plugin.analysis.tables import BaselinePool, Cell, JobAttempt, JobData, JobDoc, TemplateInfo
 from l4_plugin.errors import AnalysisError
 from l4_plugin.records import host_shapes, level_label, may_name_a_node
-from l4_plugin.store import Store, generations, jobs, line_packs, packs
+from l4_plugin.store import Store, generations, jobs
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import source_field
+from l4_plugin.store.events import JobEvents, Key, Metric, template_totals
+from l4_plugin.store.fields import source_field
 from l4_plugin.store.jobs import JobRecord
+from l4_plugin.store.lines import JobLines
+from l4_plugin.traces import JobDumps
 
 _PAGE = 50_000
 
@@ -66,7 +70,7 @@ def job_doc(record: JobRecord) -> JobDoc:
         template_stats=(
             {t: (int(n), int(k)) for t, (n, k) in stats.items()} if stats is not None else None
         ),
-        iterations=packs.int_or_none(summary.iterations),
+        iterations=_int_or_none(summary.iterations),
         system_logs=_bool_or_none(summary.system_logs),
         system_templates=frozenset(summary.system_templates or ()),
         aux_templates=(
@@ -76,7 +80,47 @@ def job_doc(record: JobRecord) -> JobDoc:
         cut_files=tuple(str(c) for c in summary.cut_files or ()),
         generation=record.ingest.generation or None,
         scope=generations.scope(record.id, record.to_source()),
+        dumps=JobDumps.from_json(summary.dumps),
+        attempts=tuple(
+            JobAttempt(a.attempt, a.nodes, _seconds(a.start_ts), _seconds(a.end_ts), a.trained)
+            for a in summary.attempts or ()
+        ),
     )
+
+
+def attempt_job(job: JobDoc, attempt: int) -> JobDoc:
+    """``job`` narrowed to one of its attempts: its documents (and those that belong to no
+    attempt: the job's own files), nodes, time span and dumps."""
+    span = next((a for a in job.attempts if a.attempt == attempt), None)
+    dumps = job.dumps
+    if dumps is not None:
+        dumps = replace(
+            dumps,
+            traces=tuple(t for t in dumps.traces if t.attempt in (attempt, None)),
+            stacks=tuple(s for s in dumps.stacks if s.attempt in (attempt, None)),
+        )
+    mine = {
+        "bool": {
+            "should": [
+                {"term": {F.ATTEMPT: attempt}},
+                {"bool": {"must_not": {"exists": {"field": F.ATTEMPT}}}},
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+    return replace(
+        job,
+        nodes=span.nodes if span is not None else job.nodes,
+        start_ts=span.start_ts if span is not None else job.start_ts,
+        end_ts=span.end_ts if span is not None else job.end_ts,
+        dumps=dumps,
+        attempt=attempt,
+        scope={"bool": {"filter": [job_scope(job), mine]}},
+    )
+
+
+def _int_or_none(value: Any) -> int | None:
+    return int(value) if isinstance(value, int | float) else None
 
 
 def _bool_or_none(value: Any) -> bool | None:
@@ -107,10 +151,13 @@ def read_job(store: Store, job_id: str) -> JobDoc:
     return job_doc(record)
 
 
-def find_jobs(store: Store, *, fingerprint: str, status: str) -> list[JobDoc]:
+def find_jobs(
+    store: Store, *, fingerprint: str, status: str, exclude: Collection[str] = ()
+) -> list[JobDoc]:
     """Jobs of one configuration fingerprint and status, sorted by id: those with documents to
-    compare with (not purged by retention, not only ever begun)."""
-    return [job_doc(r) for r in jobs.find_jobs(store, fingerprint=fingerprint, status=status)]
+    compare with (not purged by retention, not only ever begun), but for ``exclude``."""
+    found = jobs.find_jobs(store, fingerprint=fingerprint, status=status, exclude=exclude)
+    return [job_doc(r) for r in found]
 
 
 def _walk(
@@ -133,33 +180,30 @@ def _value(bucket: dict[str, Any], name: str) -> Any:
     return bucket.get(name, {}).get("value")
 
 
-def read_job_tables(store: Store, job_id: str) -> JobData:
-    """Read every table the analyses need for ``job_id`` (see the module docstring)."""
-    job = read_job(store, job_id)
+def read_job_tables(store: Store, job: JobDoc) -> JobData:
+    """Read every table the analyses need for ``job`` (see the module docstring): its documents,
+    or one attempt's for a job narrowed by ``attempt_job`` (``job_scope``)."""
     query = job_scope(job)
     if not store.count(store.names.events, query):
         raise AnalysisError(
-            f"job {job_id!r} has no event rollups in {store.names.events} — hint: re-ingest it"
+            f"job {job.id!r} has no event rollups in {store.names.events} — hint: re-ingest it"
         )
-    shared = packs.read_packs(store, store.names.events, query)
-    own = packs.without_packs(query)
-    cells, stage_first = _node_template_cells(store, own, shared)
-    templates = _template_infos(store, own, shared)
+    events = JobEvents(store, query)
+    cells, stage_first = _node_template_cells(events)
+    templates = _template_infos(events)
     _read_exemplars(store, query, templates)
-    stage_spans = _stage_spans(store, own, shared)
-    it_query = {"bool": {"filter": [own, {"exists": {"field": F.ITERATION}}]}}
-    shared_its = [r for r in shared if r.iteration is not None]
-    iteration_cells, iteration_spans = _iteration_cells(store, it_query, shared_its)
-    node_iteration_start, node_iteration_seconds, node_last_iteration = _node_iterations(
-        store, it_query, shared_its
-    )
+    stage_spans = _stage_spans(events)
+    iteration_cells, iteration_spans = _iteration_cells(events)
+    node_iteration_start, node_iteration_seconds, node_last_iteration = _node_iterations(events)
     time_unit = "ts" if any(c.first_ts < math.inf for c in cells.values()) else "position"
     if time_unit != "ts":
         stage_first = {}
     aux = job.aux_templates if job.aux_templates is not None else job.system_templates
     _fill_missing_times(cells, time_unit, aux)
     nodes = sorted({n for n, _ in cells} | set(job.nodes))
-    announcements, peer_lines = _read_address_lines(store, query, templates, nodes)
+    announcements, peer_lines = _read_address_lines(
+        events, JobLines(store, query), templates, nodes
+    )
     return JobData(
         job=job,
         time_unit=time_unit,
@@ -177,203 +221,132 @@ def read_job_tables(store: Store, job_id: str) -> JobData:
     )
 
 
-def _node_template_cells(
-    store: Store, query: dict[str, Any], shared: Sequence[packs.NodeRollup]
-) -> tuple[dict[tuple[str, str], Cell], dict[tuple[str, str, str], float]]:
-    """Node × template cells, and each template's first time per (node, stage).
+_NODE = Key("node", "host.name")
+_TEMPLATE = Key("t", F.TEMPLATE_ID)
+_STAGE = Key("st", F.STAGE)
+_ITERATION = Key("it", F.ITERATION)
 
-    ``query`` selects the documents of one node each; ``shared`` are the packs' nodes."""
-    times = {
-        "n": {"sum": {"field": F.COUNT}},
-        "f": {"min": {"field": F.FIRST_TS}},
-        "l": {"max": {"field": F.LAST_TS}},
-        "p": {"min": {"field": F.FIRST_POS}},
-    }
+
+def _node_template_cells(
+    events: JobEvents,
+) -> tuple[dict[tuple[str, str], Cell], dict[tuple[str, str, str], float]]:
+    """Node × template cells, and each template's first time per (node, stage)."""
     cells: dict[tuple[str, str], Cell] = {}
     stage_first: dict[tuple[str, str, str], float] = {}
-    for b in _walk(
-        store,
-        [_terms("node", "host.name"), _terms("t", F.TEMPLATE_ID), _terms("st", F.STAGE)],
-        query,
-        times,
+    for row in events.table(
+        [_NODE, _TEMPLATE, _STAGE],
+        {
+            "n": Metric("sum", F.COUNT),
+            "f": Metric("min", F.FIRST_TS),
+            "l": Metric("max", F.LAST_TS),
+            "p": Metric("min", F.FIRST_POS),
+        },
     ):
-        node, tid = str(b["key"]["node"]), str(b["key"]["t"])
-        f, last = _seconds(_value(b, "f")), _seconds(_value(b, "l"))
+        key, v = row.key, row.values
+        node, tid = str(key["node"]), str(key["t"])
+        f, last = _seconds(v["f"]), _seconds(v["l"])
         cell = cells.get((node, tid))
         if cell is None:
             cell = cells[(node, tid)] = Cell()
-        cell.count += int(_value(b, "n") or 0)
+        cell.count += int(v["n"] or 0)
         cell.first_ts = min(cell.first_ts, f if f is not None else math.inf)
         cell.last_ts = max(cell.last_ts, last if last is not None else -math.inf)
-        cell.first_pos = min(cell.first_pos, float(_value(b, "p") or 0.0))
+        cell.first_pos = min(cell.first_pos, float(v["p"] or 0.0))
         if f is not None:
-            stage_first[(node, tid, str(b["key"]["st"]))] = f
-    for r in shared:
-        cell = cells.get((r.node, r.template_id))
-        if cell is None:
-            cell = cells[(r.node, r.template_id)] = Cell()
-        f, last = _seconds(r.first_ts), _seconds(r.last_ts)
-        cell.count += r.count
-        cell.first_ts = min(cell.first_ts, f if f is not None else math.inf)
-        cell.last_ts = max(cell.last_ts, last if last is not None else -math.inf)
-        cell.first_pos = min(cell.first_pos, float(r.first_pos))
-        if f is not None:
-            key = (r.node, r.template_id, r.stage)
-            stage_first[key] = min(f, stage_first.get(key, math.inf))
+            stage_first[(node, tid, str(key["st"]))] = f
     return cells, stage_first
 
 
-def _template_infos(
-    store: Store, query: dict[str, Any], shared: Sequence[packs.NodeRollup]
-) -> dict[str, TemplateInfo]:
+def _template_infos(events: JobEvents) -> dict[str, TemplateInfo]:
     """Per template, how many of its lines carried each level and each stage."""
     templates: dict[str, TemplateInfo] = defaultdict(TemplateInfo)
-    for b in _walk(
-        store,
-        [
-            _terms("t", F.TEMPLATE_ID),
-            _terms("lvl", "log.level", missing=True),
-            _terms("st", F.STAGE, missing=True),
-        ],
-        query,
-        {"n": {"sum": {"field": F.COUNT}}},
+    for row in events.table(
+        [_TEMPLATE, Key("lvl", "log.level", missing=True), Key("st", F.STAGE, missing=True)],
+        {"n": Metric("sum", F.COUNT)},
     ):
-        info = templates[str(b["key"]["t"])]
-        n = int(_value(b, "n") or 0)
-        level = level_label(b["key"].get("lvl"))
+        info = templates[str(row.key["t"])]
+        n = int(row.values["n"] or 0)
+        level = level_label(row.key.get("lvl"))
         if level is not None:
             info.levels[level] = info.levels.get(level, 0) + n
-        if b["key"].get("st") is not None:
-            stage = str(b["key"]["st"])
+        if row.key.get("st") is not None:
+            stage = str(row.key["st"])
             info.stages[stage] = info.stages.get(stage, 0) + n
-    for r in shared:
-        info = templates[r.template_id]
-        level = level_label(r.level)
-        if level is not None:
-            info.levels[level] = info.levels.get(level, 0) + r.count
-        info.stages[r.stage] = info.stages.get(r.stage, 0) + r.count
     return templates
 
 
-def _stage_spans(
-    store: Store, query: dict[str, Any], shared: Sequence[packs.NodeRollup]
-) -> dict[tuple[str, str], tuple[float, float, float, float]]:
+def _stage_spans(events: JobEvents) -> dict[tuple[str, str], tuple[float, float, float, float]]:
     """(node, stage) → first and last time (NaN when none), first and last position."""
-    spans: dict[tuple[str, str], list[float | None]] = {}
-    for b in _walk(
-        store,
-        [_terms("node", "host.name"), _terms("st", F.STAGE)],
-        query,
+    stage_spans: dict[tuple[str, str], tuple[float, float, float, float]] = {}
+    for row in events.table(
+        [_NODE, _STAGE],
         {
-            "f": {"min": {"field": F.FIRST_TS}},
-            "l": {"max": {"field": F.LAST_TS}},
-            "fp": {"min": {"field": F.FIRST_POS}},
-            "lp": {"max": {"field": F.LAST_POS}},
+            "f": Metric("min", F.FIRST_TS),
+            "l": Metric("max", F.LAST_TS),
+            "fp": Metric("min", F.FIRST_POS),
+            "lp": Metric("max", F.LAST_POS),
         },
     ):
-        key = (str(b["key"]["node"]), str(b["key"]["st"]))
-        _span_add(spans, key, _value(b, "f"), _value(b, "l"), _value(b, "fp"), _value(b, "lp"))
-    for r in shared:
-        _span_add(spans, (r.node, r.stage), r.first_ts, r.last_ts, r.first_pos, r.last_pos)
-    stage_spans: dict[tuple[str, str], tuple[float, float, float, float]] = {}
-    for key, (f, last, fp, lp) in spans.items():
-        fs, ls = _seconds(f), _seconds(last)
-        stage_spans[key] = (
+        v = row.values
+        fs, ls = _seconds(v["f"]), _seconds(v["l"])
+        stage_spans[(str(row.key["node"]), str(row.key["st"]))] = (
             fs if fs is not None else math.nan,
             ls if ls is not None else math.nan,
-            float(fp or 0.0),
-            float(lp or 0.0),
+            float(v["fp"] or 0.0),
+            float(v["lp"] or 0.0),
         )
     return stage_spans
 
 
-def _span_add(
-    spans: dict[tuple[str, str], list[float | None]],
-    key: tuple[str, str],
-    *values: Any,
-) -> None:
-    """Fold (first ms, last ms, first position, last position) into ``spans[key]``."""
-    new = [float(v) if isinstance(v, int | float) else None for v in values]
-    old = spans.get(key)
-    if old is None:
-        spans[key] = new
-        return
-    for i, pick in enumerate((min, max, min, max)):
-        a, b = old[i], new[i]
-        old[i] = b if a is None else a if b is None else pick(a, b)
-
-
 def _iteration_cells(
-    store: Store, it_query: dict[str, Any], shared: Sequence[packs.NodeRollup]
+    events: JobEvents,
 ) -> tuple[dict[tuple[int, str], tuple[float, int]], dict[int, int]]:
     """(iteration bucket, template) → (first time, count), and each bucket's span."""
     iteration_cells: dict[tuple[int, str], tuple[float, int]] = {}
     iteration_spans: dict[int, int] = {}
-    for b in _walk(
-        store,
-        [_terms("it", F.ITERATION), _terms("t", F.TEMPLATE_ID)],
-        it_query,
+    for row in events.table(
+        [_ITERATION, _TEMPLATE],
         {
-            "f": {"min": {"field": F.FIRST_TS}},
-            "n": {"sum": {"field": F.COUNT}},
-            "s": {"max": {"field": F.ITERATION_SPAN}},
+            "f": Metric("min", F.FIRST_TS),
+            "n": Metric("sum", F.COUNT),
+            "s": Metric("max", F.ITERATION_SPAN),
         },
     ):
-        it = int(b["key"]["it"])
-        f = _seconds(_value(b, "f"))
-        iteration_cells[(it, str(b["key"]["t"]))] = (
+        it = int(row.key["it"])
+        f = _seconds(row.values["f"])
+        iteration_cells[(it, str(row.key["t"]))] = (
             f if f is not None else math.inf,
-            int(_value(b, "n") or 0),
+            int(row.values["n"] or 0),
         )
-        iteration_spans[it] = max(iteration_spans.get(it, 1), int(_value(b, "s") or 1))
-    for r in shared:
-        assert r.iteration is not None
-        key = (r.iteration, r.template_id)
-        f = _seconds(r.first_ts)
-        first, count = iteration_cells.get(key, (math.inf, 0))
-        iteration_cells[key] = (min(first, f if f is not None else math.inf), count + r.count)
-        iteration_spans[r.iteration] = max(iteration_spans.get(r.iteration, 1), r.span or 1)
+        iteration_spans[it] = max(iteration_spans.get(it, 1), int(row.values["s"] or 1))
     return iteration_cells, iteration_spans
 
 
 def _node_iterations(
-    store: Store, it_query: dict[str, Any], shared: Sequence[packs.NodeRollup]
+    events: JobEvents,
 ) -> tuple[dict[tuple[str, int], float], dict[tuple[str, int], float], dict[str, int]]:
     """Per (node, iteration bucket) its first time and stated seconds per iteration, and the
     last iteration each node reached."""
     node_iteration_start: dict[tuple[str, int], float] = {}
     node_iteration_seconds: dict[tuple[str, int], float] = {}
     node_last_iteration: dict[str, int] = {}
-    for b in _walk(
-        store,
-        [_terms("node", "host.name"), _terms("it", F.ITERATION)],
-        it_query,
+    for row in events.table(
+        [_NODE, _ITERATION],
         {
-            "f": {"min": {"field": F.FIRST_TS}},
-            "s": {"max": {"field": F.ITERATION_SPAN}},
-            "d": {"max": {"field": F.ITERATION_SECONDS}},
+            "f": Metric("min", F.FIRST_TS),
+            "s": Metric("max", F.ITERATION_SPAN),
+            "d": Metric("max", F.ITERATION_SECONDS),
         },
     ):
-        node, it = str(b["key"]["node"]), int(b["key"]["it"])
-        f = _seconds(_value(b, "f"))
+        node, it = str(row.key["node"]), int(row.key["it"])
+        f = _seconds(row.values["f"])
         if f is not None:
             node_iteration_start[(node, it)] = f
-        d = _value(b, "d")
+        d = row.values["d"]
         if isinstance(d, int | float) and math.isfinite(d) and d >= 0:
             node_iteration_seconds[(node, it)] = float(d)
-        last = it + max(int(_value(b, "s") or 1), 1) - 1
+        last = it + max(int(row.values["s"] or 1), 1) - 1
         node_last_iteration[node] = max(last, node_last_iteration.get(node, last))
-    for r in shared:
-        assert r.iteration is not None
-        key = (r.node, r.iteration)
-        f = _seconds(r.first_ts)
-        if f is not None:
-            node_iteration_start[key] = min(f, node_iteration_start.get(key, math.inf))
-        d = r.seconds
-        if d is not None and math.isfinite(d) and d >= 0:
-            node_iteration_seconds[key] = max(d, node_iteration_seconds.get(key, -math.inf))
-        last = r.iteration + max(r.span or 1, 1) - 1
-        node_last_iteration[r.node] = max(last, node_last_iteration.get(r.node, last))
     return node_iteration_start, node_iteration_seconds, node_last_iteration
 
 
@@ -387,7 +360,7 @@ _PEER_HITS = 5  # lines read per (node, template) that may name a peer
 
 
 def _read_address_lines(
-    store: Store, job: dict[str, Any], templates: dict[str, TemplateInfo], nodes: Sequence[str]
+    events: JobEvents, lines: JobLines, templates: dict[str, TemplateInfo], nodes: Sequence[str]
 ) -> tuple[tuple[tuple[str, str], ...], tuple[tuple[str, str, str], ...]]:
     """Announcements of own addresses, and warning/error lines that may name another node.
 
@@ -402,60 +375,19 @@ def _read_address_lines(
         for t, info in templates.items()
         if is_flagged(info.level) and may_name_a_node(info.text, hosts)
     )
-    announcements = [(n, m) for n, _, m in _read_node_lines(store, job, announce, 1, lines=False)]
-    said = _read_node_lines(store, job, peer, _PEER_HITS, lines=False)
-    said += _read_node_lines(store, job, peer, _PEER_HITS, lines=True)
+    announcements = [
+        (node, messages[0]) for (node, _), messages in events.earliest_messages(announce, 1).items()
+    ]
+    said = [
+        (node, tid, m)
+        for found in (
+            events.earliest_messages(peer, _PEER_HITS),
+            lines.earliest_messages(peer, _PEER_HITS),
+        )
+        for (node, tid), messages in found.items()
+        for m in messages
+    ]
     return tuple(announcements), tuple(dict.fromkeys(said))
-
-
-def _read_node_lines(
-    store: Store, job: dict[str, Any], template_ids: Sequence[str], size: int, *, lines: bool
-) -> list[tuple[str, str, str]]:
-    """Up to ``size`` messages per (node, template) of the job, earliest first."""
-    if not template_ids:
-        return []
-    index = store.names.lines if lines else store.names.events
-    scope = job if lines else packs.without_packs(job)
-    query = {"bool": {"filter": [scope, {"terms": {F.TEMPLATE_ID: template_ids}}]}}
-    if lines and not store.count(index, job):
-        return []
-    sort_field = "@timestamp" if lines else F.FIRST_TS
-    found: dict[tuple[str, str], list[tuple[float, dict[str, Any]]]] = defaultdict(list)
-    for b in store.composite(
-        index,
-        [_terms("node", "host.name"), _terms("t", F.TEMPLATE_ID)],
-        query=query,
-        aggs={
-            "x": {
-                "top_hits": {
-                    "size": size,
-                    "sort": [{sort_field: {"order": "asc", "missing": "_last"}}],
-                    "_source": ["message", sort_field],
-                }
-            }
-        },
-        page_size=_PAGE,
-    ):
-        key = (str(b["key"]["node"]), str(b["key"]["t"]))
-        for hit in b.get("x", {}).get("hits", {}).get("hits", []):
-            src = hit.get("_source", {})
-            found[key].append((_sort_time(source_field(src, sort_field)), src))
-    if not lines:
-        for r in packs.read_packs(store, index, job, messages=True, templates=template_ids):
-            found[(r.node, r.template_id)].append((_sort_time(r.first_ts), {"message": r.message}))
-    out: list[tuple[str, str, str]] = []
-    for (node, tid), hits in sorted(found.items()):
-        hits.sort(key=lambda h: h[0])  # stable: the cluster's order among equal times
-        for _, src in hits[:size]:
-            message = source_field(src, "message")
-            if message:
-                out.append((node, tid, str(message)))
-    return out
-
-
-def _sort_time(value: Any) -> float:
-    """A hit's sort time, missing last (as the searches sort)."""
-    return float(value) if isinstance(value, int | float) else math.inf
 
 
 def _fill_missing_times(
@@ -506,6 +438,22 @@ def _read_exemplars(store: Store, job: dict[str, Any], templates: dict[str, Temp
         info = templates[str(b["key"]["t"])]
         info.text = str(source_field(src, F.TEMPLATE_TEXT) or "")
         info.message = str(source_field(src, "message") or "")
+
+
+def read_pool_templates(store: Store, pool: Sequence[JobDoc]) -> set[str] | None:
+    """Template ids the baseline pool printed, so ingest keeps the failed job's lines of every
+    other template; None without a pool."""
+    if not pool:
+        return None
+    scopes = [job_scope(j) for j in sorted(pool, key=lambda j: j.id)]
+    return {
+        str(b["key"]["t"])
+        for b in _walk(
+            store,
+            [_terms("t", F.TEMPLATE_ID)],
+            {"bool": {"should": scopes, "minimum_should_match": 1}},
+        )
+    }
 
 
 def read_baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
@@ -568,25 +516,8 @@ def _aggregate_pool_counts(
         lo, hi = _value(b, "lo"), _value(b, "hi")
         if lo is not None and hi is not None:
             work[str(b["key"]["j"])] = max(int(hi) - int(lo) + 1, 1)
-    for b in _walk(
-        store,
-        [_terms("t", F.TEMPLATE_ID), _terms("j", F.JOB_ID)],
-        query,
-        {
-            # A pack's l4.count is each of its nodes' count; its l4.count_all, theirs together.
-            "own": {
-                "filter": packs.without_packs({"match_all": {}}),
-                "aggs": {"n": {"sum": {"field": F.COUNT}}},
-            },
-            "packed": {
-                "filter": packs.only_packs({"match_all": {}}),
-                "aggs": {"n": {"sum": {"field": F.COUNT_ALL}}},
-            },
-            "nodes": {"cardinality": {"field": "host.name"}},
-        },
-    ):
-        n = int(_value(b.get("own", {}), "n") or 0) + int(_value(b.get("packed", {}), "n") or 0)
-        per[str(b["key"]["t"])].append((str(b["key"]["j"]), n, int(_value(b, "nodes") or 0)))
+    for tid, job_id, n, nodes in template_totals(store, query, page_size=_PAGE):
+        per[tid].append((job_id, n, nodes))
 
 
 _TELLING_CHOICES = 5  # lines of one node and template among which ``telling`` chooses
@@ -614,11 +545,12 @@ def find_sample_lines(
     exemplar message).
     """
     wanted = list(dict.fromkeys(template_ids))
-    if not wanted or not store.count(store.names.lines, job_scope(job)):
+    lines = JobLines(store, job_scope(job))
+    if not wanted or not lines.any():
         return {}
     out: dict[str, dict[str, Any]] = {}
     preferred = list(prefer_nodes)
-    # (filter, the nodes it asks for): a pack (store/line_packs.py) reads as their line.
+    # (filter, the nodes it asks for): a pack of several nodes reads as the line of one of them.
     passes: list[tuple[dict[str, Any] | None, list[str]]] = [
         ({"term": {"host.name": n}}, [n]) for n in preferred[:3]
     ]
@@ -631,41 +563,10 @@ def find_sample_lines(
         todo = [t for t in wanted if t not in out]
         if not todo:
             break
-        filters: list[dict[str, Any]] = [
-            job_scope(job),
-            {"terms": {F.TEMPLATE_ID: todo}},
-        ]
-        filters += [f for f in (node_filter, time_filter) if f is not None]
-        for b in store.composite(
-            store.names.lines,
-            [_terms("t", F.TEMPLATE_ID)],
-            query={"bool": {"filter": filters}},
-            aggs={
-                "x": {
-                    "top_hits": {
-                        "size": 1 if telling is None else _TELLING_CHOICES,
-                        "sort": [
-                            {"@timestamp": {"order": "asc", "missing": "_last"}},
-                            {F.LINE: {"order": "asc"}},
-                        ],
-                        "_source": [
-                            "message",
-                            "host.name",
-                            F.RANK,
-                            "@timestamp",
-                            "log.file.path",
-                            F.LINE,
-                            F.PACK,
-                            F.NODES,
-                        ],
-                    }
-                }
-            },
-            page_size=_PAGE,
-        ):
-            hits = b.get("x", {}).get("hits", {}).get("hits", [])
-            sources = [line_packs.own_line(h.get("_source", {}), asked) for h in hits]
-            if sources:
-                told = [x for x in sources if telling and telling(str(x.get("message") or ""))]
-                out[str(b["key"]["t"])] = (told or sources)[0]
+        where = [{"terms": {F.TEMPLATE_ID: todo}}]
+        where += [f for f in (node_filter, time_filter) if f is not None]
+        size = 1 if telling is None else _TELLING_CHOICES
+        for tid, sources in lines.earliest_by_template(where, size, asked).items():
+            told = [x for x in sources if telling and telling(str(x.get("message") or ""))]
+            out[tid] = (told or sources)[0]
     return out

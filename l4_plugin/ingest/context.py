@@ -11,9 +11,10 @@ walks a rollup or a line.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from l4_plugin.ingest.attempts import split_unit
 from l4_plugin.ingest.documents import (
     MAJORITY,
     Buckets,
@@ -90,13 +91,15 @@ def doc_context(
     baseline_templates: set[str] | None,
     *,
     fold: bool = True,
+    attempts: Mapping[int, Timeline] | None = None,
 ) -> DocContext:
-    """The job's clock, its timeline placed on it, the iteration buckets, and which templates
-    may name a node or are printed by nearly every node."""
+    """The job's clock, its timeline (and each attempt's) placed on it, the iteration buckets,
+    and which templates may name a node or are printed by nearly every node."""
     clock = Clock(found.year if found.year is not None else this_year())
-    timeline.resolve(clock.seconds)
+    for each in (timeline, *(attempts or {}).values()):
+        each.resolve(clock.seconds)
     clock.cache.clear()
-    shapes = host_shapes(found.nodes)
+    shapes = host_shapes(split_unit(n)[0] for n in found.nodes)
     named = frozenset(t for t, text in found.texts.items() if may_name_a_node(text, shapes))
     least = max(2, MAJORITY * len(found.nodes))
     majority = frozenset(t for t, n in found.node_counts.items() if n >= least and t not in named)
@@ -112,4 +115,5 @@ def doc_context(
         named,
         majority,
         fold,
+        dict(attempts or {}),
     )

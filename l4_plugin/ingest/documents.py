@@ -13,9 +13,11 @@ import hashlib
 import math
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from l4_plugin.ingest.attempts import split_unit
 from l4_plugin.ingest.header import parse_time
 from l4_plugin.ingest.parser import LineKind
 from l4_plugin.ingest.rollup import (
@@ -29,6 +31,7 @@ from l4_plugin.ingest.rollup import (
 from l4_plugin.ingest.timeline import UNPLACED, Timeline
 from l4_plugin.records import Level, Template, numbers_blanked
 from l4_plugin.store import fields as F
+from l4_plugin.store import jobs
 
 # Running (sum in ns, lines) of an event document's iteration durations while groups merge into it;
 # replaced by their mean, ``l4.iteration_seconds``, just before the documents are written.
@@ -128,6 +131,13 @@ class DocContext:
     names_a_node: frozenset[str]  # templates whose lines may name a node: kept whole
     majority: frozenset[str]  # templates (naming no node) that nearly every node prints
     fold: bool = True  # fold a majority template's lines of several ranks (not with --full)
+    #: A restarted job's timeline per attempt (resolved), which its units' lines are placed on.
+    attempts: Mapping[int, Timeline] = field(default_factory=dict)
+
+    def timeline_of(self, unit: str) -> Timeline:
+        """The timeline a unit's lines are placed on: its attempt's, else the job's."""
+        attempt = split_unit(unit)[1]
+        return self.attempts.get(attempt, self.timeline) if attempt is not None else self.timeline
 
 
 def _group_times(
@@ -312,15 +322,16 @@ def node_documents(
     merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
     kept: dict[str, list[_Kept]] = {}
     below_error: dict[str, bool] = {}
+    timeline = ctx.timeline_of(node)
     for (kind, stage, it), group in rollup.groups.items():
         template = kind.template
         assert template is not None
         first_ms, last_ms, moved = _group_times(ctx, rollup, stage, it, group)
         first_s = first_ms / 1000.0 if first_ms is not None else None
         if stage.startswith(UNPLACED):
-            stage, it = ctx.timeline.place(stage[1:], first_s)
+            stage, it = timeline.place(stage[1:], first_s)
         else:
-            stage = ctx.timeline.refine(stage, it, first_s)
+            stage = timeline.refine(stage, it, first_s)
         start, span = ctx.bucket_of(it) if it is not None else (None, 0)
         key = (node, template.id, stage, start)
         doc = merged.get(key)
@@ -346,6 +357,11 @@ def node_documents(
     events = [
         (doc_id(ctx.job_id, ctx.generation, *key), _finish_event(d)) for key, d in merged.items()
     ]
+    host, attempt = split_unit(node)
+    if attempt is not None:  # the unit is a node's lines of one attempt
+        for _, doc in (*events, *lines, *shared):
+            doc["host.name"] = host
+            doc[F.ATTEMPT] = attempt
     return events, lines, shared
 
 
@@ -366,6 +382,8 @@ class EventTotals:
     ranks: set[int] = field(default_factory=set)
     first: int | None = None  # the earliest first time
     last: int | None = None  # the latest last time
+    #: Per attempt of a restarted job: its nodes and the time span of its documents.
+    attempts: dict[int, jobs.AttemptSpan] = field(default_factory=dict)
 
     def add(self, events: list[Doc]) -> None:
         """Count a node's event documents in."""
@@ -376,6 +394,10 @@ class EventTotals:
                 self.first = first
             if last is not None and (self.last is None or last > self.last):
                 self.last = last
+            if d.get(F.ATTEMPT) is not None:
+                k = d[F.ATTEMPT]
+                span = self.attempts.get(k) or jobs.AttemptSpan(k)
+                self.attempts[k] = span.add(d["host.name"], first, last)
 
     def merge(self, other: EventTotals) -> None:
         """Count another lane's event documents in."""
@@ -384,6 +406,14 @@ class EventTotals:
             self.first = first if self.first is None else min(self.first, first)
         for last in (other.last,) if other.last is not None else ():
             self.last = last if self.last is None else max(self.last, last)
+        for k, theirs in other.attempts.items():
+            span = self.attempts.get(k)
+            if span is None:
+                self.attempts[k] = theirs
+                continue
+            for node in theirs.nodes:
+                span = span.add(node, theirs.start_ts, theirs.end_ts)
+            self.attempts[k] = span
 
 
 def _event_doc(

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from l4_plugin.ingest.documents import Clock, doc_id
+from l4_plugin.ingest.attempts import split_unit
+from l4_plugin.ingest.documents import DocContext, doc_id
 from l4_plugin.ingest.jobdir import JobMeta
 from l4_plugin.ingest.parser import LineKind, LineParser
 from l4_plugin.ingest.rollup import NodeRollup
 from l4_plugin.ingest.scanner import chunks
 from l4_plugin.ingest.sources import LogStream
 from l4_plugin.ingest.stages import default_stage_rules
-from l4_plugin.ingest.timeline import UNPLACED, Timeline
+from l4_plugin.ingest.timeline import UNPLACED
 from l4_plugin.store import Store
 from l4_plugin.store import fields as F
 
@@ -28,9 +29,7 @@ def write_full_lines(
     meta: JobMeta,
     streams: list[LogStream],
     parser: LineParser,
-    clock: Clock,
-    generation: str,
-    timeline: Timeline,
+    ctx: DocContext,
 ) -> int:
     """Index every raw line as an ``l4-lines`` document (``--full``); returns how many.
 
@@ -39,7 +38,7 @@ def write_full_lines(
     Memory stays bounded: documents go to the cluster in bulk chunks of ``FULL_CHUNK`` as the
     lines are read. Ids are (job, node, file, line): a re-ingest overwrites, never duplicates.
     """
-    rules = default_stage_rules()
+    rules, clock, generation = default_stage_rules(), ctx.clock, ctx.generation
     docs: list[tuple[str, dict[str, Any]]] = []
     written = 0
 
@@ -59,10 +58,13 @@ def write_full_lines(
             template = kind.template
         assert template is not None
         if stage.startswith(UNPLACED):
-            stage, iteration = timeline.place(stage[1:], clock.seconds(ts_ref, cache=False))
+            stage, iteration = ctx.timeline_of(node).place(
+                stage[1:], clock.seconds(ts_ref, cache=False)
+            )
+        host, attempt = split_unit(node)
         doc: dict[str, Any] = {
             "message": raw,
-            "host.name": node,
+            "host.name": host,
             "log.file.path": path,
             F.JOB_ID: meta.id,
             F.TEMPLATE_ID: template.id,
@@ -83,6 +85,8 @@ def write_full_lines(
             doc["log.offset"] = offset
         if pos in long_lines:
             doc[F.FLAGS] = ["truncated"]
+        if attempt is not None:
+            doc[F.ATTEMPT] = attempt
         docs.append((doc_id(meta.id, generation, node, path, pos), doc))
         if len(docs) >= FULL_CHUNK:
             nonlocal written

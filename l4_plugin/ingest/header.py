@@ -71,8 +71,9 @@ _KUBECTL = re.compile(r"\[pod/([\w.-]+)/[\w.-]+\] ")
 _RAY = re.compile(
     r"\((?:[\w.:-]+ )?pid=\d+(?:, ip=(\d{1,3}(?:\.\d{1,3}){3}))?(?:, [\w]+=[^,)\s]+)*\) "
 )
-# srun -l: "3: message" (the task id, a global rank); never "14:05:45" (a time).
-_SRUN_PREFIX = re.compile(r"(\d{1,6}): (?![\d:])")
+# srun -l: "3: message" (the task id, a global rank), whatever follows ("3: 2025-01-27 22:49:45 …");
+# never "14:05:45" (a time: no space after its colon).
+_SRUN_PREFIX = re.compile(r"(\d{1,6}): ")
 _BODY_RANK = re.compile(r"\[Rank (\d+)\]")
 #: The rank of each launcher prefix text seen (``_prefix_rank``). Read directly by the scan loop
 #: (``rollup.NodeRollup.scan``) for a shape whose spans are known: a missing text is computed

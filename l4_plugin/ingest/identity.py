@@ -33,6 +33,9 @@ _IPV4 = re.compile(_IP)
 _NCCL = re.compile(r"(" + _HOST + r"):\d+:\d+ \[\d+\] NCCL ")
 # NCCL bootstrap (src/bootstrap.cc): the interface and address this rank uses.
 _BOOTSTRAP = re.compile(r"NCCL INFO Bootstrap ?: Using [\w.:-]+?:(" + _IP + r")<")
+# Ray's raylet names its node by the node's address ("[state-dump] Node name: 10.83.41.81", the
+# "node:10.83.41.81" resource, "node_ip_address=…").
+_RAY_NODE = re.compile(r"(?:\bNode name: |\{node:|\bnode_ip_address[=:] ?)(" + _IP + r")\b")
 # syslog / kern.log: "Mon DD HH:MM:SS host prog[pid]: …"
 _SYSLOG = re.compile(
     r"(?:[A-Z][a-z]{2} )?[A-Z][a-z]{2} +\d{1,2} \d{2}:\d{2}:\d{2}(?:\.\d+)?(?: \d{4})? ("
@@ -89,7 +92,8 @@ class FileFacts:
 
     #: The host its own lines name (NCCL prefix, syslog host, a banner); None: none or several.
     own: str | None = None
-    #: (address, host) pairs its ranks announced.
+    #: (address, host) pairs its ranks announced; host "" for the file's own node (Ray's
+    #: raylet names no host, only the address of the node it runs on).
     addresses: tuple[tuple[str, str], ...] = ()
     #: Hosts (or addresses) its lines name as the subject of a launcher's or scheduler's report.
     named: tuple[str, ...] = ()
@@ -128,6 +132,8 @@ def facts(lines: Iterable[str], limit: int = FACT_LINES) -> FileFacts:
             seen += 1
             agent += _AGENT.search(line[:160]) is not None
         body = _body(line)
+        if "ode" in body and (ray := _RAY_NODE.search(body)) is not None:
+            addresses.setdefault(ray.group(1), "")  # Ray names a node by its address
         host = _own_host(body)
         if host is not None:
             own[host] += 1

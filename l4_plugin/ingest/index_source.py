@@ -31,7 +31,7 @@ from l4_plugin.ingest.sources import LogStream
 from l4_plugin.jobid import check_job_id
 from l4_plugin.store import Store
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import source_field
+from l4_plugin.store.fields import source_field
 
 PAGE_SIZE = 5000
 PIT_KEEP_ALIVE = "5m"  # renewed by every page; covers the write phase between the two --full passes

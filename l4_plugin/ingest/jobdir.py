@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from l4_plugin.errors import IngestError
-from l4_plugin.ingest import identity, procs
+from l4_plugin.ingest import attempts, dumps, identity, procs
 from l4_plugin.ingest.hostlist import HostlistError
 from l4_plugin.ingest.hostlist import expand as expand_hostlist
 from l4_plugin.ingest.hosts import HostRouter, plan
@@ -141,10 +141,16 @@ _NUL_RUN = re.compile(rb"\x00{16,}")
 
 @dataclass(frozen=True, slots=True)
 class JobFiles:
-    """What ``scan`` found: the log files to read and a one-line warning per file skipped."""
+    """What ``scan`` found: the log files to read, a one-line warning per file skipped, and the
+    files that may be dumps (Flight Recorder traces, ``py-spy dump`` stacks: ``ingest.dumps``)."""
 
     files: list[LogFile]
     skipped: list[str]
+    dumps: list[Path] = field(default_factory=list)
+
+
+#: ``_probe``'s answer for a file that is a ``py-spy dump`` (a stack, not a log).
+STACK_DUMP = "a py-spy stack dump"
 
 
 def _kind(mode: int) -> str:
@@ -280,8 +286,11 @@ def scan(
     skipped: list[str] = []
     total = 0
     found: list[_Found] = []
+    others: list[Path] = []  # files that may be dumps
     for path in sorted(job_dir.rglob("*")):
         stem = _strip_suffixes(path.name)
+        if stem is None and dumps.is_candidate(path) and not path.is_dir():
+            others.append(path)
         if stem is None or (path.is_dir() and not path.is_symlink()):
             continue
         relative = path.relative_to(job_dir).as_posix()
@@ -294,6 +303,9 @@ def scan(
     )
     kept: list[tuple[_Found, LogFile, HostRouter | None, FileFacts]] = []
     for f, (checked, router, facts) in zip(found, probes, strict=True):
+        if checked == STACK_DUMP:
+            others.append(f.path)
+            continue
         if isinstance(checked, str):
             skipped.append(f"skipped {f.relative}: {checked}")
             continue
@@ -307,7 +319,7 @@ def scan(
             f"job too large — {job_dir} — {human_size(total)} of logs, over the per-job limit of "
             f"{human_size(limits.max_job_size)} — hint: raise --max-job-size"
         )
-    files = _assign(kept, hosts, limits)
+    files = attempts.assign(_assign(kept, hosts, limits), limits)
     if not files:
         raise IngestError(
             f"no log files in {job_dir} — expected JOB/<node>/*.log[.gz] or "
@@ -315,9 +327,15 @@ def scan(
             + (f"; {len(skipped)} skipped, first: {skipped[0]}" if skipped else "")
         )
     files.sort(
-        key=lambda f: (f.node, f.kind != "rank", f.rank if f.rank is not None else -1, f.relative)
+        key=lambda f: (
+            f.node,
+            -1 if f.attempt is None else f.attempt,
+            f.kind != "rank",
+            f.rank if f.rank is not None else -1,
+            f.relative,
+        )
     )
-    return JobFiles(files, skipped)
+    return JobFiles(files, skipped, others)
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,7 +371,11 @@ def _assign(
                 known.add(f.node)
         if router is not None:
             known.update(h for h in router.hosts if not _IPV4.fullmatch(h))
-    announced = {ip: host for *_, facts in kept for ip, host in facts.addresses}
+    announced = {
+        ip: host or (facts.own if f.origin == "name" and facts.own else f.node)
+        for f, _, _, facts in kept
+        for ip, host in facts.addresses
+    }
     addresses = identity.address_host(announced, known)
     out: list[LogFile] = []
     for f, file, router, facts in kept:
@@ -528,6 +550,8 @@ def _probe(path: Path, system: bool, root: Path, limits: ReadLimits, depth: int)
         head = list(itertools.islice(it, depth))
     except (OSError, IngestError):
         return checked, None, FileFacts()
+    if dumps.is_stack_text(head):
+        return STACK_DUMP, None, FileFacts()
     router = None if system else _router(itertools.chain(head, it))
     return checked, router, identity.facts(head, depth)
 

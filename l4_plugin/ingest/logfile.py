@@ -24,6 +24,16 @@ class Route:
 
 
 @dataclass(frozen=True, slots=True)
+class Split:
+    """How a file holding several attempts of a restarted job is told apart
+    (:func:`l4_plugin.ingest.attempts.attempt_blocks`): when each attempt began on its node
+    (``starts``: time, attempt), read with the year a line without one takes (``year``)."""
+
+    starts: tuple[tuple[float, int], ...]
+    year: int
+
+
+@dataclass(frozen=True, slots=True)
 class LogFile:
     """One log file of a job: its node, rank (None for system logs) and kind: a rank's output,
     a system log (kernel, syslog), a launcher agent's own log (torchrun's, Ray's raylet) or a
@@ -45,3 +55,8 @@ class LogFile:
     #: the scan's scheduling weighs a file by. None: not known.
     lines: int | None = None
     route: Route | None = None
+    #: The attempt of a restarted job this stream's lines belong to (None: the job never
+    #: restarted); ``split``, for a file that holds several attempts: this stream is then the
+    #: lines of ``attempt`` only (``attempts.attempt_blocks``).
+    attempt: int | None = None
+    split: Split | None = None

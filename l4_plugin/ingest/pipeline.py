@@ -22,14 +22,17 @@ from pathlib import Path
 from typing import Any
 
 from l4_plugin.errors import IngestError
+from l4_plugin.ingest import dumps
+from l4_plugin.ingest.attempts import split_unit
 from l4_plugin.ingest.context import Survey, doc_context, survey
 from l4_plugin.ingest.documents import Doc, EventTotals, doc_id, rare_limit
 from l4_plugin.ingest.full import write_full_lines
-from l4_plugin.ingest.jobdir import JobMeta, job_meta, scan
+from l4_plugin.ingest.jobdir import JobFiles, JobMeta, job_meta, scan
 from l4_plugin.ingest.lanes import Lane
+from l4_plugin.ingest.logfile import LogFile
 from l4_plugin.ingest.owners import BuildPlan, BuildReport, build
 from l4_plugin.ingest.parser import LineParser
-from l4_plugin.ingest.scanner import AUX_KINDS
+from l4_plugin.ingest.scanner import AUX_KINDS, NodeDigest
 from l4_plugin.ingest.sources import LogStream, file_streams, files_generation
 from l4_plugin.ingest.templates import template_from_dict
 from l4_plugin.ingest.timeline import Timeline
@@ -45,8 +48,9 @@ from l4_plugin.limits import ReadLimits
 from l4_plugin.records import Template, is_job_node
 from l4_plugin.store import Store, generations, jobs, line_packs, packs
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import source_field
+from l4_plugin.store.fields import source_field
 from l4_plugin.store.jobs import JobRecord
+from l4_plugin.traces import JobDumps
 
 PROGRESS_EVERY = 2.0  # seconds between progress updates of the job document
 Progress = Callable[[ScanProgress], None]
@@ -81,6 +85,13 @@ class IngestSummary:
     # build (the documents, until the last is handed to the writer), send (waiting for the
     # cluster after that), finish (templates, refresh, the job document).
     steps: dict[str, float] = field(default_factory=dict)
+    # The job's ``l4-jobs`` document as the ingest completed it (what a diagnosis reads next).
+    record: JobRecord | None = None
+    #: The Flight Recorder traces and stacks found beside the logs (``ingest.dumps``).
+    dumps: JobDumps = field(default_factory=JobDumps)
+    #: A restarted job's attempts as its files name them, each with its nodes (an attempt
+    #: whose workers died before printing left empty files: it counts).
+    attempts: dict[int, set[str]] = field(default_factory=dict)
 
 
 class _ProgressReport:
@@ -163,19 +174,55 @@ def ingest_job(
     meta = job_meta(job_dir, job_id=job_id, status=status, config=config)
     started = time.monotonic()
     found = scan(job_dir, node_pattern, limits, workers, meta.hosts)
-    discovery = time.monotonic() - started
+    return ingest_files(
+        store,
+        meta,
+        found,
+        where=str(job_dir),
+        discovery=time.monotonic() - started,
+        baseline_templates=baseline_templates,
+        full=full,
+        progress=progress,
+        limits=limits,
+        workers=workers,
+        scheduler=scheduler,
+    )
+
+
+def ingest_files(
+    store: Store,
+    meta: JobMeta,
+    found: JobFiles,
+    *,
+    where: str,
+    discovery: float = 0.0,
+    baseline_templates: set[str] | None = None,
+    full: bool = False,
+    progress: Progress | None = None,
+    limits: ReadLimits | None = None,
+    workers: int | None = None,
+    scheduler: str | None = None,
+) -> IngestSummary:
+    """``ingest_job`` of the job directory ``where`` whose ``job.yaml`` (``meta``) and files
+    (``found``, ``jobdir.scan`` in ``discovery`` seconds) were read already: neither is read
+    again. The Flight Recorder traces and stacks the scan found are read here."""
+    started = time.monotonic()
+    traces = dumps.read_dumps(Path(where), found.dumps, {f.node for f in found.files}, limits)
+    discovery += time.monotonic() - started
     summary = ingest_streams(
         store,
         meta,
         file_streams(found.files, limits),
         files_generation(found.files),
-        where=str(job_dir),
+        where=where,
         baseline_templates=baseline_templates,
         full=full,
         progress=progress,
         skipped=found.skipped,
         workers=workers,
         scheduler=scheduler,
+        dumps=traces,
+        attempts=_named_attempts(found.files),
     )
     summary.steps = {"discovery": discovery, **summary.steps}
     summary.seconds += discovery  # the whole ingest, as the user waits for it
@@ -195,17 +242,22 @@ def ingest_streams(
     skipped: list[str] | None = None,
     workers: int | None = None,
     scheduler: str | None = None,
+    dumps: JobDumps | None = None,
+    attempts: dict[int, set[str]] | None = None,
 ) -> IngestSummary:
     """The one ingest path of files and index sources: parse, tag, roll up, write.
 
     ``streams`` are the job's files (sorted by node, rank, path); ``generation`` identifies this
-    version of the job's logs (see the module docstring); ``where`` names the source in errors.
+    version of the job's logs (see the module docstring); ``where`` names the source in errors;
+    ``dumps`` are the traces and stacks found beside them, kept on the job document;
+    ``attempts`` the attempts of a restarted job the files name, with their nodes.
     ``workers`` lanes scan them and build their nodes' documents (``workers.ingest_lanes``:
     local processes, or with ``scheduler`` a Dask cluster's workers).
     """
     started = time.monotonic()
     summary = IngestSummary(meta, files=len(streams))
     summary.problems.extend(meta.warnings)  # job.yaml keys ignored
+    summary.attempts = dict(attempts or {})
     summary.problems.extend(skipped or [])
     summary.skipped_files = len(skipped or [])
     parser = LineParser(known=load_known_templates(store))
@@ -219,6 +271,10 @@ def ingest_streams(
         scanned = scan_lanes(lanes, token, streams, parser, progress=report, rare_limit=limit)
         _scanned(summary, scanned)
         parser.finish()
+        if dumps:
+            summary.dumps = _placed(dumps, scanned.digests)
+        if dumps is not None:
+            summary.problems.extend(dumps.problems)
         found = survey(scanned.digests, parser.kind_of)
         summary.steps["scan"] = time.monotonic() - started
         summary.nodes = len(found.nodes)
@@ -229,7 +285,7 @@ def ingest_streams(
                 + (f" ({summary.problems[0]})" if summary.problems else "")
             )
         summary.agent_paths = frozenset(s.path for s in streams if s.kind in AUX_KINDS)
-        writing = _Writing(summary, parser, found, scanned.timeline, generation)
+        writing = _Writing(summary, parser, found, scanned.timeline, generation, scanned.timelines)
         _write(store, writing, lanes, token, baseline_templates, streams if full else None)
     summary.seconds = time.monotonic() - started
     return summary
@@ -249,6 +305,26 @@ def _scanned(summary: IngestSummary, scanned: ScanResult) -> None:
     summary.worker_rss_mb = scanned.worker_rss_kb / 1024
 
 
+def _named_attempts(files: list[LogFile]) -> dict[int, set[str]]:
+    """Each attempt the job's files name, with the nodes that have files of it."""
+    out: dict[int, set[str]] = {}
+    for f in files:
+        if f.attempt is not None:
+            out.setdefault(f.attempt, set()).add(f.node)
+    return out
+
+
+def _placed(found: JobDumps, digests: list[NodeDigest]) -> JobDumps:
+    """The dumps with the global ranks the logs place on one node each (for the ranks that
+    left no dump)."""
+    ranks: dict[str, set[int]] = {}
+    for d in digests:
+        host = split_unit(d.node)[0]
+        if not is_job_node(host):
+            ranks.setdefault(host, set()).update(d.ranks)
+    return replace(found, rank_nodes=dumps.rank_nodes(ranks))
+
+
 @dataclass
 class _Writing:
     """What the write step works from: the scan's summary, the templates, the job's survey
@@ -259,6 +335,8 @@ class _Writing:
     found: Survey
     timeline: Timeline
     source: str
+    #: A restarted job's timeline per attempt (``workers.ScanResult.timelines``).
+    attempts: dict[int, Timeline] = field(default_factory=dict)
 
 
 def template_documents(
@@ -294,8 +372,9 @@ def job_record(
 ) -> JobRecord:
     """The job document of a completed ingest (before ``completed`` merges the old one in)."""
     meta = summary.job
-    progressing = sorted(found.progressing)
-    hosts = sorted(n for n in found.nodes if not is_job_node(n))  # not the job's own files
+    progressing = sorted({split_unit(n)[0] for n in found.progressing})
+    # The hosts, not the job's own files (a restarted job's units are (host, attempt)).
+    hosts = sorted({h for n in found.nodes if not is_job_node(h := split_unit(n)[0])})
     iterations = found.iterations
     first = found.first_iteration
     progress = summary.progress
@@ -318,6 +397,8 @@ def job_record(
             cut_files=tuple(summary.cut_files) or None,
             start_ts=totals.first,
             end_ts=totals.last if totals.first is not None else None,
+            dumps=summary.dumps.to_json() if summary.dumps else None,
+            attempts=_attempts(totals, found, summary.attempts),
         ),
         ingest=jobs.IngestState(
             state="done",
@@ -330,6 +411,24 @@ def job_record(
             problems="\n".join(summary.problems[:100]) if summary.problems else None,
         ),
     )  # fmt: skip
+
+
+def _attempts(
+    totals: EventTotals, found: Survey, named: Mapping[int, set[str]]
+) -> tuple[jobs.AttemptSpan, ...] | None:
+    """A restarted job's attempts: every attempt its files name (one whose workers died before
+    printing a line counts, with its nodes and no time), nodes and time span from their
+    documents, and whether a rank printed progress of its own in each (None: the job never
+    restarted)."""
+    attempts = sorted(set(named) | set(totals.attempts))
+    if len(attempts) < 2:
+        return None
+    trained = {split_unit(n)[1] for n in found.progressing}
+    out = []
+    for k in attempts:
+        span = totals.attempts.get(k) or jobs.AttemptSpan(k, tuple(sorted(named.get(k, ()))))
+        out.append(replace(span, trained=k in trained))
+    return tuple(out)
 
 
 def completed(job: JobRecord, existing: Mapping[str, Any]) -> dict[str, Any]:
@@ -372,6 +471,7 @@ def _write(
     ctx = doc_context(
         meta.id, generation, w.found, w.timeline, baseline_templates,
         fold=full_streams is None,  # with --full every raw line is a document of its own
+        attempts=w.attempts,
     )  # fmt: skip
     templates = {k.key: k.template for k in w.parser.kinds if k.template is not None}
     # With --full the kept lines are written after the raw lines, which they overwrite.
@@ -405,9 +505,7 @@ def _write(
     summary.steps["send"] = time.monotonic() - handed
     summary.events_docs = written.get(store.names.events, 0)
     if full_streams is not None:
-        summary.lines_docs = write_full_lines(
-            store, meta, full_streams, w.parser, ctx.clock, generation, ctx.timeline
-        )
+        summary.lines_docs = write_full_lines(store, meta, full_streams, w.parser, ctx)
         # Kept lines overwrite their raw-line twins: same ids, joined tracebacks, flags.
         store.bulk_index(store.names.lines, kept)
     else:
@@ -438,7 +536,9 @@ def _finish(store: Store, w: _Writing, totals: EventTotals, generation: str) -> 
     for index in (store.names.events, store.names.lines, store.names.templates):
         store.refresh(index)
     job = job_record(w.summary, w.found, totals, w.source, now)
-    generations.complete(store, meta.id, generation, lambda old: completed(job, old))
+    w.summary.record = generations.complete(
+        store, meta.id, generation, lambda old: completed(job, old)
+    )
 
 
 def _begin(store: Store, meta: JobMeta, files: int) -> str:

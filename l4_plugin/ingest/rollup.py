@@ -655,7 +655,10 @@ class NodeRollup:
                     elif role.stage is not None:
                         stage = rules.next_stage(stage, role.stage, training)
                         training = training or stage == "training"
-                        if training and stage == role.stage:
+                        # A finished save returns to what follows it; also a save this file saw
+                        # begin where its rank prints no progress of its own (its save lines are
+                        # its only marks), not a lone "saved" line before training.
+                        if stage == role.stage and (training or stage_before == stage):
                             then = role.then
                     if (iteration != iteration_before or stage != stage_before) and stage != "init":
                         _enter(timeline, entered, stage, iteration, ts_ref)

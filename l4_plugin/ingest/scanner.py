@@ -21,7 +21,7 @@ from pathlib import Path
 from l4_plugin.errors import FileCutError, IngestError
 from l4_plugin.ingest.header import parse_time
 from l4_plugin.ingest.jobdir import is_system_log
-from l4_plugin.ingest.logfile import LogFile, Route
+from l4_plugin.ingest.logfile import LogFile, Route, Split
 from l4_plugin.ingest.parser import KindSpec, LineKind, LineParser, kind_spec
 from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup, kept_like_errors
 from l4_plugin.ingest.sources import LogStream, bounded_blocks
@@ -114,6 +114,7 @@ class NodeDigest:
     rank_logs: list[int]
     from_workers: list[int]
     system_logs: bool
+    #: Its timeline's transitions (those of its attempt's timeline, for a restarted job's unit).
     marks: list[tuple[MarkKey, str]]
     lines: int
     last_iteration: int | None
@@ -123,6 +124,8 @@ class NodeDigest:
     cut: list[str]
     files: int
     size: int
+    #: The global ranks its groups name (a job's dumps are placed on the nodes by them).
+    ranks: list[int]
 
 
 @dataclass(slots=True)
@@ -237,9 +240,11 @@ class Scanner:
         job_node = is_job_node(rollup.node)
         system: dict[str, bool] = {}
         first: int | None = None
+        ranks: set[int] = set()
         for (kind, stage, it), group in rollup.groups.items():
             i = index[kind]
             counts[i] += group.count
+            ranks.update(group.ranks)
             path = group.path
             in_system = system.get(path)
             if in_system is None:
@@ -267,6 +272,7 @@ class Scanner:
             done.cut,
             len(sizes),
             sum(sizes),
+            sorted(ranks),
         )
 
     def _drop_samples(self, rollup: NodeRollup, limit: int) -> None:
@@ -354,13 +360,25 @@ class Task:
     limits: ReadLimits | None = None
     route: Route | None = None
     kind: str = "rank"  # ``LogFile.kind``
+    attempt: int | None = None  # ``LogFile.attempt`` and ``LogFile.split``
+    split: Split | None = None
 
 
 def task_stream(task: Task) -> LogStream:
     """The stream a worker reads: the same confinement, size limit and host filter as
     ``sources.file_streams`` in the parent."""
     path = Path(task.file)
-    file = LogFile(path, task.path, task.node, task.rank, "rank", task.host, route=task.route)
+    file = LogFile(
+        path,
+        task.path,
+        task.node,
+        task.rank,
+        "rank",
+        task.host,
+        route=task.route,
+        attempt=task.attempt,
+        split=task.split,
+    )
     return LogStream(
         task.node,
         task.rank,
@@ -371,6 +389,8 @@ def task_stream(task: Task) -> LogStream:
         task.limits,
         route=task.route,
         kind=task.kind,
+        attempt=task.attempt,
+        split=task.split,
     )
 
 

@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from l4_plugin.errors import FileCutError, IngestError
+from l4_plugin.ingest.attempts import attempt_blocks, unit
 from l4_plugin.ingest.hosts import for_host
-from l4_plugin.ingest.logfile import LogFile, Route
+from l4_plugin.ingest.logfile import LogFile, Route, Split
 from l4_plugin.ingest.reader import Block, read_blocks
 from l4_plugin.limits import ReadLimits, human_size
 
@@ -42,6 +43,10 @@ class LogStream:
     lines: int | None = None  # its lines, estimated (``LogFile.lines``); None: unknown
     route: Route | None = None  # how ``host``'s lines are picked out (``logfile.LogFile.route``)
     kind: str = "rank"  # a rank's output, a system log or an agent's (``logfile.LogFile.kind``)
+    #: The attempt of a restarted job (``node`` is then the unit ``attempts.unit(host, attempt)``)
+    #: and how its lines are picked out of a file of several attempts (``LogFile.split``).
+    attempt: int | None = None
+    split: Split | None = None
 
 
 def file_streams(files: list[LogFile], limits: ReadLimits | None = None) -> list[LogStream]:
@@ -49,7 +54,7 @@ def file_streams(files: list[LogFile], limits: ReadLimits | None = None) -> list
     each reads its file within ``limits`` (``bounded_blocks``; None: the defaults)."""
     return [
         LogStream(
-            f.node,
+            unit(f.node, f.attempt),
             f.rank,
             f.relative,
             lambda f=f: bounded_blocks(f, limits),  # type: ignore[misc]
@@ -59,6 +64,8 @@ def file_streams(files: list[LogFile], limits: ReadLimits | None = None) -> list
             f.lines,
             f.route,
             f.kind,
+            f.attempt,
+            f.split,
         )
         for f in files
     ]
@@ -79,6 +86,8 @@ def bounded_blocks(file: LogFile, limits: ReadLimits | None = None) -> Iterator[
     blocks = read_blocks(file.path, limits=limits, name=file.relative)
     if file.host is not None:
         blocks = for_host(blocks, file.host, file.route)
+    if file.split is not None and file.attempt is not None:
+        blocks = attempt_blocks(blocks, file.attempt, file.split)
     for block in blocks:
         if block.end is not None and block.end > limit:
             raise FileCutError(

@@ -227,12 +227,14 @@ class StageRules:
         continuations: tuple[re.Pattern[str], ...] = (),
         openers: tuple[re.Pattern[str], ...] = (),
         frames: tuple[tuple[str, re.Pattern[str]], ...] = (),
+        words: tuple[tuple[str, re.Pattern[str]], ...] = (),
     ) -> None:
         self.stages = stages
         self.iterations = iterations
         self.continuations = continuations
         self.openers = openers
         self.frames = frames
+        self.words = words
         self.pre_training = frozenset(s.name for s in stages if s.pre_training)
 
     @classmethod
@@ -249,15 +251,33 @@ class StageRules:
         openers = tuple(
             _compile(path, f"openers[{i}]", p) for i, p in enumerate(data.get("openers") or [])
         )
-        frames = tuple(_frame(path, i, e) for i, e in enumerate(data.get("frames") or []))
-        return cls(stages, iterations, continuations, openers, frames)
+        entries = [_frame(path, i, e) for i, e in enumerate(data.get("frames") or [])]
+        frames = tuple((st, p) for st, p, words in entries if not words)
+        words = tuple((st, p) for st, p, words in entries if words)
+        return cls(stages, iterations, continuations, openers, frames, words)
 
     def stage_of_stack(self, text: str) -> str | None:
-        """The stage a failing record's own stack names (``frames``), if any."""
-        for stage, pattern in self.frames:
+        """The stage a failing record's own stack names (``frames``), if any: that of its
+        innermost frame that names one (a DataLoader's frames below a training loop's are
+        where it failed)."""
+        for line in reversed(text.splitlines()):
+            for stage, pattern in self.frames:
+                if pattern.search(line):
+                    return stage
+        return None
+
+    def stage_of_words(self, text: str) -> str | None:
+        """The stage a failing record's words imply when no marker and no frame says one
+        (``frames`` entries with ``words: true``), if any."""
+        for stage, pattern in self.words:
             if pattern.search(text):
                 return stage
         return None
+
+    def marker_stage(self, body: str) -> str | None:
+        """The stage a line kind (masked body, or a template of one) marks, if it is a stage or
+        iteration marker."""
+        return self.role(body).stage
 
     def continues(self, body: str) -> bool:
         """True when a line kind continues the error record before it (``continuations``)."""
@@ -296,13 +316,19 @@ def _compile(path: Path, where: str, pattern: Any) -> re.Pattern[str]:
         raise ConfigError(f"{path}: {where}: invalid regex {pattern!r}: {exc}") from None
 
 
-def _frame(path: Path, i: int, entry: Any) -> tuple[str, re.Pattern[str]]:
+def _frame(path: Path, i: int, entry: Any) -> tuple[str, re.Pattern[str], bool]:
     if not isinstance(entry, dict) or entry.get("stage") not in STAGE_ORDER:
         raise ConfigError(
             f"{path}: frames[{i}]: needs a stage from {', '.join(STAGE_ORDER)} and a pattern, "
             f"got {entry!r}"
         )
-    return str(entry["stage"]), _compile(path, f"frames[{i}].pattern", entry.get("pattern"))
+    words = entry.get("words", False)
+    if not isinstance(words, bool) or set(entry) - {"stage", "pattern", "words"}:
+        raise ConfigError(
+            f"{path}: frames[{i}]: keys are stage, pattern and words (true or false), got {entry!r}"
+        )
+    pattern = _compile(path, f"frames[{i}].pattern", entry.get("pattern"))
+    return str(entry["stage"]), pattern, words
 
 
 def _stage(path: Path, i: int, entry: Any) -> _StageRule:

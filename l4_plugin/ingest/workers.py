@@ -33,6 +33,7 @@ from typing import TypeVar
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest import owners, procs
+from l4_plugin.ingest.attempts import split_unit
 from l4_plugin.ingest.lanes import Lane, lane_token, open_lanes
 from l4_plugin.ingest.owners import BatchReport
 from l4_plugin.ingest.parser import LineParser, kind_spec
@@ -115,6 +116,9 @@ class ScanResult:
     timeline: Timeline
     problems: list[str]
     workers: int
+    #: A restarted job's timeline per attempt (each attempt starts again; its iterations may
+    #: repeat its predecessor's): the units of an attempt place their lines on it.
+    timelines: dict[int, Timeline] = field(default_factory=dict)
     rescanned: int = 0
     #: Files cut at a read limit, in job order (``errors.FileCutError.cut``).
     cut: list[str] = field(default_factory=list)
@@ -127,6 +131,13 @@ class ScanResult:
     #: The rollups, in this process: only when asked for (``scan_streams``); an ingest leaves
     #: them in their lanes.
     rollups: dict[str, NodeRollup] = field(default_factory=dict)
+
+    def timeline_of(self, unit: str) -> Timeline:
+        """The timeline of a unit's attempt (the job's, for a job that never restarted)."""
+        attempt = split_unit(unit)[1]
+        if attempt is None:
+            return self.timeline
+        return self.timelines.setdefault(attempt, Timeline())
 
 
 def _sizes(streams: list[LogStream]) -> list[int]:
@@ -272,8 +283,9 @@ class _Reducer:
             if stale or self._diverges(lane, digest):
                 digest = self._rescan(lane, batch, digest.node, result)
             self._adopt(digest)
+            timeline = result.timeline_of(digest.node)
             for mark, ref in digest.marks:
-                result.timeline.mark(mark, ref)
+                timeline.mark(mark, ref)
             result.digests.append(digest)
             result.problems.extend(digest.problems)
             result.cut.extend(digest.cut)
@@ -338,7 +350,10 @@ def _task(stream: LogStream, size: int) -> Task | LogStream:
     if stream.file is None:
         return stream
     s = stream
-    return Task(s.node, s.rank, s.path, str(s.file), size, s.host, s.limits, s.route, s.kind)
+    return Task(
+        s.node, s.rank, s.path, str(s.file), size, s.host, s.limits, s.route, s.kind, s.attempt,
+        s.split,
+    )  # fmt: skip
 
 
 def lane_result(future: Future[_T], lane: Lane) -> _T:

@@ -17,7 +17,16 @@ from typing import Any
 
 from l4_plugin.report.extras import IterationPoint, NodeEventMatrix, ReportExtras
 from l4_plugin.report.model import Report, ReportIteration
-from l4_plugin.report.plots import bar_chart, esc, fmt, heat_map, histogram, short, timeline
+from l4_plugin.report.plots import (
+    bar_chart,
+    esc,
+    fmt,
+    heat_map,
+    histogram,
+    rank_positions,
+    short,
+    timeline,
+)
 
 TOP_NODES = 25
 HEAT_NODES = 30
@@ -197,6 +206,66 @@ def _nodes_section(report: Report) -> str:
     return "".join(html)
 
 
+def _attempts_section(report: Report) -> str:
+    """A restarted job's attempts, each with its own diagnosis in brief."""
+    attempts = report.attempts
+    if attempts is None:
+        return ""
+    rows = "".join(
+        f"<tr><td>{'→ ' if a.attempt == attempts.lead else ''}{a.attempt}</td>"
+        f"<td>{esc(a.category)}</td><td>{esc(a.stage or '?')}</td>"
+        f"<td>{_list(a.culprits) or 'none'}</td><td>{len(a.nodes)}</td>"
+        f"<td>{esc(a.first_seen or '?')}</td><td>{esc(a.last_seen or '?')}</td></tr>"
+        for a in attempts.attempts
+    )
+    return (
+        f'<section id="attempts"><h2>Attempts ({len(attempts.attempts)})</h2>'
+        f"<p>This report is attempt {attempts.lead}'s: {esc(attempts.why)}</p>"
+        "<table><thead><tr><th>attempt</th><th>category</th><th>stage</th><th>culprit</th>"
+        f"<th>nodes</th><th>first</th><th>last</th></tr></thead><tbody>{rows}</tbody></table>"
+        + (f"<p>{esc(attempts.note)}</p>" if attempts.note else "")
+        + "</section>"
+    )
+
+
+def _hang_section(report: Report) -> str:
+    """Where the ranks stood: per Flight Recorder finding, each rank's last collective, and
+    the stack groups."""
+    hang = report.hang
+    if hang is None:
+        return ""
+    html = ['<section id="hang"><h2>Where the ranks stood (Flight Recorder, py-spy)</h2>']
+    for i, c in enumerate(hang.collectives[:4]):
+        attempt = f"attempt {c.attempt}: " if c.attempt is not None else ""
+        apart = set(c.culprits) | set(c.ranks_behind) | {r for r, _ in c.ranks_in_other_op}
+        html.append(f"<p>{esc(attempt + c.summary)}")
+        if c.culprit_nodes:
+            html.append(f" — culprit {_list(c.culprit_nodes)}")
+        html.append("</p>")
+        ranks = [(r.rank, r.seq, r.op, r.state, r.rank in apart) for r in c.ranks]
+        if ranks:
+            html.append(rank_positions(f"plot-hang-{i}", "last collective per rank", ranks))
+    for s in hang.stacks[:4]:
+        attempt = f"attempt {s.attempt}: " if s.attempt is not None else ""
+        rows = "".join(
+            f"<tr><td>{esc(g.frame)}</td><td>{esc(', '.join(map(str, g.ranks[:64])))}</td>"
+            f"<td>{_list(g.nodes)}</td></tr>"
+            for g in s.groups[:10]
+        )
+        html.append(
+            f"<p>{esc(attempt)}stacks by innermost frame"
+            + (f" — apart: {_list(s.odd.nodes)}" if s.odd is not None else "")
+            + "</p><table><thead><tr><th>frame</th><th>ranks</th><th>nodes</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table>"
+        )
+    if hang.category:
+        html.append(f'<p class="note">suggests {esc(hang.category)}: {esc(hang.why)}</p>')
+    for problem in hang.problems[:5]:
+        html.append(f'<p class="note">{esc(problem)}</p>')
+    html.append("</section>")
+    return "".join(html)
+
+
 def _matrix(report: Report, extras: ReportExtras) -> NodeEventMatrix | None:
     if extras.matrix is not None:
         return extras.matrix
@@ -256,6 +325,8 @@ def _iteration_table(reported: Sequence[ReportIteration]) -> str:
     for it in reported[: MAX_LIST * 2]:
         if it.why == "slowdown":
             why = f"job {fmt(_num(it.slowdown))}× slower from here"
+        elif it.why == "failure" and it.distance is None:
+            why = "the failure began here"
         else:
             why = f"DTW {fmt(_num(it.distance))} > {fmt(_num(it.threshold))}"
         html.append(
@@ -431,9 +502,11 @@ def render_html(report: Report, extras: ReportExtras | None = None) -> str:
         f'<div class="sub">status {esc(report.status)} · stage '
         f"{esc(report.stage or 'unknown')}{when}</div></header><main>",
         _verdict(report),
+        _attempts_section(report),
         _summary(report, extras),
         _rules_section(report),
         _nodes_section(report),
+        _hang_section(report),
         _heat_section(report, extras),
         _timeline_section(report, extras),
         _stage_section(report, extras),

@@ -9,6 +9,9 @@ back (``l4 report``) by :meth:`Report.from_json`. Numbers are stored as they app
 ``from_json`` accepts a stored report that lacks keys (one written by an older analyzer): a missing
 section reads as empty, a missing verdict or slowdown as ``None``. Values are kept as the JSON
 holds them (an integer confidence stays an integer), so a stored report renders to the same JSON.
+``hang`` (``report/hangs.py``) is written only for a job whose ranks left Flight Recorder traces
+or stacks, ``attempts`` (``report/attempts.py``) only for a job that restarted: a job without
+them has the JSON it always had.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from l4_plugin.records import Verdict
+from l4_plugin.report.attempts import ReportAttempts
+from l4_plugin.report.hangs import ReportHang
 
 # A JSON object as ``json.loads`` gives it: the report's serialised form, nothing else.
 Json = dict[str, Any]
@@ -171,7 +176,8 @@ class ReportNode:
 
 @dataclass(frozen=True, slots=True)
 class ReportIteration:
-    """A suspect iteration: ``why`` is ``dtw`` (departs from its predecessors) or ``slowdown``.
+    """A suspect iteration: ``why`` is ``failure`` (where the best-ranked event began),
+    ``dtw`` (departs from its predecessors) or ``slowdown`` (where the job began to slow down).
 
     ``slowdown`` (the job's slowdown ratio) is set, and written, only for a ``slowdown`` entry;
     ``distance`` and ``threshold`` are ``None`` there.
@@ -338,6 +344,10 @@ class Report:
     iterations: tuple[ReportIteration, ...]
     silent_nodes: tuple[str, ...]
     verdict: Verdict | None
+    #: What the ranks' Flight Recorder traces and stacks say (None: the job left none).
+    hang: ReportHang | None
+    #: A restarted job's attempts, each diagnosed on its own (None: one attempt).
+    attempts: ReportAttempts | None
     stragglers: tuple[ReportStraggler, ...]
     slowdown: ReportSlowdown | None
     lagging_nodes: tuple[str, ...]
@@ -350,7 +360,7 @@ class Report:
 
     def to_json(self) -> Json:
         """The JSON report: ``l4 diagnose --json``, the summary annotation, the scorer's input."""
-        return {
+        out: Json = {
             "job_id": self.job_id,
             "status": self.status,
             "stage": self.stage,
@@ -361,6 +371,14 @@ class Report:
             "iterations": [i.to_json() for i in self.iterations],
             "silent_nodes": list(self.silent_nodes),
             "verdict": None if self.verdict is None else self.verdict.to_json(),
+        }
+        # After the verdict they explain; absent for a job without dumps and of one attempt
+        # (its JSON unchanged).
+        if self.hang is not None:
+            out["hang"] = self.hang.to_json()
+        if self.attempts is not None:
+            out["attempts"] = self.attempts.to_json()
+        return out | {
             "stragglers": [s.to_json() for s in self.stragglers],
             "slowdown": None if self.slowdown is None else self.slowdown.to_json(),
             "lagging_nodes": list(self.lagging_nodes),
@@ -377,6 +395,8 @@ class Report:
         """A report from its JSON (a stored ``summary`` annotation); missing keys read as empty."""
         verdict = raw.get("verdict")
         slowdown = raw.get("slowdown")
+        hang = raw.get("hang")
+        attempts = raw.get("attempts")
         return cls(
             job_id=str(raw.get("job_id", "unknown job")),
             status=str(raw.get("status", "unknown")),
@@ -388,6 +408,8 @@ class Report:
             iterations=tuple(ReportIteration.from_json(i) for i in raw.get("iterations") or ()),
             silent_nodes=_strs(raw, "silent_nodes"),
             verdict=Verdict.from_json(verdict) if verdict else None,
+            hang=ReportHang.from_json(hang) if isinstance(hang, Mapping) else None,
+            attempts=ReportAttempts.from_json(attempts) if isinstance(attempts, Mapping) else None,
             stragglers=tuple(ReportStraggler.from_json(s) for s in raw.get("stragglers") or ()),
             slowdown=ReportSlowdown.from_json(slowdown) if slowdown else None,
             lagging_nodes=_strs(raw, "lagging_nodes"),

@@ -94,6 +94,50 @@ def bar_chart(
     return _svg(width, height, body, label, plot_id)
 
 
+STATE_COLOURS = {"completed": "#7aa874", "started": "#e0a030", "scheduled": NORMAL}
+
+
+def rank_positions(
+    plot_id: str,
+    label: str,
+    ranks: Sequence[tuple[int, int | None, str, str, bool]],
+    *,
+    width: int = 620,
+) -> str:
+    """Each rank's last collective sequence number as a column (rank, seq, op, state,
+    culprit): the height is how far it got; colour its state, red a culprit."""
+    top, bottom, left = 24, 34, 46
+    height = 170
+    plot_w, plot_h = width - left - 10, height - top - bottom
+    seqs = [q for _, q, _, _, _ in ranks if q is not None]
+    lo, hi = (min(seqs) - 1, max(seqs)) if seqs else (0, 1)
+    span = max(1, hi - lo)
+    col = plot_w / max(1, len(ranks))
+    body = [_text(left + plot_w / 2, 14, label, anchor="middle")]
+    for q in sorted({lo + 1, hi}):
+        y = top + plot_h * (1 - (q - lo) / span)
+        body.append(
+            f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" stroke="{GRID}"/>'
+        )
+        body.append(_text(left - 4, y + 4, f"#{q}", anchor="end", size=10))
+    for i, (rank, seq, op, state, hot) in enumerate(ranks):
+        h = plot_h * ((seq - lo) / span if seq is not None else 0.0)
+        x = left + i * col
+        colour = SUSPECT if hot else STATE_COLOURS.get(state, NORMAL)
+        tip = f"rank {rank}: #{seq if seq is not None else '?'} {op} {state}"
+        body.append(
+            f'<g class="rank"><title>{esc(tip)}</title>'
+            f'<rect x="{x + 0.5:.1f}" y="{top + plot_h - h:.1f}" '
+            f'width="{max(1.0, col - 1):.1f}" height="{max(1.0, h):.1f}" fill="{colour}"/></g>'
+        )
+        if len(ranks) <= 32:
+            body.append(_text(x + col / 2, height - bottom + 14, str(rank), anchor="middle"))
+    body.append(
+        _text(left + plot_w / 2, height - 4, "rank (red: the ranks apart)", anchor="middle")
+    )
+    return _svg(width, height, body, label, plot_id)
+
+
 def histogram(
     plot_id: str,
     label: str,

@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.text import Text
 
 from l4_plugin.records import Verdict
+from l4_plugin.report.attempts import ReportAttempts
+from l4_plugin.report.hangs import ReportCollective, ReportHang
 from l4_plugin.report.model import Report, ReportEvent, ReportRuleMatch
 
 MAX_EVENTS = 10
@@ -162,10 +164,92 @@ def _render_time(report: Report, console: Console) -> None:
         console.print(f"\nSuspect iterations: {its}{detail}", markup=False)
 
 
+def positions_line(c: ReportCollective, limit: int = 12) -> str:
+    """Each rank's last collective in one line: ranks that stand alike grouped, the ranks
+    apart first (``#48 gloo:barrier completed: rank 3 | #48 gloo:all_reduce completed: ranks
+    0-2``)."""
+    groups: dict[tuple[int | None, str, str], list[int]] = {}
+    for r in c.ranks:
+        groups.setdefault((r.seq, r.op, r.state), []).append(r.rank)
+    order = sorted(groups.items(), key=lambda kv: (len(kv[1]), kv[0][0] or 0))
+    parts = [
+        f"#{seq if seq is not None else '?'} {op or '?'} {state}: "
+        + ("rank " if len(ranks) == 1 else "ranks ")
+        + _span(ranks)
+        for (seq, op, state), ranks in order[:limit]
+    ]
+    if c.ranks_without_dump:
+        parts.append("no trace: ranks " + _span(list(c.ranks_without_dump)))
+    return " | ".join(parts)
+
+
+def _span(ranks: Sequence[int]) -> str:
+    """``0-3,5,7-9`` (at most 12 runs shown)."""
+    runs: list[list[int]] = []
+    for r in sorted(ranks):
+        if runs and r == runs[-1][1] + 1:
+            runs[-1][1] = r
+        else:
+            runs.append([r, r])
+    text = ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:12])
+    return text + (",…" if len(runs) > 12 else "")
+
+
+def _render_hang(hang: ReportHang | None, console: Console) -> None:
+    """Where the ranks stood, from their Flight Recorder traces and stacks."""
+    if hang is None:
+        return
+    console.print(Text("\nWhere the ranks stood (Flight Recorder, py-spy)", style="bold"))
+    for c in hang.collectives[:4]:
+        attempt = f"attempt {c.attempt}, " if c.attempt is not None else ""
+        names = f" → {', '.join(c.culprit_nodes)}" if c.culprit_nodes else ""
+        console.print(Text.assemble(f"  {attempt}{c.summary}", (names, "bold red")))
+        console.print(Text(f"    last collective per rank: {positions_line(c)}", style="dim"))
+    for s in hang.stacks[:4]:
+        attempt = f"attempt {s.attempt}: " if s.attempt is not None else ""
+        groups = "; ".join(f"{_span(g.ranks)} in {g.frame}" for g in s.groups[:3])
+        console.print(Text(f"  stacks, {attempt}ranks {groups}"))
+        if s.odd is not None:
+            where = ", ".join(s.odd.nodes) or "?"
+            console.print(
+                Text.assemble("    apart: ranks ", (f"{_span(s.odd.ranks)} on {where}", "bold red"))
+            )
+    if hang.category:
+        console.print(Text(f"  suggests {hang.category}: {hang.why}", style="dim"))
+    for problem in hang.problems[:3]:
+        console.print(Text(f"  note: {problem}", style="yellow"))
+
+
+def _render_attempts(attempts: ReportAttempts | None, console: Console) -> None:
+    """Each attempt's own diagnosis in a line, the one the report leads with marked."""
+    if attempts is None:
+        return
+    console.print(
+        Text.assemble(
+            (f"\nAttempts ({len(attempts.attempts)}): ", "bold"),
+            f"this report is attempt {attempts.lead}'s — {attempts.why}",
+        )
+    )
+    for a in attempts.attempts:
+        mark = "→" if a.attempt == attempts.lead else " "
+        culprits = ", ".join(a.culprits) or "no node stands out"
+        console.print(
+            Text(
+                f"  {mark} attempt {a.attempt}: {a.category}, stage {a.stage or '?'}, "
+                f"culprit {culprits} ({len(a.nodes)} nodes, {(a.first_seen or '?')[:19]} → "
+                f"{(a.last_seen or '?')[:19]})"
+            )
+        )
+    if attempts.note:
+        console.print(Text(f"  {attempts.note}", style="bold" if attempts.bound else "dim"))
+
+
 def render_terminal(report: Report, console: Console) -> None:
     """Print the readable summary of a diagnosis report."""
     _render_header(report, console)
+    _render_attempts(report.attempts, console)
     _render_rules(report.rule_matches, console)
     _render_events(report.events, console)
     _render_nodes(report, console)
+    _render_hang(report.hang, console)
     _render_time(report, console)

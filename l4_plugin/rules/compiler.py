@@ -9,7 +9,7 @@ whole line (lines longer than the mapping's ``ignore_above`` of 8191 characters 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from l4_plugin.rules.rule import FieldMatcher, Selection
@@ -252,82 +252,6 @@ def selection_query(
     return _combine(alternatives, False)
 
 
-def facts_aggregations(queries: Mapping[str, Query]) -> dict[str, Any]:
-    """Per-selection sub-aggregations of a per-node composite bucket: count, first, last.
-
-    A kept line may stand for lines of other ranks folded into it at ingest: their number is
-    ``l4.folded`` (added to the bucket's documents) and the last one's time ``l4.until``.
-    """
-    return {
-        name: {
-            "filter": query,
-            "aggs": {
-                "first": {"min": {"field": "@timestamp"}},
-                "last": {"max": {"field": "@timestamp"}},
-                "folded": {"sum": {"field": F.FOLDED}},
-                "until": {"max": {"field": F.UNTIL}},
-            },
-        }
-        for name, query in queries.items()
-    }
-
-
 def job_filter(job_id: str) -> Query:
     """The clause that restricts any l4 index to one job."""
     return {"term": {F.JOB_ID: job_id}}
-
-
-def candidate_query(scope: Query, queries: Mapping[str, Query]) -> Query:
-    """Lines of the job (``scope``) that match at least one selection (keeps the composite
-    small)."""
-    return {
-        "bool": {
-            "filter": [scope],
-            "should": list(queries.values()),
-            "minimum_should_match": 1,
-        }
-    }
-
-
-def samples_body(
-    scope: Query, queries: Mapping[str, Query], nodes: Sequence[str], size: int = 3
-) -> dict[str, Any]:
-    """A search body returning the earliest ``size`` lines per selection on the matched nodes."""
-    filters: list[Query] = [scope]
-    if nodes:
-        filters.append({"terms": {"host.name": list(nodes)}})
-    # The top-level query keeps the aggregations' parent set to the matching lines: filter
-    # aggregations test each parent document, the query uses the index.
-    return {
-        "size": 0,
-        "track_total_hits": False,
-        "query": {
-            "bool": {
-                "filter": filters,
-                "should": list(queries.values()),
-                "minimum_should_match": 1,
-            }
-        },
-        "aggs": {
-            name: {
-                "filter": query,
-                "aggs": {
-                    "hits": {
-                        "top_hits": {
-                            "size": size,
-                            "sort": [{"@timestamp": {"order": "asc", "missing": "_last"}}],
-                            "_source": [
-                                "message",
-                                "host.name",
-                                F.RANK,
-                                "@timestamp",
-                                F.PACK,
-                                F.NODES,
-                            ],
-                        }
-                    }
-                },
-            }
-            for name, query in queries.items()
-        },
-    }

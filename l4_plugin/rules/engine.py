@@ -17,9 +17,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -28,10 +27,7 @@ from l4_plugin.records import Finding, is_job_node
 from l4_plugin.rules.compiler import (
     MATCH_NOTHING,
     Query,
-    candidate_query,
-    facts_aggregations,
     job_filter,
-    samples_body,
     selection_query,
     template_text_query,
 )
@@ -42,8 +38,9 @@ from l4_plugin.rules.resolver import MessageResolver, TextValue, needs_resolutio
 from l4_plugin.rules.rule import FieldMatcher, Rule
 from l4_plugin.rules.schema import SEVERITIES
 from l4_plugin.store import fields as F
-from l4_plugin.store import generations, line_packs, packs
-from l4_plugin.store.documents import source_field
+from l4_plugin.store import generations
+from l4_plugin.store.events import JobEvents, Key, Metric
+from l4_plugin.store.lines import JobLines
 
 _NODE_SOURCE = [{"node": {"terms": {"field": "host.name"}}}]
 # One page for jobs of up to this many nodes: every page re-runs the query and aggregations.
@@ -132,11 +129,6 @@ def _aggregate(facts: Iterable[SelectionFacts]) -> SelectionFacts:
     )
 
 
-def _one_node(facts: Iterable[SelectionFacts]) -> SelectionFacts:
-    """Facts of one node's lines read in parts (its own documents and the packs it is in)."""
-    return replace(_aggregate(facts), nodes=1)
-
-
 class JobFacts:
     """Cluster look-ups for one job, cached across the rules matched against it."""
 
@@ -147,6 +139,7 @@ class JobFacts:
         *,
         resolve_messages: bool = True,
         scope: Query | None = None,
+        nodes: Sequence[str] | None = None,
     ) -> None:
         self.store = store
         self.job_id = job_id
@@ -159,9 +152,12 @@ class JobFacts:
         self._facts: dict[str, dict[str, SelectionFacts]] = {}
         self._samples: dict[str, tuple[dict[str, Any], ...]] = {}
         self.planning: list[Query] | None = None
-        self._registered: tuple[list[str] | None] | None = None
+        # The node list the ingest recorded, when the caller read the job's document already
+        self._registered: tuple[list[str] | None] | None = (
+            None if nodes is None else ([str(n) for n in nodes] or None,)
+        )
         self._silent: dict[float, dict[str, float]] = {}
-        self._has_line_packs: bool | None = None
+        self.lines = JobLines(store, self.scope)
         self.messages = (
             MessageResolver(store, store.names.lines, self.scope) if resolve_messages else None
         )
@@ -204,34 +200,26 @@ class JobFacts:
             self._templates[matcher] = [str(b["key"]["id"]) for b in buckets]
         return self._templates[matcher]
 
-    def _node_max(self, index: str, ts_field: str, query: Query) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for bucket in self.store.composite(
-            index,
-            _NODE_SOURCE,
-            query=query,
-            aggs={"last": {"max": {"field": ts_field}}},
-            page_size=_NODE_PAGE,
-        ):
-            ts = _seconds(bucket["last"]["value"])
-            if ts is not None:
-                out[str(bucket["key"]["node"])] = ts
-        return out
-
     def _events_last(self, query: Query) -> dict[str, float]:
-        """Each node's last ``l4.last_ts`` in the rollups ``query`` selects, packs unpacked."""
-        out = self._node_max(self.store.names.events, F.LAST_TS, packs.without_packs(query))
-        for r in packs.read_packs(self.store, self.store.names.events, query):
-            ts = _seconds(r.last_ts)
-            if ts is not None and ts > out.get(r.node, -math.inf):
-                out[r.node] = ts
+        """Each node's last ``l4.last_ts`` in the rollups ``query`` selects."""
+        rows = JobEvents(self.store, query, page_size=_NODE_PAGE).table(
+            [Key("node", "host.name")], {"last": Metric("max", F.LAST_TS)}
+        )
+        out: dict[str, float] = {}
+        for row in rows:
+            ts = _seconds(row.values["last"])
+            if ts is not None:
+                out[str(row.key["node"])] = ts
         return out
 
     def node_last_ts(self) -> dict[str, float]:
         """Last time each node logged: ``l4-events`` rollups, or ``l4-lines`` if there are none."""
         if self._last_ts is None:
             last = self._events_last(self.scope)
-            self._last_ts = last or self._node_max(self.store.names.lines, "@timestamp", self.scope)
+            if not last:
+                lines = self.lines.node_last_ms(_NODE_PAGE)
+                last = {node: ms / 1000.0 for node, ms in lines.items()}
+            self._last_ts = last
         return self._last_ts
 
     def _registered_nodes(self) -> list[str] | None:
@@ -336,65 +324,11 @@ class JobFacts:
         live = {k: q for k, q in keys.items() if k not in self._facts}
         if not live:
             return
-        for key in live:
-            self._facts[key] = {}
-        for bucket in self.store.composite(
-            self.store.names.lines,
-            _NODE_SOURCE,
-            query=candidate_query(packs.without_packs(self.scope), live),
-            aggs=facts_aggregations(live),
-            page_size=2000,
-        ):
-            node = str(bucket["key"]["node"])
-            for key in live:
-                agg = bucket[key]
-                if agg["doc_count"]:
-                    folded = agg.get("folded", {}).get("value") or 0
-                    lasts = [agg["last"]["value"], agg.get("until", {}).get("value")]
-                    self._facts[key][node] = SelectionFacts(
-                        count=int(agg["doc_count"]) + int(folded),
-                        nodes=1,
-                        first_ts=_seconds(agg["first"]["value"]),
-                        last_ts=_seconds(max((v for v in lasts if v is not None), default=None)),
-                    )
-        self._add_line_packs(live)
-
-    def _add_line_packs(self, live: Mapping[str, Query]) -> None:
-        """Add to ``_facts`` what the line packs (``store/line_packs.py``) the selections match
-        say of each of their nodes: its own line, time and folded ranks, as if unpacked."""
-        if self._has_line_packs is None:
-            self._has_line_packs = bool(
-                self.store.count(self.store.names.lines, packs.only_packs(self.scope))
-            )
-        if not self._has_line_packs:
-            return
-        named = [{"bool": {"filter": [q], "_name": key}} for key, q in live.items()]
-        body = {
-            "query": {
-                "bool": {
-                    "filter": [packs.only_packs(self.scope)],
-                    "should": named,
-                    "minimum_should_match": 1,
-                }
-            },
-            "sort": ["_doc"],
-            "_source": [F.PACK, F.FOLDED],
-        }
-        for hit in self.store.search_after(self.store.names.lines, body, page_size=1000):
-            src = hit.get("_source", {})
-            folded = int(source_field(src, F.FOLDED) or 0)
-            for member in line_packs.members(src):
-                ends = [t for t in (member.ms, member.until) if t is not None]
-                own = SelectionFacts(
-                    count=1 + folded,
-                    nodes=1,
-                    first_ts=_seconds(member.ms),
-                    last_ts=_seconds(max(ends)) if ends else None,
-                )
-                for key in hit.get("matched_queries", ()):
-                    if key in live:
-                        facts = self._facts[key]
-                        facts[member.node] = _one_node([facts.get(member.node, _NONE), own])
+        for key, per_node in self.lines.node_facts(live, page_size=2000).items():
+            self._facts[key] = {
+                node: SelectionFacts(f.count, 1, _seconds(f.first_ms), _seconds(f.last_ms))
+                for node, f in per_node.items()
+            }
 
     def node_facts(self, queries: Mapping[str, Query]) -> dict[str, dict[str, SelectionFacts]]:
         """Per node, per selection: count and first/last time of the matching lines."""
@@ -423,10 +357,8 @@ class JobFacts:
         if scope:
             if self.planning is not None:
                 return {}
-            response = self.store.search(
-                self.store.names.lines, samples_body(self.scope, live, scope)
-            )
-            return {name: _sample_rows(response, name, scope) for name in live}
+            found = self.lines.samples(live, scope)
+            return {name: _sample_rows(found[name]) for name in live}
         keys = {name: _query_key(q) for name, q in live.items()}
         if self.planning is not None:
             self.planning.extend(q for name, q in live.items() if keys[name] not in self._samples)
@@ -440,20 +372,15 @@ class JobFacts:
         todo = {k: q for k, q in todo.items() if k not in self._samples}
         if not todo:
             return
-        response = self.store.search(self.store.names.lines, samples_body(self.scope, todo, []))
+        found = self.lines.samples(todo, [])
         for key in todo:
-            self._samples[key] = _sample_rows(response, key)
+            self._samples[key] = _sample_rows(found[key])
 
 
-def _sample_rows(
-    response: Mapping[str, Any], name: str, nodes: Sequence[str] = ()
-) -> tuple[dict[str, Any], ...]:
-    """The sample lines of one selection; a pack's is the line of the first of ``nodes`` it
-    holds, else its earliest node's."""
-    hits = response.get("aggregations", {}).get(name, {}).get("hits", {})
+def _sample_rows(sources: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """The sample lines of one selection (each one node's line) as a rule's context shows them."""
     rows = []
-    for hit in hits.get("hits", {}).get("hits", []):
-        src = line_packs.own_line(hit.get("_source", {}), nodes)
+    for src in sources:
         host = src.get("host", {}).get("name") if "host" in src else src.get("host.name")
         rank = src.get(F.ROOT, {}).get("rank") if F.ROOT in src else src.get(F.RANK)
         rows.append(
@@ -639,14 +566,17 @@ def match_job(
     *,
     resolve_messages: bool = True,
     scope: Query | None = None,
+    nodes: Sequence[str] | None = None,
 ) -> list[RuleMatch]:
     """Match every rule against one job; return the matches, root causes first.
 
     ``resolve_messages=False`` sends every ``message`` value as its direct query (regexp,
     wildcard): same results, much slower on large indices; kept to test the resolution against.
-    ``scope`` selects the job's documents (default: its last complete ingest generation).
+    ``scope`` selects the job's documents (default: its last complete ingest generation) and
+    ``nodes`` are the nodes its ``l4-jobs`` document lists: with both, the caller has read the
+    document and it is not read again.
     """
-    facts = JobFacts(store, job_id, resolve_messages=resolve_messages, scope=scope)
+    facts = JobFacts(store, job_id, resolve_messages=resolve_messages, scope=scope, nodes=nodes)
     facts.resolve_messages(rules)
     compiled = [compile_rule(facts, rule) for rule in rules]
     if resolve_messages:

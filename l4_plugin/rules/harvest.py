@@ -21,8 +21,9 @@ from l4_plugin.records import Level
 from l4_plugin.rules.compiler import job_filter
 from l4_plugin.rules.port import RuleStorePort
 from l4_plugin.store import fields as F
-from l4_plugin.store import generations, line_packs
-from l4_plugin.store.documents import source_field
+from l4_plugin.store import generations
+from l4_plugin.store.fields import source_field
+from l4_plugin.store.lines import JobLines
 
 MAX_EVENTS = 3
 ERROR_LEVELS = tuple(level.name for level in Level if level.is_error)
@@ -76,16 +77,13 @@ def _template(store: RuleStorePort, template_id: str) -> dict[str, Any]:
 
 
 def _first_line(store: RuleStorePort, job_id: str, template_id: str) -> dict[str, Any]:
-    body = {
-        "size": 1,
-        "query": {
-            "bool": {"filter": [_scope(store, job_id), {"term": {F.TEMPLATE_ID: template_id}}]}
-        },
-        "sort": [{"@timestamp": {"order": "asc", "missing": "_last"}}],
-        "_source": ["message", "log.level", F.STAGE, "host.name", F.PACK, F.NODES],
-    }
-    hits = _hits(store, store.names.lines, body)
-    return line_packs.own_line(dict(hits[0].get("_source", {}))) if hits else {}
+    """The job's earliest kept line of the template, as one node's line."""
+    lines = JobLines(store, _scope(store, job_id))
+    fields = ["message", "log.level", F.STAGE, "host.name"]
+    try:
+        return lines.first_line({"term": {F.TEMPLATE_ID: template_id}}, fields)
+    except StoreError as exc:
+        raise L4Error(f"cannot read {store.names.lines}: {exc}") from None
 
 
 def _event(

@@ -187,7 +187,7 @@ def _regex_pieces(branch: str) -> list[str]:
 
 
 @dataclass(frozen=True, slots=True)
-class Run:
+class TokenRun:
     """An alphanumeric run a matching line must contain, lowercased.
 
     ``left``/``right``: the literal has whitespace right before/after the run, so the line's token
@@ -212,13 +212,13 @@ class Run:
         return len(self.text) + 3 * self.left + 3 * self.right
 
 
-def _runs(pieces: Iterable[str]) -> list[Run]:
-    runs: set[Run] = set()
+def _runs(pieces: Iterable[str]) -> list[TokenRun]:
+    runs: set[TokenRun] = set()
     for piece in pieces:
         for m in _RUN.finditer(piece):
             left = m.start() > 0 and piece[m.start() - 1].isspace()
             right = m.end() < len(piece) and piece[m.end()].isspace()
-            runs.add(Run(m.group().lower(), left, right))
+            runs.add(TokenRun(m.group().lower(), left, right))
     useful = [r for r in runs if len(r.text) >= 2 or (r.left and r.right)] or list(runs)
     ranked = sorted(useful, key=lambda r: (-r.weight, r.text))
     # A whole token is one dictionary look-up; a wildcard walks the token dictionary. Whole
@@ -227,7 +227,7 @@ def _runs(pieces: Iterable[str]) -> list[Run]:
     return tokens[:_MAX_RUNS] if tokens else ranked[:_MAX_WILDCARDS]
 
 
-def selective(runs: Sequence[Sequence[Run]]) -> bool:
+def selective(runs: Sequence[Sequence[TokenRun]]) -> bool:
     """Whether the prefilter is likely to leave few lines (long or token-anchored runs).
 
     Selective values share one request whose per-value filters are tested line by line over
@@ -241,7 +241,7 @@ def selective(runs: Sequence[Sequence[Run]]) -> bool:
     return True
 
 
-def required_runs(kind: str, value: str) -> list[list[Run]] | None:
+def required_runs(kind: str, value: str) -> list[list[TokenRun]] | None:
     """Alphanumeric runs a matching line must contain: OR of AND lists; None if unknown.
 
     ``[[nccl, warn]]`` means every matching line contains both runs; several lists are
@@ -257,7 +257,7 @@ def required_runs(kind: str, value: str) -> list[list[Run]] | None:
     return alternatives
 
 
-def prefilter_query(runs: Sequence[Sequence[Run]]) -> Query:
+def prefilter_query(runs: Sequence[Sequence[TokenRun]]) -> Query:
     """The analysed-field query for ``required_runs`` (cheap: token dictionary only)."""
     alternatives: list[Query] = []
     for alt in runs:

@@ -12,13 +12,11 @@ from __future__ import annotations
 from l4_plugin.service.logs import setup_logging
 from l4_plugin.service.registry import JOB_STATUSES, JobState, job_state, register_job, set_status
 from l4_plugin.service.scheduler import Service
-from l4_plugin.service.tasks import ServiceOptions
 
 __all__ = [
     "JOB_STATUSES",
     "JobState",
     "Service",
-    "ServiceOptions",
     "job_state",
     "register_job",
     "set_status",

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, replace
 from typing import Any
 
-from l4_plugin.store import Store, generations, jobs
+from l4_plugin.store import Store, jobs
 from l4_plugin.store import fields as F
 from l4_plugin.store.jobs import AnalysisClaim, JobRecord
 
@@ -117,53 +117,18 @@ def pending_reason(record: JobRecord, policy: ClaimPolicy, now: int) -> str | No
     return None
 
 
-def discovery_query(policy: ClaimPolicy, now: int) -> dict[str, Any]:
-    """The ``l4-jobs`` query for candidates; ``pending_reason`` has the last word on each hit."""
-    return {
-        "bool": {
-            "filter": [
-                {"term": {F.JOB_STATUS: "failed"}},
-                # A re-ingest in progress (or dead) leaves the last complete generation readable
-                generations.complete_clause(),
-            ],
-            "should": [
-                {"bool": {"must_not": [{"exists": {"field": STATE}}]}},
-                {"term": {STATE: "pending"}},
-                {
-                    "bool": {
-                        "filter": [{"term": {STATE: "running"}}, {"range": {LEASE: {"lt": now}}}]
-                    }
-                },
-                {
-                    "bool": {
-                        "filter": [
-                            {"term": {STATE: "failed"}},
-                            {"range": {ATTEMPTS: {"lt": policy.max_attempts}}},
-                        ]
-                    }
-                },
-                {
-                    "bool": {
-                        "filter": [{"terms": {STATE: ["done", "failed"]}}],
-                        "must_not": [{"term": {VERSION: policy.analyzer_version}}],
-                    }
-                },
-            ],
-            "minimum_should_match": 1,
-        }
-    }
-
-
 def find_pending(store: Store, policy: ClaimPolicy, *, limit: int) -> list[tuple[str, str]]:
     """Up to ``limit`` jobs whose analysis is due, oldest registration first: (job id, reason)."""
     now = now_ms()
-    body = {
-        "size": limit,
-        "query": discovery_query(policy, now),
-        "sort": [{F.JOB_REGISTERED: {"order": "asc", "unmapped_type": "date"}}],
-    }
+    due = jobs.find_due(
+        store,
+        max_attempts=policy.max_attempts,
+        analyzer_version=policy.analyzer_version,
+        now=now,
+        limit=limit,
+    )
     found: list[tuple[str, str]] = []
-    for record in jobs.search_jobs(store, body):
+    for record in due:
         reason = pending_reason(record, policy, now)
         if reason is not None:
             found.append((record.id, reason))

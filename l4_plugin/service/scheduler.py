@@ -45,7 +45,7 @@ from l4_plugin.service import tasks
 from l4_plugin.service.claims import ClaimPolicy
 from l4_plugin.service.health import HealthServer, Metrics
 from l4_plugin.service.logs import log
-from l4_plugin.service.tasks import ServiceOptions, TaskContext
+from l4_plugin.service.tasks import TaskContext
 from l4_plugin.store import Store, connect, open_cluster
 
 Step = Callable[[TaskContext], int]
@@ -59,17 +59,20 @@ def owner_id() -> str:
 class Service:
     """One ``l4 serve`` process; ``run()`` blocks until stopped and returns the exit status."""
 
-    def __init__(self, settings: Settings, options: ServiceOptions, logger: logging.Logger) -> None:
+    def __init__(self, settings: Settings, logger: logging.Logger, *, once: bool = False) -> None:
         self.settings = settings
-        self.options = options
+        # How it runs: the settings' ``service:`` section; ``once`` (a flag of one run only)
+        # runs each task once and exits (cron, CI).
+        self.options = settings.service
+        self.once = once
         self.logger = logger
         self.owner = owner_id()
         self.stop = threading.Event()
         self.metrics = Metrics(self.owner, settings.redacted_url())
         self.policy = ClaimPolicy(
             owner=self.owner,
-            lease_seconds=options.lease_seconds,
-            max_attempts=options.max_attempts,
+            lease_seconds=self.options.lease,
+            max_attempts=self.options.max_attempts,
             analyzer_version=ANALYZER_VERSION,
         )
         self._lock = threading.Lock()
@@ -97,7 +100,6 @@ class Service:
                 ctx = TaskContext(
                     store,
                     self.settings,
-                    self.options,
                     self.policy,
                     rules,
                     self.metrics,
@@ -112,9 +114,9 @@ class Service:
                     f"serving {store.names.prefix}* on {store.display_url} as {self.owner} "
                     f"({len(rules)} rules, analyzer {ANALYZER_VERSION})",
                     owner=self.owner,
-                    once=self.options.once,
+                    once=self.once,
                 )
-                if self.options.once:
+                if self.once:
                     worker = threading.Thread(target=self._run_once, name="l4-once", daemon=True)
                     worker.start()
                     while worker.is_alive() and not self.stop.wait(0.2):
@@ -194,7 +196,7 @@ class Service:
             try:
                 store = connect(settings)
             except StoreError as exc:
-                if self.options.once:
+                if self.once:
                     raise
                 self.metrics.cluster(False, str(exc))
                 log(
@@ -218,7 +220,7 @@ class Service:
         deadline = time.monotonic() + self.options.stop_grace
         while self._busy() and time.monotonic() < deadline:
             time.sleep(0.05)
-        code = 1 if self.options.once and self._had_error else 0
+        code = 1 if self.once and self._had_error else 0
         if self._busy():
             released = None
             with contextlib.suppress(StoreError):
@@ -323,7 +325,7 @@ class Service:
             step(ctx)
         except StoreError as exc:
             error = str(exc)
-            if self.metrics.cluster(False, error) or self.options.once:
+            if self.metrics.cluster(False, error) or self.once:
                 log(
                     self.logger,
                     logging.ERROR,

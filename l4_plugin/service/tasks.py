@@ -29,12 +29,11 @@ import threading
 import time
 import traceback
 from collections import deque
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import replace
 
 from l4_plugin.config import Settings
+from l4_plugin.dashboards.links import discover_linker
 from l4_plugin.diagnosis import Diagnosis, diagnose_job
-from l4_plugin.diagnosis.output import discover_linker
 from l4_plugin.errors import ConflictError, L4Error, StoreError
 from l4_plugin.jobid import job_id_problem
 from l4_plugin.rules import Rule, match_job
@@ -43,41 +42,21 @@ from l4_plugin.service.claims import Claim, ClaimPolicy
 from l4_plugin.service.health import Metrics
 from l4_plugin.service.logs import log
 from l4_plugin.store import Store, generations, jobs
-from l4_plugin.store import fields as F
-from l4_plugin.store.documents import annotation_document, annotation_id, job_doc_id, source_field
-from l4_plugin.store.jobs import JobRecord, update_job
+from l4_plugin.store.annotations import Annotation, annotated_rules, write_annotations
+from l4_plugin.store.jobs import JobRecord
 
 DAY_MS = 86_400_000
 _SCAN = 1000  # jobs read per watch / retention run
 
 
-@dataclass(frozen=True, slots=True)
-class ServiceOptions:
-    """How ``l4 serve`` runs (all from command-line flags or ``L4_SERVE_*``)."""
-
-    interval: float = 30.0
-    watch_interval: float = 60.0
-    retention_days: float | None = None
-    retention_interval: float = 3600.0
-    lease_seconds: float = 300.0
-    max_attempts: int = 3
-    batch: int = 20
-    rules: bool = True
-    watch: bool = True
-    health_port: int | None = None
-    once: bool = False
-    stop_grace: float = 30.0
-    max_backoff: float = 300.0
-
-
 class TaskContext:
-    """What every task shares: the store, the claim policy, the rules, counters and the queue."""
+    """What every task shares: the store, the settings (how the service runs: ``service``), the
+    claim policy, the rules, counters and the queue."""
 
     def __init__(
         self,
         store: Store,
         settings: Settings,
-        options: ServiceOptions,
         policy: ClaimPolicy,
         rules: list[Rule],
         metrics: Metrics,
@@ -86,7 +65,7 @@ class TaskContext:
     ) -> None:
         self.store = store
         self.settings = settings
-        self.options = options
+        self.service = settings.service
         self.policy = policy
         self.rules = rules
         self.metrics = metrics
@@ -126,7 +105,7 @@ class TaskContext:
 def discover(ctx: TaskContext) -> int:
     """Queue the jobs whose analysis is due; returns how many were new to the queue."""
     found: list[tuple[str, str]] = []
-    for job_id, reason in claims.find_pending(ctx.store, ctx.policy, limit=ctx.options.batch):
+    for job_id, reason in claims.find_pending(ctx.store, ctx.policy, limit=ctx.service.batch):
         problem = job_id_problem(job_id)
         if problem is None:
             found.append((job_id, reason))
@@ -235,7 +214,7 @@ def diagnose_one(ctx: TaskContext, job_id: str) -> bool:
             ctx.store,
             job_id,
             options=ctx.settings.analysis_options(),
-            rules=ctx.rules if ctx.options.rules else [],
+            rules=ctx.rules if ctx.service.rules else [],
             discover=discover_linker(ctx.settings),
             warn=lambda msg: log(
                 ctx.logger, logging.WARNING, "job.warning", msg, task="diagnose", job_id=job_id
@@ -393,9 +372,8 @@ def release_current(ctx: TaskContext) -> str | None:
 
 
 # -- watch -----------------------------------------------------------------------------------
-def _mark(source: dict[str, Any]) -> int | None:
-    for name in (F.JOB_END_TS, F.INGEST_UPDATED):
-        value = source_field(source, name)
+def _mark(record: JobRecord) -> int | None:
+    for value in (record.summary.end_ts, record.ingest.updated):
         if isinstance(value, int | float):
             return int(value)
     return None
@@ -407,28 +385,15 @@ def watch(ctx: TaskContext) -> int:
     store = ctx.store
     if not ctx.rules or not store.count(store.names.jobs):
         return 0
-    body = {
-        "size": _SCAN,
-        "query": {
-            "bool": {
-                "filter": [
-                    {"term": {F.JOB_STATUS: "running"}},
-                    generations.complete_clause(),
-                ]
-            }
-        },
-        "sort": [{F.JOB_REGISTERED: {"order": "asc", "unmapped_type": "date"}}],
-    }
     matched = 0
-    for hit in store.search(store.names.jobs, body)["hits"]["hits"]:
+    for record in jobs.find_running(store, limit=_SCAN):
         if ctx.stop.is_set():
             break
-        source = hit["_source"]
-        mark = _mark(source)
-        checkpoint = source_field(source, claims.CHECKPOINT)
+        mark = _mark(record)
+        checkpoint = record.analysis.watch_checkpoint
         if mark is not None and isinstance(checkpoint, int | float) and mark <= checkpoint:
             continue
-        if watch_job(ctx, str(source_field(source, F.JOB_ID))):
+        if watch_job(ctx, record.id):
             matched += 1
     return matched
 
@@ -437,48 +402,33 @@ def watch_job(ctx: TaskContext, job_id: str) -> bool:
     """Match one running job and write its ``rule_match`` annotations; False when it stopped
     running (or changed) meanwhile — the next round sees the new state."""
     store = ctx.store
-    doc = store.get(store.names.jobs, job_doc_id(job_id))
-    if doc is None or source_field(doc.source, F.JOB_STATUS) != "running":
+    doc = jobs.get_versioned(store, job_id)
+    if doc is None:
+        return False
+    record = JobRecord.from_source(doc.source)
+    if record.status != "running":
         return False
     matches = match_job(store, job_id, ctx.rules)
-    source = dict(doc.source)
-    source[claims.CHECKPOINT] = _mark(source) or claims.now_ms()
+    checked = replace(
+        record, analysis=replace(record.analysis, watch_checkpoint=_mark(record) or claims.now_ms())
+    )
     try:
         # Only if nothing changed since the read: a job declared failed meanwhile belongs to
         # the diagnose task, whose annotations must not be overwritten by this older match.
-        jobs.put_if_unchanged(store, doc, JobRecord.from_source(source), refresh=True)
+        jobs.put_if_unchanged(store, doc, checked, refresh=True)
     except ConflictError:
         return False
-    now = claims.now_ms()
-    docs = [
-        (
-            annotation_id(job_id, "rule_match", m.rule_id),
-            annotation_document(
-                m.to_finding(job_id, rank),
-                analyzer_version=ctx.policy.analyzer_version,
-                created_ms=now,
-                rule={"title": m.title, "category": m.category, "severity": m.severity},
-            ),
+    known = annotated_rules(store, job_id)
+    rules = [
+        Annotation(
+            m.to_finding(job_id, rank),
+            rule={"title": m.title, "category": m.category, "severity": m.severity},
         )
         for rank, m in enumerate(matches, 1)
     ]
-    index = store.names.annotations
-    known = _annotated_rules(store, job_id)
-    if docs:
-        store.bulk_index(index, docs, refresh=True)
-    store.delete_by_query(
-        index,
-        {
-            "bool": {
-                "filter": [
-                    {"term": {F.JOB_ID: job_id}},
-                    {"term": {F.ANNOTATION_KIND: "rule_match"}},
-                ],
-                "must_not": [{"ids": {"values": [d for d, _ in docs]}}],
-            }
-        },
+    write_annotations(
+        store, job_id, rules, analyzer_version=ctx.policy.analyzer_version, only_kind="rule_match"
     )
-    store.refresh(index)
     fresh = [m.rule_id for m in matches if m.rule_id not in known]
     if fresh:
         # Only rules new to this job: a long job that keeps matching is not re-announced.
@@ -495,66 +445,23 @@ def watch_job(ctx: TaskContext, job_id: str) -> bool:
     return True
 
 
-def _annotated_rules(store: Store, job_id: str) -> set[str]:
-    index = store.names.annotations
-    if not store.count(index):
-        return set()
-    body = {
-        "size": 1000,
-        "_source": [F.RULE_ID],
-        "query": {
-            "bool": {
-                "filter": [
-                    {"term": {F.JOB_ID: job_id}},
-                    {"term": {F.ANNOTATION_KIND: "rule_match"}},
-                ]
-            }
-        },
-    }
-    hits = store.search(index, body)["hits"]["hits"]
-    return {str(source_field(h["_source"], F.RULE_ID)) for h in hits}
-
-
 # -- retention -------------------------------------------------------------------------------
 def retention(ctx: TaskContext) -> int:
     """Delete rollups and kept lines of jobs ingested more than ``retention_days`` ago (not
     while their analysis is due or running); returns the number of jobs purged."""
-    days = ctx.options.retention_days
+    days = ctx.service.retention_days
     store = ctx.store
     if days is None or not store.count(store.names.jobs):
         return 0
     cutoff = claims.now_ms() - int(days * DAY_MS)
-    body = {
-        "size": _SCAN,
-        "query": {
-            "bool": {
-                "filter": [{"range": {F.INGEST_UPDATED: {"lt": cutoff}}}],
-                "must_not": [
-                    {"exists": {"field": F.RETENTION_PURGED}},
-                    {"terms": {claims.STATE: ["running", "pending"]}},
-                ],
-            }
-        },
-    }
     purged = 0
-    for hit in store.search(store.names.jobs, body)["hits"]["hits"]:
+    for record in jobs.find_ingested_before(store, cutoff, limit=_SCAN):
         if ctx.stop.is_set():
             break
-        source = hit["_source"]
-        job_id = str(source_field(source, F.JOB_ID))
-        policy = ctx.policy
-        if claims.pending_reason(JobRecord.from_source(source), policy, claims.now_ms()):
+        if claims.pending_reason(record, ctx.policy, claims.now_ms()):
             continue  # a failed job still waiting for its analysis keeps its data
-        query = {"term": {F.JOB_ID: job_id}}
-        deleted = store.delete_by_query(store.names.events, query)
-        deleted += store.delete_by_query(store.names.lines, query)
-
-        def change(src: dict[str, Any], n: int = deleted) -> dict[str, Any]:
-            src[F.RETENTION_PURGED] = claims.now_ms()
-            src[F.RETENTION_DELETED_DOCS] = n
-            return src
-
-        update_job(store, job_id, change)
+        deleted = generations.purge(store, record.id)
+        jobs.record_purge(store, record.id, deleted=deleted, now=claims.now_ms())
         purged += 1
         ctx.metrics.add("retention_jobs")
         ctx.metrics.add("retention_deleted_docs", deleted)
@@ -564,7 +471,7 @@ def retention(ctx: TaskContext) -> int:
             "retention.purged",
             f"deleted {deleted} rollup/line documents (older than {days:g} days)",
             task="retention",
-            job_id=job_id,
+            job_id=record.id,
             deleted=deleted,
         )
     return purged

@@ -8,6 +8,7 @@ Ctrl-C, an exception, SIGTERM or ``kill -9`` — and never outlives the command 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -41,6 +42,7 @@ class EmbeddedCluster:
         self._process: subprocess.Popen[str] | None = None
         self._url: str | None = None
         self._log: IO[str] | None = None
+        self._reader: threading.Thread | None = None
 
     @property
     def url(self) -> str:
@@ -81,8 +83,8 @@ class EmbeddedCluster:
             ) from None
         ready: dict[str, str] = {}
         event = threading.Event()
-        reader = threading.Thread(target=self._read_ready, args=(ready, event), daemon=True)
-        reader.start()
+        self._reader = threading.Thread(target=self._read_ready, args=(ready, event), daemon=True)
+        self._reader.start()
         event.wait(self.startup_timeout)
         if "url" not in ready:
             # stdout closed without a URL: the server is exiting; reap it to learn its status.
@@ -120,9 +122,12 @@ class EmbeddedCluster:
         finally:
             # Wakes start() at once: with the URL, or because the server exited.
             event.set()
-        # Keep draining so a chatty server never blocks on a full pipe.
-        for _ in stdout:
-            pass
+        # Keep draining so a chatty server never blocks on a full pipe; the pipe is closed
+        # once the server has exited (end of file).
+        with contextlib.suppress(OSError, ValueError):
+            for _ in stdout:
+                pass
+        stdout.close()
 
     def _last_log_line(self) -> str:
         if self._log is None:
@@ -143,23 +148,33 @@ class EmbeddedCluster:
         if proc.poll() is None:
             proc.kill()
         proc.wait()
+        with contextlib.suppress(OSError):
+            if proc.stdin:
+                proc.stdin.close()
+        self._join_reader()
+
+    def _join_reader(self) -> None:
+        """Wait for the stdout reader, which closes the pipe at the server's end of file."""
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+            self._reader = None
 
     def stop(self, grace: float = 5.0) -> None:
         """Stop the server (idempotent): close its stdin, then kill it after ``grace`` s."""
         proc = self._process
         if proc is None:
             return
+        # Closing stdin is the server's signal to stop (and the pipe is closed either way).
+        with contextlib.suppress(OSError):
+            if proc.stdin:
+                proc.stdin.close()
         if proc.poll() is None:
-            try:
-                if proc.stdin:
-                    proc.stdin.close()
-            except OSError:
-                pass
             try:
                 proc.wait(timeout=grace)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+        self._join_reader()
         self._process = None
         self._url = None
         self._close_log()

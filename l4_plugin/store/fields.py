@@ -11,6 +11,9 @@ name from a key.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 ROOT = "l4"
 
 # --- shared by several indices ---------------------------------------------------------------
@@ -20,6 +23,7 @@ TEMPLATE_TEXT = "l4.template.text"
 STAGE = "l4.stage"
 ITERATION = "l4.iteration"
 GENERATION = "l4.generation"  # the ingest generation a rollup or line belongs to
+ATTEMPT = "l4.attempt"  # the attempt of a restarted job a rollup or line belongs to
 
 # --- l4-events: one rollup per job x node x template x stage x iteration bucket ----------------
 COUNT = "l4.count"
@@ -67,6 +71,8 @@ JOB_CUT_FILES = "l4.job.cut_files"
 JOB_START_TS = "l4.job.start_ts"
 JOB_END_TS = "l4.job.end_ts"
 JOB_REGISTERED = "l4.job.registered"
+JOB_DUMPS = "l4.job.dumps"  # Flight Recorder traces and py-spy stacks (stored, not indexed)
+JOB_ATTEMPTS = "l4.job.attempts"  # a restarted job's attempts: nodes, time span (not indexed)
 
 # --- l4-jobs: the ingest's state (generations, progress) ---------------------------------------
 INGEST_STATE = "l4.ingest.state"
@@ -113,3 +119,15 @@ RULE_ID = "l4.rule.id"
 RULE_TITLE = "l4.rule.title"
 RULE_CATEGORY = "l4.rule.category"
 RULE_SEVERITY = "l4.rule.severity"
+
+
+def source_field(source: Mapping[str, Any], name: str) -> Any:
+    """A field of a ``_source``, written with dotted keys (as L4 writes) or as nested objects."""
+    if name in source:
+        return source[name]
+    node: Any = source
+    for part in name.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node

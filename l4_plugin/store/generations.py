@@ -36,7 +36,7 @@ from typing import Any
 from l4_plugin.errors import ConflictError, IngestError
 from l4_plugin.store import fields as F
 from l4_plugin.store.base import Store
-from l4_plugin.store.documents import source_field
+from l4_plugin.store.fields import source_field
 from l4_plugin.store.jobs import JobRecord, create_job, update_job
 
 STATE = F.INGEST_STATE
@@ -86,16 +86,6 @@ def scope(job_id: str, source: Mapping[str, Any] | None) -> Query:
 def _begun(source: Mapping[str, Any]) -> bool:
     """An ingest began on this job (it may not have completed)."""
     return writing(source) is not None or source_field(source, STATE) not in (None, "done")
-
-
-def complete_clause() -> Query:
-    """``l4-jobs`` query clause: jobs with a complete generation (what discovery may pick)."""
-    return {
-        "bool": {
-            "should": [{"term": {STATE: "done"}}, {"exists": {"field": GENERATION}}],
-            "minimum_should_match": 1,
-        }
-    }
 
 
 def _older(
@@ -169,8 +159,9 @@ def complete(
     job_id: str,
     generation: str,
     build: Callable[[dict[str, Any]], dict[str, Any]],
-) -> None:
-    """Make ``generation`` the job's complete one, then delete every older generation.
+) -> JobRecord:
+    """Make ``generation`` the job's complete one, then delete every older generation; returns
+    the job document as written.
 
     ``build`` gets the current job document and returns the new one (ingest's summary of the
     generation, with what it keeps of the old document). ``IngestError`` when a newer ingest of
@@ -204,6 +195,15 @@ def complete(
             + "began while this one was writing; what this one wrote was deleted"
         )
     _delete(store, _older(job_id, generation, old=replaced[0]))
+    return JobRecord.from_source(doc.source)
+
+
+def purge(store: Store, job_id: str) -> int:
+    """Delete every rollup and kept line of the job, of any generation (retention); returns how
+    many documents went. The job document says so (``jobs.record_purge``)."""
+    query = {"term": {F.JOB_ID: job_id}}
+    indices = (store.names.events, store.names.lines)
+    return sum(store.delete_by_query(index, query) for index in indices)
 
 
 def sweep(store: Store, job_id: str, source: Mapping[str, Any]) -> int:

@@ -15,17 +15,23 @@ Fields the record does not know (written by another tool or a newer L4) are kept
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import hashlib
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from l4_plugin.errors import ConflictError
 from l4_plugin.store import fields as F
 from l4_plugin.store.base import Store, VersionedDoc
-from l4_plugin.store.documents import job_doc_id, source_field
+from l4_plugin.store.fields import source_field
 
 _WRITE_TRIES = 8
 TIMESTAMP = "@timestamp"
+
+
+def job_doc_id(job_id: str) -> str:
+    """The ``_id`` of a job's ``l4-jobs`` document."""
+    return hashlib.sha1(job_id.encode()).hexdigest()
 
 
 def _tuple(value: Any) -> tuple[Any, ...] | None:
@@ -46,7 +52,7 @@ def _dict(value: Any) -> dict[str, Any] | None:
 def _out(value: Any) -> Any:
     """A record value as the document holds it (tuples are JSON lists)."""
     if isinstance(value, tuple):
-        return list(value)
+        return [v.to_json() if isinstance(v, AttemptSpan) else v for v in value]
     if isinstance(value, dict) and value and all(isinstance(v, tuple) for v in value.values()):
         return {k: list(v) for k, v in value.items()}
     return value
@@ -86,6 +92,57 @@ class _Part:
 
 
 @dataclass(frozen=True, slots=True)
+class AttemptSpan:
+    """One attempt of a restarted job as its ingest found it (``l4.job.attempts``): the nodes
+    that printed in it and the time span of its lines (ms since the epoch)."""
+
+    attempt: int
+    nodes: tuple[str, ...] = ()
+    start_ts: int | None = None
+    end_ts: int | None = None
+    #: Whether a rank printed a progress line of its own in it (it got past start-up).
+    trained: bool = False
+
+    def add(self, node: str, first: int | None, last: int | None) -> AttemptSpan:
+        """This span with a document of ``node`` from ``first`` to ``last`` counted in."""
+        nodes = self.nodes if node in self.nodes else tuple(sorted((*self.nodes, node)))
+        start = self.start_ts if first is None or (self.start_ts or first) < first else first
+        end = self.end_ts if last is None or (self.end_ts or last) > last else last
+        return AttemptSpan(self.attempt, nodes, start, end, self.trained)
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form."""
+        return {
+            "attempt": self.attempt,
+            "nodes": list(self.nodes),
+            "start_ts": self.start_ts,
+            "end_ts": self.end_ts,
+            "trained": self.trained,
+        }
+
+
+def _spans(value: Any) -> tuple[AttemptSpan, ...] | None:
+    if not isinstance(value, list | tuple):
+        return None
+    out = []
+    for raw in value:
+        if isinstance(raw, AttemptSpan):
+            out.append(raw)
+        elif isinstance(raw, Mapping) and isinstance(raw.get("attempt"), int):
+            start, end = raw.get("start_ts"), raw.get("end_ts")
+            out.append(
+                AttemptSpan(
+                    raw["attempt"],
+                    tuple(str(n) for n in raw.get("nodes") or ()),
+                    start if isinstance(start, int) else None,
+                    end if isinstance(end, int) else None,
+                    raw.get("trained") is True,
+                )
+            )
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
 class JobSummary(_Part):
     """What the job's last complete ingest found (``l4.job.*`` sizes and statistics)."""
 
@@ -120,6 +177,13 @@ class JobSummary(_Part):
     cut_files: tuple[str, ...] | None = field(default=None, metadata=_m(F.JOB_CUT_FILES, _tuple))
     start_ts: int | None = field(default=None, metadata=_m(F.JOB_START_TS))
     end_ts: int | None = field(default=None, metadata=_m(F.JOB_END_TS))
+    # The Flight Recorder traces and py-spy stacks found beside the logs (``traces.JobDumps``
+    # in its stored form): kept, not indexed.
+    dumps: dict[str, Any] | None = field(default=None, metadata=_m(F.JOB_DUMPS, _dict))
+    # A restarted job's attempts (``AttemptSpan``); None: it never restarted.
+    attempts: tuple[AttemptSpan, ...] | None = field(
+        default=None, metadata=_m(F.JOB_ATTEMPTS, _spans)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +309,8 @@ _ORDER_NAMES = (
     TIMESTAMP,
     F.JOB_START_TS,
     F.JOB_END_TS,
+    F.JOB_DUMPS,
+    F.JOB_ATTEMPTS,
     *AnalysisClaim.names(),
     F.INGEST_GENERATION,
     F.INGEST_SEQUENCE,
@@ -318,10 +384,101 @@ def comparable_query(*, fingerprint: str, status: str) -> dict[str, Any]:
     }
 
 
-def find_jobs(store: Store, *, fingerprint: str, status: str) -> list[JobRecord]:
-    """Jobs of one fingerprint and status with documents to compare with, sorted by id."""
-    body = {"size": 1000, "query": comparable_query(fingerprint=fingerprint, status=status)}
-    return sorted(search_jobs(store, body), key=lambda r: r.id)
+def find_jobs(
+    store: Store, *, fingerprint: str, status: str, exclude: Collection[str] = ()
+) -> list[JobRecord]:
+    """Jobs of one fingerprint and status with documents to compare with, sorted by id; those
+    of ``exclude`` (jobs whose documents the caller has read already) are not read again."""
+    query = comparable_query(fingerprint=fingerprint, status=status)
+    if exclude:
+        query["bool"]["must_not"].append({"terms": {F.JOB_ID: sorted(exclude)}})
+    return sorted(search_jobs(store, {"size": 1000, "query": query}), key=lambda r: r.id)
+
+
+def complete_clause() -> dict[str, Any]:
+    """Jobs with a complete ingest generation (``store.generations``): what an analysis reads."""
+    return {
+        "bool": {
+            "should": [
+                {"term": {F.INGEST_STATE: "done"}},
+                {"exists": {"field": F.INGEST_GENERATION}},
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+
+
+_REGISTERED_FIRST = [{F.JOB_REGISTERED: {"order": "asc", "unmapped_type": "date"}}]
+
+
+def find_due(
+    store: Store, *, max_attempts: int, analyzer_version: str, now: int, limit: int
+) -> list[JobRecord]:
+    """Failed jobs with a complete ingest whose analysis may be due (never analysed, released,
+    a lease expired before ``now``, failed fewer than ``max_attempts`` times, or analysed by
+    another analyzer version), oldest registration first; the claim decides on each."""
+    state, attempts = F.ANALYSIS_STATE, F.ANALYSIS_ATTEMPTS
+    query = {
+        "bool": {
+            "filter": [{"term": {F.JOB_STATUS: "failed"}}, complete_clause()],
+            "should": [
+                {"bool": {"must_not": [{"exists": {"field": state}}]}},
+                {"term": {state: "pending"}},
+                {
+                    "bool": {
+                        "filter": [
+                            {"term": {state: "running"}},
+                            {"range": {F.ANALYSIS_LEASE_UNTIL: {"lt": now}}},
+                        ]
+                    }
+                },
+                {
+                    "bool": {
+                        "filter": [
+                            {"term": {state: "failed"}},
+                            {"range": {attempts: {"lt": max_attempts}}},
+                        ]
+                    }
+                },
+                {
+                    "bool": {
+                        "filter": [{"terms": {state: ["done", "failed"]}}],
+                        "must_not": [{"term": {F.ANALYSIS_VERSION: analyzer_version}}],
+                    }
+                },
+            ],
+            "minimum_should_match": 1,
+        }
+    }
+    return search_jobs(store, {"size": limit, "query": query, "sort": _REGISTERED_FIRST})
+
+
+def find_running(store: Store, *, limit: int) -> list[JobRecord]:
+    """Running jobs with a complete ingest (what the service watches), oldest registration
+    first."""
+    query = {"bool": {"filter": [{"term": {F.JOB_STATUS: "running"}}, complete_clause()]}}
+    return search_jobs(store, {"size": limit, "query": query, "sort": _REGISTERED_FIRST})
+
+
+def find_ingested_before(store: Store, cutoff_ms: int, *, limit: int) -> list[JobRecord]:
+    """Jobs last ingested before ``cutoff_ms`` whose documents are still there and whose
+    analysis is not claimed or released (what retention may purge)."""
+    query = {
+        "bool": {
+            "filter": [{"range": {F.INGEST_UPDATED: {"lt": cutoff_ms}}}],
+            "must_not": [
+                {"exists": {"field": F.RETENTION_PURGED}},
+                {"terms": {F.ANALYSIS_STATE: ["running", "pending"]}},
+            ],
+        }
+    }
+    return search_jobs(store, {"size": limit, "query": query})
+
+
+def get_versioned(store: Store, job_id: str) -> VersionedDoc | None:
+    """The job's document with the version a conditional write (:func:`put_if_unchanged`)
+    replaces; None when the job has none."""
+    return store.get(store.names.jobs, job_doc_id(job_id))
 
 
 # --- writes --------------------------------------------------------------------------------------
@@ -405,6 +562,17 @@ def update_job(
     )
 
 
+def record_purge(store: Store, job_id: str, *, deleted: int, now: int) -> None:
+    """Record on the job's document that retention deleted its ``deleted`` documents."""
+
+    def change(source: dict[str, Any]) -> dict[str, Any]:
+        source[F.RETENTION_PURGED] = now
+        source[F.RETENTION_DELETED_DOCS] = deleted
+        return source
+
+    update_job(store, job_id, change)
+
+
 def update_record(
     store: Store, job_id: str, change: Callable[[JobRecord], JobRecord | None]
 ) -> JobRecord | None:
@@ -424,12 +592,19 @@ __all__ = [
     "JobRecord",
     "JobSummary",
     "comparable_query",
+    "complete_clause",
     "create_job",
+    "find_due",
+    "find_ingested_before",
     "find_jobs",
+    "find_running",
     "get_job",
+    "get_versioned",
+    "job_doc_id",
     "job_identity",
     "put_if_unchanged",
     "put_progress",
+    "record_purge",
     "search_jobs",
     "update_job",
     "update_record",

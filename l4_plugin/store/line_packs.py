@@ -31,8 +31,8 @@ from typing import Any
 
 from l4_plugin.records import numbers_blanked
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import source_field
-from l4_plugin.store.packs import int_or_none, pack_columns, packed
+from l4_plugin.store.fields import source_field
+from l4_plugin.store.packs import attempt_of, int_or_none, pack_columns, packed
 
 Doc = tuple[str, dict[str, Any]]
 
@@ -68,7 +68,8 @@ class MemberLine:
 def _signature(doc: dict[str, Any]) -> tuple[Any, ...]:
     flags = doc.get(F.FLAGS)
     shared = tuple(doc.get(name) for name in _SHARED)
-    return (*shared, tuple(flags) if flags else (), numbers_blanked(str(doc.get("message", ""))))
+    blanked = numbers_blanked(str(doc.get("message", "")))
+    return (*shared, tuple(flags) if flags else (), blanked, *attempt_of(doc))
 
 
 def _time(doc: dict[str, Any]) -> tuple[bool, int]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import source_field
+from l4_plugin.store.fields import source_field
 
 Doc = tuple[str, dict[str, Any]]  # (``_id``, ``_source``) of a document to write
 
@@ -67,7 +67,14 @@ _MESSAGES = f"{F.PACK}.messages"
 
 
 def _signature(doc: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(doc.get(name) for name in _SHARED)
+    return tuple(doc.get(name) for name in _SHARED) + attempt_of(doc)
+
+
+def attempt_of(doc: dict[str, Any]) -> tuple[int, ...]:
+    """``(attempt,)`` of a restarted job's document, else ``()``: documents of two attempts
+    never share a pack, and a job that never restarted keeps the signatures it always had."""
+    attempt = doc.get(F.ATTEMPT)
+    return (attempt,) if attempt is not None else ()
 
 
 def pack_events(events: Iterable[Doc], doc_id: Callable[..., str]) -> list[Doc]:
@@ -105,12 +112,15 @@ class EventColumns:
 
     def doc(self, signature: tuple[Any, ...], i: int) -> dict[str, Any]:
         """The ``i``-th event document again, as the builders made it (field by field)."""
-        doc: dict[str, Any] = {name: value for name, value in zip(_SHARED, signature, strict=True)}
+        shared, attempt = signature[: len(_SHARED)], signature[len(_SHARED) :]  # ``attempt_of``
+        doc: dict[str, Any] = {name: value for name, value in zip(_SHARED, shared, strict=True)}
         for column, (name, _) in zip(self.columns, _OWN, strict=True):
             doc[name] = column[i]
         doc[F.COUNT_ALL] = doc[F.COUNT]
         if doc[F.FIRST_TS] is not None:
             doc["@timestamp"] = doc[F.FIRST_TS]
+        if attempt:
+            doc[F.ATTEMPT] = attempt[0]
         return {k: v for k, v in doc.items() if v is not None}
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -169,7 +179,7 @@ def packed(
 def _pack(docs: list[dict[str, Any]]) -> dict[str, Any]:
     """One document for the nodes of ``docs`` (same signature, sorted by node)."""
     first = docs[0]
-    out = {name: first[name] for name in _SHARED if name in first}
+    out = {name: first[name] for name in (*_SHARED, F.ATTEMPT) if name in first}
     pack: dict[str, list[Any]] = {key: [d.get(name) for d in docs] for name, key in _OWN}
     out[F.PACK] = pack
     out["host.name"] = pack["hosts"]
@@ -203,7 +213,7 @@ def only_packs(query: dict[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeRollup:
+class PackMember:
     """One node's share of a pack: the fields its own event document would have had."""
 
     node: str
@@ -238,7 +248,7 @@ def read_packs(
     *,
     messages: bool = False,
     templates: Collection[str] | None = None,
-) -> list[NodeRollup]:
+) -> list[PackMember]:
     """Every node's share of the packs ``query`` selects (of ``templates`` only, if given).
 
     Exemplar lines and files are read only with ``messages`` (most of a pack's bytes).
@@ -254,13 +264,13 @@ def read_packs(
     if not messages:
         skip += [_MESSAGES, f"{F.PACK}.paths", "message", "log.file.path"]
     body["_source"] = {"excludes": skip}
-    out: list[NodeRollup] = []
+    out: list[PackMember] = []
     for hit in store.search_after(index, body, page_size=1000):
         out.extend(unpack(hit.get("_source", {})))
     return out
 
 
-def unpack(src: dict[str, Any]) -> Iterator[NodeRollup]:
+def unpack(src: dict[str, Any]) -> Iterator[PackMember]:
     """The nodes' shares of one pack document's ``_source``."""
     hosts, cols = pack_columns(src, [key for _, key in _OWN])
 
@@ -269,7 +279,7 @@ def unpack(src: dict[str, Any]) -> Iterator[NodeRollup]:
 
     level = shared("log.level")
     for i, host in enumerate(hosts):
-        yield NodeRollup(
+        yield PackMember(
             node=str(host),
             template_id=str(shared(F.TEMPLATE_ID)),
             template_text=str(shared(F.TEMPLATE_TEXT) or ""),

@@ -54,29 +54,30 @@ def test_tls_failure_is_reported(osmem_url: str) -> None:
 
 def test_cluster_up_is_shared_and_stops_cleanly(tmp_path: Path, state_env: dict[str, str]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("L4_")} | state_env
-    proc = subprocess.Popen(
+    # Leaving the block closes the pipes and waits for the process.
+    with subprocess.Popen(
         [*L4, "cluster", "up"],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
         text=True,
         env=env,
         stdin=subprocess.DEVNULL,
-    )
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()
-        assert first.startswith("embedded cluster running at http://127.0.0.1:")
-        url = first.split(" at ")[1].strip()
-        state = json.loads((tmp_path / "state" / "cluster.json").read_text())
-        assert state["url"] == url
-        server_pid = int(state["pid"])
-        res = run_l4("status", env=state_env)
-        assert res.returncode == 0 and f"at {url}" in res.stdout
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=20)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    ) as proc:
+        try:
+            assert proc.stdout is not None
+            first = proc.stdout.readline()
+            assert first.startswith("embedded cluster running at http://127.0.0.1:")
+            url = first.split(" at ")[1].strip()
+            state = json.loads((tmp_path / "state" / "cluster.json").read_text())
+            assert state["url"] == url
+            server_pid = int(state["pid"])
+            res = run_l4("status", env=state_env)
+            assert res.returncode == 0 and f"at {url}" in res.stdout
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert not (tmp_path / "state" / "cluster.json").exists()
     deadline = time.monotonic() + 5
     while alive(server_pid) and time.monotonic() < deadline:
@@ -86,14 +87,14 @@ def test_cluster_up_is_shared_and_stops_cleanly(tmp_path: Path, state_env: dict[
 
 def test_sigterm_stops_embedded_cluster(tmp_path: Path, state_env: dict[str, str]) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("L4_")} | state_env
-    proc = subprocess.Popen(
+    with subprocess.Popen(
         [*L4, "cluster", "up"], stdout=subprocess.PIPE, text=True, env=env, stdin=subprocess.DEVNULL
-    )
-    assert proc.stdout is not None
-    proc.stdout.readline()
-    server_pid = int(json.loads((tmp_path / "state" / "cluster.json").read_text())["pid"])
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(timeout=20)
+    ) as proc:
+        assert proc.stdout is not None
+        proc.stdout.readline()
+        server_pid = int(json.loads((tmp_path / "state" / "cluster.json").read_text())["pid"])
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=20)
     deadline = time.monotonic() + 5
     while alive(server_pid) and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -26,7 +26,8 @@ from l4_plugin.diagnosis.steps import says_cause
 from l4_plugin.errors import AnalysisError
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.store import IndexNames, OpenSearchStore, Store
-from l4_plugin.store.documents import job_doc_id, source_field
+from l4_plugin.store.fields import source_field
+from l4_plugin.store.jobs import job_doc_id
 from l4_simulate import simulate
 
 _SECTION6_KEYS = {
@@ -342,7 +343,7 @@ def test_the_sample_is_the_most_suspect_nodes_own_line(store: Store, tmp_path: P
             f"[2024-05-03 10:00:0{second},000] INFO step 1\n" + warn.format(n=n, s=status)
         )
     ingest_job(store, tmp_path, job_id="samples")
-    data = read_job_tables(store, "samples")
+    data = read_job_tables(store, read_job(store, "samples"))
     tid = next(t for t, info in data.templates.items() if "Got completion" in info.text)
     job = data.job
     assert "status=5" in find_sample_lines(store, job, [tid])[tid]["message"]
@@ -366,7 +367,7 @@ def test_of_one_nodes_lines_the_sample_is_one_that_says_the_cause(
         "[2024-05-03 10:00:01,000] INFO step 1\n" + warn.format(s=5) + warn.format(s=12)
     )
     ingest_job(store, tmp_path, job_id="telling")
-    data = read_job_tables(store, "telling")
+    data = read_job_tables(store, read_job(store, "telling"))
     tid = next(t for t, info in data.templates.items() if "Got completion" in info.text)
     first = find_sample_lines(store, data.job, [tid], ["n1"])[tid]
     assert "status=5" in first["message"]

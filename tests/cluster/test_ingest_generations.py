@@ -24,16 +24,16 @@ from typing import Any
 import pytest
 
 from l4_plugin.diagnosis.preparation import already_ingested, prepare
-from l4_plugin.diagnosis.queries import find_jobs, job_scope, read_job_tables
+from l4_plugin.diagnosis.queries import find_jobs, job_scope, read_job, read_job_tables
 from l4_plugin.errors import AnalysisError, IngestError, StoreError
+from l4_plugin.ingest.jobdir import scan
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.rules.engine import JobFacts
 from l4_plugin.service import claims
 from l4_plugin.service.registry import job_state
-from l4_plugin.store import IndexNames, OpenSearchStore, Store, generations
+from l4_plugin.store import IndexNames, OpenSearchStore, Store, generations, jobs
 from l4_plugin.store.base import BULK_DOCS_ENV, STALL_ENV
-from l4_plugin.store.documents import job_doc_id
-from l4_plugin.store.jobs import update_job
+from l4_plugin.store.jobs import job_doc_id, update_job
 from l4_simulate import simulate
 
 pytestmark = pytest.mark.slow
@@ -105,7 +105,7 @@ def _job(store: Store, job_id: str) -> dict[str, Any]:
 
 def read_counts(store: Store, job_id: str) -> Counts:
     """What the analyses read of the job (its complete generation)."""
-    data = read_job_tables(store, job_id)
+    data = read_job_tables(store, read_job(store, job_id))
     scope = job_scope(data.job)
     return Counts(
         events=store.count(store.names.events, scope),
@@ -162,24 +162,24 @@ def kill_ingest(url: str, store: Store, job_dir: Path, after_writes: int) -> str
     env = {k: v for k, v in os.environ.items() if not k.startswith("L4_")}
     env.update({STALL_ENV: str(after_writes), BULK_DOCS_ENV: BULK_DOCS, "L4_MAX_RETRIES": "0"})
     cmd = [*CLI, "--es-url", url, "--index-prefix", store.names.prefix, "ingest", str(job_dir)]
-    proc = subprocess.Popen(
-        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
-    )
-    assert proc.stderr is not None
     seen = b""
     deadline = time.monotonic() + 120
-    try:
-        while b"l4-test: stalled" not in seen:
-            line = proc.stderr.readline()
-            if not line and proc.poll() is not None:
-                raise AssertionError(f"ingest ended (exit {proc.returncode}) before the stall")
-            seen += line
-            assert time.monotonic() < deadline, "no stall within 120 s"
-        proc.send_signal(signal.SIGKILL)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    # Leaving the block closes the pipes and waits for the process.
+    with subprocess.Popen(
+        cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+    ) as proc:
+        assert proc.stderr is not None
+        try:
+            while b"l4-test: stalled" not in seen:
+                line = proc.stderr.readline()
+                if not line and proc.poll() is not None:
+                    raise AssertionError(f"ingest ended (exit {proc.returncode}) before the stall")
+                seen += line
+                assert time.monotonic() < deadline, "no stall within 120 s"
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     assert proc.returncode == -signal.SIGKILL
     return seen.decode(errors="replace")
 
@@ -213,7 +213,8 @@ def test_kill_9_during_a_reingest_leaves_one_complete_generation(
             assert generations.complete_generation(source) == old_generation, where
             if point > 0:
                 assert source[generations.STATE] == "writing", where
-                assert not already_ingested(store, dirs.new, dirs.job_id, None), where
+                record = jobs.get_job(store, dirs.job_id)
+                assert not already_ingested(store, record, scan(dirs.new)), where
         # The fault rules read the same generation (the old one has no rollup of the last node).
         assert set(JobFacts(store, dirs.job_id).node_last_ts()) == set(read.nodes), where
         # What `l4 diagnose DIR` does first: ingest again unless the last ingest completed.
@@ -232,7 +233,7 @@ def test_kill_9_of_a_first_ingest_is_never_diagnosed(
     assert source[generations.STATE] == "writing"
     assert generations.complete_generation(source) is None
     with pytest.raises(AnalysisError, match="has no complete ingest: the ingest that began"):
-        read_job_tables(store, dirs.job_id)
+        read_job_tables(store, read_job(store, dirs.job_id))
     state = job_state(store, dirs.job_id)
     assert state.generation is None and state.writing is not None
     assert state.writing["files"] == len(list(dirs.old.glob("*.log")))
@@ -287,7 +288,7 @@ def test_an_analysis_of_a_replaced_generation_leaves_the_job_due(
     policy = claims.ClaimPolicy("t", 60.0, 3, "l4-test")
     held = claims.claim(store, dirs.job_id, policy).claim
     assert held is not None
-    analysed = read_job_tables(store, dirs.job_id).job.generation
+    analysed = read_job_tables(store, read_job(store, dirs.job_id)).job.generation
     ingest_job(store, dirs.new, status="failed")  # completes while the analysis runs
     claims.finish(store, held, policy, generation=analysed)
     assert claims.find_pending(store, policy, limit=10) == [(dirs.job_id, "new")]

@@ -423,6 +423,7 @@ def test_bulk_writes_are_retried_with_back_off_when_the_cluster_throttles(status
             written = writer.close()
     finally:
         server.server.shutdown()
+        server.server.server_close()
     assert written == {"l4-events": 6}
     ids = [[op["index"]["_id"] for op in ops[::2]] for ops in server.bodies]
     # The whole request again after its 429 / 503, then only the documents throttled one by one.
@@ -439,6 +440,7 @@ def test_bulk_requests_are_sized_by_bytes() -> None:
         assert store.bulk_index("l4-lines", docs, chunk_bytes=3000) == 10
     finally:
         server.server.shutdown()
+        server.server.server_close()
     sizes = [len(ops) // 2 for ops in server.bodies[2:]]
     assert sum(sizes) == 10 and max(sizes) <= 3, sizes
 

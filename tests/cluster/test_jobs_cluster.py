@@ -9,8 +9,7 @@ import pytest
 from l4_plugin.errors import ConflictError
 from l4_plugin.store import Store, jobs
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import job_doc_id
-from l4_plugin.store.jobs import IngestState, JobRecord
+from l4_plugin.store.jobs import IngestState, JobRecord, job_doc_id
 
 
 def test_create_get_find_and_update(store: Store) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from l4_plugin.diagnosis import diagnose_job
-from l4_plugin.diagnosis.queries import read_job_tables
+from l4_plugin.diagnosis.queries import read_job, read_job_tables
 from l4_plugin.ingest import documents
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.rules.engine import JobFacts, compile_rule, match_job
@@ -38,7 +38,7 @@ def _events(store: Store) -> list[dict[str, Any]]:
 
 
 def _tables(store: Store) -> dict[str, Any]:
-    data = read_job_tables(store, "j")
+    data = read_job_tables(store, read_job(store, "j"))
     return {f.name: getattr(data, f.name) for f in dataclasses.fields(data) if f.name != "job"}
 
 

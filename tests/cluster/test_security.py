@@ -19,7 +19,8 @@ from l4_plugin.limits import MAX_LINE_CHARS
 from l4_plugin.rules import render
 from l4_plugin.service.registry import register_job
 from l4_plugin.store import Store
-from l4_plugin.store.documents import job_doc_id, source_field
+from l4_plugin.store.fields import source_field
+from l4_plugin.store.jobs import job_doc_id
 from tests.security_inputs import BOMB, LOG, job_dir, rule_file
 
 # 10 levels of 10 aliases: a few hundred bytes that expand to 10**10 values.

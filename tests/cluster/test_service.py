@@ -28,7 +28,7 @@ from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.service import claims
 from l4_plugin.service.registry import set_status
 from l4_plugin.store import EmbeddedCluster, IndexNames, OpenSearchStore, Store
-from l4_plugin.store.documents import job_doc_id
+from l4_plugin.store.jobs import job_doc_id
 from l4_simulate import simulate
 
 pytestmark = pytest.mark.slow
@@ -60,7 +60,8 @@ class ServiceProcess:
         self.events: list[dict[str, Any]] = []
         self.other: list[str] = []
         self._cond = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
     def _read(self) -> None:
         assert self.proc.stderr is not None
@@ -109,9 +110,14 @@ class ServiceProcess:
         return self.proc.wait(timeout=timeout)
 
     def kill(self) -> None:
+        """Kill the process if it still runs, and close its pipes once its log is read."""
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        self._reader.join(timeout=10)
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
 
 
 @pytest.fixture

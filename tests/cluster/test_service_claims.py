@@ -18,17 +18,16 @@ import pytest
 from l4_plugin import cli
 from l4_plugin.config import Settings, load_settings
 from l4_plugin.diagnosis import ANALYZER_VERSION
-from l4_plugin.diagnosis.annotations import record_analysis
+from l4_plugin.diagnosis.storage import record_analysis
 from l4_plugin.errors import ConfigError, StoreError
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.rules import load_rules
-from l4_plugin.service import Service, ServiceOptions, claims, setup_logging, tasks
+from l4_plugin.service import Service, claims, setup_logging, tasks
 from l4_plugin.service.claims import ClaimPolicy
 from l4_plugin.service.health import Metrics
 from l4_plugin.service.registry import job_state, register_job, set_status
 from l4_plugin.store import Store, connect
-from l4_plugin.store.documents import job_doc_id
-from l4_plugin.store.jobs import JobRecord, update_job
+from l4_plugin.store.jobs import JobRecord, job_doc_id, update_job
 from l4_simulate import simulate
 
 
@@ -234,12 +233,16 @@ def sim(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out / "job"
 
 
-def context(store: Store, settings: Settings, **options: Any) -> tasks.TaskContext:
+def serving(settings: Settings, **service: Any) -> Settings:
+    """``settings`` with these values of its ``service:`` section."""
+    return settings.model_copy(update={"service": settings.service.model_copy(update=service)})
+
+
+def context(store: Store, settings: Settings, **service: Any) -> tasks.TaskContext:
     p = policy("test")
     return tasks.TaskContext(
         store,
-        settings,
-        tasks.ServiceOptions(**options),
+        serving(settings, **service),
         p,
         load_rules(),
         Metrics(p.owner, store.display_url),
@@ -323,9 +326,7 @@ def test_once_mode_runs_each_task_once_and_exits(settings: Settings, sim: Path) 
     store.install_templates()
     try:
         ingest_job(store, sim, job_id="once", status="failed")
-        service = Service(
-            settings, ServiceOptions(once=True, rules=False), setup_logging(json_lines=True)
-        )
+        service = Service(serving(settings, rules=False), setup_logging(json_lines=True), once=True)
         assert service.run() == 0
         assert source(store, "once")[claims.STATE] == "done"
         snapshot = service.metrics.snapshot()
@@ -338,9 +339,7 @@ def test_once_mode_runs_each_task_once_and_exits(settings: Settings, sim: Path) 
 
 def test_once_mode_with_an_unreachable_cluster_fails(tmp_path: Path) -> None:
     settings = load_settings(None, es_url="http://127.0.0.1:9", state_dir=tmp_path)
-    service = Service(
-        settings, ServiceOptions(once=True, rules=False), setup_logging(json_lines=False)
-    )
+    service = Service(serving(settings, rules=False), setup_logging(json_lines=False), once=True)
     with pytest.raises(StoreError, match=r"cannot connect to http://127\.0\.0\.1:9"):
         service.run()
 
@@ -377,7 +376,7 @@ def test_health_port_in_use_is_a_one_line_error(settings: Settings) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        options = ServiceOptions(once=True, rules=False, health_port=port)
-        service = Service(settings, options, setup_logging(json_lines=False))
+        serve = serving(settings, rules=False, health_port=port)
+        service = Service(serve, setup_logging(json_lines=False), once=True)
         with pytest.raises(ConfigError, match=rf"health endpoint on 127\.0\.0\.1:{port}: .*in use"):
             service.run()

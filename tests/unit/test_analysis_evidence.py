@@ -203,3 +203,32 @@ def test_a_nodes_reaction_to_its_own_failure_is_not_evidence() -> None:
     # The errors that define "after" are the ones cross-job filtering kept.
     assert reactions(data, events, kept - {"err"}) == set()
     assert reactions(replace(data, time_unit="position"), events, kept) == set()
+
+
+def test_a_warning_the_job_trained_past_is_discounted() -> None:
+    # gen3's decoy: a link flapped on node b at iteration 2 and came back; the job trained on to
+    # iteration 9 and failed on node a. Errors, and warnings near the end, keep their weight.
+    from l4_plugin.analysis.evidence import recovered
+
+    texts = {
+        "flap": "NCCL WARN NET/IB : mlx5_3:1 Got async event : port error",
+        "late": "NCCL WARN NET/IB : Got completion from peer <IP> with status=12",
+        "nan": "found NaN in local grad norm",
+    }
+    cells = {
+        ("b", "flap"): Cell(1, 21.0, 21.0, 1.0),
+        ("a", "late"): Cell(1, 95.0, 95.0, 1.0),
+        ("a", "nan"): Cell(1, 22.0, 22.0, 1.0),
+    }
+    data = replace(
+        _data(cells, {}, texts),
+        node_iteration_start={(n, k): 10.0 * k for n in ("a", "b") for k in range(10)},
+    )
+    levels = {"flap": "WARN", "late": "WARN", "nan": "ERROR"}
+    events = tuple(replace(e, level=levels[e.template_id]) for e in event_stats(data))
+    assert recovered(data, events, None) == {"flap"}
+    # In a job that slowed down an early one-off warning may be the slow-burning cause (dev-26's
+    # GPU at its thermal slowdown): nothing is discounted.
+    from l4_plugin.analysis.results import Slowdown
+
+    assert recovered(data, events, None, Slowdown(5, 10.0, 2.0)) == set()

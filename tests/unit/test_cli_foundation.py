@@ -49,6 +49,8 @@ def unauthorized_url() -> Iterator[str]:
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
     server.shutdown()
+    thread.join()
+    server.server_close()
 
 
 def test_wrong_credentials(unauthorized_url: str) -> None:
@@ -104,8 +106,8 @@ def test_serve_takes_its_options_from_file_env_and_flags(
     seen: list[Any] = []
 
     class Recorder:
-        def __init__(self, settings: Any, options: Any, logger: Any) -> None:
-            seen.append(options)
+        def __init__(self, settings: Any, logger: Any, *, once: bool = False) -> None:
+            seen.append((settings.service, once))
 
         def run(self) -> int:
             return 0
@@ -118,12 +120,13 @@ def test_serve_takes_its_options_from_file_env_and_flags(
         "--config", str(cfg), "serve", "--once", "--interval", "2", "--no-rules"
     )
     assert code == 0, err
-    o = seen[-1]
-    assert (o.interval, o.batch, o.lease_seconds, o.health_port) == (2.0, 9, 60.0, 0)
-    assert (o.once, o.rules, o.watch, o.max_attempts) == (True, False, True, 3)
+    o, once = seen[-1]
+    assert (o.interval, o.batch, o.lease, o.health_port) == (2.0, 9, 60.0, 0)
+    assert (once, o.rules, o.watch, o.max_attempts) == (True, False, True, 3)
     code, _, err = in_process("serve")
     assert code == 0, err
-    assert (seen[-1].interval, seen[-1].batch, seen[-1].rules) == (30.0, 9, True)
+    o, once = seen[-1]
+    assert (o.interval, o.batch, o.rules, once) == (30.0, 9, True, False)
     cfg.write_text("service:\n  interval: 0\n  max-attempts: none\n")
     code, _, err = in_process("--config", str(cfg), "serve")
     assert code == 1 and len(seen) == 2

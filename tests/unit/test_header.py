@@ -590,3 +590,9 @@ def test_a_collectors_time_before_the_programs_header() -> None:
     )
     plain = parse_header("2024-05-03T10:11:12Z hello there", default_year=2024)
     assert (plain.timestamp, plain.level, plain.body_start) == (T0, None, 21)
+
+
+def test_srun_labels_a_line_that_starts_with_its_own_time() -> None:
+    # srun -l before a program's stamped line: the task's rank, the program's time and level.
+    h = parse_header("12: 2024-05-03 10:11:12,000 - root - WARNING - slow", 2024)
+    assert (h.rank, h.timestamp, h.level) == (12, T0, "WARNING")

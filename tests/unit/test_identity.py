@@ -39,6 +39,9 @@ def test_a_files_own_host_from_its_nccl_prefix_banner_or_syslog_host() -> None:
 def test_the_addresses_ranks_announce() -> None:
     got = facts([_nccl("hgx-b1-03", 5), _nccl("hgx-b1-03", 6)])
     assert got.addresses == (("10.0.0.6", "hgx-b1-03"), ("10.0.0.7", "hgx-b1-03"))
+    # Ray's raylet names its own node by address only: the file's node is it
+    raylet = "[2025-04-21 07:36:30,586 I 2293 2293] (raylet) node_manager.cc:525: [state-dump] "
+    assert facts([raylet + "Node name: 10.83.41.81"]).addresses == (("10.83.41.81", ""),)
 
 
 def test_what_a_launcher_or_scheduler_reports_about_a_host() -> None:

@@ -93,3 +93,30 @@ def test_reads_exclude_or_select_packs() -> None:
     q = {"term": {F.JOB_ID: "j"}}
     assert packs.without_packs(q)["bool"]["must_not"] == [{"exists": {"field": F.NODES}}]
     assert {"exists": {"field": F.NODES}} in packs.only_packs(q)["bool"]["filter"]
+
+
+def test_only_the_store_reads_what_a_pack_keeps_per_node() -> None:
+    """A reader outside ``store/`` that touched ``l4.pack`` (or the helpers that split packs
+    from documents of one node) would be unpacking by hand: per-node reads of ``l4-events`` and
+    ``l4-lines`` go through ``store/events.py`` and ``store/lines.py``."""
+    import re
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[2] / "l4_plugin"
+    unpacking = re.compile(
+        r"\bF\.PACK\b|[\"']l4\.pack[\"'.]|\b(without_packs|only_packs|read_packs|own_line)\b"
+        r"|\bline_packs\.members\b|from l4_plugin\.store\.(line_)?packs import"
+        r"|from l4_plugin\.store import .*\b(line_)?packs\b"
+    )
+    found = [
+        f"{path.relative_to(package)}:{n}: {line.strip()}"
+        for path in sorted(package.rglob("*.py"))
+        if path.relative_to(package).parts[0] != "store"
+        for n, line in enumerate(path.read_text("utf-8").splitlines(), 1)
+        if unpacking.search(line)
+    ]
+    # The write step packs what it writes: the lanes gather their nodes' event documents as
+    # columns per signature (``owners``), the reducer packs them (``pipeline``).
+    allowed = ("ingest/pipeline.py", "ingest/owners.py")
+    found = [f for f in found if not f.startswith(allowed)]
+    assert not found, "unpacking outside the store:\n" + "\n".join(found)

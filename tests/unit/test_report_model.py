@@ -9,9 +9,17 @@ from typing import Any
 
 import pytest
 
-from l4_plugin.diagnosis.annotations import summary_text
 from l4_plugin.diagnosis.assembly import findings
+from l4_plugin.diagnosis.storage import summary_text
 from l4_plugin.records import Verdict
+from l4_plugin.report.attempts import ReportAttempt, ReportAttempts
+from l4_plugin.report.hangs import (
+    ReportCollective,
+    ReportHang,
+    ReportRank,
+    ReportStackGroup,
+    ReportStacks,
+)
 from l4_plugin.report.model import (
     Report,
     ReportEvent,
@@ -36,6 +44,8 @@ REPORT_KEYS = [
     "iterations",
     "silent_nodes",
     "verdict",
+    "hang",
+    "attempts",
     "stragglers",
     "slowdown",
     "lagging_nodes",
@@ -59,6 +69,48 @@ EVENT_KEYS = [
     "stage",
     "reasons",
 ]
+
+
+def full_hang() -> ReportHang:
+    """A ``hang`` section with every field set."""
+    odd = ReportStackGroup("barrier (torch/distributed/distributed_c10d.py)", (3,), ("n2",))
+    return ReportHang(
+        collectives=(
+            ReportCollective(
+                attempt=1,
+                process_group="default_pg",
+                kind="mismatch",
+                seq=48,
+                op="nccl:all_reduce",
+                summary="default_pg: collective #48 (nccl:all_reduce); in another op: 3",
+                ranks_in_op=(0, 1),
+                ranks_in_other_op=((3, "nccl:barrier"),),
+                ranks_other_shape=((2, '[[4]]->[[4]] ["Float"]->["Float"]'),),
+                ranks_behind=(4,),
+                ranks_without_dump=(5,),
+                culprits=(3,),
+                culprit_nodes=("n2",),
+                ranks=(ReportRank(3, "n2", 48, "nccl:barrier", "started"),),
+            ),
+        ),
+        stacks=(
+            ReportStacks(
+                1,
+                (
+                    ReportStackGroup(
+                        "all_reduce (torch/distributed/distributed_c10d.py)", (0, 1), ("n1",)
+                    ),
+                    odd,
+                ),
+                odd,
+                ("barrier (torch/distributed/distributed_c10d.py:5356)",),
+            ),
+        ),
+        nodes=("n2",),
+        category="user/code",
+        why="ranks called different collectives at #48",
+        problems=("dump n2/fr/trace_9 not read: not a plain pickle",),
+    )
 
 
 def full_report() -> Report:
@@ -108,6 +160,24 @@ def full_report() -> Report:
         silent_nodes=("n5",),
         verdict=Verdict(
             "hardware/network", "infrastructure", ("n3",), "after-eviction", 0.85, ("rule x",)
+        ),
+        hang=full_hang(),
+        attempts=ReportAttempts(
+            lead=0,
+            why="attempt 0 is the last that got past start-up",
+            bound=("n2",),
+            note="n2 is the culprit in every attempt (0, 1)",
+            attempts=(
+                ReportAttempt(
+                    0,
+                    "training",
+                    "user/code",
+                    ("n2",),
+                    ("n1", "n2"),
+                    "2024-08-05T09:00:00+00:00",
+                    "2024-08-05T09:39:59+00:00",
+                ),
+            ),
         ),
         stragglers=(ReportStraggler("n4", 500, 1.4),),
         slowdown=ReportSlowdown(511, 0.52, 1.8, ("t1",), ("n3",)),
@@ -174,6 +244,13 @@ def test_a_dropped_field_breaks_the_round_trip() -> None:
         report.filtering,
         report.spatial,
         report.verdict,
+        report.hang,
+        report.hang and report.hang.collectives[0],
+        report.hang and report.hang.collectives[0].ranks[0],
+        report.hang and report.hang.stacks[0],
+        report.hang and report.hang.stacks[0].odd,
+        report.attempts,
+        report.attempts and report.attempts.attempts[0],
     ):
         assert part is not None
         assert list(part.to_json()) == [f.name for f in dataclasses.fields(part)]
@@ -207,6 +284,14 @@ def test_numbers_keep_their_json_type() -> None:
     raw = full_report().to_json()
     raw["rule_matches"][0]["confidence"] = 1
     assert json.dumps(Report.from_json(raw).to_json()) == json.dumps(raw)
+
+
+def test_a_report_without_dumps_or_restarts_has_no_key_for_them() -> None:
+    # A job whose ranks left no traces or stacks keeps the JSON it always had.
+    raw = dataclasses.replace(full_report(), hang=None, attempts=None).to_json()
+    assert "hang" not in raw and "attempts" not in raw
+    assert list(raw) == [k for k in REPORT_KEYS if k not in ("hang", "attempts")]
+    assert Report.from_json(raw).hang is None and Report.from_json(raw).attempts is None
 
 
 def test_a_stored_report_without_newer_sections_reads() -> None:

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from l4_plugin.rules.resolver import (
-    Run,
     TextValue,
+    TokenRun,
     fold_case,
     include_pattern,
     needs_resolution,
@@ -15,35 +15,36 @@ from l4_plugin.rules.resolver import (
 
 def test_required_runs_are_anchored_by_whitespace_only() -> None:
     # A whole token (whitespace on both sides) is a dictionary look-up: it is used alone.
-    assert required_runs("contains", "NCCL WARN NET/IB") == [[Run("warn", left=True, right=True)]]
+    whole = TokenRun("warn", left=True, right=True)
+    assert required_runs("contains", "NCCL WARN NET/IB") == [[whole]]
     # Otherwise the two best token prefixes/suffixes/infixes.
     assert required_runs("contains", "Xid (PCI:*): 79,") == [
-        [Run("xid", right=True), Run("79", left=True)]
+        [TokenRun("xid", right=True), TokenRun("79", left=True)]
     ]
     # A run at the edge of a value may continue in the line: no anchor there.
     assert required_runs("endswith", "fallen off") == [
-        [Run("fallen", right=True), Run("off", left=True)]
+        [TokenRun("fallen", right=True), TokenRun("off", left=True)]
     ]
     assert required_runs("contains", ":: --") is None
 
 
 def test_required_runs_of_regexes_skip_optional_parts() -> None:
     alternatives = required_runs("re", "Connection (closed by remote peer|refused)")
-    assert alternatives == [[Run("connection", right=True)]]
-    assert required_runs("re", "colou?r") == [[Run("colo")]]
+    assert alternatives == [[TokenRun("connection", right=True)]]
+    assert required_runs("re", "colou?r") == [[TokenRun("colo")]]
     assert required_runs("re", r"mlx5_core .*Port: \d+ Link DOWN") == [
-        [Run("link", left=True, right=True)]
+        [TokenRun("link", left=True, right=True)]
     ]
-    assert required_runs("re", "(JOB|STEP) ended") == [[Run("ended", left=True)]]
-    assert required_runs("re", "oom|killed") == [[Run("oom")], [Run("killed")]]
-    assert required_runs("re", r"[0-9]+\s+GB") == [[Run("gb")]]
+    assert required_runs("re", "(JOB|STEP) ended") == [[TokenRun("ended", left=True)]]
+    assert required_runs("re", "oom|killed") == [[TokenRun("oom")], [TokenRun("killed")]]
+    assert required_runs("re", r"[0-9]+\s+GB") == [[TokenRun("gb")]]
     assert required_runs("re", r"[0-9]+\s+") is None
     assert required_runs("re", "a|[0-9]+") is None
 
 
 def test_selective_prefers_long_anchored_runs() -> None:
-    assert selective([[Run("watchdog", left=True, right=True)]])
-    assert not selective([[Run("loss"), Run("inf", left=True)]])
+    assert selective([[TokenRun("watchdog", left=True, right=True)]])
+    assert not selective([[TokenRun("loss"), TokenRun("inf", left=True)]])
 
 
 def test_include_patterns() -> None:

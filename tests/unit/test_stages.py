@@ -188,6 +188,48 @@ def test_done_line_before_training_does_not_start_training(rules: StageRules) ->
     assert {stage for (_, stage, _) in rollup.groups} == {"?checkpointing"}
 
 
+def test_an_async_save_is_no_checkpointing_stage(
+    rules: StageRules,
+) -> None:
+    # NeMo 2 on a rank that prints no progress (per-task Slurm files): an asynchronous save
+    # runs beside training, so neither its scheduling nor its end is a checkpointing stage; the
+    # watchdog timeout after it keeps the file's provisional stage (placed on the job timeline).
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "[NeMo I 2025-10-01 04:53:38 nemo_model_checkpoint:497] Scheduled async checkpoint save "
+        "for /ckpt/step=89-last",
+        "[NeMo I 2025-10-01 04:54:15 nemo_model_checkpoint:522] Async checkpoint save for step "
+        "90 (/ckpt/step=89-last) finalized successfully.",
+        "[rank0]:[E1001 05:26:42.368454694 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=1379, OpType=ALLREDUCE)",
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    stages = {kind.body[:20]: stage for (kind, stage, _) in rollup.groups}
+    assert not any(stage.endswith("checkpointing") for stage in stages.values()), stages
+
+
+def test_a_save_seen_begin_and_end_returns_to_training_without_progress_lines(
+    rules: StageRules,
+) -> None:
+    # A rank that prints no progress of its own (Megatron-LM's earlier pipeline stages): a save
+    # it saw begin and end is its only mark; what follows (the watchdog timeout that ended the
+    # job) is training, not a save that never ended.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "[2025-10-01 04:53:38] saving checkpoint at iteration     900 to /ckpt",
+        "[2025-10-01 04:54:15]   successfully saved checkpoint from iteration     900 to /ckpt",
+        "[rank0]:[E1001 05:26:42.368454694 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=1379, OpType=ALLREDUCE)",
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    stages = {kind.body[:20]: stage for (kind, stage, _) in rollup.groups}
+    assert stages["[Rank <RANK>] Watchd"].endswith("training"), stages
+
+
 @pytest.mark.parametrize("seed", [1, 2, 4])  # Megatron-LM, DeepSpeed, HF Trainer
 def test_simulated_jobs_return_to_training_after_checkpoints(
     rules: StageRules, tmp_path: Path, seed: int

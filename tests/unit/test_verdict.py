@@ -172,3 +172,182 @@ def test_cuda_boilerplate_is_never_the_sample() -> None:
     )
     only = "For debugging consider passing CUDA_LAUNCH_BLOCKING=1."
     assert without_boilerplate(only) == only
+
+
+# --- evidence-based eviction, consequences, local and alone categories ------------------------
+
+
+def test_hardware_evidence_on_a_named_node_evicts_it_without_a_clear_culprit() -> None:
+    # gen3's Xid 48 shape: a second node scores close to the first (its watchdog lines), so the
+    # ranking singles nobody out; the confirmed rule and the Xid line both name one node.
+    nodes = [
+        VerdictNode("g1288", 1.0, ("spatial-outlier", "earliest-evidence")),
+        VerdictNode("g1120", 0.95, ("spatial-outlier",)),
+        VerdictNode("g1048", 0.0, ()),
+    ]
+    assert culprits(nodes) == ()
+    rule = VerdictRule(
+        "gpu-xid-48-double-bit-ecc", "hardware/accelerator", "cause", ("g1288",), 0.9
+    )
+    events = [
+        _ev(
+            "NVRM: Xid (PCI:0000:18:00): 48, pid='<unknown>', name=<unknown>, An uncorrectable "
+            "double bit error (DBE) has been detected on GPU",
+            ("g1288",),
+            score=0.86,
+        ),
+        _ev("Timeout at NCCL work: 21241, last enqueued NCCL work: 21243", ("g1120",), score=0.8),
+    ]
+    v = decide(events, nodes, [rule], LEX, n_nodes=8)
+    assert v.category == "hardware/accelerator"
+    assert v.evict == ("g1288",) and v.restart == "after-eviction"
+
+
+def test_storage_evicts_only_a_node_that_alone_carries_the_evidence() -> None:
+    full = "OSError: [Errno 28] No space left on device: '/mnt/ckpt/iter_56/model.pt'"
+    shared = decide([_ev(full, ("n1", "n2", "n3", "n4", "n5"))], [], [], LEX, n_nodes=22)
+    assert shared.category == "hardware/storage" and shared.evict == ()
+    assert shared.restart == "after-fix"
+    local = decide([_ev(full, ("n7",))], [], [], LEX, n_nodes=22)
+    assert local.evict == ("n7",) and local.restart == "after-eviction"
+
+
+def test_a_port_in_use_on_one_node_of_many_is_that_nodes_environment() -> None:
+    line = (
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local "
+        "network address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: "
+        "address already in use"
+    )
+    many = decide([_ev(line, ("h0",))], [], [], LEX, n_nodes=16)
+    assert (many.category, many.evict, many.blame) == ("platform", ("h0",), "infrastructure")
+    # On a single machine it is the user's second run on the same port (torchtune#1025).
+    alone = decide([_ev(line, ("h0",))], [], [], LEX, n_nodes=1)
+    assert (alone.category, alone.evict, alone.restart) == ("user/config", (), "after-fix")
+
+
+def test_consequences_never_lead() -> None:
+    # The launcher's and the scheduler's reactions come first in time and rank; the cause is the
+    # user's exception below them.
+    events = [
+        _ev("srun: error: gpu-r41-u15: tasks 192-199: Terminated", ("s",), score=0.9),
+        _ev(
+            "slurmstepd: error: *** JOB 61 ON gpu-r41-u15 CANCELLED AT 2025-08-11T15:44 ***", ("s",)
+        ),
+        _ev("ray.train.base_trainer.TrainingFailedError: ... an error such as OOM)", ("d",)),
+        _ev("ZeroDivisionError: division by zero", ("n3",), score=0.7),
+    ]
+    v = decide(events, [], [], LEX, n_nodes=4)
+    assert v.category == "user/code" and v.evict == ()
+
+
+def test_timeouts_alone_point_to_a_collective_mismatch() -> None:
+    # particleflow#390 / MOSS#275 shape: nothing but the watchdog; no rank singled out.
+    events = [
+        _ev(
+            "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=10646, "
+            "OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1808898 milliseconds",
+            ("n1",),
+            "cascade",
+        )
+    ]
+    v = decide(events, [VerdictNode("n1", 0.3, ())], [], LEX, n_nodes=1)
+    assert v.category == "user/code" and v.confidence < 0.5 and v.evict == ()
+    # With a culprit that stayed up while its peers waited, the same timeouts are its hang.
+    hung = [VerdictNode("n3", 0.95, ("named-by-peers:4",)), VerdictNode("n1", 0.2, ())]
+    assert decide(events, hung, [], LEX, n_nodes=4).category == "hardware/accelerator"
+
+
+def test_a_cancel_with_nothing_before_it_is_the_users_decision() -> None:
+    events = [
+        _ev("slurmstepd: error: *** JOB 3737 ON c2 CANCELLED AT 2021-08-03T16:28:28 ***", ("c2",))
+    ]
+    v = decide(events, [], [], LEX, n_nodes=2)
+    assert v.category == "user/config"
+
+
+def test_a_misoperation_rule_is_a_user_configuration_verdict() -> None:
+    rule = VerdictRule("someone-cancelled", "user/misoperation", "cause", (), 0.8)
+    v = decide([], [], [rule], LEX, n_nodes=2)
+    assert (v.category, v.blame, v.evict) == ("user/config", "user", ())
+
+
+def test_whose_code_raised_a_generic_error_decides_its_category() -> None:
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "/data/Megatron-LM/pretrain_gpt.py", line 207, in <module>\n    pretrain()\n'
+        '  File "/data/Megatron-LM/megatron/core/pipeline_parallel/schedules.py", line 216, in '
+        "forward_step\n    config.grad_scale_func(torch.tensor(1.0, device=loss.device))\n"
+        "UnboundLocalError: local variable 'loss' referenced before assignment"
+    )
+    v = decide([_ev(text, ("n1",))], [], [], LEX, n_nodes=1)
+    assert (v.category, v.blame, v.restart) == ("framework", "user", "after-fix")
+
+
+def test_a_preemption_evicts_nobody() -> None:
+    # SystemsGenetics/GEMmaker#233: the scheduler took the nodes back; they are healthy.
+    line = (
+        "slurmstepd: error: *** JOB 32391783 ON cn119 CANCELLED AT 2021-06-18T13:05:36 DUE TO "
+        "PREEMPTION ***"
+    )
+    v = decide([_ev(line, ("cn119",))], [], [], LEX, n_nodes=8)
+    assert (v.category, v.evict, v.restart) == ("platform", (), "as-is")
+
+
+def test_the_clusters_account_explains_a_silent_culprit() -> None:
+    # gen3's k8s OOMKilled shape: the killed pod went silent; the cluster's event (the job's own
+    # file) says the kernel's memory cgroup killed it.
+    nodes = [
+        VerdictNode("worker-30", 1.0, ("spatial-outlier", "silent")),
+        VerdictNode("w1", 0.2, ()),
+    ]
+    rules = [
+        VerdictRule("node-silent", "hardware/node", "cause", ("worker-30",), 0.7),
+        VerdictRule("host-oom-killer", "user/config", "cause", ("(job)",), 0.9),
+    ]
+    v = decide([], nodes, rules, LEX, n_nodes=32)
+    assert (v.category, v.evict) == ("user/config", ())
+    # The same rule on the job's own files with no culprit: it describes the job.
+    assert decide([], [], rules[1:], LEX, n_nodes=32).category == "user/config"
+
+
+def test_an_error_leads_a_warning_of_the_same_rank_and_the_jobs_files_are_never_evicted() -> None:
+    # gen3's Slurm preemption with a decoy: a link flapped on another node (a warning) just
+    # before the scheduler preempted the job (printed in the batch script's output).
+    events = [
+        _ev(
+            "NCCL WARN NET/IB : mlx5_11:1 Got async event : port error",
+            ("ip-10-2-62-116",),
+            "warning-level",
+            score=0.795,
+        ),
+        _ev(
+            "slurmstepd: error: *** JOB 6153359 ON ip-10-1-199-12 CANCELLED AT "
+            "2025-05-04T20:12:28 DUE TO PREEMPTION ***",
+            ("(job)",),
+            "error-level",
+            score=0.768,
+        ),
+    ]
+    v = decide(events, [], [], LEX, n_nodes=24)
+    assert (v.category, v.evict, v.restart) == ("platform", (), "as-is")
+    shm = "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error."
+    assert decide([_ev(shm, ("(job)",))], [], [], LEX, n_nodes=8).evict == ()
+
+
+def test_the_culprits_own_words_outweigh_an_inference_from_silence() -> None:
+    # gen3's corrupt shard: the culprit stopped (node-silent, an inference) after its DataLoader
+    # said why: a Parquet file that does not read back.
+    nodes = [VerdictNode("ip-4", 1.0, ("spatial-outlier",)), VerdictNode("ip-8", 0.5, ())]
+    rule = VerdictRule("node-silent", "hardware/node", "cause", ("ip-4",), 0.7)
+    events = [
+        _ev(
+            "pyarrow.lib.ArrowInvalid: Parquet magic bytes not found in footer. Either the file "
+            "is corrupted or this is not a parquet file.",
+            ("ip-4",),
+        )
+    ]
+    v = decide(events, nodes, [rule], LEX, n_nodes=16)
+    assert (v.category, v.evict) == ("hardware/storage", ("ip-4",))
+    # A confirmed rule that names the fault itself still comes first.
+    xid = VerdictRule("gpu-xid-79-fallen-off-bus", "hardware/accelerator", "cause", ("ip-4",), 0.9)
+    assert decide(events, nodes, [xid], LEX, n_nodes=16).category == "hardware/accelerator"

@@ -1,4 +1,5 @@
-"""Write-back: a diagnosis's findings as ``l4-annotations`` documents, and reading it back.
+"""A diagnosis stored in the cluster and read back: its findings as ``l4-annotations`` documents
+(written by ``store/annotations.py``, the one writer), the analysis recorded on the job.
 
 Ids are deterministic (job, kind, key), so re-analysing a job overwrites its annotations; the
 job's annotations that the new run did not produce (a node that is no longer suspect) are then
@@ -15,7 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
-from l4_plugin.diagnosis.assembly import Diagnosis, extras_from_dict, extras_to_dict
+from l4_plugin.diagnosis.assembly import Diagnosis
 from l4_plugin.errors import AnalysisError, ConflictError
 from l4_plugin.records import Finding
 from l4_plugin.report.extras import ReportExtras
@@ -23,7 +24,8 @@ from l4_plugin.report.model import Report
 from l4_plugin.rules.engine import RuleMatch
 from l4_plugin.store import Store
 from l4_plugin.store import fields as F
-from l4_plugin.store.documents import annotation_document, annotation_id, source_field
+from l4_plugin.store.annotations import Annotation, read_details, write_annotations
+from l4_plugin.store.fields import source_field
 from l4_plugin.store.jobs import update_job
 
 Discover = Callable[[str, str | None, float | None], str | None]
@@ -38,7 +40,7 @@ def _first_ts(report: Report, finding: Finding) -> float | None:
     return None
 
 
-def write_annotations(
+def write_diagnosis(
     store: Store,
     diagnosis: Diagnosis,
     matches: Sequence[RuleMatch],
@@ -49,26 +51,19 @@ def write_annotations(
     """Write every finding plus the summary; delete the job's stale ones; returns docs written."""
     report = diagnosis.report
     job_id = diagnosis.job.id
-    now = int(time.time() * 1000)
     rules = {
         m.rule_id: {"title": m.title, "category": m.category, "severity": m.severity}
         for m in matches
     }
-    docs: list[tuple[str, dict[str, Any]]] = []
+    annotations: list[Annotation] = []
     for f in diagnosis.findings:
         node = f.nodes[0] if f.nodes else None
-        link = discover(job_id, node, _first_ts(report, f)) if discover else None
-        docs.append(
-            (
-                annotation_id(job_id, f.kind, f.key),
-                annotation_document(
-                    f,
-                    analyzer_version=analyzer_version,
-                    created_ms=now,
-                    template_text=diagnosis.template_texts.get(f.template_id or ""),
-                    discover_url=link,
-                    rule=rules.get(f.rule_id or ""),
-                ),
+        annotations.append(
+            Annotation(
+                f,
+                template_text=diagnosis.template_texts.get(f.template_id or ""),
+                discover_url=discover(job_id, node, _first_ts(report, f)) if discover else None,
+                rule=rules.get(f.rule_id or ""),
             )
         )
     summary = Finding(
@@ -81,30 +76,14 @@ def write_annotations(
         nodes=tuple(n.node for n in report.nodes[:5] if n.score > 0),
         stage=report.stage,
     )
-    docs.append(
-        (
-            annotation_id(job_id, "summary", "summary"),
-            annotation_document(
-                summary,
-                analyzer_version=analyzer_version,
-                created_ms=now,
-                discover_url=discover(job_id, None, None) if discover else None,
-                details={"report": report.to_json(), "extras": extras_to_dict(diagnosis.extras)},
-            ),
+    annotations.append(
+        Annotation(
+            summary,
+            discover_url=discover(job_id, None, None) if discover else None,
+            details={"report": report.to_json(), "extras": diagnosis.extras.to_json()},
         )
     )
-    index = store.names.annotations
-    written = store.bulk_index(index, docs, refresh=True)
-    store.delete_by_query(
-        index,
-        {
-            "bool": {
-                "filter": [{"term": {F.JOB_ID: job_id}}],
-                "must_not": [{"ids": {"values": [d for d, _ in docs]}}],
-            }
-        },
-    )
-    store.refresh(index)
+    written = write_annotations(store, job_id, annotations, analyzer_version=analyzer_version)
     record_analysis(store, job_id, analyzer_version=analyzer_version)
     return written
 
@@ -164,13 +143,12 @@ def record_analysis(
 
 def load_summary(store: Store, job_id: str) -> tuple[Report, ReportExtras]:
     """The latest stored report and extras of a job (``l4 report``)."""
-    doc = store.get(store.names.annotations, annotation_id(job_id, "summary", "summary"))
-    if doc is None:
+    details = read_details(store, job_id, "summary", "summary")
+    if details is None:
         raise AnalysisError(
             f"job {job_id!r} has no stored diagnosis in {store.names.annotations} — hint: run "
             f"`l4 analyze {job_id}` first"
         )
-    details = source_field(doc.source, F.ANNOTATION_DETAILS) or {}
     if "report" not in details:
         raise AnalysisError(f"the summary annotation of job {job_id!r} has no report")
-    return Report.from_json(details["report"]), extras_from_dict(details.get("extras") or {})
+    return Report.from_json(details["report"]), ReportExtras.from_json(details.get("extras") or {})

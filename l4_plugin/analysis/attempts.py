@@ -1,0 +1,114 @@
+"""A restarted job's attempts side by side: which one explains the failure, and whether the
+same node failed each time.
+
+Each attempt is diagnosed on its own (its lines only: a resumed attempt re-runs iterations its
+predecessor ran, and its start-up is not the first attempt's). Which attempt the report leads
+with: the last one that got past start-up. An attempt that failed while starting (its ranks
+never reached training, or its culprit's failure is in ``init``) failed because of what came
+before it more often than not — a restart that cannot reconnect (gloo's workers dialling the
+first attempt's addresses), a node the scheduler did not replace — so the attempt before it,
+which failed while training, is the failure to explain; when every attempt failed while
+starting, the last leads. A node every attempt names is its machine: it is evicted with high
+confidence; different nodes each time say the fault is not bound to a node (of the attempts that
+got past start-up, when two did).
+
+Pure: the outcomes of the attempts' diagnoses in, the lead and the cross-attempt reading out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from l4_plugin.records import PRE_TRAINING_STAGES
+
+#: Confidence of an eviction every attempt agrees on.
+BOUND_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptOutcome:
+    """What one attempt's diagnosis found: where it stopped, whom it blames, what kind."""
+
+    attempt: int
+    stage: str | None
+    culprits: tuple[str, ...]
+    category: str
+    first_ts: float | None = None
+    last_ts: float | None = None
+    nodes: tuple[str, ...] = ()
+    #: Whether any rank of the attempt printed a training marker (an iteration, a step).
+    trained: bool = False
+    #: Whether it printed anything (an attempt whose workers died at once left empty files).
+    printed: bool = True
+
+    @property
+    def started(self) -> bool:
+        """Whether the attempt got past start-up (trained, or failed after start-up)."""
+        return self.trained or (self.stage is not None and self.stage not in PRE_TRAINING_STAGES)
+
+
+@dataclass(frozen=True, slots=True)
+class AcrossAttempts:
+    """The attempt the report leads with and why; the nodes every attempt names (``bound``)
+    or none, and one line saying so."""
+
+    lead: int
+    why: str
+    bound: tuple[str, ...]
+    note: str
+
+
+def across(outcomes: Sequence[AttemptOutcome]) -> AcrossAttempts | None:
+    """The lead attempt and the cross-attempt reading (None for fewer than two attempts, or
+    none that printed a line). An attempt that printed nothing never leads."""
+    if len(outcomes) < 2:
+        return None
+    ordered = sorted((o for o in outcomes if o.printed), key=lambda o: o.attempt)
+    if not ordered:
+        return None
+    started = [o for o in ordered if o.started]
+    lead = started[-1] if started else ordered[-1]
+    return AcrossAttempts(
+        lead.attempt, _why(lead, outcomes, bool(started)), *_bound(started or ordered)
+    )
+
+
+def _why(lead: AttemptOutcome, outcomes: Sequence[AttemptOutcome], started: bool) -> str:
+    """Why the report leads with ``lead``."""
+    if not started:
+        return f"attempt {lead.attempt} is the last (every attempt failed while starting)"
+    later = sorted((o for o in outcomes if o.attempt > lead.attempt), key=lambda o: o.attempt)
+    if not later:
+        return f"attempt {lead.attempt} is the last"
+    failed = [o.attempt for o in later if o.printed]
+    quiet = [o.attempt for o in later if not o.printed]
+    parts = []
+    if failed:
+        parts.append(
+            f"{_attempts(failed)} failed while starting again, a consequence of the failure before"
+        )
+    if quiet:
+        parts.append(f"{_attempts(quiet)} left no line (its workers' files are empty)")
+    return f"attempt {lead.attempt} is the last that got past start-up: " + "; ".join(parts)
+
+
+def _attempts(ks: Sequence[int]) -> str:
+    return f"attempt{'s' if len(ks) > 1 else ''} {', '.join(map(str, ks))}"
+
+
+def _bound(ordered: Sequence[AttemptOutcome]) -> tuple[tuple[str, ...], str]:
+    """Nodes named by every attempt that named one, when at least two did (of the attempts
+    that got past start-up: one that failed while starting again says nothing of the node)."""
+    named = [o for o in ordered if o.culprits]
+    if len(named) < 2:
+        return (), ""
+    common = set(named[0].culprits)
+    for o in named[1:]:
+        common &= set(o.culprits)
+    attempts = ", ".join(str(o.attempt) for o in named)
+    if common:
+        nodes = tuple(sorted(common))
+        return nodes, f"{', '.join(nodes)} is the culprit in every attempt ({attempts})"
+    per = "; ".join(f"attempt {o.attempt}: {', '.join(o.culprits)}" for o in named)
+    return (), f"not bound to a node: each attempt names another ({per})"

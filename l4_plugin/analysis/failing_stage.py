@@ -1,0 +1,175 @@
+"""The stage a job failed in: its markers first, then the failing record's stack and words.
+
+The job's own stage and iteration markers say where it was (:class:`~l4_plugin.analysis.temporal.
+StageAnalyzer`; lines no marker placed sit in ``init`` and do not outvote them). Three things
+refine that, read from the failing records (the root cause's records first, then the job's
+errors in the order they were printed):
+
+* a job whose failure began while it was training did not fail in start-up, whatever the ranks
+  printed after it (torchrun restarts the workers, which go through start-up again);
+* a job in training whose root record's *innermost* stack frame belongs to another stage failed
+  there: a DataLoader worker's death, a checkpoint save, a resume's load all happen while the
+  iteration markers say "training";
+* a job whose ranks printed no marker beyond start-up (a pasted excerpt) failed where the root
+  records' stack says, or the stack frames printed just above the first (rich prints a
+  traceback's frames above the error); else in start-up when a start-up marker came right before
+  the failure (NCCL's transport banner, then the first transfer failing); else where the failing
+  records' words put it (a GPU's ECC error or an IB completion error strikes a running job; a
+  port in use, a rendezvous timeout strike at start-up); else in start-up.
+
+Only the root's records count for a stack (ranks that failed in reaction were wherever they
+happened to be), and a kernel or BMC line is a stream of its own: the lines near it in another
+file say nothing about it.
+
+The stage rules themselves are the ingest's (``ingest/stages.yaml``: ``stages``, ``iterations``,
+``frames``); they reach the analysis through :class:`StageReader`, so that it stays pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Protocol
+
+from l4_plugin.analysis.origin import frames_of
+from l4_plugin.analysis.results import StageResult
+from l4_plugin.analysis.tables import JobData
+from l4_plugin.records import PRE_TRAINING_STAGES
+
+#: How many lines before the failing record its stack may have been printed (rich tracebacks).
+BEFORE_LINES = 40
+BEFORE_SECONDS = 2.0
+#: A failure at most this many lines (and, with times, seconds) after the job's last start-up
+#: marker on its node happened during start-up.
+NEAR_LINES = 100
+NEAR_SECONDS = 300.0
+#: Stages a failing record's frames may name while the markers say training.
+_WITHIN_TRAINING = ("data_loading", "model_loading", "checkpointing")
+#: Stages of a running job: a root cause printed in one was not a start-up failure.
+_RUNNING = ("training", "checkpointing")
+#: The failing records (most telling first) whose stage or stack is the root's.
+_ROOTS = 3
+#: ... and those whose stack may move a job in training to another stage (the root's record and
+#: the one after it: a traceback's header and its frames may be two records).
+_INNER = 2
+
+
+class StageReader(Protocol):
+    """What the analysis needs of the ingest's stage rules."""
+
+    def stage_of_stack(self, text: str) -> str | None:
+        """The stage the innermost stack frame of a record names."""
+
+    def stage_of_words(self, text: str) -> str | None:
+        """The stage a failing record's words imply."""
+
+    def marker_stage(self, body: str) -> str | None:
+        """The stage a template marks, when it is a stage or iteration marker."""
+
+
+def failing_stage(
+    data: JobData,
+    marked: StageResult | None,
+    failing: Sequence[str],
+    reader: StageReader | None,
+    printed_in: Mapping[str, str | None] | None = None,
+) -> str | None:
+    """The job's failing stage (see the module docstring); ``failing`` are template ids of the
+    failing records, most telling first, and ``printed_in`` the stage each template was printed
+    in."""
+    stage = marked.stage if marked is not None else None
+    if reader is None:
+        return stage
+    texts = [_text(data, t) for t in failing]
+    if any(s != "init" for _, s in data.stage_spans):
+        printed = [(printed_in or {}).get(t) for t in failing[:_ROOTS]]
+        running = [st for st in printed if st in _RUNNING]
+        if stage in PRE_TRAINING_STAGES and running:
+            # The ranks went through start-up again after the failure began in training: a
+            # restart (a kernel line whose clock says nothing of the stage is skipped).
+            stage = running[0]
+        if stage == "training":
+            inner = _first_stage(reader.stage_of_stack, texts[:_INNER])
+            if inner in _WITHIN_TRAINING:
+                return inner
+        return stage
+    # Only the root's records: the stacks of ranks that failed in reaction were wherever they
+    # happened to be.
+    above = [_text(data, t) for t in _before(data, failing[:1])]
+    roots = [*texts[:_ROOTS], *(t for t in above if frames_of(t, frozenset()))]
+    found = _first_stage(reader.stage_of_stack, roots)
+    if found is not None:
+        return found
+    if failing and _soon_after_start(data, failing[0], reader):
+        return "init"
+    for text in texts:
+        found = reader.stage_of_words(text)
+        if found is not None:
+            return found
+    return stage
+
+
+def _first_stage(read: Callable[[str], str | None], texts: Sequence[str]) -> str | None:
+    """The stage the first of ``texts`` that names one names."""
+    for text in texts:
+        found = read(text)
+        if found is not None:
+            return found
+    return None
+
+
+def _text(data: JobData, tid: str) -> str:
+    info = data.templates.get(tid)
+    return f"{info.text}\n{info.message}" if info is not None else ""
+
+
+def _first_cell(data: JobData, tid: str) -> tuple[str, float, float] | None:
+    """(node, position, time) of a template's earliest occurrence."""
+    cells = [(n, c) for (n, t), c in data.cells.items() if t == tid]
+    if not cells:
+        return None
+    node, cell = min(cells, key=lambda nc: (nc[1].first_pos, nc[0]))
+    return node, cell.first_pos, cell.first_ts
+
+
+def _before(data: JobData, failing: Sequence[str]) -> list[str]:
+    """Templates printed on the failing record's node in the lines just before it (with times,
+    in the same moment; a record of unknown time in a timed job has none), nearest first."""
+    if not failing:
+        return []
+    at = _first_cell(data, failing[0])
+    if at is None or failing[0] in data.job.system_templates:
+        return []
+    node, pos, ts = at
+    timed = data.time_unit == "ts"
+    if timed and not math.isfinite(ts):
+        return []
+    near = [
+        (cell.first_pos, t)
+        for (n, t), cell in data.cells.items()
+        if n == node
+        and pos - BEFORE_LINES <= cell.first_pos < pos
+        # Positions count lines per file: with times, the frames came in the same moment.
+        and not (timed and not abs(cell.first_ts - ts) <= BEFORE_SECONDS)
+    ]
+    return [t for _, t in sorted(near, reverse=True)]
+
+
+def _soon_after_start(data: JobData, tid: str, reader: StageReader) -> bool:
+    """True when a start-up marker came on the failing record's node shortly before it (a
+    kernel or BMC line is another stream: its place says nothing of the training log's)."""
+    at = _first_cell(data, tid)
+    if at is None or tid in data.job.system_templates:
+        return False
+    node, pos, ts = at
+    for (n, t), cell in data.cells.items():
+        info = data.templates.get(t)
+        if n != node or info is None or not cell.first_pos <= pos:
+            continue
+        if reader.marker_stage(info.text) != "init" or pos - cell.first_pos > NEAR_LINES:
+            continue
+        timed = data.time_unit == "ts" and math.isfinite(ts) and math.isfinite(cell.first_ts)
+        if timed and ts - cell.first_ts > NEAR_SECONDS:
+            continue
+        return True
+    return False

@@ -1,0 +1,108 @@
+"""Whose code raised an error: the frames of a Python traceback read as user, library or stdlib.
+
+A ``TypeError`` raised in the user's training script is a bug in it (``user/code``); the same
+error raised deep inside Megatron-LM, where the user's code never was, is the framework's; a
+call made in a library's own code with an argument the installed version of its callee does not
+take is a version mismatch; and a ``ValueError`` raised while a framework parses its arguments is
+the run's configuration. :func:`refine` turns the category a generic error type gives
+(a lexicon entry with ``origin: true``) into one of those from the record's own frames.
+
+Frames are read in the two shapes Python tools print: the interpreter's
+``File "PATH", line N, in FUNC`` and rich's ``PATH:N in FUNC`` (``accelerate launch``, Lightning).
+A path is a library's when it lies under ``site-packages``/``dist-packages`` or one of its
+directories is a known library package (a clone of Megatron-LM, a relative path Ray prints);
+the interpreter's own modules are stdlib and, like a library's call-dispatch wrappers
+(``Module._call_impl``), never the place an error is blamed on. Pure.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from l4_plugin.analysis.lexicon import Lexicon
+
+USER = ""
+STDLIB = "<stdlib>"
+
+_PY_FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>.]+)')
+_RICH_FRAME = re.compile(r"(?P<path>(?:[\w.~-]*/)+[\w.-]+\.py):\d+ in (?P<func>[\w<>.]+)")
+_INSTALLED = re.compile(r"(?:site|dist)-packages/([\w.-]+)")
+_STDLIB_PATH = re.compile(r"^<frozen |^<string>|/lib/python\d(?:\.\d+)?/(?![\w.-]*-packages/)")
+# A call that failed on its arguments: the frame printed last is the call site.
+_API_MISMATCH = re.compile(
+    r"unexpected keyword argument|missing \d+ required (?:positional|keyword-only) argument|"
+    r"takes (?:from )?\d+ (?:to \d+ )?positional arguments? but \d+ (?:was|were) given|"
+    r"got multiple values for (?:keyword )?argument",
+    re.IGNORECASE,
+)
+# Library frames that only pass a call on (nn.Module's __call__, decorators, timing wrappers).
+_DISPATCH = re.compile(
+    r"^(?:_call_impl|_wrapped_call_impl|__call__|wrapper|inner|wrapped|_fn|decorate_context|"
+    r"log_wrapper|wrapped_func|wrapped_fn|_wrapper)$"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One frame: its file, its function and whose code it is (``package``: a library's top-level
+    package, :data:`USER` or :data:`STDLIB`)."""
+
+    path: str
+    function: str
+    package: str
+
+
+def frames_of(text: str, libraries: frozenset[str]) -> list[Frame]:
+    """The Python frames a record's text holds, outermost first."""
+    out = []
+    for line in text.splitlines():
+        m = _PY_FRAME.search(line) or _RICH_FRAME.search(line)
+        if m is not None:
+            path = m.group("path").replace("\\", "/")
+            out.append(Frame(path, m.group("func"), package_of(path, libraries)))
+    return out
+
+
+def package_of(path: str, libraries: frozenset[str]) -> str:
+    """Whose code a file is: a library's top-level package, :data:`STDLIB` or :data:`USER`."""
+    installed = _INSTALLED.search(path)
+    if installed is not None:
+        return installed.group(1).split(".")[0]
+    if _STDLIB_PATH.search(path):
+        return STDLIB
+    for part in path.split("/")[:-1]:
+        if part in libraries:
+            return part
+    return USER
+
+
+def refine(category: str, text: str, lexicon: Lexicon) -> str:
+    """The category of a generic error from whose code raised it (see the module docstring):
+    ``category`` when the frames say nothing or the user's code raised it."""
+    frames = frames_of(text, lexicon.libraries)
+    at = _raising(frames)
+    if at is None:
+        return category
+    frame = frames[at]
+    if lexicon.config_functions is not None and lexicon.config_functions.search(frame.function):
+        return "user/config"
+    if frame.package == USER:
+        return category
+    if _API_MISMATCH.search(text):
+        # A library calling another (or itself) with an argument its installed version does not
+        # take: the versions do not fit (the user's own call site would be the last frame).
+        return "user/software-incompatibility"
+    return "framework"
+
+
+def _raising(frames: Sequence[Frame]) -> int | None:
+    """The index of the frame an error is blamed on: the last one that is neither the
+    interpreter's nor a library's call dispatch."""
+    for i in range(len(frames) - 1, -1, -1):
+        f = frames[i]
+        if f.package == STDLIB or (f.package != USER and _DISPATCH.match(f.function)):
+            continue
+        return i
+    return None

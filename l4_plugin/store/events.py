@@ -1,0 +1,250 @@
+"""Reading ``l4-events`` node by node, whatever the packing (ARCHITECTURE.md, *Documents*).
+
+The healthy majority's rollups are packs (``packs.py``): one document for the nodes that agree,
+whose indexed times, positions and message are those of all of them together. A reader that
+grouped rollups by node and took a pack's fields for each of its nodes would read an aggregate
+as one node's value. Every per-node read of ``l4-events`` therefore goes through this module:
+the cluster aggregates the documents of one node each, the nodes of each pack are read back from
+``l4.pack`` and folded into the same rows, and the caller gets what one document per node would
+have given. Nothing outside ``store/`` unpacks.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from l4_plugin.store import fields as F
+from l4_plugin.store.fields import source_field
+from l4_plugin.store.names import IndexNames
+from l4_plugin.store.packs import PackMember, only_packs, read_packs, without_packs
+
+Query = dict[str, Any]
+PAGE = 50_000  # composite buckets per request
+
+
+class EventSource(Protocol):
+    """What the readers need of a store (``Store`` and the rule engine's port)."""
+
+    @property
+    def names(self) -> IndexNames: ...
+
+    def search_after(
+        self, index: str, body: dict[str, Any], *, page_size: int = ...
+    ) -> Iterator[dict[str, Any]]: ...
+
+    def composite(
+        self,
+        index: str,
+        sources: list[dict[str, Any]],
+        *,
+        query: dict[str, Any] | None = None,
+        aggs: dict[str, Any] | None = None,
+        page_size: int = 1000,
+    ) -> Iterator[dict[str, Any]]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Key:
+    """A column rows are grouped by: ``name`` in the row, ``field`` of the documents; with
+    ``missing``, documents without the field make a row of their own (None), else none."""
+
+    name: str
+    field: str
+    missing: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """A value of a row: the ``op`` of ``field`` over the row's documents."""
+
+    op: Literal["sum", "min", "max"]
+    field: str
+
+
+@dataclass(slots=True)
+class Row:
+    """One group of per-node rollups: its key and each metric (None: no document had it)."""
+
+    key: dict[str, Any]
+    values: dict[str, Any]
+
+
+# What one node's share of a pack holds, by the field its own document would have had.
+_MEMBER = {
+    "host.name": lambda r: r.node,
+    F.TEMPLATE_ID: lambda r: r.template_id,
+    F.TEMPLATE_TEXT: lambda r: r.template_text,
+    F.STAGE: lambda r: r.stage,
+    "log.level": lambda r: r.level,
+    F.ITERATION: lambda r: r.iteration,
+    F.ITERATION_SPAN: lambda r: r.span,
+    F.COUNT: lambda r: r.count,
+    F.FIRST_TS: lambda r: r.first_ts,
+    F.LAST_TS: lambda r: r.last_ts,
+    F.FIRST_POS: lambda r: r.first_pos,
+    F.LAST_POS: lambda r: r.last_pos,
+    F.ITERATION_SECONDS: lambda r: r.seconds,
+}
+
+
+def _fold(op: str, old: Any, new: Any) -> Any:
+    if old is None:
+        return new
+    if new is None:
+        return old
+    if op == "sum":
+        return old + new
+    return min(old, new) if op == "min" else max(old, new)
+
+
+def sort_time(value: Any) -> float:
+    """A hit's sort time, missing last (as the searches sort)."""
+    return float(value) if isinstance(value, int | float) else math.inf
+
+
+class JobEvents:
+    """The rollups ``query`` selects (a job's complete generation), read node by node; the packs'
+    nodes are read once and serve every table."""
+
+    def __init__(self, store: EventSource, query: Query, *, page_size: int = PAGE) -> None:
+        self.store = store
+        self.query = query
+        self.page_size = page_size
+        self._members: list[PackMember] | None = None
+
+    def members(self) -> list[PackMember]:
+        """Every node's share of the packs the query selects (times and counts, no message)."""
+        if self._members is None:
+            self._members = read_packs(self.store, self.store.names.events, self.query)
+        return self._members
+
+    def table(self, keys: Sequence[Key], metrics: Mapping[str, Metric]) -> list[Row]:
+        """One row per distinct key of the per-node rollups: the cluster's composite over the
+        documents of one node each (in its key order), then the packs' nodes folded in (keys
+        new to the table after, in pack order)."""
+        sources = [
+            {
+                k.name: {
+                    "terms": {"field": k.field, **({"missing_bucket": True} if k.missing else {})}
+                }
+            }
+            for k in keys
+        ]
+        aggs = {name: {m.op: {"field": m.field}} for name, m in metrics.items()}
+        rows: dict[tuple[Any, ...], Row] = {}
+        for b in self.store.composite(
+            self.store.names.events,
+            sources,
+            query=without_packs(self.query),
+            aggs=aggs,
+            page_size=self.page_size,
+        ):
+            key = dict(b["key"])
+            values = {name: b.get(name, {}).get("value") for name in metrics}
+            rows[tuple(key[k.name] for k in keys)] = Row(key, values)
+        for member in self.members():
+            key = {k.name: _MEMBER[k.field](member) for k in keys}
+            if any(key[k.name] is None and not k.missing for k in keys):
+                continue  # the composite leaves such documents out too
+            values = {name: _MEMBER[m.field](member) for name, m in metrics.items()}
+            at = tuple(key[k.name] for k in keys)
+            row = rows.get(at)
+            if row is None:
+                rows[at] = Row(key, values)
+                continue
+            for name, m in metrics.items():
+                row.values[name] = _fold(m.op, row.values[name], values[name])
+        return list(rows.values())
+
+    def earliest_messages(
+        self, template_ids: Sequence[str], size: int
+    ) -> dict[tuple[str, str], list[str]]:
+        """Up to ``size`` exemplar messages per (node, template) of ``template_ids``, earliest
+        first (by ``l4.first_ts``, the cluster's order among equal times), keys sorted."""
+        if not template_ids:
+            return {}
+        query = {"bool": {"filter": [without_packs(self.query), _templates(template_ids)]}}
+        found = node_top_hits(self.store, self.store.names.events, query, F.FIRST_TS, size)
+        for r in read_packs(
+            self.store, self.store.names.events, self.query, messages=True, templates=template_ids
+        ):
+            found[(r.node, r.template_id)].append((sort_time(r.first_ts), r.message))
+        return earliest_first(found, size)
+
+
+def _templates(template_ids: Collection[str]) -> Query:
+    return {"terms": {F.TEMPLATE_ID: list(template_ids)}}
+
+
+def node_top_hits(
+    store: EventSource, index: str, query: Query, sort_field: str, size: int
+) -> defaultdict[tuple[str, str], list[tuple[float, Any]]]:
+    """(sort time, message) of the first ``size`` documents per (node, template) of ``query``."""
+    found: defaultdict[tuple[str, str], list[tuple[float, Any]]] = defaultdict(list)
+    for b in store.composite(
+        index,
+        [{"node": {"terms": {"field": "host.name"}}}, {"t": {"terms": {"field": F.TEMPLATE_ID}}}],
+        query=query,
+        aggs={
+            "x": {
+                "top_hits": {
+                    "size": size,
+                    "sort": [{sort_field: {"order": "asc", "missing": "_last"}}],
+                    "_source": ["message", sort_field],
+                }
+            }
+        },
+        page_size=PAGE,
+    ):
+        key = (str(b["key"]["node"]), str(b["key"]["t"]))
+        for hit in b.get("x", {}).get("hits", {}).get("hits", []):
+            src = hit.get("_source", {})
+            found[key].append(
+                (sort_time(source_field(src, sort_field)), source_field(src, "message"))
+            )
+    return found
+
+
+def earliest_first(
+    found: Mapping[tuple[str, str], list[tuple[float, Any]]], size: int
+) -> dict[tuple[str, str], list[str]]:
+    out: dict[tuple[str, str], list[str]] = {}
+    for key, hits in sorted(found.items()):
+        hits.sort(key=lambda h: h[0])  # stable: the cluster's order among equal times
+        messages = [str(m) for _, m in hits[:size] if m]
+        if messages:
+            out[key] = messages
+    return out
+
+
+def template_totals(
+    store: EventSource, query: Query, *, page_size: int = PAGE
+) -> Iterator[tuple[str, str, int, int]]:
+    """(template, job, lines, nodes) of the rollups ``query`` selects: a pack's ``l4.count`` is
+    each of its nodes' count and its ``l4.count_all`` theirs together, and a terms aggregation
+    counts each node of its ``host.name`` list."""
+    for b in store.composite(
+        store.names.events,
+        [{"t": {"terms": {"field": F.TEMPLATE_ID}}}, {"j": {"terms": {"field": F.JOB_ID}}}],
+        query=query,
+        aggs={
+            "own": {
+                "filter": without_packs({"match_all": {}}),
+                "aggs": {"n": {"sum": {"field": F.COUNT}}},
+            },
+            "packed": {
+                "filter": only_packs({"match_all": {}}),
+                "aggs": {"n": {"sum": {"field": F.COUNT_ALL}}},
+            },
+            "nodes": {"cardinality": {"field": "host.name"}},
+        },
+        page_size=page_size,
+    ):
+        own = b.get("own", {}).get("n", {}).get("value") or 0
+        packed = b.get("packed", {}).get("n", {}).get("value") or 0
+        nodes = b.get("nodes", {}).get("value") or 0
+        yield str(b["key"]["t"]), str(b["key"]["j"]), int(own) + int(packed), int(nodes)

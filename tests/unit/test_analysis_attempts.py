@@ -1,0 +1,64 @@
+"""A restarted job's attempts: the one the report leads with, and the nodes every one names."""
+
+from __future__ import annotations
+
+from l4_plugin.analysis.attempts import AttemptOutcome, across
+
+
+def outcome(
+    k: int, stage: str, culprits: tuple[str, ...] = (), trained: bool = True
+) -> AttemptOutcome:
+    return AttemptOutcome(k, stage, culprits, "hardware/node", trained=trained)
+
+
+def test_a_restart_that_failed_while_starting_leads_with_the_attempt_before() -> None:
+    found = across([outcome(0, "training", ("n2",)), outcome(1, "init", ("n1",), trained=False)])
+    assert found is not None and found.lead == 0
+    assert "attempt 0 is the last that got past start-up" in found.why
+    assert "attempt 1 failed while starting again" in found.why
+
+
+def test_the_last_attempt_leads_when_it_got_past_start_up() -> None:
+    found = across([outcome(0, "training", ("n2",)), outcome(1, "training", ("n2",))])
+    assert found is not None and found.lead == 1 and found.why == "attempt 1 is the last"
+    assert found.bound == ("n2",) and "n2 is the culprit in every attempt (0, 1)" in found.note
+
+
+def test_every_attempt_failing_to_start_leads_with_the_last() -> None:
+    found = across([outcome(0, "init", trained=False), outcome(1, "init", trained=False)])
+    assert found is not None and found.lead == 1 and "every attempt failed" in found.why
+
+
+def test_other_nodes_each_time_is_not_bound_to_a_node() -> None:
+    found = across(
+        [
+            outcome(0, "training", ("n1",)),
+            outcome(1, "training", ("n3",)),
+            outcome(2, "init", trained=False),
+        ]
+    )
+    assert found is not None and found.bound == ()
+    assert (
+        found.note
+        == "not bound to a node: each attempt names another (attempt 0: n1; attempt 1: n3)"
+    )
+    assert found.lead == 1
+
+
+def test_one_attempt_is_no_comparison() -> None:
+    assert across([outcome(0, "training", ("n1",))]) is None
+
+
+def test_an_attempt_that_failed_to_start_says_nothing_of_the_node() -> None:
+    found = across([outcome(0, "training", ("n1",)), outcome(1, "init", ("n2",), trained=False)])
+    assert found is not None and found.bound == () and found.note == ""
+
+
+def test_an_attempt_that_printed_nothing_never_leads() -> None:
+    quiet = AttemptOutcome(1, None, (), "unknown", nodes=("n1",), printed=False)
+    found = across([outcome(0, "training", ("n1",)), quiet])
+    assert found is not None and found.lead == 0
+    assert found.why == (
+        "attempt 0 is the last that got past start-up: "
+        "attempt 1 left no line (its workers' files are empty)"
+    )

@@ -1,0 +1,213 @@
+"""The failing stage: the markers, then the failing record's frames and words (shipped rules)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from l4_plugin.analysis.failing_stage import failing_stage
+from l4_plugin.analysis.results import StageResult, StageSpan
+from l4_plugin.analysis.tables import Cell, JobData, JobDoc, TemplateInfo
+from l4_plugin.analysis.temporal import StageAnalyzer
+from l4_plugin.errors import ConfigError
+from l4_plugin.ingest.stages import StageRules, default_stage_rules
+from l4_plugin.records import STAGE_ORDER
+
+RULES = default_stage_rules()
+
+
+def _data(
+    lines: list[tuple[str, str]], spans: dict[tuple[str, str], tuple[float, float]] | None = None
+) -> JobData:
+    """One node's lines in order (template id, text); positions are line numbers."""
+    cells = {("n", t): Cell(1, float(i), float(i), float(i)) for i, (t, _) in enumerate(lines)}
+    spans = spans or {("n", "init"): (0.0, float(len(lines)))}
+    return JobData(
+        job=JobDoc("j", "failed", "fp", ("n",), len(lines), None, None),
+        time_unit="position",
+        cells=cells,
+        templates={t: TemplateInfo(text=x, message=x) for t, x in lines},
+        stage_spans={k: (a, b, a, b) for k, (a, b) in spans.items()},
+        iteration_cells={},
+        iteration_spans={},
+        node_iteration_start={},
+        node_last_iteration={},
+    )
+
+
+def _marked(stage: str) -> StageResult:
+    return StageResult(stage=stage, order=STAGE_ORDER, nodes=(), lagging=())
+
+
+def test_init_spans_of_quiet_files_do_not_outvote_the_markers() -> None:
+    # Three nodes' ranks trained; their kernel logs (and a fourth node whose files print no
+    # progress) sit in init until after the failure.
+    spans = []
+    for n in ("a", "b", "c"):
+        spans += [
+            StageSpan(n, "init", 0, 900),
+            StageSpan(n, "training", 10, 800),
+        ]
+    spans += [StageSpan("d", "init", 0, 900)]
+    res = StageAnalyzer(order=STAGE_ORDER, default="init").fit(spans).result_
+    assert res.stage == "training" and res.lagging == ("d",)
+    assert {n.node: n.last_stage for n in res.nodes}["a"] == "training"
+    # Without a default stage the kernel logs' spans win, as the plain rule says.
+    plain = StageAnalyzer(order=STAGE_ORDER).fit(spans).result_
+    assert plain.stage == "init"
+
+
+def test_a_dataloader_failure_inside_training_is_data_loading() -> None:
+    tb = (
+        'File "/workspace/train.py", line 541, in train_one_epoch\n'
+        "    for step, batch in enumerate(train_loader):\n"
+        'File "/env/site-packages/torch/utils/data/dataloader.py", line 1448, in _next_data\n'
+        "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Bus error."
+    )
+    data = _data([("tb", tb)], {("n", "init"): (0, 1), ("n", "training"): (1, 9)})
+    assert failing_stage(data, _marked("training"), ["tb"], RULES) == "data_loading"
+    # A failure in the training step's own frames stays in training.
+    step = (
+        'File "/workspace/train.py", line 90, in train_step\n    loss.backward()\nRuntimeError: x'
+    )
+    data = _data([("tb", step)], {("n", "init"): (0, 1), ("n", "training"): (1, 9)})
+    assert failing_stage(data, _marked("training"), ["tb"], RULES) == "training"
+
+
+def test_a_pasted_traceback_names_its_stage_by_its_innermost_frame() -> None:
+    tb = (
+        'File "finetune.py", line 272, in train\n'
+        "    model.save_checkpoint(args.output_dir, global_step)\n"
+        'File "/env/dist-packages/deepspeed/comm/comm.py", line 526, in all_reduce'
+    )
+    assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "checkpointing"
+
+
+def test_rich_frames_printed_above_the_error_count() -> None:
+    # accelerate launch prints a rich traceback: the frames are lines of their own above it.
+    lines = [
+        ("f1", "│ /env/dist-packages/accelerate/accelerator.py:949 in _prepare_one │"),
+        ("f2", "│ /env/dist-packages/torch/nn/modules/module.py:989 in _apply │"),
+        ("err", "RuntimeError: CUDA error: uncorrectable ECC error encountered"),
+    ]
+    assert failing_stage(_data(lines), _marked("init"), ["err"], RULES) == "model_loading"
+
+
+def test_a_failure_right_after_the_init_banner_is_in_init() -> None:
+    lines = [
+        ("banner", "NET/IB : Using [<NUM>]mlx5_0:<NUM>/IB ; OOB eth0:<IP><<NUM>>"),
+        ("err", "NET/IB : Got completion from peer <IP><<NUM>> with error <NUM>, opcode <NUM>"),
+    ]
+    assert failing_stage(_data(lines), _marked("init"), ["err"], RULES) == "init"
+    # Without the banner, an IB completion error strikes a job moving data: training.
+    assert failing_stage(_data(lines[1:]), _marked("init"), ["err"], RULES) == "training"
+
+
+@pytest.mark.parametrize(
+    ("words", "stage"),
+    [
+        ("INFO: task python:280058 blocked for more than 120 seconds.", "training"),
+        (
+            "[Rank 12] Process group watchdog thread terminated with exception: CUDA error: "
+            "uncorrectable ECC error encountered",
+            "training",
+        ),
+        ("torch.distributed.DistNetworkError: ... name: EADDRINUSE", "init"),
+        ("something odd", "init"),
+    ],
+)
+def test_the_failing_records_words(words: str, stage: str) -> None:
+    assert failing_stage(_data([("e", words)]), _marked("init"), ["e"], RULES) == stage
+
+
+def test_no_reader_keeps_the_markers() -> None:
+    assert failing_stage(_data([("e", "x")]), _marked("init"), ["e"], None) == "init"
+    assert failing_stage(_data([("e", "x")]), None, ["e"], RULES) is None
+
+
+def test_marker_and_words_of_the_shipped_rules() -> None:
+    assert RULES.marker_stage("NET/Socket : Using [<NUM>]eth0:<IP><<NUM>>") == "init"
+    assert RULES.marker_stage("Got completion from peer") is None
+    assert RULES.stage_of_words("NCCL WARN NET/IB : mlx5_5:1 Got async event : port error") == (
+        "training"
+    )
+
+
+def test_frame_entries_are_validated(tmp_path: Path) -> None:
+    bad = tmp_path / "stages.yaml"
+    bad.write_text("frames:\n  - {stage: training, pattern: 'x', words: often}\n", "utf-8")
+    with pytest.raises(ConfigError, match=r"stages.yaml: frames\[0\]: keys are stage, pattern"):
+        StageRules.load(bad)
+
+
+def test_a_restart_after_a_failure_in_training_is_not_a_start_up_failure() -> None:
+    # torchrun restarted the workers after a node crashed in training: the ranks printed
+    # start-up markers again, so the markers' vote says data_loading.
+    data = _data(
+        [("mce", "Kernel panic - not syncing: Fatal machine check"), ("ib", "port error")],
+        {("n", "training"): (0, 5), ("n", "data_loading"): (6, 9)},
+    )
+    printed = {"mce": "init", "ib": "training"}
+    assert failing_stage(data, _marked("data_loading"), ["mce", "ib"], RULES, printed) == (
+        "training"
+    )
+    # A failure that began in start-up stays there.
+    assert failing_stage(data, _marked("data_loading"), ["mce"], RULES, {"mce": "init"}) == (
+        "data_loading"
+    )
+
+
+def test_a_kernel_line_of_its_own_starts_a_slowdown() -> None:
+    # gen3's thermal straggler: the whole job slows from iteration 5; the only local evidence is
+    # the throttled CPU's kernel line on node c, repeated from about then.
+    from l4_plugin.analysis.params import DEFAULT_OPTIONS
+    from l4_plugin.analysis.recipe import _slowdown
+
+    nodes = ("a", "b", "c", "d")
+    secs = {(n, b): (10.0 if b < 5 else 20.0) for n in nodes for b in range(10)}
+    starts, t = {}, 0.0
+    for b in range(10):
+        for n in nodes:
+            starts[(n, b)] = t
+        t += 10.0 if b < 5 else 20.0
+    cells = {(n, "step"): Cell(10, 0.0, t, 0.0) for n in nodes}
+    cells[("c", "therm")] = Cell(4, 52.0, 150.0, 0.0)
+    data = JobData(
+        job=JobDoc("j", "failed", "fp", nodes, 100, 0.0, t, system_templates=frozenset({"therm"})),
+        time_unit="ts",
+        cells=cells,
+        templates={"step": TemplateInfo("step <NUM> | loss"), "therm": TemplateInfo("CPU temp")},
+        stage_spans={(n, "training"): (0.0, t, 0.0, 9.0) for n in nodes},
+        iteration_cells={(b, "step"): (starts[("a", b)], 4) for b in range(10)},
+        iteration_spans={b: 1 for b in range(10)},
+        node_iteration_start=starts,
+        node_last_iteration={n: 9 for n in nodes},
+        node_iteration_seconds=secs,
+    )
+    found = _slowdown(data, frozenset({"step", "therm"}), 4, DEFAULT_OPTIONS)
+    assert found is not None and found.first_iteration == 5
+    assert found.events == ("therm",) and found.nodes == ("c",)
+
+
+def test_only_the_roots_stack_names_the_stage() -> None:
+    # A node crashed (kernel lines, no stack); ranks elsewhere failed in reaction wherever they
+    # were, one of them inside its DataLoader: that stack is not where the job failed.
+    lines = [(f"k{i}", f"kernel: soft lockup - CPU#{i} stuck for 23s!") for i in range(3)]
+    lines.append(("peer", 'File "x/torch/utils/data/dataloader.py", line 1, in _next_data'))
+    failing = [t for t, _ in lines]
+    assert failing_stage(_data(lines), _marked("init"), failing, RULES) == "training"
+
+
+def test_a_kernel_line_is_a_stream_of_its_own() -> None:
+    # The kernel's machine-check line sits near the training log's start-up lines only by the
+    # accident of line numbers in two files: no start-up marker "just before" it.
+    lines = [
+        ("rdzv", "[default] Rendezvous'ing worker group"),
+        ("mce", "mce: [Hardware Error]: CPU 78: Machine Check Exception: 5 Bank 8"),
+    ]
+    data = _data(lines)
+    assert failing_stage(data, _marked("init"), ["mce"], RULES) == "init"
+    kernel = replace(data, job=replace(data.job, system_templates=frozenset({"mce"})))
+    assert failing_stage(kernel, _marked("init"), ["mce"], RULES) == "training"

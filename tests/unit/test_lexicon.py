@@ -1,0 +1,351 @@
+"""The failure lexicon (``rules/lexicon.yaml``) on real messages, and whose code raised an error.
+
+Every entry is tested with a line people posted from a failed run (the thread is cited beside
+it) or that the emitter's source prints; each also has a near miss that must not match it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from l4_plugin.analysis.lexicon import Lexicon, default_lexicon
+from l4_plugin.analysis.origin import STDLIB, USER, frames_of, package_of, refine
+from l4_plugin.errors import ConfigError
+
+LEX = default_lexicon()
+
+# (line, category it names as a cause)
+CAUSES = [
+    # NVIDIA/nccl#290 (Horovod in a container): NCCL's shared-memory segment in a full /dev/shm
+    (
+        "gpu2-ru7:2143:2561 [1] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : "
+        "No space left on device",
+        "platform",
+    ),
+    # NVIDIA/nccl-tests#166: the same in NCCL 2.12+ (misc/shmutils.cc)
+    (
+        "ubuntu:9621:9691 [6] misc/shmutils.cc:71 NCCL WARN Error: failed to extend "
+        "/dev/shm/nccl-fjwOOB to 5967876 bytes",
+        "platform",
+    ),
+    # pytorch/ci-infra#490: the segment's ENOSPC is the pod's /dev/shm, not a disk
+    (
+        "misc/shmutils.cc:132 NCCL WARN Error while creating shared memory segment "
+        "/dev/shm/nccl-WU88OE (size 9637888), error: No space left on device (28)",
+        "platform",
+    ),
+    # msr-fiddle/pipedream#28: a DataLoader worker's SIGBUS in a container
+    (
+        "RuntimeError: DataLoader worker (pid 325) is killed by signal: Bus error.",
+        "platform",
+    ),
+    (
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by "
+        "insufficient shared memory (shm).",
+        "platform",
+    ),
+    # pytorch/pytorch#85604: a second torchrun on the same port
+    (
+        "[W socket.cpp:401] [c10d] The server socket has failed to bind to 0.0.0.0:47531 "
+        "(errno: 98 - Address already in use).",
+        "user/config",
+    ),
+    # meta-llama/llama-models#210: the libuv store's wording
+    (
+        "RuntimeError: The server socket has failed to listen on any local network address. "
+        "useIpv6: 0, code: -48, name: EADDRINUSE, message: address already in use",
+        "user/config",
+    ),
+    # pytorch/examples#540: MASTER_ADDR that does not resolve
+    ("ValueError: host not found: Name or service not known", "platform"),
+    # hpcaitech/ColossalAI#2841
+    (
+        "[W socket.cpp:601] [c10d] The IPv6 network addresses of (i-7840df31, 37340) cannot be "
+        "retrieved (gai error: -2 - Name or service not known).",
+        "platform",
+    ),
+    # deepspeedai/DeepSpeed#3299: DeepSpeed's launcher without a hostfile
+    (
+        "[2023-04-19 10:49:12,862] [WARNING] [runner.py:190:fetch_hostfile] Unable to find "
+        "hostfile, will proceed with training with local resources only.",
+        "user/config",
+    ),
+    # desihub/desitarget#628: Slurm's time limit
+    (
+        "slurmstepd: error: *** STEP 32233190.0 ON nid01934 CANCELLED AT 2020-07-03T02:59:56 "
+        "DUE TO TIME LIMIT ***",
+        "user/config",
+    ),
+    # SystemsGenetics/GEMmaker#233: Slurm preemption
+    (
+        "slurmstepd: error: *** JOB 32391783 ON cn119 CANCELLED AT 2021-06-18T13:05:36 DUE TO "
+        "PREEMPTION ***",
+        "platform",
+    ),
+    # NVIDIA/nccl#1273: ranks with different NCCL builds fail in the bootstrap
+    (
+        "bootstrap.cc:77 NCCL WARN Message truncated : received 1024 bytes instead of 256",
+        "user/software-incompatibility",
+    ),
+    # NVIDIA/nccl#626 (sjeaugey: ranks not calling NCCL consistently): a collective mismatch
+    (
+        "transport/net_socket.cc:424 NCCL WARN NET/Socket : peer 192.168.161.30<59210> message "
+        "truncated : receiving 1048576 bytes instead of 65536",
+        "user/code",
+    ),
+    # erpalma/throttled#239: the CPU package's thermal interrupt (a node's cooling)
+    (
+        "mce: CPU1: Package temperature above threshold, cpu clock throttled "
+        "(total events = 12705)",
+        "hardware/node",
+    ),
+    # jade-hpc-gpu/jade-hpc-gpu.github.io#14: a Lustre client losing its servers
+    (
+        "[Mon Oct 16 10:06:17 2017] LustreError: 11-0: jmain01-MDT0000-mdc-ffff88203810d800: "
+        "operation obd_ping to node 172.31.126.88@o2ib failed: rc = -107",
+        "hardware/storage",
+    ),
+    # whamcloud/integrated-manager-for-lustre#230
+    ("mount.lustre failed: Cannot send after transport endpoint shutdown", "hardware/storage"),
+    # vllm-project/vllm#3249 (a version mismatch; without frames the error type says user/code)
+    (
+        "TypeError: EngineArgs.__init__() got an unexpected keyword argument "
+        "'ray_workers_use_nsight'",
+        "user/code",
+    ),
+    # huggingface/accelerate#1192
+    ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "hardware/accelerator"),
+    # pytorch/pytorch#113128's shape: the watchdog thread names the CUDA error that ended it
+    (
+        "[PG 0 (default_pg) Rank 12] Process group watchdog thread terminated with exception: "
+        "CUDA error: uncorrectable ECC error encountered",
+        "hardware/accelerator",
+    ),
+    # hiyouga/LlamaFactory#6268: a framework refusing a launch
+    ("ValueError: Please use `FORCE_TORCHRUN=1` to launch DeepSpeed training.", "user/config"),
+    # pytorch/pytorch#38079 shape (a resumed run whose model changed)
+    (
+        "size mismatch for model.embed_tokens.weight: copying a param with shape "
+        "torch.Size([32000, 4096]) from checkpoint, the shape in current model is "
+        "torch.Size([32001, 4096]).",
+        "user/config",
+    ),
+    # Ultralytics, OLMo: Slurm's cgroup OOM killer
+    (
+        "slurmstepd: error: Detected 1 oom_kill event in StepId=9178265.0. Some of the step "
+        "tasks have been OOM Killed.",
+        "user/config",
+    ),
+]
+
+CONSEQUENCES = [
+    # ray-project/ray#39380: Ray's driver after a worker failed (it mentions OOM as an example)
+    "ray.train.base_trainer.TrainingFailedError: The Ray Train run failed. Please inspect the "
+    "previous error messages for a cause. After fixing the issue (assuming that the error is not "
+    "caused by your own application logic, but rather an error such as OOM), you can restart the "
+    "run from scratch or continue this run.",
+    # ray-project/ray#36537
+    "2023-06-17 02:16:38,194 ERROR tune_controller.py:905 -- Trial task failed for trial "
+    "TransformersTrainer_31d61_00000",
+    # desihub/desitarget#628: srun after the step was killed
+    "srun: error: nid01934: tasks 2,4-5,7: Terminated",
+    "srun: Job step aborted: Waiting up to 32 seconds for job step to finish.",
+    # tonyyxliu/CUHKSZ-CSC4005#51
+    "srun: error: node25: task 11: Killed",
+    # banyan-team/banyan-julia#6: a cancel with no reason
+    "slurmstepd: error: *** JOB 3737 ON compute-dy-t3large-2 CANCELLED AT 2021-08-03T16:28:28 ***",
+    # pytorch/pytorch#126544: the watchdog's own stack
+    "frame #5: c10d::ProcessGroupNCCL::watchdogHandler() + 0x77c (0x7fc91a8545ac in "
+    "/tmp/venv/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so)\n"
+    "frame #6: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x10c (0x7fc91a85531c in "
+    "/tmp/venv/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so)",
+    # huggingface/transformers#17106: a rank waiting for rank 0's NCCL id
+    "RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
+    "c10d key-value store by key '0', but store->get('0') got error: Socket Timeout",
+]
+
+
+@pytest.mark.parametrize(("line", "category"), CAUSES)
+def test_real_failure_lines_name_their_category(line: str, category: str) -> None:
+    term = LEX.cause_of_record(line)
+    assert term is not None and term.says_cause, line
+    assert term.category == category
+
+
+@pytest.mark.parametrize("line", CONSEQUENCES)
+def test_consequences_never_name_a_category(line: str) -> None:
+    term = LEX.cause_of_record(line)
+    assert term is not None and term.cascade and not term.says_cause, line
+
+
+def test_near_misses_are_not_failures() -> None:
+    # A port's normal use, a DataLoader starting, a Slurm step ending, a tidy checkpoint: none of
+    # them names a failure.
+    for line in (
+        "INFO torch.distributed: store listening on 0.0.0.0:29500",
+        "INFO DataLoader started 8 workers",
+        "NCCL INFO Channel 00/02 :    0   1 via direct shared memory",
+        "slurmstepd: info: job 3737 completed",
+        "Saved checkpoint to /ckpt/step_100",
+    ):
+        term = LEX.cause_of_record(line)
+        assert term is None or not term.says_cause, line
+
+
+def test_a_record_says_its_cause_past_a_consequence() -> None:
+    # A barrier timeout is how rank 1 saw it; main_process_first in its stack says rank 0 was
+    # still preparing the data (huggingface/trl#1519, hiyouga/LlamaFactory#2424).
+    record = (
+        'File "/env/site-packages/transformers/training_args.py", line 1891, in '
+        "main_process_first\n    torch.distributed.barrier()\n"
+        "RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] "
+        "via c10d key-value store by key '0', but store->get('0') got error: Socket Timeout"
+    )
+    term = LEX.cause_of_record(record)
+    assert term is not None and term.category == "user/config"
+    # The ordering of events still reads the record as a consequence (its last line).
+    assert LEX.classify_record(record).cascade  # type: ignore[union-attr]
+
+
+def test_consequences_that_mean_something_alone() -> None:
+    watchdog = LEX.cause_of_record(
+        "[E ProcessGroupNCCL.cpp:821] [Rank 0] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=10646, OpType=ALLREDUCE, Timeout(ms)=1800000) ran for 1808898 "
+        "milliseconds before timing out."
+    )
+    assert watchdog is not None and watchdog.alone == "user/code"
+    cancel = LEX.cause_of_record(CONSEQUENCES[5])
+    assert cancel is not None and cancel.alone == "user/config"
+    # axolotl-ai-cloud/axolotl#2684: rank 1's store client gave up while rank 0 tokenized; the
+    # template of the same line (digits zeroed: "c00d") is the same consequence, not a cause.
+    waited = LEX.cause_of_record(
+        "[rank1]:[W516 14:34:56.854597329 socket.cpp:489] [c10d] waitForInput: socket "
+        "SocketImpl(fd=79, addr=[localhost]:41170, remote=[localhost]:29500) timed out after "
+        "1800000ms"
+    )
+    assert waited is not None and waited.alone == "user/config"
+    record = (
+        "RuntimeError: [<NUM>] is setting up NCCL communicator and retrieving ncclUniqueId from "
+        "[<NUM>] via c00d key-value store by key '<NUM>', but store->get('<NUM>') got error\n"
+        + CONSEQUENCES[-1]
+    )
+    nccl_id = LEX.cause_of_record(record)
+    assert nccl_id is not None and nccl_id.cascade and nccl_id.alone == "user/config"
+    # A stack that ends inside a collective, with no error of its own (OpenMOSS/MOSS#275 shape).
+    stuck = LEX.cause_of_record(
+        'File "/env/dist-packages/deepspeed/comm/comm.py", line 526, in all_reduce\n'
+        "    return cdb.all_reduce(tensor, op, group, async_op)"
+    )
+    assert stuck is not None and stuck.alone == "user/code"
+
+
+def test_local_categories() -> None:
+    port = LEX.cause_of_record("errno: 98 - Address already in use")
+    assert port is not None and port.local == "platform"
+    oom = LEX.cause_of_record("torch.OutOfMemoryError: CUDA out of memory.")
+    assert oom is not None and oom.local is None
+
+
+# --- whose code raised it --------------------------------------------------------------------
+
+LIBS = LEX.libraries
+
+
+def test_paths_are_read_as_user_library_or_stdlib() -> None:
+    assert package_of("/usr/lib/python3.10/site-packages/torch/nn/modules/module.py", LIBS) == (
+        "torch"
+    )
+    assert package_of("/mnt/x/Megatron-LM-fix/megatron/core/schedules.py", LIBS) == "megatron"
+    assert package_of("openrlhf/trainer/ray/vllm_engine.py", LIBS) == "openrlhf"
+    assert package_of("<frozen os>", LIBS) == STDLIB
+    assert package_of("/opt/conda/lib/python3.9/contextlib.py", LIBS) == STDLIB
+    assert package_of("/mnt/x/Megatron-LM-fix/pretrain_gpt.py", LIBS) == USER
+    assert package_of("/workspace/train/loop.py", LIBS) == USER
+
+
+def test_frames_in_both_shapes() -> None:
+    text = (
+        '  File "/workspace/train.py", line 3, in main\n'
+        "│ /usr/local/lib/python3.9/dist-packages/accelerate/accelerator.py:1161 in prepare_model │"
+    )
+    frames = frames_of(text, LIBS)
+    assert [(f.function, f.package) for f in frames] == [
+        ("main", USER),
+        ("prepare_model", "accelerate"),
+    ]
+
+
+def _tb(*frames: tuple[str, str], last: str) -> str:
+    lines = ["Traceback (most recent call last):"]
+    lines += [f'  File "{p}", line 1, in {f}\n    x()' for p, f in frames]
+    return "\n".join([*lines, last])
+
+
+SITE = "/usr/local/lib/python3.10/dist-packages"
+
+
+def test_an_error_raised_in_a_library_is_the_frameworks() -> None:
+    # NVIDIA/Megatron-LM#700: loss used on a pipeline stage that never assigns it.
+    text = _tb(
+        ("/data/Megatron-LM/pretrain_gpt.py", "<module>"),
+        ("/data/Megatron-LM/megatron/core/pipeline_parallel/schedules.py", "forward_step"),
+        last="UnboundLocalError: local variable 'loss' referenced before assignment",
+    )
+    assert refine("user/code", text, LEX) == "framework"
+    # NVIDIA-NeMo/Automodel#3686: makedirs raced on a shared file system (os is transparent).
+    race = _tb(
+        ("nemo_automodel/components/checkpoint/checkpointing.py", "_create_dirs"),
+        ("<frozen os>", "makedirs"),
+        last="FileExistsError: [Errno 17] File exists: '/ckpt/step_297'",
+    )
+    assert refine("user/code", race, LEX) == "framework"
+
+
+def test_an_error_raised_in_the_users_code_is_theirs() -> None:
+    # The user's loop calls its model through nn.Module.__call__ (a dispatch, not the blame).
+    text = _tb(
+        ("/workspace/train/loop.py", "evaluate"),
+        (f"{SITE}/torch/nn/modules/module.py", "_call_impl"),
+        last="TypeError: GPTModel.forward() got an unexpected keyword argument 'position_ids'",
+    )
+    assert refine("user/code", text, LEX) == "user/code"
+    assert refine("user/code", "ZeroDivisionError: division by zero", LEX) == "user/code"
+
+
+def test_a_library_calling_with_an_argument_its_callee_lacks_is_a_version_mismatch() -> None:
+    # vllm-project/vllm#548: a script from vllm's main against an older vllm release.
+    text = _tb(
+        ("benchmark_latency.py", "main"),
+        (f"{SITE}/vllm/entrypoints/llm.py", "__init__"),
+        last="TypeError: __init__() got an unexpected keyword argument 'trust_remote_code'",
+    )
+    assert refine("user/code", text, LEX) == "user/software-incompatibility"
+
+
+def test_an_error_raised_while_parsing_arguments_is_the_configuration() -> None:
+    # hiyouga/LlamaFactory#6268: the framework's argument parser refuses the launch.
+    text = _tb(
+        ("/home/u/LLaMA-Factory/src/llamafactory/train/tuner.py", "run_exp"),
+        ("/home/u/LLaMA-Factory/src/llamafactory/hparams/parser.py", "get_train_args"),
+        last="ValueError: DeepSpeed training needs a distributed launch.",
+    )
+    assert refine("user/code", text, LEX) == "user/config"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("libraries: [torch, 'not a name']\nentries: []\n", "libraries: expected a list"),
+        ("config_functions: '('\nentries: []\n", "config_functions: invalid regex"),
+        ("entries:\n  - {pattern: x, category: platform, alone: user/code}\n", "only a cascade"),
+        ("entries:\n  - {pattern: x, category: platform, local: cloud}\n", "local: expected one"),
+        ("entries:\n  - {pattern: x, category: platform, origin: maybe}\n", "origin: expected"),
+    ],
+)
+def test_bad_lexicon_keys_are_located_errors(tmp_path: Path, text: str, message: str) -> None:
+    path = tmp_path / "lexicon.yaml"
+    path.write_text(text, "utf-8")
+    with pytest.raises(ConfigError, match=rf"lexicon\.yaml: .*{message}"):
+        Lexicon.load(path)
