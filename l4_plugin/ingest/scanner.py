@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from l4_plugin.errors import FileCutError, IngestError
+from l4_plugin.ingest.attempts import split_unit
 from l4_plugin.ingest.header import parse_time
 from l4_plugin.ingest.jobdir import is_system_log
 from l4_plugin.ingest.logfile import LogFile, Route, Split
@@ -173,8 +174,9 @@ class Scanner:
         # Timeline transitions this scanner's partials already carried. The reducer merges
         # partials in job order and keeps a transition's first time, so a later partial of the
         # same scanner need not carry it again (every node of a job goes through the same
-        # iterations: most marks would otherwise travel once per node).
-        self.marked: set[MarkKey] = set()
+        # iterations: most marks would otherwise travel once per node). Per attempt: each attempt
+        # of a restarted job has a timeline of its own (``attempts``).
+        self.marked: set[tuple[int | None, MarkKey]] = set()
         self.worker = os.getpid()
 
     def scan_node(self, streams: list[LogStream]) -> Scanned:
@@ -202,11 +204,14 @@ class Scanner:
         aux = frozenset(s.path for s in streams if s.kind in AUX_KINDS)
         return Scanned(rollup, order, problems, cut, aux)
 
-    def new_marks(self, marks: Iterable[tuple[MarkKey, str]]) -> list[tuple[MarkKey, str]]:
-        """The transitions this scanner has not handed on yet (then it has)."""
-        marked = self.marked
-        out = [mark for mark in marks if mark[0] not in marked]
-        marked.update(key for key, _ in out)
+    def new_marks(
+        self, node: str, marks: Iterable[tuple[MarkKey, str]]
+    ) -> list[tuple[MarkKey, str]]:
+        """The transitions of the timeline of ``node``'s attempt this scanner has not handed on
+        yet (then it has)."""
+        marked, attempt = self.marked, split_unit(node)[1]
+        out = [mark for mark in marks if (attempt, mark[0]) not in marked]
+        marked.update((attempt, key) for key, _ in out)
         return out
 
     def new_specs(self, order: Iterable[LineKind]) -> list[KindSpec]:
@@ -221,7 +226,7 @@ class Scanner:
         this scanner included): what a lane hands over when its rollups are gathered."""
         done = self.scan_node(streams)
         part = done.rollup.partial(done.order)
-        part.marks = self.new_marks(part.marks)
+        part.marks = self.new_marks(part.node, part.marks)
         part.problems = done.problems
         part.cut = done.cut
         part.worker = self.worker
@@ -263,7 +268,7 @@ class Scanner:
             sorted(rank_logs),
             sorted(workers),
             any(system.values()),
-            self.new_marks(rollup.timeline.marks.items()),
+            self.new_marks(rollup.node, rollup.timeline.marks.items()),
             rollup.lines,
             rollup.last_iteration,
             first,

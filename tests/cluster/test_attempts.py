@@ -10,7 +10,11 @@ from pathlib import Path
 from rich.console import Console
 
 from l4_plugin.diagnosis import diagnose_job
+from l4_plugin.ingest.jobdir import scan
+from l4_plugin.ingest.parser import LineParser
 from l4_plugin.ingest.pipeline import ingest_job
+from l4_plugin.ingest.sources import file_streams
+from l4_plugin.ingest.workers import scan_streams
 from l4_plugin.report.html import render_html
 from l4_plugin.report.terminal import render_terminal
 from l4_plugin.store import Store, jobs
@@ -118,3 +122,19 @@ def test_a_restart_that_fails_to_start_leads_with_the_attempt_before(
     assert report.attempts is not None and report.attempts.lead == 0
     assert "attempt 1 failed while starting again" in report.attempts.why
     assert report.nodes[0].node == "n2"
+
+
+def test_each_attempt_keeps_its_own_transitions_whatever_scanned_the_one_before(
+    tmp_path: Path,
+) -> None:
+    """A scanner hands each timeline transition on once; attempt 1 resumes at step 11, which
+    attempt 0 reached too, and its timeline must still hold steps 11 to 15 (a scanner that had
+    carried them for attempt 0 must carry them again for attempt 1)."""
+    job = _restarted_job(tmp_path / "j", second=ECC, culprit2="n2")
+    found = scan(job)
+    for workers in (1, 2):
+        scanned = scan_streams(file_streams(found.files), LineParser(), workers=workers)
+        steps = {it for stage, it, _ in scanned.timelines[1].marks if stage == "training"}
+        assert set(range(11, 16)) <= steps, (workers, sorted(s for s in steps if s is not None))
+        first = {it for stage, it, _ in scanned.timelines[0].marks if stage == "training"}
+        assert set(range(1, 21)) <= first, workers
