@@ -484,3 +484,28 @@ def test_nodes_a_lane_keeps_on_disk_give_the_same_rollups_and_documents(
     assert rollups_view(on_disk.rollups) == rollups_view(in_memory.rollups)
     written, _ = _ingested(osmem_url, f"tsd-{tmp_path.name[-12:]}-l4-", job, workers=1)
     assert written == kept and '"events": ["{' in kept
+
+
+def test_a_restarted_job_writes_the_same_documents_on_any_lanes_and_on_dask(
+    osmem_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job of two attempts (attempt folders, and a launcher agent's log that holds both and is
+    read as one stream per attempt: ``LogFile.attempt`` and ``.split`` travel with the lanes'
+    tasks) gives the same documents, attempts and report on one lane, on two, and on a
+    ``distributed.LocalCluster``."""
+    from tests.cluster.test_attempts import ECC, _restarted_job
+
+    job = _restarted_job(tmp_path / "r", second=ECC, culprit2="n1")
+    monkeypatch.setattr(workers, "BATCH_FILES", 1)  # a unit per batch: both lanes get some
+    name = tmp_path.name[-12:]
+    one = _ingested(osmem_url, f"ta1-{name}-l4-", job, workers=1)
+    written = json.loads(one[0])
+    assert any(json.loads(d).get("l4.attempt") == 1 for d in written["events"])
+    assert any("l4.job.attempts" in json.loads(d) for d in written["jobs"])
+    assert _ingested(osmem_url, f"ta2-{name}-l4-", job, workers=2) == one
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        on_dask = _ingested(osmem_url, f"tad-{name}-l4-", job, scheduler=cluster.scheduler_address)
+    assert on_dask == one
