@@ -23,6 +23,7 @@ import numpy as np
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.tables import JobData, JobDoc
+from l4_plugin.analysis.temporal import iteration_at
 from l4_plugin.analysis.verdict import VerdictEvent, VerdictNode, VerdictRule, decide
 from l4_plugin.diagnosis.hangs import report_hang
 from l4_plugin.records import Finding, Verdict
@@ -123,14 +124,19 @@ def report_events(
 
 def _failure_iteration(data: JobData, analysis: Analysis) -> tuple[int, str] | None:
     """The iteration the job failed in: where the best-ranked event that has one was first
-    printed (by the iteration lines, or placed by time on the job's timeline)."""
-    first: dict[str, int] = {}
-    for it, tid in data.iteration_cells:
-        if it < first.get(tid, it + 1):
-            first[tid] = it
+    printed (its bucket by the iteration lines, or placed by time on the job's timeline; within
+    the bucket by the job's pace, ``temporal.iteration_at``)."""
+    first: dict[str, tuple[int, float]] = {}
+    for (it, tid), (ts, _) in data.iteration_cells.items():
+        if it < first.get(tid, (it + 1, 0.0))[0]:
+            first[tid] = (it, ts)
+    starts: dict[int, float] = {}
+    for (_, it), ts in data.node_iteration_start.items():
+        starts[it] = min(ts, starts.get(it, math.inf))
     for event in analysis.fusion.events:
         if event.template_id in first:
-            return first[event.template_id], event.template_id
+            bucket, ts = first[event.template_id]
+            return iteration_at(starts, data.iteration_spans, bucket, ts), event.template_id
     return None
 
 

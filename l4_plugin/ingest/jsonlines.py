@@ -133,7 +133,7 @@ def _rank(value: Any) -> int | None:
 
 def render(obj: dict[str, Any], hosts_labelled: bool = False) -> str:
     """The text line of one JSON log object (see the module docstring)."""
-    message = str(_field(obj, _MESSAGE)).rstrip("\r\n").replace("\n", " ")
+    message = _shown(str(_field(obj, _MESSAGE))).replace("\n", " ")
     moment = _moment(_field(obj, _TIME))
     host = _field(obj, _HOST)
     label = f"{host}: " if hosts_labelled and host else ""
@@ -152,6 +152,16 @@ def render(obj: dict[str, Any], hosts_labelled: bool = False) -> str:
         parts.append(level.strip().upper() + " ")
     parts.append(message)
     return "".join(parts)
+
+
+def _shown(message: str) -> str:
+    """What a terminal shows of a message: a bar redrawn with ``\\r`` (tqdm's frames, flushed
+    together) is its last non-empty frame, as ``reader`` reads a text line."""
+    message = message.rstrip("\r\n")
+    if "\r" not in message:
+        return message
+    frames = [f for f in message.split("\r") if f]
+    return frames[-1] if frames else ""
 
 
 def host_of(lines: Iterable[str]) -> tuple[str, ...]:

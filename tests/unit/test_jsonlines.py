@@ -78,6 +78,17 @@ def test_each_object_is_the_line_its_program_printed(
         assert (h.emitter, h.host) == ("kernel", "a3")
 
 
+def test_a_redrawn_bar_is_its_last_frame() -> None:
+    # Lightning's tqdm bar on stderr: a collector ships the frames written since its last read
+    # as one message; a terminal shows the last (the job's latest step), so does L4.
+    frames = [
+        f"Epoch 0:  70%|███████   | {k}/411 [24:42<10:11,  0.20it/s, global_step={k - 1}]"
+        for k in (291, 292, 300)
+    ]
+    obj = {"ts": T0, "rank": 0, "stream": "stderr", "msg": "\r" + "\r".join(frames) + "\r"}
+    assert render(obj).endswith("| 300/411 [24:42<10:11,  0.20it/s, global_step=299]")
+
+
 def test_a_file_of_json_lines_is_found_and_read_as_text(tmp_path: Path) -> None:
     objects: list[dict[str, object]] = [
         {"ts": T0 + i, "host": "a3", "rank": i % 2, "msg": f"step {i} loss 2.{i}"}
