@@ -209,6 +209,50 @@ def test_a_record_says_its_cause_past_a_consequence() -> None:
     assert LEX.classify_record(record).cascade  # type: ignore[union-attr]
 
 
+def test_std_terminate_is_a_consequence_its_what_the_cause() -> None:
+    # libstdc++ on an uncaught C++ exception: every rank whose watchdog threw prints the first
+    # line; the what() line after it says which exception.
+    alone = LEX.cause_of_record(
+        "[rank3]:terminate called after throwing an instance of 'c10::DistBackendError'"
+    )
+    assert alone is not None and alone.cascade and not alone.says_cause
+    record = (
+        "terminate called after throwing an instance of 'c10::CUDAError'\n"
+        "  what():  CUDA error: uncorrectable ECC error encountered"
+    )
+    term = LEX.classify_record(record)
+    assert term is not None and term.category == "hardware/accelerator"
+
+
+def test_a_cuda_error_found_by_the_watchdog_is_the_cuda_error() -> None:
+    # torch's NCCL watchdog polls the work's CUDA event; a CUDA error surfaces there, with the
+    # watchdog thread's C++ stack appended: the error is the record's words, not the stack's
+    # function names (ncclCommWatchdog is no collective timeout), behind any label prefix.
+    prefix = "2025-08-23T22:49:37.844205617Z [default6]:"
+    record = "\n".join(
+        prefix + line
+        for line in (
+            "  what():  CUDA error: uncorrectable ECC error encountered",
+            "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+            "stacktrace below might be incorrect.",
+            "Exception raised from c10_cuda_check_implementation at "
+            "../c10/cuda/CUDAException.cpp:43 (most recent call first):",
+            "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f in "
+            "libc10.so)",
+            "frame #3: c10d::ProcessGroupNCCL::WorkNCCL::finishedGPUExecutionInternal() const "
+            "+ 0x56 (0x7f in libtorch_cuda.so)",
+            "frame #5: c10d::ProcessGroupNCCL::watchdogHandler() + 0x1f0 (0x7f in "
+            "libtorch_cuda.so)",
+            "frame #6: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x14d (0x7f in "
+            "libtorch_cuda.so)",
+            "frame #9: clone + 0x44 (0x7f in libc.so.6)",
+        )
+    )
+    lexicon = default_lexicon()
+    for term in (lexicon.classify_record(record), lexicon.cause_of_record(record)):
+        assert term is not None and term.category == "hardware/accelerator", term
+
+
 def test_consequences_that_mean_something_alone() -> None:
     watchdog = LEX.cause_of_record(
         "[E ProcessGroupNCCL.cpp:821] [Rank 0] Watchdog caught collective operation timeout: "
