@@ -37,7 +37,13 @@ RARE_SAMPLE = 3  # first lines of every group, kept in case the template is rare
 MAX_TRACEBACK_LINES = 200
 _TB_CONTINUATION = ("During handling of the above", "The above exception", "Traceback (most")
 _TB_OPENERS = ("Traceback (most recent call last)", 'File "')
-_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+_CHAINED = (
+    "During handling of the above exception",
+    "The above exception was the direct cause",
+    # torch's ExceptionWrapper: an error a DataLoader worker (or a replica) raised, re-raised
+    # in the main process with the worker's traceback in its message.
+    "Original Traceback (most recent call last)",
+)
 _OPEN_LEVELS = frozenset(level.name for level in Level if level.is_error)
 # Lines of a file without iteration markers wait for the job timeline, keyed by the second they
 # were printed in. The timestamp is read at most every SLOT_EVERY lines (always for the lines

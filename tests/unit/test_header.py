@@ -179,6 +179,8 @@ def test_impossible_date_is_no_timestamp() -> None:
         ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1", "ERROR"),
         ("torch.OutOfMemoryError: CUDA out of memory.", "ERROR"),
         ("/x.py:3: UserWarning: deprecated", "WARNING"),
+        ("pyarrow.lib.ArrowInvalid: Parquet magic bytes not found in footer.", "ERROR"),
+        ("transformers.trainer_utils: Setting seed 42", None),
         ("all good", None),
     ],
 )

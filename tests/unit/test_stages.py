@@ -264,3 +264,35 @@ def test_done_without_then_is_an_error(tmp_path: Path) -> None:
 def test_a_progress_bar_with_a_rate_means_training(rules: StageRules, raw: str) -> None:
     kind = LineParser().feed([raw])[0]
     assert rules.role(kind.body).stage == "training"
+
+
+def test_a_worker_error_re_raised_is_one_record_named_by_the_workers_exception(
+    rules: StageRules,
+) -> None:
+    # torch's ExceptionWrapper (DataLoader workers): the main process re-raises the worker's
+    # error with the worker's traceback in its message, after "Original Traceback"; the record
+    # is one, named by what the worker raised, an error whatever its class is called.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    body = [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/dist-packages/torch/_utils.py", line 715, in reraise',
+        "    raise exception",
+        "pyarrow.lib.ArrowInvalid: Caught ArrowInvalid in DataLoader worker process 2.",
+        "Original Traceback (most recent call last):",
+        '  File "/usr/lib/python3/dist-packages/torch/utils/data/_utils/worker.py", line 351, '
+        "in _worker_loop",
+        "    data = fetcher.fetch(index)",
+        "pyarrow.lib.ArrowInvalid: Parquet magic bytes not found in footer. Either the file is "
+        "corrupted or this is not a parquet file.",
+        "",
+    ]
+    lines = [f"[rank14]: {line}" for line in body]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    records = [(key[0], group) for key, group in rollup.groups.items() if key[0].body.strip()]
+    assert len(records) == 1, [kind.body for kind, _ in records]
+    kind, group = records[0]
+    assert kind.body.startswith("pyarrow.lib.ArrowInvalid: Parquet magic bytes"), kind.body
+    assert kind.level == "ERROR"
+    assert group.message.count("\n") == len(body) - 2
