@@ -473,6 +473,7 @@ class NodeRollup:
         runs = self.runs
         stage = "init"
         iteration: int | None = None
+        counted = False  # a marker of a rule that is no fallback was seen (IterationRule)
         training = False
         ts_ref: str | None = None
         ts_shape: str | None = None  # the key of ts_ref (None: not known)
@@ -544,6 +545,10 @@ class NodeRollup:
                             number, seconds = marker.read(
                                 raw, digit_shape(raw) if shape is None else shape
                             )
+                        if marker.fallback:
+                            number = None if counted else number
+                        else:
+                            counted = True
                         if (number is not None and number != iteration) or stage != "training":
                             if number is not None:
                                 iteration = number
@@ -655,6 +660,10 @@ class NodeRollup:
                         number, seconds = role.iteration.read(
                             raw, digit_shape(raw) if shape is None else shape
                         )
+                        if role.iteration.fallback:
+                            number = None if counted else number
+                        else:
+                            counted = True
                         if number is not None:
                             iteration = number
                         stage, training = "training", True

@@ -296,3 +296,27 @@ def test_a_worker_error_re_raised_is_one_record_named_by_the_workers_exception(
     assert kind.body.startswith("pyarrow.lib.ArrowInvalid: Parquet magic bytes"), kind.body
     assert kind.level == "ERROR"
     assert group.message.count("\n") == len(body) - 2
+
+
+def test_an_engines_count_beside_a_trainers_numbers_nothing(rules: StageRules) -> None:
+    # HF's Trainer on DeepSpeed: the bar counts the trainer's steps, the engine's step= line
+    # (every steps_per_print) may count otherwise; the trainer's number is the iteration. A
+    # file with only the engine's lines is numbered by them.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    bar = " 72%|███████   | {k}/2735 [1:39:46<37:58,  3.02s/it]"
+    engine = (
+        "[2025-07-30 15:03:19,690] [INFO] [logging.py:128:log_dist] [Rank 0] step={k}, "
+        "skipped=0, lr=[6.3e-06], mom=[[0.9, 0.95]]"
+    )
+    lines = [bar.format(k=390), engine.format(k=780), "after both", bar.format(k=391)]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    assert rollup.last_iteration == 391
+    its = {key[0].body: key[2] for key in rollup.groups if key[0].body == "after both"}
+    assert its == {"after both": 390}, its
+
+    alone = [engine.format(k=780), "after it"]
+    rollup = NodeRollup("n2", rules)
+    rollup.scan("r0.log", 0, [(alone, LineParser().feed(alone), None, 0)])
+    assert rollup.last_iteration == 780
