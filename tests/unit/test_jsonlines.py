@@ -11,7 +11,7 @@ import pytest
 from l4_plugin.ingest.header import parse_header
 from l4_plugin.ingest.hosts import plan
 from l4_plugin.ingest.jobdir import discover
-from l4_plugin.ingest.jsonlines import is_json_lines, render
+from l4_plugin.ingest.jsonlines import is_json_lines, render, rendered
 from l4_plugin.ingest.reader import read_blocks
 
 T0 = calendar.timegm((2025, 9, 12, 7, 15, 57, 0, 0, 0))
@@ -127,3 +127,30 @@ def test_text_that_is_not_json_lines_is_left_alone(tmp_path: Path) -> None:
         "plain",
         '{"msg": "one object among text"}',
     ]
+
+
+def test_a_traceback_in_json_lines_stays_one_record() -> None:
+    # A collector stored torchrun's tee'd lines ("[rank102]:" already in the message) one object
+    # per line: the frames keep their indentation right behind the prefix, so the record's
+    # reader sees a traceback, named by the exception that ends it.
+    from l4_plugin.ingest.parser import LineParser
+    from l4_plugin.ingest.rollup import NodeRollup
+    from l4_plugin.ingest.stages import default_stage_rules
+
+    said = [
+        "[rank102]: Traceback (most recent call last):",
+        '[rank102]:   File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", '
+        "line 1465, in _next_data",
+        "[rank102]:     idx, data = self._get_data()",
+        "[rank102]: RuntimeError: DataLoader worker (pid 185572) is killed by signal: Bus error.",
+    ]
+    lines = rendered(
+        [json.dumps({"ts": T0 + i / 1000, "rank": 102, "msg": m}) for i, m in enumerate(said)],
+        False,
+    )
+    assert lines[0] == "[rank102]: 2025-09-12T07:15:57.000000Z Traceback (most recent call last):"
+    assert lines[2] == "[rank102]:     idx, data = self._get_data()"
+    rollup = NodeRollup("n1", default_stage_rules())
+    rollup.scan("a.jsonl", 0, [(lines, LineParser().feed(lines), None, 0)])
+    [record] = [key[0] for key in rollup.groups]
+    assert record.body.startswith("RuntimeError: DataLoader worker"), record.body
