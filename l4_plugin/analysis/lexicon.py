@@ -38,6 +38,8 @@ _PAST_CASCADE_WEIGHT = 0.9
 _CUDA_HINTS = re.compile(
     r"CUDA kernel errors might be asynchronously reported|"
     r"For debugging consider passing CUDA_LAUNCH_BLOCKING|Compile with `?TORCH_USE_CUDA_DSA"
+    # the kernel's hung-task report appends how to silence it and the taint flags
+    r"|hung_task_timeout_secs\W+disables this message|\bTainted: (?:[A-Z]\s*)+\d"
 )
 # The C++ stack c10 appends to an error (``Exception raised from F at FILE:N (most recent call
 # first):`` and ``frame #N: …``): where the error was detected (a watchdog thread polling a CUDA

@@ -168,6 +168,10 @@ _EPOCH = re.compile(r"(1\d{9}|[2-3]\d{9})(?:\.(\d+)|(\d{3}))?(?![\d.])[ \t,:|]*"
 _INFER_ERROR = re.compile(
     r"Traceback \(most recent call last\)|\b[A-Za-z_.]*(?:Error|Exception|Interrupt)\b(?::(?!:)|$)"
     r"|\b(?:ERROR|[Ee]rror)\b:|\bCUDA error\b|\bSegmentation fault\b|\bcore dumped\b"
+    # the kernel's own (dmesg without a level): a BUG (soft lockup, a bad page), a panic, a task
+    # hung in D state, the OOM killer: printed at KERN_ERR or above
+    r"|\bBUG: |\bkernel BUG at\b|\bKernel panic - not syncing\b"
+    r"|\bblocked for more than \d+ seconds|\b[Oo]ut of memory: Killed process\b"
 )
 # A Python exception named with its module (``pyarrow.lib.ArrowInvalid: …``, what a traceback
 # ends with) whatever its class is called; a logger's name (``transformers.trainer: …``) ends in

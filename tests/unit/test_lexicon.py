@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from l4_plugin.analysis.lexicon import Lexicon, default_lexicon
+from l4_plugin.analysis.lexicon import Lexicon, default_lexicon, last_line
 from l4_plugin.analysis.origin import STDLIB, USER, frames_of, package_of, refine
 from l4_plugin.errors import ConfigError
 
@@ -207,6 +207,16 @@ def test_a_record_says_its_cause_past_a_consequence() -> None:
     assert term is not None and term.category == "user/config"
     # The ordering of events still reads the record as a consequence (its last line).
     assert LEX.classify_record(record).cascade  # type: ignore[union-attr]
+
+
+def test_the_kernels_hung_task_report_is_read_past_its_boilerplate() -> None:
+    record = (
+        "[230217.692693] INFO: task pt_autograd_0:223324 blocked for more than 120 seconds.\n"
+        "[230217.692792]       Tainted: P           OE      5.15.0-124-generic #1\n"
+        '[230217.692893] "echo 0 > /proc/sys/kernel/hung_task_timeout_secs" disables this message.'
+    )
+
+    assert "blocked for more than 120 seconds" in last_line(record)
 
 
 def test_std_terminate_is_a_consequence_its_what_the_cause() -> None:
