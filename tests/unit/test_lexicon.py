@@ -72,12 +72,6 @@ CAUSES = [
         "hostfile, will proceed with training with local resources only.",
         "user/config",
     ),
-    # desihub/desitarget#628: Slurm's time limit
-    (
-        "slurmstepd: error: *** STEP 32233190.0 ON nid01934 CANCELLED AT 2020-07-03T02:59:56 "
-        "DUE TO TIME LIMIT ***",
-        "user/config",
-    ),
     # SystemsGenetics/GEMmaker#233: Slurm preemption
     (
         "slurmstepd: error: *** JOB 32391783 ON cn119 CANCELLED AT 2021-06-18T13:05:36 DUE TO "
@@ -293,6 +287,18 @@ def test_consequences_that_mean_something_alone() -> None:
         "    return cdb.all_reduce(tensor, op, group, async_op)"
     )
     assert stuck is not None and stuck.alone == "user/code"
+
+
+def test_a_time_limit_is_how_a_job_ended_and_alone_its_configuration() -> None:
+    # desihub/desitarget#628 (Slurm), GNU timeout --verbose around torchrun: a job that slowed
+    # down or hung reaches its limit too, so the limit is a consequence; alone, too short.
+    for line in (
+        "slurmstepd: error: *** STEP 32233190.0 ON nid01934 CANCELLED AT 2020-07-03T02:59:56 "
+        "DUE TO TIME LIMIT ***",
+        "timeout: sending signal TERM to command 'torchrun'",
+    ):
+        term = LEX.cause_of_record(line)
+        assert term is not None and term.cascade and term.alone == "user/config", line
 
 
 def test_local_categories() -> None:
