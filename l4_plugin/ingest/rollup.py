@@ -44,7 +44,9 @@ _CHAINED = (
     # in the main process with the worker's traceback in its message.
     "Original Traceback (most recent call last)",
 )
-_OPEN_LEVELS = frozenset(level.name for level in Level if level.is_error)
+# Records that the continuation lines after them join (``stages.yaml`` continuations): errors,
+# and warnings, which c10 prints with the same C++ stack (TORCH_WARN, a TCPStore recv failure).
+_OPEN_LEVELS = frozenset(level.name for level in Level if level >= Level.WARNING)
 # Lines of a file without iteration markers wait for the job timeline, keyed by the second they
 # were printed in. The timestamp is read at most every SLOT_EVERY lines (always for the lines
 # that are kept, errors and kernel lines): one-second slots only split groups, the group's own

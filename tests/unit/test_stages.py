@@ -320,3 +320,25 @@ def test_an_engines_count_beside_a_trainers_numbers_nothing(rules: StageRules) -
     rollup = NodeRollup("n2", rules)
     rollup.scan("r0.log", 0, [(alone, LineParser().feed(alone), None, 0)])
     assert rollup.last_iteration == 780
+
+
+def test_a_c10_warning_keeps_its_stack(rules: StageRules) -> None:
+    # torch's TCPStore client when the store's host went away (a real gloo run): a warning with
+    # the C++ stack c10 appends; the stack's lines are no records of their own.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "[W1127 15:53:18.822621315 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on "
+        "SocketImpl(fd=4, addr=[n03]:60351, remote=[n01]:19607): Failed to recv, got 0 bytes. "
+        "Connection was likely closed. Did the remote server shutdown or crash?",
+        "Exception raised from recvBytes at /__w/pytorch/pytorch/torch/csrc/distributed/c10d/"
+        "Utils.hpp:787 (most recent call first):",
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d (0x7f in libc10.so)",
+        "frame #1: c10::DistError::DistError(c10::SourceLocation, std::string) + 0x72 (0x7f in "
+        "libc10.so)",
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    [(key, group)] = list(rollup.groups.items())
+    assert key[0].level == "WARNING"
+    assert group.message.count("\n") == 3
