@@ -322,7 +322,8 @@ class KindCache:
         if traits is None:
             body = kind.body
             role = rules.role(body)
-            cont = rules.continues(body)
+            # NCCL writes its header on every line: a line with it is a message of its own.
+            cont = kind.emitter != "nccl" and rules.continues(body)
             opener = rules.opens(body)
             is_tb = body.startswith(_TB_OPENERS)
             keep = kept_like_errors(kind)

@@ -342,3 +342,20 @@ def test_a_c10_warning_keeps_its_stack(rules: StageRules) -> None:
     [(key, group)] = list(rollup.groups.items())
     assert key[0].level == "WARNING"
     assert group.message.count("\n") == 3
+
+
+def test_an_nccl_line_never_continues_the_record_before_it(rules: StageRules) -> None:
+    # Interleaved ranks: a warning, then another rank's NCCL WARN whose message ("NET/IB : …")
+    # reads like the bare continuation NCCL prints after "Last error:"; with its own header it
+    # is a record of its own.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "[default1]:[W reducer.cpp:1389] Warning: find_unused_parameters=True was specified in "
+        "DDP constructor, but did not find any unused parameters in the forward pass.",
+        "[default6]:worker-390:87466:87485 [6] NCCL WARN NET/IB : Got completion from peer "
+        "10.99.162.189<51450> with status=12 opcode=0 len=0 vendor err 129 (Send)",
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    assert len(rollup.groups) == 2, [key[0].body for key in rollup.groups]
