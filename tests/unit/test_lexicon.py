@@ -213,6 +213,16 @@ def test_the_kernels_hung_task_report_is_read_past_its_boilerplate() -> None:
     assert "blocked for more than 120 seconds" in last_line(record)
 
 
+def test_torchelastics_copy_of_a_childs_error_is_a_consequence() -> None:
+    # torch/distributed/elastic/multiprocessing/errors/error_handler.py, after a worker failed
+    term = LEX.cause_of_record(
+        "E1127 15:53:18.788000 32421 torch/distributed/elastic/multiprocessing/errors/"
+        "error_handler.py:145] no error file defined for parent, to copy child error file "
+        "(/tmp/torchelastic_x/attempt_0/1/error.json)"
+    )
+    assert term is not None and term.cascade and not term.says_cause
+
+
 def test_std_terminate_is_a_consequence_its_what_the_cause() -> None:
     # libstdc++ on an uncaught C++ exception: every rank whose watchdog threw prints the first
     # line; the what() line after it says which exception.
