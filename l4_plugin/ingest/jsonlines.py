@@ -31,6 +31,8 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from l4_plugin.ingest.terminal import last_frame, without_ansi
+
 # A launcher's rank prefix a message may carry already (torchrun --tee, --role default).
 _RANK_PREFIX = re.compile(r"\[(?:rank|default)\d+\]: ?")
 _MESSAGE = ("msg", "message", "log", "MESSAGE", "text", "line", "@message", "event")
@@ -168,13 +170,11 @@ def render(obj: dict[str, Any], hosts_labelled: bool = False) -> str:
 
 
 def _shown(message: str) -> str:
-    """What a terminal shows of a message: a bar redrawn with ``\\r`` (tqdm's frames, flushed
-    together) is its last non-empty frame, as ``reader`` reads a text line."""
-    message = message.rstrip("\r\n")
-    if "\r" not in message:
-        return message
-    frames = [f for f in message.split("\r") if f]
-    return frames[-1] if frames else ""
+    """What a terminal shows of a message (:mod:`l4_plugin.ingest.terminal`), as ``reader``
+    reads a text line: no colours, a bar redrawn with ``\\r`` (tqdm's frames, flushed
+    together) its last frame."""
+    message = without_ansi(message).rstrip("\r\n")
+    return last_frame(message) if "\r" in message else message
 
 
 def host_of(lines: Iterable[str]) -> tuple[str, ...]:

@@ -154,3 +154,9 @@ def test_a_traceback_in_json_lines_stays_one_record() -> None:
     rollup.scan("a.jsonl", 0, [(lines, LineParser().feed(lines), None, 0)])
     [record] = [key[0] for key in rollup.groups]
     assert record.body.startswith("RuntimeError: DataLoader worker"), record.body
+
+
+def test_a_coloured_message_reads_as_a_terminal_shows_it() -> None:
+    # torchtitan colours its step line; a collector keeps the escapes inside the JSON string
+    msg = "[titan] 2025-09-13 20:20:16,197 - root - INFO - \x1b[31mstep: 270  \x1b[32mloss:  3.7656"
+    assert render({"ts": T0, "rank": 0, "msg": msg}).endswith("INFO - step: 270  loss:  3.7656")
