@@ -392,6 +392,18 @@ def reactions(
     return out
 
 
+def teardown(data: JobData, lexicon: Lexicon) -> frozenset[str]:
+    """Templates whose words are a consequence that means nothing alone: a launcher tearing the
+    job down, an agent copying a worker's error (not a timeout, which is what a hung node did
+    when it is the culprit's own)."""
+    out = set()
+    for tid, info in data.templates.items():
+        term = lexicon.classify_record(f"{info.text}\n{info.message.strip()}")
+        if term is not None and term.cascade and term.alone is None:
+            out.add(tid)
+    return frozenset(out)
+
+
 def lexicon_priors(
     data: JobData, lexicon: Lexicon, options: AnalysisOptions = DEFAULT_OPTIONS
 ) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:

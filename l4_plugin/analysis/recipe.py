@@ -18,7 +18,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from l4_plugin.analysis.crossjob import CrossJobFilter
-from l4_plugin.analysis.evidence import discounts, event_stats, lexicon_priors, timed_in_stage
+from l4_plugin.analysis.evidence import (
+    discounts,
+    event_stats,
+    lexicon_priors,
+    teardown,
+    timed_in_stage,
+)
 from l4_plugin.analysis.failing_stage import StageReader, failing_stage
 from l4_plugin.analysis.fusion import Fusion, is_error, is_flagged
 from l4_plugin.analysis.hang import HangResult
@@ -599,6 +605,7 @@ def analyze(
             priors=priors,
             ordering=consequences,
             hang=hang.evidence if hang is not None else None,
+            teardown=teardown(data, default_lexicon()),
         )
         .result_
     )

@@ -228,6 +228,18 @@ def test_the_named_culprits_first_line_leads_and_witness_statements_follow() -> 
     heard = next(e for e in res.events if e.template_id == "remote-exited")
     assert "witness-statement" in heard.reasons
     assert ids.index("remote-exited") > 0
+    # The launcher tearing the culprit's workers down printed there first: never its own line.
+    teardown = EventStat("no-error-file", "ERROR", {"c": 699.0}, {"c": 1}, positions={"c": 1.0})
+    torn = Fusion().fit(
+        [*events, teardown],
+        nodes,
+        crossjob=filt,
+        peers=peers,
+        ordering={**consequence, "no-error-file": (0.5, "consequence-words")},
+        teardown=frozenset({"no-error-file"}),
+    )
+    first = torn.result_.events[0]
+    assert first.template_id == "watchdog-timeout" and "culprit-evidence:c" in first.reasons
 
 
 def test_a_loud_node_nobody_names_does_not_reorder_the_events() -> None:
