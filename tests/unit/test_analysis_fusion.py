@@ -230,10 +230,18 @@ def test_the_named_culprits_first_line_leads_and_witness_statements_follow() -> 
     assert ids.index("remote-exited") > 0
     # The launcher tearing the culprit's workers down printed there first: never its own line.
     teardown = EventStat("no-error-file", "ERROR", {"c": 699.0}, {"c": 1}, positions={"c": 1.0})
+    all_events = [*events, teardown]
+    filt_all = (
+        CrossJobFilter()
+        .fit({"iter-line": BaselineStat(2, 2, 1.0, 100.0)})
+        .transform(
+            [JobTemplateStat(e.template_id, e.count, len(e.counts), 1.0) for e in all_events]
+        )
+    )
     torn = Fusion().fit(
-        [*events, teardown],
+        all_events,
         nodes,
-        crossjob=filt,
+        crossjob=filt_all,
         peers=peers,
         ordering={**consequence, "no-error-file": (0.5, "consequence-words")},
         teardown=frozenset({"no-error-file"}),
