@@ -268,11 +268,15 @@ class Fusion:
         order: Mapping[str, float],
         culprit: str | None = None,
     ) -> list[RankedEvent]:
-        """Candidates best first; ties by first time, then by the order the culprit printed
-        them (one moment's lines: the first printed is the one that says what happened)."""
+        """Candidates best first; ties by first time, then by the order the culprit (else the
+        node that printed them) printed them (one moment's lines, or lines without a wall-clock
+        time such as dmesg's: the first printed is the one that says what happened)."""
 
         def at(t: str) -> float:
-            return by_id[t].positions.get(culprit, math.inf) if culprit else math.inf
+            positions = by_id[t].positions
+            if culprit:
+                return positions.get(culprit, math.inf)
+            return min(positions.values(), default=math.inf)
 
         ranked = [
             (self._ranked(by_id[t], r, factor.get(t, 1.0) * order.get(t, 1.0)), at(t))

@@ -359,3 +359,23 @@ def test_an_nccl_line_never_continues_the_record_before_it(rules: StageRules) ->
     rollup = NodeRollup("n1", rules)
     rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
     assert len(rollup.groups) == 2, [key[0].body for key in rollup.groups]
+
+
+def test_torchs_desync_report_is_one_record(rules: StageRules) -> None:
+    # ProcessGroupNCCL's desync report: a header line, then tab-indented lines naming the
+    # lagging ranks; one record, so its sample says who lagged.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "[rank0]:[E119 19:58:43.925002098 ProcessGroupNCCL.cpp:1330] [PG ID 0 PG GUID "
+        "0(default_pg) Rank 0] ",
+        "\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:",
+        "\t   - [80, 81, 82, 83] joined but didn't finish collective #33301 (count from 1)",
+        "\t - Snapshot of ranks' latest states:",
+        "\t   #33301 started ranks:",
+        "\t     [80, 81, 82, 83]",
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    [group] = list(rollup.groups.values())
+    assert "joined but didn't finish collective" in group.message
