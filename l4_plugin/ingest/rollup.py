@@ -322,8 +322,11 @@ class KindCache:
         if traits is None:
             body = kind.body
             role = rules.role(body)
-            # NCCL writes its header on every line: a line with it is a message of its own.
-            cont = kind.emitter != "nccl" and rules.continues(body)
+            # NCCL writes its header on every line: its WARN is a message of its own (its INFO
+            # return trace, "net.cc:1298 -> 6", continues the warning it explains).
+            cont = rules.continues(body) and not (
+                kind.emitter == "nccl" and kind.level in _OPEN_LEVELS
+            )
             opener = rules.opens(body)
             is_tb = body.startswith(_TB_OPENERS)
             keep = kept_like_errors(kind)
