@@ -268,15 +268,18 @@ class Fusion:
         order: Mapping[str, float],
         culprit: str | None = None,
     ) -> list[RankedEvent]:
-        """Candidates best first; ties by first time, then by the order the culprit (else the
-        node that printed them) printed them (one moment's lines, or lines without a wall-clock
-        time such as dmesg's: the first printed is the one that says what happened)."""
+        """Candidates best first; ties by first time, then by the order the culprit printed
+        them (one moment's lines: the first printed is the one that says what happened), and
+        lines without a wall-clock time (dmesg's) by the order their node printed them."""
 
         def at(t: str) -> float:
             positions = by_id[t].positions
             if culprit:
                 return positions.get(culprit, math.inf)
-            return min(positions.values(), default=math.inf)
+            first = by_id[t].first
+            if first is None or not math.isfinite(first):
+                return min(positions.values(), default=math.inf)
+            return math.inf
 
         ranked = [
             (self._ranked(by_id[t], r, factor.get(t, 1.0) * order.get(t, 1.0)), at(t))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -255,3 +257,17 @@ def test_a_loud_node_nobody_names_does_not_reorder_the_events() -> None:
     filt, spatial = _analyses(events)
     res = Fusion().fit(events, NODES, crossjob=filt, spatial=spatial).result_
     assert not any(r.startswith("culprit-evidence") for e in res.events for r in e.reasons)
+
+
+def test_lines_without_a_clock_tie_in_the_order_their_node_printed_them() -> None:
+    # dmesg's seconds since boot are no wall-clock time: a soft lockup printed before the hung
+    # task it caused comes first when nothing else tells them apart.
+    nan = math.nan
+    events = [
+        EventStat("hung-task", "ERROR", {"k": nan}, {"k": 1}, positions={"k": 9.0}),
+        EventStat("soft-lockup", "ERROR", {"k": nan}, {"k": 1}, positions={"k": 3.0}),
+    ]
+    stats = [JobTemplateStat(e.template_id, e.count, len(e.counts), 1.0) for e in events]
+    filt = CrossJobFilter().fit({}).transform(stats)
+    ranked = Fusion().fit(events, ["k", "j"], crossjob=filt).result_.events
+    assert [e.template_id for e in ranked][:2] == ["soft-lockup", "hung-task"]
