@@ -126,10 +126,14 @@ def _failure_iteration(data: JobData, analysis: Analysis) -> tuple[int, str] | N
     """The iteration the job failed in: where the best-ranked event that has one was first
     printed (its bucket by the iteration lines, or placed by time on the job's timeline; within
     the bucket by the job's pace, ``temporal.iteration_at``)."""
+    # Its first bucket by time; by number only where no copy has a time (a copy of the line
+    # placed without one may sit in an early bucket).
     first: dict[str, int] = {}
-    for it, tid in data.iteration_cells:
-        if it < first.get(tid, it + 1):
-            first[tid] = it
+    for (it, tid), _ in sorted(
+        data.iteration_cells.items(),
+        key=lambda kv: (not math.isfinite(kv[1][0]), kv[1][0], kv[0][0]),
+    ):
+        first.setdefault(tid, it)
     for event in analysis.fusion.events:
         tid = event.template_id
         if tid in first:
