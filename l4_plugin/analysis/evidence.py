@@ -222,9 +222,58 @@ def discounts(
             out[tid] = (options.low_information_factor, "low-information")
     for tid in reactions(data, events, kept, options):
         out.setdefault(tid, (options.reaction_factor, "reaction-to-error"))
-    for tid in recovered(data, events, stragglers, slowdown, options):
+    for tid in recovered(data, events, stragglers, slowdown, options) | flapped(data, events):
         out.setdefault(tid, (options.recovered_factor, "recovered-before-failure"))
     return out
+
+
+# A link's failure and the line that says it came back, as the driver or NCCL prints them
+# (NCCL's IB async thread: IBV_EVENT_PORT_ERR, then IBV_EVENT_PORT_ACTIVE; the kernel's link
+# state for a NIC): the device named the same way in both.
+_RECOVERIES = (
+    (
+        re.compile(r"NET/IB : (\S+) Got async event : port error"),
+        re.compile(r"NET/IB : (\S+) Got async event : port active"),
+    ),
+    (
+        re.compile(r"\b(\S+): (?:NIC )?[Ll]ink (?:is )?[Dd]own\b"),
+        re.compile(r"\b(\S+): (?:NIC )?[Ll]ink (?:is )?[Uu]p\b"),
+    ),
+)
+
+
+def flapped(data: JobData, events: tuple[EventStat, ...]) -> set[str]:
+    """Link failures that came back: on every node that printed one, the same device said it
+    was up again after it (``_RECOVERIES``). A link that flapped and recovered did not end the
+    job; its neighbours' later errors have another cause."""
+    samples = {tid: f"{info.text}\n{info.message}" for tid, info in data.templates.items()}
+    ups: list[tuple[int, str, str]] = []  # (pair, device, template)
+    for tid, text in samples.items():
+        for k, (_, up) in enumerate(_RECOVERIES):
+            found = up.search(text)
+            if found:
+                ups.append((k, found.group(1), tid))
+    if not ups:
+        return set()
+    out: set[str] = set()
+    for e in events:
+        text = samples.get(e.template_id, "")
+        for k, (down, _) in enumerate(_RECOVERIES):
+            found = down.search(text)
+            if found is None:
+                continue
+            later = [tid for (j, device, tid) in ups if j == k and device == found.group(1)]
+            if later and all(_came_back(data, node, e.template_id, later) for node in e.counts):
+                out.add(e.template_id)
+    return out
+
+
+def _came_back(data: JobData, node: str, down: str, ups: list[str]) -> bool:
+    """Whether ``node`` printed one of the ``ups`` after its last ``down``."""
+    last_down = data.cells[(node, down)].last_ts if (node, down) in data.cells else math.inf
+    return any(
+        (node, up) in data.cells and data.cells[(node, up)].last_ts >= last_down for up in ups
+    )
 
 
 def recovered(
@@ -341,6 +390,18 @@ def reactions(
         ):
             out.add(e.template_id)
     return out
+
+
+def teardown(data: JobData, lexicon: Lexicon) -> frozenset[str]:
+    """Templates whose words are a consequence that means nothing alone: a launcher tearing the
+    job down, an agent copying a worker's error (not a timeout, which is what a hung node did
+    when it is the culprit's own)."""
+    out = set()
+    for tid, info in data.templates.items():
+        term = lexicon.classify_record(f"{info.text}\n{info.message.strip()}")
+        if term is not None and term.cascade and term.alone is None:
+            out.add(tid)
+    return frozenset(out)
 
 
 def lexicon_priors(

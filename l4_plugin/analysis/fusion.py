@@ -156,6 +156,7 @@ class Fusion:
         priors: Mapping[str, tuple[float, str]] | None = None,
         ordering: Mapping[str, tuple[float, str]] | None = None,
         hang: Mapping[str, tuple[float, tuple[str, ...]]] | None = None,
+        teardown: frozenset[str] = frozenset(),
     ) -> Fusion:
         """Rank events and nodes from whatever analyses ran (None = that analysis did not run).
 
@@ -166,12 +167,11 @@ class Fusion:
         that no comparison gave (the failure lexicon's words when there is no baseline).
         ``ordering`` maps a template to ``(factor, reason)`` like ``discounts`` but only orders
         the recommended set (a consequence's words rank it after what explains it). ``hang``
-        maps a node the ranks' dumps name to ``(weight, reasons)`` (``analysis.hang``).
-        """
+        maps a node the ranks' dumps name to ``(weight, reasons)`` (``analysis.hang``);
+        ``teardown`` templates (a launcher tearing the job down) are never a culprit's own."""
         self._check(events)
         all_nodes = _all_nodes(events, nodes, spatial, silence)
-        n_nodes = max(len(all_nodes), 1)
-        job_stage = stage.stage if stage is not None else None
+        n_nodes, job_stage = max(len(all_nodes), 1), stage.stage if stage is not None else None
         by_id = {e.template_id: e for e in events}
         reasons = _level_reasons(events, crossjob, job_stage)
         _add_result_reasons(reasons, by_id, spatial, iterations, slowdown, silence, priors)
@@ -201,7 +201,7 @@ class Fusion:
         ranked_nodes = rank_nodes(selected)
         culprit = _culprit(ranked_nodes)
         if culprit is not None and (peers is not None or hang):
-            own = self._culprit_evidence(culprit, pre, by_id, job_stage)
+            own = self._culprit_evidence(culprit, pre, by_id, job_stage, teardown)
             heard = _witness_statements(culprit, peers, reasons, by_id) if peers else set()
             _credit_culprit(culprit, own, heard, reasons, order)
             _credit_hang(culprit, own, hang, reasons)
@@ -269,10 +269,17 @@ class Fusion:
         culprit: str | None = None,
     ) -> list[RankedEvent]:
         """Candidates best first; ties by first time, then by the order the culprit printed
-        them (one moment's lines: the first printed is the one that says what happened)."""
+        them (one moment's lines: the first printed is the one that says what happened), and
+        lines without a wall-clock time (dmesg's) by the order their node printed them."""
 
         def at(t: str) -> float:
-            return by_id[t].positions.get(culprit, math.inf) if culprit else math.inf
+            positions = by_id[t].positions
+            if culprit:
+                return positions.get(culprit, math.inf)
+            first = by_id[t].first
+            if first is None or not math.isfinite(first):
+                return min(positions.values(), default=math.inf)
+            return math.inf
 
         ranked = [
             (self._ranked(by_id[t], r, factor.get(t, 1.0) * order.get(t, 1.0)), at(t))
@@ -295,14 +302,17 @@ class Fusion:
         pre: Mapping[str, float],
         by_id: Mapping[str, EventStat],
         job_stage: str | None,
+        teardown: frozenset[str] = frozenset(),
     ) -> set[str]:
         """What the culprit itself printed first: the warning-or-worse candidate of the failing
         stage that came first on it (by time, then by its position in the node's logs: a
-        timeless NCCL warning printed just before the stamped error it led to comes first)."""
+        timeless NCCL warning printed just before the stamped error it led to comes first),
+        never the launcher's teardown."""
         pool = [
             t
             for t, s in pre.items()
             if s >= self.min_score
+            and t not in teardown
             and culprit in by_id[t].first_seen
             and is_flagged(by_id[t].level)
             and (job_stage is None or by_id[t].stage in (None, job_stage))

@@ -38,6 +38,14 @@ _PAST_CASCADE_WEIGHT = 0.9
 _CUDA_HINTS = re.compile(
     r"CUDA kernel errors might be asynchronously reported|"
     r"For debugging consider passing CUDA_LAUNCH_BLOCKING|Compile with `?TORCH_USE_CUDA_DSA"
+    # the kernel's hung-task report appends how to silence it and the taint flags
+    r"|hung_task_timeout_secs\W+disables this message|\bTainted: (?:[A-Z]\s*)+\d"
+)
+# The C++ stack c10 appends to an error (``Exception raised from F at FILE:N (most recent call
+# first):`` and ``frame #N: …``): where the error was detected (a watchdog thread polling a CUDA
+# event), never what went wrong; its function names are not the record's words.
+_CPP_STACK = re.compile(
+    r"\bframe #\d+: |\bException raised from \S+ at \S+ \(most recent call first\)"
 )
 _NAMES_CAUSE = re.compile(
     r"\b(?:with exception|reason for failure was|caused by|failed with)\s*:", re.IGNORECASE
@@ -116,7 +124,8 @@ class Lexicon:
         first = self.classify(said)
         scope = said
         if first is None:
-            first, scope = self.classify(text), text
+            scope = without_stack(text)
+            first = self.classify(scope)
         if first is not None and first.cascade:
             return self._named_after(scope) or first
         return first
@@ -140,7 +149,7 @@ class Lexicon:
                 return named
         # The rest of the record: all of it, or what came before a consequence's line (less the
         # lines of that consequence itself: a template repeats its record's last line).
-        rest = text
+        rest = text = without_stack(text)
         if first is not None:
             before = text.strip()[: text.strip().rfind(said)]
             rest = "\n".join(x for x in before.splitlines() if not first.pattern.search(x))
@@ -162,10 +171,19 @@ class Lexicon:
         return None
 
 
+def without_stack(text: str) -> str:
+    """``text`` less the C++ stack c10 appends to an error (``_CPP_STACK``); a record that is
+    nothing but such a stack (a frame printed as a line of its own) as it is."""
+    if not _CPP_STACK.search(text):
+        return text
+    said = [line for line in text.splitlines() if not _CPP_STACK.search(line)]
+    return "\n".join(said) if any(line.strip() for line in said) else text
+
+
 def last_line(text: str) -> str:
     """The last line of a record that says something ('' for an empty one): the hints CUDA
-    appends to every error are skipped."""
-    lines = [line for line in text.strip().splitlines() if line.strip()]
+    appends to every error and the C++ stack c10 appends are skipped."""
+    lines = [line for line in without_stack(text).strip().splitlines() if line.strip()]
     for line in reversed(lines):
         if not _CUDA_HINTS.search(line):
             return line

@@ -18,7 +18,13 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from l4_plugin.analysis.crossjob import CrossJobFilter
-from l4_plugin.analysis.evidence import discounts, event_stats, lexicon_priors, timed_in_stage
+from l4_plugin.analysis.evidence import (
+    discounts,
+    event_stats,
+    lexicon_priors,
+    teardown,
+    timed_in_stage,
+)
 from l4_plugin.analysis.failing_stage import StageReader, failing_stage
 from l4_plugin.analysis.fusion import Fusion, is_error, is_flagged
 from l4_plugin.analysis.hang import HangResult
@@ -388,7 +394,7 @@ def _slowdown(
         return None
     secs = [per[b] for b in its]
     found = SlowdownDetector().fit(secs, its).result_
-    if found is None:
+    if found is None or not _slow_by_the_clock(data):
         return None
     k = its.index(found.first_iteration)
     lo, hi = its[max(0, k - 1)], its[min(len(its) - 1, k + 1)]
@@ -438,6 +444,31 @@ def _slowdown(
         if not nodes and events:
             nodes = set().union(*(nodes_of[t] for t in events))
     return replace(found, events=tuple(sorted(events)), nodes=tuple(sorted(nodes)))
+
+
+def _slow_by_the_clock(data: JobData) -> bool:
+    """Whether the job's own clock agrees that it slowed down: the time between the starts of
+    consecutive iteration buckets, per iteration (median over nodes). A stated duration may be
+    an average since the start (tqdm's rate): one long checkpoint save lifts it for the rest of
+    the job, while the clock shows one slow bucket and the old pace after it. True when the
+    clock cannot tell (too few timed buckets)."""
+    if data.time_unit != "ts":
+        return True
+    per_node: dict[str, list[tuple[int, float]]] = {}
+    for (node, b), ts in data.node_iteration_start.items():
+        if math.isfinite(ts):
+            per_node.setdefault(node, []).append((b, ts))
+    paces: dict[tuple[str, int], float] = {}
+    for node, starts in per_node.items():
+        starts.sort()
+        for (b, t0), (b1, t1) in itertools.pairwise(starts):
+            if t1 > t0 and b1 > b:
+                paces[(node, b)] = (t1 - t0) / (b1 - b)
+    per = _bucket_medians(paces)
+    its = sorted(per)
+    if len(its) < 5:
+        return True
+    return SlowdownDetector().fit([per[b] for b in its], its).result_ is not None
 
 
 def _bucket_medians(per_node: dict[tuple[str, int], float]) -> dict[int, float]:
@@ -574,6 +605,7 @@ def analyze(
             priors=priors,
             ordering=consequences,
             hang=hang.evidence if hang is not None else None,
+            teardown=teardown(data, default_lexicon()),
         )
         .result_
     )

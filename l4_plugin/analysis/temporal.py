@@ -9,13 +9,14 @@
   depart from its peers' for several iterations in a row.
 * :class:`SlowdownDetector` — the first iteration from which the whole job runs slower than its
   own earlier pace (in synchronous training a throttled GPU slows every rank alike).
+* :func:`iteration_at` — the iteration a moment between two iteration lines fell in.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -36,6 +37,8 @@ from l4_plugin.errors import AnalysisError
 # Distances within this of the threshold are equal: DTW sums of 0/2 costs are exact, but the square
 # root and the running mean are not.
 _EPS = 1e-9
+# The iteration lines whose spacing gives a job's recent pace (iteration_at).
+_PACE_POINTS = 6
 
 
 class StageAnalyzer:
@@ -389,3 +392,32 @@ def _first_run(hit: NDArray[np.bool_], k: int) -> int | None:
         if run == k:
             return j - k + 1
     return None
+
+
+def iteration_at(
+    starts: Mapping[int, float], spans: Mapping[int, int], bucket: int, t: float
+) -> int:
+    """The iteration a moment ``t`` of the iteration bucket ``bucket`` fell in.
+
+    ``starts`` holds when each bucket's first line was printed (its iteration line: the
+    frameworks print it when the iteration completes), ``spans`` how many iterations a bucket
+    holds. A line after the iteration line of ``bucket`` was printed during a later iteration;
+    which one, the job's pace says (seconds per iteration between its last iteration lines):
+    a job that prints progress every 10 iterations and fails 3 iterations after its last line
+    failed in iteration ``bucket + 3``. A line later than the next iteration line would have
+    come (a timeout that fired long after the job stopped) says only that the job got past
+    ``bucket``: ``bucket + 1``. Without a pace, ``bucket``.
+    """
+    start = starts.get(bucket)
+    if start is None or not math.isfinite(start) or not math.isfinite(t) or t <= start:
+        return bucket
+    before = sorted((b, s) for b, s in starts.items() if b <= bucket and math.isfinite(s))
+    recent = before[-_PACE_POINTS:]
+    pairs = [(b2 - b1, s2 - s1) for (b1, s1), (b2, s2) in itertools.pairwise(recent)]
+    pairs = [(n, secs) for n, secs in pairs if n > 0 and secs > 0]
+    if not pairs:
+        return bucket
+    pace = float(np.median([secs / n for n, secs in pairs]))
+    interval = max(spans.get(bucket, 1), int(np.median([n for n, _ in pairs])))
+    steps = math.ceil((t - start) / pace)
+    return bucket + steps if steps <= interval else bucket + 1

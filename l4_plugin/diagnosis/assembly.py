@@ -23,6 +23,7 @@ import numpy as np
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.tables import JobData, JobDoc
+from l4_plugin.analysis.temporal import iteration_at
 from l4_plugin.analysis.verdict import VerdictEvent, VerdictNode, VerdictRule, decide
 from l4_plugin.diagnosis.hangs import report_hang
 from l4_plugin.records import Finding, Verdict
@@ -123,23 +124,45 @@ def report_events(
 
 def _failure_iteration(data: JobData, analysis: Analysis) -> tuple[int, str] | None:
     """The iteration the job failed in: where the best-ranked event that has one was first
-    printed (by the iteration lines, or placed by time on the job's timeline)."""
+    printed (its bucket by the iteration lines, or placed by time on the job's timeline; within
+    the bucket by the job's pace, ``temporal.iteration_at``)."""
+    # Its first bucket by time; by number only where no copy has a time (a copy of the line
+    # placed without one may sit in an early bucket).
     first: dict[str, int] = {}
-    for it, tid in data.iteration_cells:
-        if it < first.get(tid, it + 1):
-            first[tid] = it
+    for (it, tid), _ in sorted(
+        data.iteration_cells.items(),
+        key=lambda kv: (not math.isfinite(kv[1][0]), kv[1][0], kv[0][0]),
+    ):
+        first.setdefault(tid, it)
     for event in analysis.fusion.events:
-        if event.template_id in first:
-            return first[event.template_id], event.template_id
+        tid = event.template_id
+        if tid in first:
+            return _within(data, _job_iteration_starts(data), first[tid], (tid,)), tid
     return None
+
+
+def _job_iteration_starts(data: JobData) -> dict[int, float]:
+    """When each iteration bucket's first line was printed anywhere in the job."""
+    starts: dict[int, float] = {}
+    for (_, it), ts in data.node_iteration_start.items():
+        starts[it] = min(ts, starts.get(it, math.inf))
+    return starts
+
+
+def _within(data: JobData, starts: dict[int, float], bucket: int, tids: Sequence[str]) -> int:
+    """The iteration of ``bucket`` its events ``tids`` began in (``temporal.iteration_at``)."""
+    cells = data.iteration_cells
+    first = min((cells[(bucket, t)][0] for t in tids if (bucket, t) in cells), default=math.inf)
+    return iteration_at(starts, data.iteration_spans, bucket, first)
 
 
 def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...]:
     fusion = analysis.fusion
     top = max((s.distance for s in fusion.iterations), default=0.0)
+    starts = _job_iteration_starts(data)
     iterations = [
         ReportIteration(
-            iteration=s.iteration,
+            iteration=_within(data, starts, s.iteration, s.new_events),
             score=round(s.distance / top, 4) if top > 0 else 0.0,
             why="dtw",
             distance=round(s.distance, 4),

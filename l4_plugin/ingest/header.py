@@ -168,7 +168,15 @@ _EPOCH = re.compile(r"(1\d{9}|[2-3]\d{9})(?:\.(\d+)|(\d{3}))?(?![\d.])[ \t,:|]*"
 _INFER_ERROR = re.compile(
     r"Traceback \(most recent call last\)|\b[A-Za-z_.]*(?:Error|Exception|Interrupt)\b(?::(?!:)|$)"
     r"|\b(?:ERROR|[Ee]rror)\b:|\bCUDA error\b|\bSegmentation fault\b|\bcore dumped\b"
+    # the kernel's own (dmesg without a level): a BUG (soft lockup, a bad page), a panic, a task
+    # hung in D state, the OOM killer: printed at KERN_ERR or above
+    r"|\bBUG: |\bkernel BUG at\b|\bKernel panic - not syncing\b"
+    r"|\bblocked for more than \d+ seconds|\b[Oo]ut of memory: Killed process\b"
 )
+# A Python exception named with its module (``pyarrow.lib.ArrowInvalid: …``, what a traceback
+# ends with) whatever its class is called; a logger's name (``transformers.trainer: …``) ends in
+# a lower-case module.
+_PY_EXCEPTION = re.compile(r"\s*(?:[a-z_][a-z0-9_]*\.)+[A-Z][A-Za-z0-9]+: \S")
 _INFER_WARNING = re.compile(r"\bNCCL WARN\b|\b[A-Za-z]*Warning\b:|\b(?:WARNING|[Ww]arning)\b:")
 
 
@@ -193,7 +201,7 @@ def normalise_level(word: str | None) -> str | None:
 
 def infer_level(body: str) -> str | None:
     """Guess the level of a message without a level field: errors, tracebacks, warnings."""
-    if _INFER_ERROR.search(body):
+    if _INFER_ERROR.search(body) or _PY_EXCEPTION.match(body):
         return "ERROR"
     if _INFER_WARNING.search(body):
         return "WARNING"

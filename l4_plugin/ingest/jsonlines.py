@@ -8,9 +8,11 @@ carries the same facts where the header parser looks for them::
     [rank216]: 2025-09-12T07:15:57.072099Z INFO <message>
 
 A rank field becomes the launcher's ``[rankN]:`` prefix (as torchrun prefixes what a rank
-prints); the object's time (the collector's, in UTC) comes first after it, so it is the line's
-time; a level field follows; the message keeps its own header after that (a framework's stamp,
-a level). A kernel line (``stream: kernel``) is written
+prints; a message that carries that prefix already keeps its own); the object's time (the
+collector's, in UTC) comes first after it, so it is the line's time; a level field follows; the
+message keeps its own header after that (a framework's stamp, a level). A message that
+continues a record (indented: a traceback's frames) gets no time or level, so it stays part of
+its record. A kernel line (``stream: kernel``) is written
 as syslog writes one, so it is read as a kernel line of its host. The host field is not
 rendered: a file of one host's lines is that host's (``host_of``), and a file that mixes hosts
 gets the ``host: `` label that launchers such as pdsh use, which routes each line to its host
@@ -25,9 +27,14 @@ from __future__ import annotations
 import datetime
 import json
 import math
+import re
 from collections.abc import Iterable
 from typing import Any
 
+from l4_plugin.ingest.terminal import last_frame, without_ansi
+
+# A launcher's rank prefix a message may carry already (torchrun --tee, --role default).
+_RANK_PREFIX = re.compile(r"\[(?:rank|default)\d+\]: ?")
 _MESSAGE = ("msg", "message", "log", "MESSAGE", "text", "line", "@message", "event")
 _TIME = ("ts", "time", "timestamp", "@timestamp", "t", "asctime", "created", "datetime", "date")
 _HOST = (
@@ -133,7 +140,7 @@ def _rank(value: Any) -> int | None:
 
 def render(obj: dict[str, Any], hosts_labelled: bool = False) -> str:
     """The text line of one JSON log object (see the module docstring)."""
-    message = str(_field(obj, _MESSAGE)).rstrip("\r\n").replace("\n", " ")
+    message = _shown(str(_field(obj, _MESSAGE))).replace("\n", " ")
     moment = _moment(_field(obj, _TIME))
     host = _field(obj, _HOST)
     label = f"{host}: " if hosts_labelled and host else ""
@@ -141,10 +148,18 @@ def render(obj: dict[str, Any], hosts_labelled: bool = False) -> str:
     if stream in _KERNEL and moment is not None:
         when = f"{_MONTHS[moment.month - 1]} {moment.day:2d} {moment:%H:%M:%S.%f} {moment.year}"
         return f"{label}{when} {host or 'localhost'} kernel: {message}"
-    parts = [label]
-    rank = _rank(_field(obj, _RANK))
-    if rank is not None and not message.startswith(("[rank", "[default")):
-        parts.append(f"[rank{rank}]: ")
+    own = _RANK_PREFIX.match(message)
+    if own is not None:
+        # torchrun's tee already prefixed the line: its prefix first, as a rank field's would be
+        prefix, message = own.group(0), message[own.end() :]
+    else:
+        rank = _rank(_field(obj, _RANK))
+        prefix = f"[rank{rank}]: " if rank is not None else ""
+    if not message.strip() or message[:1] in " \t":
+        # A line that continues a record (a traceback's frames, a blank line): as printed, its
+        # time is its record's, so the frames stay frames behind the prefix.
+        return f"{label}{prefix}{message}"
+    parts = [label, prefix]
     if moment is not None:
         parts.append(moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + ("Z " if moment.tzinfo else " "))
     level = _field(obj, _LEVEL)
@@ -152,6 +167,14 @@ def render(obj: dict[str, Any], hosts_labelled: bool = False) -> str:
         parts.append(level.strip().upper() + " ")
     parts.append(message)
     return "".join(parts)
+
+
+def _shown(message: str) -> str:
+    """What a terminal shows of a message (:mod:`l4_plugin.ingest.terminal`), as ``reader``
+    reads a text line: no colours, a bar redrawn with ``\\r`` (tqdm's frames, flushed
+    together) its last frame."""
+    message = without_ansi(message).rstrip("\r\n")
+    return last_frame(message) if "\r" in message else message
 
 
 def host_of(lines: Iterable[str]) -> tuple[str, ...]:

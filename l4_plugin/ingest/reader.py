@@ -16,7 +16,6 @@ from __future__ import annotations
 import gzip
 import io
 import itertools
-import re
 import time
 import zlib
 from collections import deque
@@ -28,6 +27,7 @@ from typing import Protocol
 from l4_plugin.errors import FileCutError, IngestError
 from l4_plugin.ingest import jsonlines
 from l4_plugin.ingest.masking import digit_key
+from l4_plugin.ingest.terminal import last_frame, without_ansi
 from l4_plugin.limits import MAX_LINE_BYTES, RATIO_WINDOW, ReadLimits, human_size
 
 #: Bytes asked of the file (or of the inflater) per read.
@@ -220,7 +220,7 @@ class _Reads:
 
 class _LongLine:
     """A line longer than ``MAX_LINE_BYTES``, read past: its length, its first bytes and what a
-    terminal shows of it (as ``_last_frame`` of the whole line would: its last non-empty
+    terminal shows of it (as ``terminal.last_frame`` of the whole line would: its last non-empty
     ``\r`` frame), each kept to ``MAX_LINE_BYTES``, NUL left out (``_block`` drops it too)."""
 
     def __init__(self) -> None:
@@ -390,10 +390,6 @@ def read_lines(
         yield block.lines
 
 
-#: ANSI escape sequences: CSI (colours, cursor moves), OSC (titles, links) and two-byte ones.
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
-
-
 def _block(data: bytes, start: int) -> Block:
     """The decoded lines of a block of ``data`` that starts at byte ``start`` of its file."""
     text = data.decode("utf-8", errors="replace")
@@ -402,18 +398,13 @@ def _block(data: bytes, start: int) -> Block:
     if "\x1b" in text:
         # Terminal colours (torchtitan's step line, Ray's dashboard URL, rich handlers) are
         # drawing, not text: a line reads as a terminal shows it.
-        text = _ANSI.sub("", text)
+        text = without_ansi(text)
     if "\r" not in text:
         return Block(text.split("\n"), data, start, text=text)
     # CRLF ends a line; a lone CR (tqdm redrawing its bar) returns the cursor: the line is what a
     # terminal shows, its last non-empty frame.
-    lines = [_last_frame(line) if "\r" in line else line for line in text.split("\n")]
+    lines = [last_frame(line) if "\r" in line else line for line in text.split("\n")]
     return Block(lines, data, start)
-
-
-def _last_frame(line: str) -> str:
-    frames = [f for f in line.split("\r") if f]
-    return frames[-1] if frames else ""
 
 
 def is_gzip(path: Path) -> bool:

@@ -37,8 +37,16 @@ RARE_SAMPLE = 3  # first lines of every group, kept in case the template is rare
 MAX_TRACEBACK_LINES = 200
 _TB_CONTINUATION = ("During handling of the above", "The above exception", "Traceback (most")
 _TB_OPENERS = ("Traceback (most recent call last)", 'File "')
-_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
-_OPEN_LEVELS = frozenset(level.name for level in Level if level.is_error)
+_CHAINED = (
+    "During handling of the above exception",
+    "The above exception was the direct cause",
+    # torch's ExceptionWrapper: an error a DataLoader worker (or a replica) raised, re-raised
+    # in the main process with the worker's traceback in its message.
+    "Original Traceback (most recent call last)",
+)
+# Records that the continuation lines after them join (``stages.yaml`` continuations): errors,
+# and warnings, which c10 prints with the same C++ stack (TORCH_WARN, a TCPStore recv failure).
+_OPEN_LEVELS = frozenset(level.name for level in Level if level >= Level.WARNING)
 # Lines of a file without iteration markers wait for the job timeline, keyed by the second they
 # were printed in. The timestamp is read at most every SLOT_EVERY lines (always for the lines
 # that are kept, errors and kernel lines): one-second slots only split groups, the group's own
@@ -314,7 +322,11 @@ class KindCache:
         if traits is None:
             body = kind.body
             role = rules.role(body)
-            cont = rules.continues(body)
+            # NCCL writes its header on every line: its WARN is a message of its own (its INFO
+            # return trace, "net.cc:1298 -> 6", continues the warning it explains).
+            cont = rules.continues(body) and not (
+                kind.emitter == "nccl" and kind.level in _OPEN_LEVELS
+            )
             opener = rules.opens(body)
             is_tb = body.startswith(_TB_OPENERS)
             keep = kept_like_errors(kind)
@@ -467,6 +479,7 @@ class NodeRollup:
         runs = self.runs
         stage = "init"
         iteration: int | None = None
+        counted = False  # a marker of a rule that is no fallback was seen (IterationRule)
         training = False
         ts_ref: str | None = None
         ts_shape: str | None = None  # the key of ts_ref (None: not known)
@@ -538,6 +551,10 @@ class NodeRollup:
                             number, seconds = marker.read(
                                 raw, digit_shape(raw) if shape is None else shape
                             )
+                        if marker.fallback:
+                            number = None if counted else number
+                        else:
+                            counted = True
                         if (number is not None and number != iteration) or stage != "training":
                             if number is not None:
                                 iteration = number
@@ -649,6 +666,10 @@ class NodeRollup:
                         number, seconds = role.iteration.read(
                             raw, digit_shape(raw) if shape is None else shape
                         )
+                        if role.iteration.fallback:
+                            number = None if counted else number
+                        else:
+                            counted = True
                         if number is not None:
                             iteration = number
                         stage, training = "training", True

@@ -37,6 +37,10 @@ class IterationRule:
     #: only used when every pattern treats all digits alike (``digit_blind``). The scan loop
     #: reads a known shape's spans as ``read`` does (``rollup.NodeRollup.scan``).
     shape_spans: dict[bytes | str, _Spans] = field(default_factory=dict, compare=False, repr=False)
+    #: An engine's count printed beside a trainer's own (DeepSpeed's ``step=`` under HF's
+    #: Trainer or Lightning): it numbers iterations only in a file where no other rule's
+    #: marker was seen; it always means training.
+    fallback: bool = False
 
     def number_of(self, raw: str) -> int | None:
         m = self.number.search(raw)
@@ -376,6 +380,7 @@ def _iteration(path: Path, i: int, entry: Any) -> IterationRule:
         _compile(path, f"iterations[{i}].marker", entry.get("marker")),
         number,
         tuple(seconds),
+        fallback=bool(entry.get("fallback", False)),
     )
 
 

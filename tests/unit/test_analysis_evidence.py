@@ -232,3 +232,27 @@ def test_a_warning_the_job_trained_past_is_discounted() -> None:
     from l4_plugin.analysis.results import Slowdown
 
     assert recovered(data, events, None, Slowdown(5, 10.0, 2.0)) == set()
+
+
+def test_a_link_that_said_it_came_back_is_recovered_even_in_a_slowed_job() -> None:
+    # NCCL's IB async thread prints the port's error and then its return (IBV_EVENT_PORT_ERR,
+    # IBV_EVENT_PORT_ACTIVE); a flap that came back did not end the job, whatever its pace. A
+    # port that never came back (node c) keeps its weight.
+    from l4_plugin.analysis.evidence import flapped
+
+    texts = {
+        "down": "NCCL WARN NET/IB : mlx5_10:1 Got async event : port error",
+        "up": "NCCL WARN NET/IB : mlx5_10:1 Got async event : port active",
+        "other": "NCCL WARN NET/IB : mlx5_3:1 Got async event : port error",
+    }
+    cells = {
+        ("b", "down"): Cell(1, 21.0, 21.0, 1.0),
+        ("b", "up"): Cell(1, 24.0, 24.0, 1.0),
+        ("c", "other"): Cell(1, 90.0, 90.0, 1.0),
+    }
+    data = _data(cells, {}, texts)
+    events = tuple(replace(e, level="WARN") for e in event_stats(data))
+    assert flapped(data, events) == {"down"}
+    # the same error again after the port came back: not recovered
+    again = replace(data, cells={**cells, ("b", "down"): Cell(2, 21.0, 30.0, 1.0)})
+    assert flapped(again, tuple(replace(e, level="WARN") for e in event_stats(again))) == set()

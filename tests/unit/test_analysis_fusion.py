@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -228,6 +230,26 @@ def test_the_named_culprits_first_line_leads_and_witness_statements_follow() -> 
     heard = next(e for e in res.events if e.template_id == "remote-exited")
     assert "witness-statement" in heard.reasons
     assert ids.index("remote-exited") > 0
+    # The launcher tearing the culprit's workers down printed there first: never its own line.
+    teardown = EventStat("no-error-file", "ERROR", {"c": 699.0}, {"c": 1}, positions={"c": 1.0})
+    all_events = [*events, teardown]
+    filt_all = (
+        CrossJobFilter()
+        .fit({"iter-line": BaselineStat(2, 2, 1.0, 100.0)})
+        .transform(
+            [JobTemplateStat(e.template_id, e.count, len(e.counts), 1.0) for e in all_events]
+        )
+    )
+    torn = Fusion().fit(
+        all_events,
+        nodes,
+        crossjob=filt_all,
+        peers=peers,
+        ordering={**consequence, "no-error-file": (0.5, "consequence-words")},
+        teardown=frozenset({"no-error-file"}),
+    )
+    first = torn.result_.events[0]
+    assert first.template_id == "watchdog-timeout" and "culprit-evidence:c" in first.reasons
 
 
 def test_a_loud_node_nobody_names_does_not_reorder_the_events() -> None:
@@ -235,3 +257,17 @@ def test_a_loud_node_nobody_names_does_not_reorder_the_events() -> None:
     filt, spatial = _analyses(events)
     res = Fusion().fit(events, NODES, crossjob=filt, spatial=spatial).result_
     assert not any(r.startswith("culprit-evidence") for e in res.events for r in e.reasons)
+
+
+def test_lines_without_a_clock_tie_in_the_order_their_node_printed_them() -> None:
+    # dmesg's seconds since boot are no wall-clock time: a soft lockup printed before the hung
+    # task it caused comes first when nothing else tells them apart.
+    nan = math.nan
+    events = [
+        EventStat("hung-task", "ERROR", {"k": nan}, {"k": 1}, positions={"k": 9.0}),
+        EventStat("soft-lockup", "ERROR", {"k": nan}, {"k": 1}, positions={"k": 3.0}),
+    ]
+    stats = [JobTemplateStat(e.template_id, e.count, len(e.counts), 1.0) for e in events]
+    filt = CrossJobFilter().fit({}).transform(stats)
+    ranked = Fusion().fit(events, ["k", "j"], crossjob=filt).result_.events
+    assert [e.template_id for e in ranked][:2] == ["soft-lockup", "hung-task"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 
 import numpy as np
@@ -14,6 +15,7 @@ from l4_plugin.analysis.temporal import (
     SlowdownDetector,
     StageAnalyzer,
     StragglerDetector,
+    iteration_at,
 )
 from l4_plugin.errors import AnalysisError
 
@@ -199,3 +201,28 @@ def test_slowdown_up_to_the_end_and_none() -> None:
         SlowdownDetector(ratio=1.0).fit(steady, its)
     with pytest.raises(AnalysisError, match="iteration numbers"):
         SlowdownDetector().fit(steady, its[:3])
+
+
+# A job printing its progress every 10 iterations, 5 s each: iteration lines 100..290.
+_STARTS = {b: 1000.0 + 5.0 * b for b in range(100, 300, 10)}
+_SPANS = dict.fromkeys(_STARTS, 10)
+
+
+@pytest.mark.parametrize(
+    ("t", "expected"),
+    [
+        (_STARTS[290] + 2.0, 291),  # during the iteration after the last line
+        (_STARTS[290] + 12.0, 293),  # three iterations on
+        (_STARTS[290] + 49.0, 300),  # the last before the next line was due
+        (_STARTS[290] + 1800.0, 291),  # a timeout long after the job stopped: only "past 290"
+        (_STARTS[290] - 1.0, 290),  # before the line (another host's clock): the bucket
+        (math.inf, 290),  # no time
+    ],
+)
+def test_iteration_at_follows_the_jobs_pace(t: float, expected: int) -> None:
+    assert iteration_at(_STARTS, _SPANS, 290, t) == expected
+
+
+def test_iteration_at_without_a_pace_is_the_bucket() -> None:
+    assert iteration_at({290: 2450.0}, {290: 10}, 290, 2460.0) == 290
+    assert iteration_at({}, {}, 290, 2460.0) == 290

@@ -211,3 +211,32 @@ def test_a_kernel_line_is_a_stream_of_its_own() -> None:
     assert failing_stage(data, _marked("init"), ["mce"], RULES) == "init"
     kernel = replace(data, job=replace(data.job, system_templates=frozenset({"mce"})))
     assert failing_stage(kernel, _marked("init"), ["mce"], RULES) == "training"
+
+
+def test_a_rate_averaged_since_the_start_is_no_slowdown_when_the_clock_disagrees() -> None:
+    # tqdm's s/it averaged since the start: one long checkpoint save at bucket 5 lifts it for
+    # the rest of the job, while the bars' own times show the old pace after one slow bucket.
+    from l4_plugin.analysis.params import DEFAULT_OPTIONS
+    from l4_plugin.analysis.recipe import _slowdown
+
+    nodes = ("a", "b")
+    starts, t = {}, 0.0
+    for b in range(12):
+        for n in nodes:
+            starts[(n, b)] = t
+        t += 10.0 + (90.0 if b == 5 else 0.0)
+    stated = {(n, b): (10.0 if b < 6 else 16.0 - 0.3 * (b - 6)) for n in nodes for b in range(12)}
+    cells = {(n, "step"): Cell(12, 0.0, t, 0.0) for n in nodes}
+    data = JobData(
+        job=JobDoc("j", "failed", "fp", nodes, 100, 0.0, t),
+        time_unit="ts",
+        cells=cells,
+        templates={"step": TemplateInfo("step <NUM> | loss")},
+        stage_spans={(n, "training"): (0.0, t, 0.0, 11.0) for n in nodes},
+        iteration_cells={(b, "step"): (starts[("a", b)], 2) for b in range(12)},
+        iteration_spans={b: 1 for b in range(12)},
+        node_iteration_start=starts,
+        node_last_iteration={n: 11 for n in nodes},
+        node_iteration_seconds=stated,
+    )
+    assert _slowdown(data, frozenset({"step"}), 2, DEFAULT_OPTIONS) is None

@@ -179,6 +179,10 @@ def test_impossible_date_is_no_timestamp() -> None:
         ("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1", "ERROR"),
         ("torch.OutOfMemoryError: CUDA out of memory.", "ERROR"),
         ("/x.py:3: UserWarning: deprecated", "WARNING"),
+        ("pyarrow.lib.ArrowInvalid: Parquet magic bytes not found in footer.", "ERROR"),
+        ("transformers.trainer_utils: Setting seed 42", None),
+        ("[230117.602393] watchdog: BUG: soft lockup - CPU#85 stuck for 22s! [python3:1]", "ERROR"),
+        ("INFO: task pt_autograd_0:223324 blocked for more than 120 seconds.", "ERROR"),
         ("all good", None),
     ],
 )

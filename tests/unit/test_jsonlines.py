@@ -11,7 +11,7 @@ import pytest
 from l4_plugin.ingest.header import parse_header
 from l4_plugin.ingest.hosts import plan
 from l4_plugin.ingest.jobdir import discover
-from l4_plugin.ingest.jsonlines import is_json_lines, render
+from l4_plugin.ingest.jsonlines import is_json_lines, render, rendered
 from l4_plugin.ingest.reader import read_blocks
 
 T0 = calendar.timegm((2025, 9, 12, 7, 15, 57, 0, 0, 0))
@@ -78,6 +78,17 @@ def test_each_object_is_the_line_its_program_printed(
         assert (h.emitter, h.host) == ("kernel", "a3")
 
 
+def test_a_redrawn_bar_is_its_last_frame() -> None:
+    # Lightning's tqdm bar on stderr: a collector ships the frames written since its last read
+    # as one message; a terminal shows the last (the job's latest step), so does L4.
+    frames = [
+        f"Epoch 0:  70%|███████   | {k}/411 [24:42<10:11,  0.20it/s, global_step={k - 1}]"
+        for k in (291, 292, 300)
+    ]
+    obj = {"ts": T0, "rank": 0, "stream": "stderr", "msg": "\r" + "\r".join(frames) + "\r"}
+    assert render(obj).endswith("| 300/411 [24:42<10:11,  0.20it/s, global_step=299]")
+
+
 def test_a_file_of_json_lines_is_found_and_read_as_text(tmp_path: Path) -> None:
     objects: list[dict[str, object]] = [
         {"ts": T0 + i, "host": "a3", "rank": i % 2, "msg": f"step {i} loss 2.{i}"}
@@ -116,3 +127,36 @@ def test_text_that_is_not_json_lines_is_left_alone(tmp_path: Path) -> None:
         "plain",
         '{"msg": "one object among text"}',
     ]
+
+
+def test_a_traceback_in_json_lines_stays_one_record() -> None:
+    # A collector stored torchrun's tee'd lines ("[rank102]:" already in the message) one object
+    # per line: the frames keep their indentation right behind the prefix, so the record's
+    # reader sees a traceback, named by the exception that ends it.
+    from l4_plugin.ingest.parser import LineParser
+    from l4_plugin.ingest.rollup import NodeRollup
+    from l4_plugin.ingest.stages import default_stage_rules
+
+    said = [
+        "[rank102]: Traceback (most recent call last):",
+        '[rank102]:   File "/usr/lib/python3/dist-packages/torch/utils/data/dataloader.py", '
+        "line 1465, in _next_data",
+        "[rank102]:     idx, data = self._get_data()",
+        "[rank102]: RuntimeError: DataLoader worker (pid 185572) is killed by signal: Bus error.",
+    ]
+    lines = rendered(
+        [json.dumps({"ts": T0 + i / 1000, "rank": 102, "msg": m}) for i, m in enumerate(said)],
+        False,
+    )
+    assert lines[0] == "[rank102]: 2025-09-12T07:15:57.000000Z Traceback (most recent call last):"
+    assert lines[2] == "[rank102]:     idx, data = self._get_data()"
+    rollup = NodeRollup("n1", default_stage_rules())
+    rollup.scan("a.jsonl", 0, [(lines, LineParser().feed(lines), None, 0)])
+    [record] = [key[0] for key in rollup.groups]
+    assert record.body.startswith("RuntimeError: DataLoader worker"), record.body
+
+
+def test_a_coloured_message_reads_as_a_terminal_shows_it() -> None:
+    # torchtitan colours its step line; a collector keeps the escapes inside the JSON string
+    msg = "[titan] 2025-09-13 20:20:16,197 - root - INFO - \x1b[31mstep: 270  \x1b[32mloss:  3.7656"
+    assert render({"ts": T0, "rank": 0, "msg": msg}).endswith("INFO - step: 270  loss:  3.7656")

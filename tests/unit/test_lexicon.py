@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from l4_plugin.analysis.lexicon import Lexicon, default_lexicon
+from l4_plugin.analysis.lexicon import Lexicon, default_lexicon, last_line
 from l4_plugin.analysis.origin import STDLIB, USER, frames_of, package_of, refine
 from l4_plugin.errors import ConfigError
 
@@ -70,12 +70,6 @@ CAUSES = [
     (
         "[2023-04-19 10:49:12,862] [WARNING] [runner.py:190:fetch_hostfile] Unable to find "
         "hostfile, will proceed with training with local resources only.",
-        "user/config",
-    ),
-    # desihub/desitarget#628: Slurm's time limit
-    (
-        "slurmstepd: error: *** STEP 32233190.0 ON nid01934 CANCELLED AT 2020-07-03T02:59:56 "
-        "DUE TO TIME LIMIT ***",
         "user/config",
     ),
     # SystemsGenetics/GEMmaker#233: Slurm preemption
@@ -209,6 +203,70 @@ def test_a_record_says_its_cause_past_a_consequence() -> None:
     assert LEX.classify_record(record).cascade  # type: ignore[union-attr]
 
 
+def test_the_kernels_hung_task_report_is_read_past_its_boilerplate() -> None:
+    record = (
+        "[230217.692693] INFO: task pt_autograd_0:223324 blocked for more than 120 seconds.\n"
+        "[230217.692792]       Tainted: P           OE      5.15.0-124-generic #1\n"
+        '[230217.692893] "echo 0 > /proc/sys/kernel/hung_task_timeout_secs" disables this message.'
+    )
+
+    assert "blocked for more than 120 seconds" in last_line(record)
+
+
+def test_torchelastics_copy_of_a_childs_error_is_a_consequence() -> None:
+    # torch/distributed/elastic/multiprocessing/errors/error_handler.py, after a worker failed
+    term = LEX.cause_of_record(
+        "E1127 15:53:18.788000 32421 torch/distributed/elastic/multiprocessing/errors/"
+        "error_handler.py:145] no error file defined for parent, to copy child error file "
+        "(/tmp/torchelastic_x/attempt_0/1/error.json)"
+    )
+    assert term is not None and term.cascade and not term.says_cause
+
+
+def test_std_terminate_is_a_consequence_its_what_the_cause() -> None:
+    # libstdc++ on an uncaught C++ exception: every rank whose watchdog threw prints the first
+    # line; the what() line after it says which exception.
+    alone = LEX.cause_of_record(
+        "[rank3]:terminate called after throwing an instance of 'c10::DistBackendError'"
+    )
+    assert alone is not None and alone.cascade and not alone.says_cause
+    record = (
+        "terminate called after throwing an instance of 'c10::CUDAError'\n"
+        "  what():  CUDA error: uncorrectable ECC error encountered"
+    )
+    term = LEX.classify_record(record)
+    assert term is not None and term.category == "hardware/accelerator"
+
+
+def test_a_cuda_error_found_by_the_watchdog_is_the_cuda_error() -> None:
+    # torch's NCCL watchdog polls the work's CUDA event; a CUDA error surfaces there, with the
+    # watchdog thread's C++ stack appended: the error is the record's words, not the stack's
+    # function names (ncclCommWatchdog is no collective timeout), behind any label prefix.
+    prefix = "2025-08-23T22:49:37.844205617Z [default6]:"
+    record = "\n".join(
+        prefix + line
+        for line in (
+            "  what():  CUDA error: uncorrectable ECC error encountered",
+            "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+            "stacktrace below might be incorrect.",
+            "Exception raised from c10_cuda_check_implementation at "
+            "../c10/cuda/CUDAException.cpp:43 (most recent call first):",
+            "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x96 (0x7f in "
+            "libc10.so)",
+            "frame #3: c10d::ProcessGroupNCCL::WorkNCCL::finishedGPUExecutionInternal() const "
+            "+ 0x56 (0x7f in libtorch_cuda.so)",
+            "frame #5: c10d::ProcessGroupNCCL::watchdogHandler() + 0x1f0 (0x7f in "
+            "libtorch_cuda.so)",
+            "frame #6: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x14d (0x7f in "
+            "libtorch_cuda.so)",
+            "frame #9: clone + 0x44 (0x7f in libc.so.6)",
+        )
+    )
+    lexicon = default_lexicon()
+    for term in (lexicon.classify_record(record), lexicon.cause_of_record(record)):
+        assert term is not None and term.category == "hardware/accelerator", term
+
+
 def test_consequences_that_mean_something_alone() -> None:
     watchdog = LEX.cause_of_record(
         "[E ProcessGroupNCCL.cpp:821] [Rank 0] Watchdog caught collective operation timeout: "
@@ -239,6 +297,18 @@ def test_consequences_that_mean_something_alone() -> None:
         "    return cdb.all_reduce(tensor, op, group, async_op)"
     )
     assert stuck is not None and stuck.alone == "user/code"
+
+
+def test_a_time_limit_is_how_a_job_ended_and_alone_its_configuration() -> None:
+    # desihub/desitarget#628 (Slurm), GNU timeout --verbose around torchrun: a job that slowed
+    # down or hung reaches its limit too, so the limit is a consequence; alone, too short.
+    for line in (
+        "slurmstepd: error: *** STEP 32233190.0 ON nid01934 CANCELLED AT 2020-07-03T02:59:56 "
+        "DUE TO TIME LIMIT ***",
+        "timeout: sending signal TERM to command 'torchrun'",
+    ):
+        term = LEX.cause_of_record(line)
+        assert term is not None and term.cascade and term.alone == "user/config", line
 
 
 def test_local_categories() -> None:

@@ -264,3 +264,118 @@ def test_done_without_then_is_an_error(tmp_path: Path) -> None:
 def test_a_progress_bar_with_a_rate_means_training(rules: StageRules, raw: str) -> None:
     kind = LineParser().feed([raw])[0]
     assert rules.role(kind.body).stage == "training"
+
+
+def test_a_worker_error_re_raised_is_one_record_named_by_the_workers_exception(
+    rules: StageRules,
+) -> None:
+    # torch's ExceptionWrapper (DataLoader workers): the main process re-raises the worker's
+    # error with the worker's traceback in its message, after "Original Traceback"; the record
+    # is one, named by what the worker raised, an error whatever its class is called.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    body = [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3/dist-packages/torch/_utils.py", line 715, in reraise',
+        "    raise exception",
+        "pyarrow.lib.ArrowInvalid: Caught ArrowInvalid in DataLoader worker process 2.",
+        "Original Traceback (most recent call last):",
+        '  File "/usr/lib/python3/dist-packages/torch/utils/data/_utils/worker.py", line 351, '
+        "in _worker_loop",
+        "    data = fetcher.fetch(index)",
+        "pyarrow.lib.ArrowInvalid: Parquet magic bytes not found in footer. Either the file is "
+        "corrupted or this is not a parquet file.",
+        "",
+    ]
+    lines = [f"[rank14]: {line}" for line in body]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    records = [(key[0], group) for key, group in rollup.groups.items() if key[0].body.strip()]
+    assert len(records) == 1, [kind.body for kind, _ in records]
+    kind, group = records[0]
+    assert kind.body.startswith("pyarrow.lib.ArrowInvalid: Parquet magic bytes"), kind.body
+    assert kind.level == "ERROR"
+    assert group.message.count("\n") == len(body) - 2
+
+
+def test_an_engines_count_beside_a_trainers_numbers_nothing(rules: StageRules) -> None:
+    # HF's Trainer on DeepSpeed: the bar counts the trainer's steps, the engine's step= line
+    # (every steps_per_print) may count otherwise; the trainer's number is the iteration. A
+    # file with only the engine's lines is numbered by them.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    bar = " 72%|███████   | {k}/2735 [1:39:46<37:58,  3.02s/it]"
+    engine = (
+        "[2025-07-30 15:03:19,690] [INFO] [logging.py:128:log_dist] [Rank 0] step={k}, "
+        "skipped=0, lr=[6.3e-06], mom=[[0.9, 0.95]]"
+    )
+    lines = [bar.format(k=390), engine.format(k=780), "after both", bar.format(k=391)]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    assert rollup.last_iteration == 391
+    its = {key[0].body: key[2] for key in rollup.groups if key[0].body == "after both"}
+    assert its == {"after both": 390}, its
+
+    alone = [engine.format(k=780), "after it"]
+    rollup = NodeRollup("n2", rules)
+    rollup.scan("r0.log", 0, [(alone, LineParser().feed(alone), None, 0)])
+    assert rollup.last_iteration == 780
+
+
+def test_a_c10_warning_keeps_its_stack(rules: StageRules) -> None:
+    # torch's TCPStore client when the store's host went away (a real gloo run): a warning with
+    # the C++ stack c10 appends; the stack's lines are no records of their own.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "[W1127 15:53:18.822621315 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on "
+        "SocketImpl(fd=4, addr=[n03]:60351, remote=[n01]:19607): Failed to recv, got 0 bytes. "
+        "Connection was likely closed. Did the remote server shutdown or crash?",
+        "Exception raised from recvBytes at /__w/pytorch/pytorch/torch/csrc/distributed/c10d/"
+        "Utils.hpp:787 (most recent call first):",
+        "frame #0: c10::Error::Error(c10::SourceLocation, std::string) + 0x9d (0x7f in libc10.so)",
+        "frame #1: c10::DistError::DistError(c10::SourceLocation, std::string) + 0x72 (0x7f in "
+        "libc10.so)",
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    [(key, group)] = list(rollup.groups.items())
+    assert key[0].level == "WARNING"
+    assert group.message.count("\n") == 3
+
+
+def test_an_nccl_line_never_continues_the_record_before_it(rules: StageRules) -> None:
+    # Interleaved ranks: a warning, then another rank's NCCL WARN whose message ("NET/IB : …")
+    # reads like the bare continuation NCCL prints after "Last error:"; with its own header it
+    # is a record of its own.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "[default1]:[W reducer.cpp:1389] Warning: find_unused_parameters=True was specified in "
+        "DDP constructor, but did not find any unused parameters in the forward pass.",
+        "[default6]:worker-390:87466:87485 [6] NCCL WARN NET/IB : Got completion from peer "
+        "10.99.162.189<51450> with status=12 opcode=0 len=0 vendor err 129 (Send)",
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    assert len(rollup.groups) == 2, [key[0].body for key in rollup.groups]
+
+
+def test_torchs_desync_report_is_one_record(rules: StageRules) -> None:
+    # ProcessGroupNCCL's desync report: a header line, then tab-indented lines naming the
+    # lagging ranks; one record, so its sample says who lagged.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "[rank0]:[E119 19:58:43.925002098 ProcessGroupNCCL.cpp:1330] [PG ID 0 PG GUID "
+        "0(default_pg) Rank 0] ",
+        "\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the desync are:",
+        "\t   - [80, 81, 82, 83] joined but didn't finish collective #33301 (count from 1)",
+        "\t - Snapshot of ranks' latest states:",
+        "\t   #33301 started ranks:",
+        "\t     [80, 81, 82, 83]",
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    [group] = list(rollup.groups.values())
+    assert "joined but didn't finish collective" in group.message

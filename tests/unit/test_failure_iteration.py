@@ -1,0 +1,45 @@
+"""The iteration a job failed in, as the report gives it (``diagnosis.assembly``)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+from typing import Any
+
+from l4_plugin.analysis.tables import JobData, JobDoc
+from l4_plugin.diagnosis.assembly import _failure_iteration
+
+
+def _data(cells: dict[tuple[int, str], tuple[float, int]], starts: dict[int, float]) -> JobData:
+    return JobData(
+        job=JobDoc("j", "failed", "fp", ("a", "b"), 100, 0.0, 1000.0),
+        time_unit="ts",
+        cells={},
+        templates={},
+        stage_spans={},
+        iteration_cells=cells,
+        iteration_spans=dict.fromkeys(starts, 10),
+        node_iteration_start={("a", b): t for b, t in starts.items()},
+        node_last_iteration={"a": max(starts)},
+    )
+
+
+def _analysis(*tids: str) -> Any:
+    events = [SimpleNamespace(template_id=t) for t in tids]
+    return SimpleNamespace(fusion=SimpleNamespace(events=events))
+
+
+# Progress every 10 iterations, 5 s an iteration.
+STARTS = {b: 5.0 * b for b in range(0, 300, 10)}
+
+
+def test_the_best_ranked_event_places_the_failure_within_its_bucket() -> None:
+    data = _data({(280, "boom"): (STARTS[280] + 12.0, 1)}, STARTS)
+    assert _failure_iteration(data, _analysis("noise", "boom")) == (283, "boom")
+
+
+def test_a_copy_without_a_time_in_an_early_bucket_does_not_place_it() -> None:
+    # A copy of the line read where nothing gave it a time sits in bucket 0; the timed copy says
+    # where the job was.
+    cells = {(0, "boom"): (math.inf, 1), (280, "boom"): (STARTS[280] + 2.0, 1)}
+    assert _failure_iteration(_data(cells, STARTS), _analysis("boom")) == (281, "boom")
