@@ -393,13 +393,19 @@ def reactions(
 
 
 def teardown(data: JobData, lexicon: Lexicon) -> frozenset[str]:
-    """Templates whose words are a consequence that means nothing alone: a launcher tearing the
-    job down, an agent copying a worker's error (not a timeout, which is what a hung node did
-    when it is the culprit's own)."""
+    """Templates whose words are the software's reaction that means nothing alone: a launcher
+    tearing the job down, an agent copying a worker's error (not a timeout, which is what a
+    hung node did when it is the culprit's own, nor a device's or a link's consequence, which
+    still happened on it)."""
     out = set()
     for tid, info in data.templates.items():
         term = lexicon.classify_record(f"{info.text}\n{info.message.strip()}")
-        if term is not None and term.cascade and term.alone is None:
+        if (
+            term is not None
+            and term.cascade
+            and term.alone is None
+            and not term.category.startswith("hardware/")
+        ):
             out.add(tid)
     return frozenset(out)
 

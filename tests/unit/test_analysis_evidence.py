@@ -256,3 +256,17 @@ def test_a_link_that_said_it_came_back_is_recovered_even_in_a_slowed_job() -> No
     # the same error again after the port came back: not recovered
     again = replace(data, cells={**cells, ("b", "down"): Cell(2, 21.0, 30.0, 1.0)})
     assert flapped(again, tuple(replace(e, level="WARN") for e in event_stats(again))) == set()
+
+
+def test_teardown_is_the_softwares_reaction_not_a_links_consequence() -> None:
+    from l4_plugin.analysis.evidence import teardown
+    from l4_plugin.analysis.lexicon import default_lexicon
+
+    texts = {
+        "agent": "no error file defined for parent, to copy child error file (/tmp/e.json)",
+        "flush": "NCCL WARN NET/IB : Got completion from peer 10.0.0.2<31291> with status=5 "
+        "opcode=0 len=0 vendor err 249",
+        "watchdog": "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9)",
+    }
+    data = _data({("a", t): Cell(1, 1.0, 1.0, 1.0) for t in texts}, {}, texts)
+    assert teardown(data, default_lexicon()) == {"agent"}
