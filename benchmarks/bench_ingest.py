@@ -47,7 +47,7 @@ from l4_plugin.store import EmbeddedCluster, IndexNames, OpenSearchStore
 from l4_simulate import simulate
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_instructions import scan
+from scan_once import scan
 
 
 def _peak_rss_mb(pid: int) -> float:

@@ -38,6 +38,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from scan_once import scan
+
 _COLLECTED = re.compile(r"Collected : (\d+)")
 _PROCESS = re.compile(r"^==(\d+)== (Command|Collected) ?: (.*)$", re.MULTILINE)
 
@@ -58,21 +60,6 @@ def _child(mode: str, job: Path, workers: int = 1, follow: bool = False) -> None
     if mode == "full":
         scan(file_streams(files), parser, workers, len({f.node for f in files}))
         parser.finish()
-
-
-def scan(streams: list[Any], parser: Any, workers: int, nodes: int) -> Any:
-    """The scan an ingest runs (its rollups left where it leaves them), in the code counted:
-    on lanes that keep them since issue 32, with the reducer gathering them before."""
-    try:
-        from l4_plugin.ingest.documents import rare_limit
-        from l4_plugin.ingest.workers import ingest_lanes, scan_lanes
-    except ImportError:  # a version before the lanes
-        from l4_plugin.ingest.pipeline import rare_limit  # type: ignore[attr-defined,no-redef]
-        from l4_plugin.ingest.workers import scan_streams
-
-        return scan_streams(streams, parser, workers=workers, rare_limit=rare_limit(nodes))
-    with ingest_lanes(streams, workers) as (lanes, token):
-        return scan_lanes(lanes, token, streams, parser, rare_limit=rare_limit(nodes))
 
 
 def count(code: Path, mode: str, job: Path, workers: int = 1, follow: bool = False) -> int:

@@ -149,8 +149,22 @@ def _job_iteration_starts(data: JobData) -> dict[int, float]:
     return starts
 
 
+# An error that says which iteration it struck (Megatron-LM's result validation: "Rank 41,
+# node n, device 1, iteration 794: Unexpected result tensor(nan, …)").
+_STATED_ITERATION = re.compile(r"\biteration (\d+): ")
+
+
 def _within(data: JobData, starts: dict[int, float], bucket: int, tids: Sequence[str]) -> int:
-    """The iteration of ``bucket`` its events ``tids`` began in (``temporal.iteration_at``)."""
+    """The iteration of ``bucket`` its events ``tids`` began in: the one an error among them
+    states when it falls before the next bucket (its own words are exact), else by the job's
+    pace (``temporal.iteration_at``)."""
+    after = [b for b in data.iteration_spans if b > bucket]
+    limit = min(after) if after else bucket + max(data.iteration_spans.get(bucket, 1), 1) * 100
+    for t in tids:
+        info = data.templates.get(t)
+        found = _STATED_ITERATION.search(info.message) if info is not None else None
+        if found is not None and bucket <= int(found.group(1)) < limit:
+            return int(found.group(1))
     cells = data.iteration_cells
     first = min((cells[(bucket, t)][0] for t in tids if (bucket, t) in cells), default=math.inf)
     return iteration_at(starts, data.iteration_spans, bucket, first)

@@ -43,3 +43,25 @@ def test_a_copy_without_a_time_in_an_early_bucket_does_not_place_it() -> None:
     # where the job was.
     cells = {(0, "boom"): (math.inf, 1), (280, "boom"): (STARTS[280] + 2.0, 1)}
     assert _failure_iteration(_data(cells, STARTS), _analysis("boom")) == (281, "boom")
+
+
+def test_an_error_that_states_its_iteration_is_taken_at_its_word() -> None:
+    # Megatron-LM's result validation names the iteration it struck; the progress lines
+    # (every 5 iterations, no time of their own) cannot place it that well.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+
+    msg = (
+        "[rank41]: RuntimeError: Rank 41, node nid005188, device 1, iteration 794: Unexpected "
+        "result tensor(nan, device='cuda:1') (message='found NaN in local grad norm')"
+    )
+    starts = {b: math.inf for b in range(704, 790, 5)}  # progress lines 704 … 789
+    data = replace(
+        _data({(789, "nan"): (math.inf, 1)}, starts),
+        templates={"nan": TemplateInfo("RuntimeError: Rank <NUM> …", message=msg)},
+    )
+    assert _failure_iteration(data, _analysis("nan")) == (794, "nan")
+    # a number beyond the next iteration line is not this one's
+    later = replace(data, iteration_spans={**data.iteration_spans, 790: 5})
+    assert _failure_iteration(later, _analysis("nan")) == (789, "nan")
