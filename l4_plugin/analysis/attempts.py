@@ -3,8 +3,10 @@ same node failed each time.
 
 Each attempt is diagnosed on its own (its lines only: a resumed attempt re-runs iterations its
 predecessor ran, and its start-up is not the first attempt's). Which attempt the report leads
-with: the last one that got past start-up. An attempt that failed while starting (its ranks
-never reached training, or its culprit's failure is in ``init``) failed because of what came
+with: the last one that got past start-up (or, when it names no culprit, the last before it
+that names one for the same kind of failure: the fault seen clearly). An attempt that failed
+while starting (its ranks never reached training, or its culprit's failure is in ``init``)
+failed because of what came
 before it more often than not — a restart that cannot reconnect (gloo's workers dialling the
 first attempt's addresses), a node the scheduler did not replace — so the attempt before it,
 which failed while training, is the failure to explain; when every attempt failed while
@@ -69,6 +71,15 @@ def across(outcomes: Sequence[AttemptOutcome]) -> AcrossAttempts | None:
         return None
     started = [o for o in ordered if o.started]
     lead = started[-1] if started else ordered[-1]
+    clearer = [o for o in started if o.culprits and o.category == lead.category]
+    if not lead.culprits and clearer:
+        # The same fault seen again without a culprit (the bad GPU failed at once on restart,
+        # before anything could tell its node apart): the attempt that names it explains it.
+        why = (
+            f"attempt {clearer[-1].attempt} names the culprit of the {lead.category} failure "
+            f"that attempt {lead.attempt} shows again without one"
+        )
+        return AcrossAttempts(clearer[-1].attempt, why, *_bound(started))
     return AcrossAttempts(
         lead.attempt, _why(lead, outcomes, bool(started)), *_bound(started or ordered)
     )

@@ -62,3 +62,15 @@ def test_an_attempt_that_printed_nothing_never_leads() -> None:
         "attempt 0 is the last that got past start-up: "
         "attempt 1 left no line (its workers' files are empty)"
     )
+
+
+def test_the_same_fault_seen_again_without_a_culprit_leads_with_the_attempt_that_names_it() -> None:
+    # A GPU's uncorrectable error in training; on restart the same GPU fails at its first step,
+    # before anything tells its node apart: the first attempt names the culprit.
+    found = across([outcome(0, "training", ("n2",)), outcome(1, "training")])
+    assert found is not None and found.lead == 0
+    assert "attempt 0 names the culprit" in found.why
+    # another kind of failure the second time is that attempt's own
+    other = AttemptOutcome(1, "training", (), "user/code", trained=True)
+    found = across([outcome(0, "training", ("n2",)), other])
+    assert found is not None and found.lead == 1
