@@ -34,13 +34,12 @@ def write_full_lines(
     """Index every raw line as an ``l4-lines`` document (``--full``); returns how many.
 
     A second pass over the streams with the final templates: the stage machine runs again (a
-    throwaway ``NodeRollup``) so each line carries the same stage and iteration as its rollup.
-    Memory stays bounded: documents go to the cluster in bulk chunks of ``FULL_CHUNK`` as the
-    lines are read. Ids are (job, node, file, line): a re-ingest overwrites, never duplicates.
+    throwaway ``NodeRollup`` a node) so each line carries the same stage and iteration as its
+    rollup. Memory stays bounded: documents go to the cluster in bulk chunks of ``FULL_CHUNK`` as
+    the lines are read. Ids are (job, node, file, line): a re-ingest overwrites, never duplicates.
     """
-    rules, clock, generation = default_stage_rules(), ctx.clock, ctx.generation
+    rules, clock, generation, written = default_stage_rules(), ctx.clock, ctx.generation, 0
     docs: list[tuple[str, dict[str, Any]]] = []
-    written = 0
 
     def sink(
         pos: int,
@@ -93,12 +92,14 @@ def write_full_lines(
             written += store.bulk_index(store.names.lines, docs)
             docs.clear()
 
+    rollup = None  # one a node (its files are consecutive), as the first pass scans them
     for stream in streams:
-        node, path = stream.node, stream.path
-        long_lines: set[int] = set()
+        node, path, long_lines = stream.node, stream.path, set[int]()
+        if rollup is None or rollup.node != node:
+            rollup = NodeRollup(node, rules)
         read = chunks(stream, parser, None, long_lines)
         try:
-            NodeRollup(node, rules).scan(path, stream.rank, read, long_lines, sink)
+            rollup.scan(path, stream.rank, read, long_lines, sink)
         except OSError:
             continue  # reported by the first pass
     written += store.bulk_index(store.names.lines, docs)

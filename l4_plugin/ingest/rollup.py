@@ -375,6 +375,10 @@ class NodeRollup:
         self.lines = 0
         self.cache = cache if cache is not None else KindCache()
         self.last_iteration: int | None = None
+        # A marker of a rule that is no fallback was seen in one of the node's files scanned so
+        # far (``IterationRule.fallback``): a trainer's progress on stderr, the engine's count on
+        # stdout are one rank's two files.
+        self.counted = False
         # What ``absorb`` needs to give exactly the result of scanning the files into one
         # rollup: a group created and taken back to nothing by a chained traceback (deleted
         # here; an earlier part of the node keeps it, with this last position, time and rank),
@@ -479,7 +483,7 @@ class NodeRollup:
         runs = self.runs
         stage = "init"
         iteration: int | None = None
-        counted = False  # a marker of a rule that is no fallback was seen (IterationRule)
+        counted = self.counted  # a marker of a rule that is no fallback was seen (IterationRule)
         training = False
         ts_ref: str | None = None
         ts_shape: str | None = None  # the key of ts_ref (None: not known)
@@ -783,6 +787,7 @@ class NodeRollup:
             group.kept.append(KeptLine(path, tb_start, message, ts_ref, rank, (), tb_offset))
             self.forced.append((tb_key, group.kept[-1]))
         self.lines += pos
+        self.counted = counted
         if iteration is not None:
             self.last_iteration = max(iteration, self.last_iteration or iteration)
 

@@ -316,6 +316,14 @@ def test_an_engines_count_beside_a_trainers_numbers_nothing(rules: StageRules) -
     its = {key[0].body: key[2] for key in rollup.groups if key[0].body == "after both"}
     assert its == {"after both": 390}, its
 
+    # one rank's two files, its trainer's bar on stderr and the engine's lines on stdout: the
+    # node's files are scanned by one rollup, stderr first
+    split = NodeRollup("n3", rules)
+    err, out = [bar.format(k=390)], [engine.format(k=780), "after it"]
+    split.scan("w.err", 0, [(err, LineParser().feed(err), None, 0)])
+    split.scan("w.out", 0, [(out, LineParser().feed(out), None, 0)])
+    assert split.last_iteration == 390
+
     alone = [engine.format(k=780), "after it"]
     rollup = NodeRollup("n2", rules)
     rollup.scan("r0.log", 0, [(alone, LineParser().feed(alone), None, 0)])
