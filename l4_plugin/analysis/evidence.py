@@ -244,8 +244,10 @@ _RECOVERIES = (
 
 def flapped(data: JobData, events: tuple[EventStat, ...]) -> set[str]:
     """Link failures that came back: on every node that printed one, the same device said it
-    was up again after it (``_RECOVERIES``). A link that flapped and recovered did not end the
+    was up again after it (``_RECOVERIES``), in a template of its own or in the same template
+    (its lines, ``JobData.state_lines``). A link that flapped and recovered did not end the
     job; its neighbours' later errors have another cause."""
+    out = _flapped_within(data, events)
     samples = {tid: f"{info.text}\n{info.message}" for tid, info in data.templates.items()}
     ups: list[tuple[int, str, str]] = []  # (pair, device, template)
     for tid, text in samples.items():
@@ -254,8 +256,7 @@ def flapped(data: JobData, events: tuple[EventStat, ...]) -> set[str]:
             if found:
                 ups.append((k, found.group(1), tid))
     if not ups:
-        return set()
-    out: set[str] = set()
+        return out
     for e in events:
         text = samples.get(e.template_id, "")
         for k, (down, _) in enumerate(_RECOVERIES):
@@ -266,6 +267,30 @@ def flapped(data: JobData, events: tuple[EventStat, ...]) -> set[str]:
             if later and all(_came_back(data, node, e.template_id, later) for node in e.counts):
                 out.add(e.template_id)
     return out
+
+
+def _flapped_within(data: JobData, events: tuple[EventStat, ...]) -> set[str]:
+    """Templates of both a link's failure and its return ("port <*>") whose last line on every
+    node that printed them says the link is back."""
+    seq: dict[tuple[str, str], list[str]] = {}
+    for node, tid, line in data.state_lines:
+        seq.setdefault((tid, node), []).append(line)
+    out = set()
+    for e in events:
+        runs = [seq.get((e.template_id, n)) for n in e.counts]
+        if not runs or any(not r for r in runs):
+            continue
+        if all(_back_at_last(r) for r in runs if r):
+            out.add(e.template_id)
+    return out
+
+
+def _back_at_last(lines: list[str]) -> bool:
+    """Whether a node's link-state lines went down and end up again."""
+    for down, up in _RECOVERIES:
+        if any(down.search(x) for x in lines) and up.search(lines[-1]):
+            return True
+    return False
 
 
 def _came_back(data: JobData, node: str, down: str, ups: list[str]) -> bool:

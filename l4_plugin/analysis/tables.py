@@ -124,6 +124,9 @@ class JobData:
     # failure evidence says of other nodes (:mod:`l4_plugin.analysis.peers`).
     announcements: tuple[tuple[str, str], ...] = ()
     peer_lines: tuple[tuple[str, str, str], ...] = ()
+    # The lines of templates that say a link's state (node, template, line), earliest first: a
+    # link that went down and came back may be one template ("port <*>") of both lines.
+    state_lines: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def nodes(self) -> list[str]:

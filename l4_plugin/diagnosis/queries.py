@@ -201,9 +201,8 @@ def read_job_tables(store: Store, job: JobDoc) -> JobData:
     aux = job.aux_templates if job.aux_templates is not None else job.system_templates
     _fill_missing_times(cells, time_unit, aux)
     nodes = sorted({n for n, _ in cells} | set(job.nodes))
-    announcements, peer_lines = _read_address_lines(
-        events, JobLines(store, query), templates, nodes
-    )
+    lines = JobLines(store, query)
+    announcements, peer_lines = _read_address_lines(events, lines, templates, nodes)
     return JobData(
         job=job,
         time_unit=time_unit,
@@ -218,6 +217,7 @@ def read_job_tables(store: Store, job: JobDoc) -> JobData:
         node_iteration_seconds=node_iteration_seconds,
         announcements=announcements,
         peer_lines=peer_lines,
+        state_lines=_read_state_lines(events, lines, templates),
     )
 
 
@@ -388,6 +388,24 @@ def _read_address_lines(
         for m in messages
     ]
     return tuple(announcements), tuple(dict.fromkeys(said))
+
+
+# Templates that say a link's state: NCCL's IB async events, a NIC's link down / up.
+_LINK_STATE = re.compile(r"Got async event : port|\b[Ll]ink (?:is )?(?:[Dd]own|[Uu]p|<\*>)")
+_STATE_HITS = 64  # lines per (node, template): a flap and its return, a few times over
+
+
+def _read_state_lines(
+    events: JobEvents, lines: JobLines, templates: dict[str, TemplateInfo]
+) -> tuple[tuple[str, str, str], ...]:
+    """The lines of link-state templates per node, earliest first: the kept raw lines, else the
+    rollups' exemplars (``JobData.state_lines``)."""
+    tids = sorted(t for t, info in templates.items() if _LINK_STATE.search(info.text))
+    if not tids:
+        return ()
+    found = events.earliest_messages(tids, _STATE_HITS)
+    found.update(lines.earliest_messages(tids, _STATE_HITS))
+    return tuple((node, tid, m) for (node, tid), ms in sorted(found.items()) for m in ms)
 
 
 def _fill_missing_times(

@@ -270,3 +270,20 @@ def test_teardown_is_the_softwares_reaction_not_a_links_consequence() -> None:
     }
     data = _data({("a", t): Cell(1, 1.0, 1.0, 1.0) for t in texts}, {}, texts)
     assert teardown(data, default_lexicon()) == {"agent"}
+
+
+def test_a_flap_and_its_return_in_one_template_is_recovered() -> None:
+    # Drain makes one template of "port error" and "port active" ("port <*>"): its lines say
+    # whether the link came back.
+    from l4_plugin.analysis.evidence import flapped
+
+    texts = {"port": "NCCL WARN NET/IB : mlx0_<NUM>:<NUM> Got async event : port <*>"}
+    cells = {("b", "port"): Cell(2, 21.0, 24.0, 1.0), ("c", "port"): Cell(1, 90.0, 90.0, 1.0)}
+    down = "b:1:2 [6] NCCL WARN NET/IB : mlx5_10:1 Got async event : port error"
+    up = "b:1:2 [6] NCCL WARN NET/IB : mlx5_10:1 Got async event : port active"
+    back = replace(_data(cells, {}, texts), state_lines=(("b", "port", down), ("b", "port", up)))
+    only_b = replace(back, cells={("b", "port"): cells[("b", "port")]})
+    assert flapped(only_b, tuple(replace(e, level="WARN") for e in event_stats(only_b))) == {"port"}
+    # node c's port went down and never came back: the template is not recovered
+    both = replace(back, state_lines=(*back.state_lines, ("c", "port", down.replace("b:", "c:"))))
+    assert flapped(both, tuple(replace(e, level="WARN") for e in event_stats(both))) == set()
