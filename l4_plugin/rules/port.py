@@ -8,32 +8,15 @@ index names are the store's own ``store.names.IndexNames``, not a second descrip
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any, Protocol
 
-from l4_plugin.store.names import IndexNames
+from l4_plugin.store.events import EventSource
 
 
-class RuleStorePort(Protocol):
-    """The read calls of ``l4_plugin.store.Store`` that the rule engine uses."""
-
-    @property
-    def names(self) -> IndexNames: ...
+class RuleStorePort(EventSource, Protocol):
+    """The read calls of ``l4_plugin.store.Store`` that the rule engine uses: the event
+    readers' (``store.events.EventSource``), plus searches and counts."""
 
     def search(self, index: str, body: dict[str, Any]) -> dict[str, Any]: ...
 
     def count(self, index: str, query: dict[str, Any] | None = None) -> int: ...
-
-    def search_after(
-        self, index: str, body: dict[str, Any], *, page_size: int = ...
-    ) -> Iterator[dict[str, Any]]: ...
-
-    def composite(
-        self,
-        index: str,
-        sources: list[dict[str, Any]],
-        *,
-        query: dict[str, Any] | None = None,
-        aggs: dict[str, Any] | None = None,
-        page_size: int = 1000,
-    ) -> Iterator[dict[str, Any]]: ...
