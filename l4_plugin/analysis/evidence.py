@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import replace
 
 from l4_plugin.analysis.fusion import is_error, is_flagged
-from l4_plugin.analysis.lexicon import Lexicon
+from l4_plugin.analysis.lexicon import Lexicon, Term
 from l4_plugin.analysis.params import DEFAULT_OPTIONS, AnalysisOptions
 from l4_plugin.analysis.results import EventStat, Slowdown, StragglerResult
 from l4_plugin.analysis.tables import JobData
@@ -417,39 +418,38 @@ def reactions(
     return out
 
 
-def teardown(data: JobData, lexicon: Lexicon) -> frozenset[str]:
-    """Templates whose words are the software's reaction that means nothing alone: a launcher
-    tearing the job down, an agent copying a worker's error (not a timeout, which is what a
-    hung node did when it is the culprit's own, nor a device's or a link's consequence, which
-    still happened on it)."""
-    out = set()
+def record_terms(data: JobData, lexicon: Lexicon) -> dict[str, Term]:
+    """Each template's words, where the failure lexicon knows them: those of the template and
+    of its exemplar record (:meth:`~l4_plugin.analysis.lexicon.Lexicon.classify_record`),
+    read once for every use below."""
+    out = {}
     for tid, info in data.templates.items():
         term = lexicon.classify_record(f"{info.text}\n{info.message.strip()}")
-        if (
-            term is not None
-            and term.cascade
-            and term.alone is None
-            and not term.category.startswith("hardware/")
-        ):
-            out.add(tid)
-    return frozenset(out)
+        if term is not None:
+            out[tid] = term
+    return out
+
+
+def teardown(terms: Mapping[str, Term]) -> frozenset[str]:
+    """Templates whose words (``record_terms``) are the software's reaction that means nothing
+    alone: a launcher tearing the job down, an agent copying a worker's error (not a timeout,
+    which is what a hung node did when it is the culprit's own, nor a device's or a link's
+    consequence, which still happened on it)."""
+    return frozenset(
+        tid
+        for tid, term in terms.items()
+        if term.cascade and term.alone is None and not term.category.startswith("hardware/")
+    )
 
 
 def lexicon_priors(
-    data: JobData, lexicon: Lexicon, options: AnalysisOptions = DEFAULT_OPTIONS
+    terms: Mapping[str, Term], options: AnalysisOptions = DEFAULT_OPTIONS
 ) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:
-    """(priors, ordering) of the job's templates from the failure lexicon's words: evidence for
-    a line naming a known failure, and the factor that ranks a consequence's words later.
-
-    The words are those of the template and of its exemplar record
-    (:meth:`~l4_plugin.analysis.lexicon.Lexicon.classify_record`).
-    """
+    """(priors, ordering) of the job's templates from their words (``record_terms``): evidence
+    for a line naming a known failure, and the factor that ranks a consequence's words later."""
     priors: dict[str, tuple[float, str]] = {}
     against: dict[str, tuple[float, str]] = {}
-    for tid, info in data.templates.items():
-        term = lexicon.classify_record(f"{info.text}\n{info.message.strip()}")
-        if term is None:
-            continue
+    for tid, term in terms.items():
         if term.cascade:
             against[tid] = (options.cascade_words_factor, "consequence-words")
         elif term.benign:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -22,6 +23,7 @@ from l4_plugin.analysis.evidence import (
     discounts,
     event_stats,
     lexicon_priors,
+    record_terms,
     teardown,
     timed_in_stage,
 )
@@ -29,7 +31,7 @@ from l4_plugin.analysis.failing_stage import StageReader, failing_stage
 from l4_plugin.analysis.fusion import Fusion, is_error, is_flagged
 from l4_plugin.analysis.hang import HangResult
 from l4_plugin.analysis.hang import analyse as analyse_hang
-from l4_plugin.analysis.lexicon import default_lexicon
+from l4_plugin.analysis.lexicon import Term, default_lexicon
 from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.analysis.peers import PeerResult, name_peers
 from l4_plugin.analysis.results import (
@@ -552,12 +554,12 @@ def _notes(
 
 
 def _lexicon_evidence(
-    data: JobData, crossjob: FilterResult, options: AnalysisOptions
+    terms: Mapping[str, Term], crossjob: FilterResult, options: AnalysisOptions
 ) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:
     """(priors, ordering) from the failure lexicon's words: the words order every diagnosis (a
     consequence after what explains it); with nothing to compare with they are also evidence
     for a line."""
-    priors, consequences = lexicon_priors(data, default_lexicon(), options)
+    priors, consequences = lexicon_priors(terms, options)
     return ({} if not crossjob.no_baseline else priors), consequences
 
 
@@ -586,7 +588,8 @@ def analyze(
     stragglers = _stragglers(data, nodes)
     slowdown = _slowdown(data, kept, len(nodes), options)
     events = timed_in_stage(events, data, stage.stage if stage else None)
-    priors, consequences = _lexicon_evidence(data, crossjob, options)
+    terms = record_terms(data, default_lexicon())
+    priors, consequences = _lexicon_evidence(terms, crossjob, options)
     hang = analyse_hang(data.job.dumps, nodes)
     fusion = (
         Fusion(max_events=options.max_events, root_window=options.root_window)
@@ -605,7 +608,7 @@ def analyze(
             priors=priors,
             ordering=consequences,
             hang=hang.evidence if hang is not None else None,
-            teardown=teardown(data, default_lexicon()),
+            teardown=teardown(terms),
         )
         .result_
     )

@@ -259,7 +259,7 @@ def test_a_link_that_said_it_came_back_is_recovered_even_in_a_slowed_job() -> No
 
 
 def test_teardown_is_the_softwares_reaction_not_a_links_consequence() -> None:
-    from l4_plugin.analysis.evidence import teardown
+    from l4_plugin.analysis.evidence import record_terms, teardown
     from l4_plugin.analysis.lexicon import default_lexicon
 
     texts = {
@@ -269,7 +269,7 @@ def test_teardown_is_the_softwares_reaction_not_a_links_consequence() -> None:
         "watchdog": "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9)",
     }
     data = _data({("a", t): Cell(1, 1.0, 1.0, 1.0) for t in texts}, {}, texts)
-    assert teardown(data, default_lexicon()) == {"agent"}
+    assert teardown(record_terms(data, default_lexicon())) == {"agent"}
 
 
 def test_a_flap_and_its_return_in_one_template_is_recovered() -> None:
