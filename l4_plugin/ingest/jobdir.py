@@ -110,7 +110,14 @@ class JobMeta:
     warnings: tuple[str, ...] = ()
 
 
+#: torchelastic's error file: ``TORCHELASTIC_ERROR_FILE``, which torchrun points at
+#: ``<log_dir>/attempt_<k>/<local_rank>/error.json`` (read as ``jsonlines.error_file``).
+ERROR_FILE = "error.json"
+
+
 def _strip_suffixes(name: str) -> str | None:
+    if name == ERROR_FILE:
+        return "error"
     if name.endswith(".gz"):
         name = name[:-3]
     for suffix in LOG_SUFFIXES:

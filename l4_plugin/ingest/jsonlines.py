@@ -189,10 +189,42 @@ def host_of(lines: Iterable[str]) -> tuple[str, ...]:
     return tuple(hosts)
 
 
-def rendered(lines: list[str], labelled: bool) -> list[str]:
-    """Each line that is a JSON log object as its text line (``render``); others unchanged."""
+def error_file(obj: dict[str, Any]) -> list[str] | None:
+    """The lines of torchelastic's error file (``TORCHELASTIC_ERROR_FILE``, the ``error.json``
+    a worker wrapped in ``@record`` writes when it dies), else None.
+
+    Its ``message`` holds the exception and, in ``extraInfo``, the traceback as printed
+    (``py_callstack``) and when it was raised (``timestamp``, epoch seconds): the traceback's
+    lines, each that opens or ends a part of it stamped with that time, so the rank's record
+    is read as the traceback it printed, at the time it died.
+    """
+    inner = obj.get("message")
+    info = inner.get("extraInfo") if isinstance(inner, dict) else None
+    if not isinstance(inner, dict) or not isinstance(info, dict):
+        return None
+    stack = info.get("py_callstack")
+    text = stack if isinstance(stack, str) and stack.strip() else str(inner.get("message", ""))
+    moment = _moment(info.get("timestamp"))
+    stamp = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ ") if moment is not None else ""
     out = []
-    for line in lines:
-        obj = _object(line) if line[:1] == "{" or line.lstrip()[:1] == "{" else None
-        out.append(render(obj, labelled) if obj is not None else line)
+    for line in text.rstrip("\n").split("\n"):
+        line = _shown(line)
+        out.append(line if not line.strip() or line[:1] in " \t" else stamp + line)
     return out
+
+
+def rendered(lines: list[str], labelled: bool) -> tuple[list[str], list[int]]:
+    """Each line that is a JSON log object as its text line (``render``), or its lines (an
+    ``error_file``); others unchanged. With each output line, the input line it came from."""
+    out: list[str] = []
+    sources: list[int] = []
+    for i, line in enumerate(lines):
+        obj = _object(line) if line[:1] == "{" or line.lstrip()[:1] == "{" else None
+        many = error_file(obj) if obj is not None else None
+        if many is not None:
+            out.extend(many)
+            sources.extend([i] * len(many))
+            continue
+        out.append(render(obj, labelled) if obj is not None else line)
+        sources.append(i)
+    return out, sources

@@ -87,10 +87,13 @@ class Block:
         text, self._text = self._text, None
         return digit_key(text).split("\n") if text is not None else None
 
-    def relined(self, lines: list[str]) -> Block:
-        """The block with each line replaced by ``lines``' one (a rendering of it, as JSON
-        lines are rendered): byte offsets and the block's end stay those of the file."""
-        table = [self.offset(i) for i in range(len(self.lines))]
+    def relined(self, lines: list[str], sources: list[int] | None = None) -> Block:
+        """The block with its lines replaced by ``lines`` (a rendering of them, as JSON lines
+        are rendered; ``sources[j]``: the line ``lines[j]`` renders, when one gave several):
+        byte offsets and the block's end stay those of the file."""
+        if sources is None:
+            sources = list(range(len(self.lines)))
+        table = [self.offset(i) for i in sources]
         block = Block(lines, self._data, self._start, offsets=table)
         block.cut, block._end = self.cut, self._end
         return block
@@ -326,7 +329,7 @@ def _decoded(blocks: Iterator[Block]) -> Iterator[Block]:
             break
     labelled = len(jsonlines.host_of(line for b in head for line in b.lines)) > 1
     for block in itertools.chain(head, blocks):
-        yield block.relined(jsonlines.rendered(block.lines, labelled))
+        yield block.relined(*jsonlines.rendered(block.lines, labelled))
 
 
 def _split(reads: _Reads) -> Iterator[Block]:

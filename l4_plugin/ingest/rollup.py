@@ -13,6 +13,7 @@ summary) are appended to it instead of becoming events of their own.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -43,6 +44,11 @@ _CHAINED = (
     # torch's ExceptionWrapper: an error a DataLoader worker (or a replica) raised, re-raised
     # in the main process with the worker's traceback in its message.
     "Original Traceback (most recent call last)",
+    # Exceptions that quote another process's traceback in their message: torch.distributed
+    # checkpoint's CheckpointException (one per failed rank), torch.multiprocessing.spawn's
+    # ProcessRaisedException.
+    "Traceback (most recent call last): (RANK ",
+    "-- Process ",
 )
 # Records that the continuation lines after them join (``stages.yaml`` continuations): errors,
 # and warnings, which c10 prints with the same C++ stack (TORCH_WARN, a TCPStore recv failure).
@@ -123,6 +129,9 @@ class Run:
     before_pos: int
     after: str | None = None  # the stamped line after it, once read
     after_pos: int = 0
+    #: A traceback the file ends with, no stamped line after it: the process key
+    #: (``process_key``) of its file, whose other streams tell when the process was last alive.
+    last_words: str | None = None
 
 
 GroupKey = tuple[LineKind, str, int | None]
@@ -161,6 +170,8 @@ class FilePartial:
     forced: list[tuple[tuple[str, str, int | None], KeptLine]] = field(default_factory=list)
     #: Files cut at a read limit (``errors.FileCutError.cut``).
     cut: list[str] = field(default_factory=list)
+    #: The last stamped line of each file, by the process that wrote it (``NodeRollup.ends``).
+    ends: dict[str, list[str]] = field(default_factory=dict)
 
     def __reduce__(self) -> tuple[Callable[..., FilePartial], tuple[object, ...]]:
         # Sent from a worker to the reducer: columns of plain values instead of one object per
@@ -169,7 +180,8 @@ class FilePartial:
             self.node,
             self.kinds,
             _pack_groups(self.groups),
-            [(r.before, r.before_pos, r.after, r.after_pos) for r in self.runs],
+            [(r.before, r.before_pos, r.after, r.after_pos, r.last_words) for r in self.runs],
+            self.ends,
             self.marks,
             self.lines,
             self.last_iteration,
@@ -247,7 +259,8 @@ def _unpack_partial(
     node: str,
     kinds: list[str],
     packed: _PackedGroups,
-    runs: list[tuple[str | None, int, str | None, int]],
+    runs: list[tuple[str | None, int, str | None, int, str | None]],
+    ends: dict[str, list[str]],
     marks: list[tuple[MarkKey, str]],
     lines: int,
     last_iteration: int | None,
@@ -279,6 +292,7 @@ def _unpack_partial(
         vanished,
         [(key, line if line is not None else groups[key].kept[at]) for key, at, line in forced],
         cut,
+        ends,
     )
 
 
@@ -385,6 +399,9 @@ class NodeRollup:
         # and the kept line of a file ending inside a traceback (appended past the cap).
         self.vanished: list[tuple[GroupKey, int, str | None, set[int]]] = []
         self.forced: list[tuple[GroupKey, KeptLine]] = []
+        # The last stamped line of each file, by ``process_key``: a process's stdout and stderr
+        # are two files; a traceback its stderr ends with was printed when it was last alive.
+        self.ends: dict[str, list[str]] = {}
 
     def absorb(
         self, part: FilePartial, kind_of: Callable[[str], LineKind], timeline: Timeline
@@ -398,6 +415,8 @@ class NodeRollup:
         """
         offset = len(self.runs)
         self.runs.extend(part.runs)
+        for key, refs in part.ends.items():
+            self.ends.setdefault(key, []).extend(refs)
         groups = self.groups
         for (key, stage, it), last_pos, last_ts_ref, ranks in part.vanished:
             if offset and it is not None and it < 0:
@@ -443,6 +462,7 @@ class NodeRollup:
             last_iteration=self.last_iteration,
             vanished=[((k.key, s, it), p, r, ranks) for (k, s, it), p, r, ranks in self.vanished],
             forced=[((k.key, s, it), kept) for (k, s, it), kept in self.forced],
+            ends=self.ends,
         )
 
     def scan(
@@ -469,6 +489,8 @@ class NodeRollup:
         slot_ref: str | None = None
         slot_pos = -SLOT_EVERY
         open_run: int | None = None
+        waiting: list[int] = []  # runs still waiting for a stamped line after them
+        tb_runs: set[int] = set()  # the runs timeless tracebacks opened
         stamp_pos = 0
         # The traceback just closed, while a chained one ("During handling of the above
         # exception…") may still follow: (group key, group, its kept line, message, first
@@ -514,8 +536,10 @@ class NodeRollup:
                 if stamped:
                     ts_ref, ts_shape = raw, shape
                     stamp_pos = pos
-                    if open_run is not None:
-                        runs[open_run].after, runs[open_run].after_pos = raw, pos
+                    if waiting:
+                        for i in waiting:
+                            runs[i].after, runs[i].after_pos = raw, pos
+                        waiting.clear()
                         open_run = None
                 if prefixed:
                     # ``rank_prefix_cached``, inlined for a shape whose spans are known: the
@@ -609,7 +633,8 @@ class NodeRollup:
                 absorbed = False
                 if chain is not None and tb is None:
                     body = _after_prefix(raw, prefix_end)
-                    if body.startswith(_CHAINED):
+                    # (the kind's body: the message past a collector's or a pod log's time)
+                    if body.startswith(_CHAINED) or kind.body.startswith(_CHAINED):
                         # A chained exception: one record, identified by the exception that
                         # ends it. The first one's occurrence is taken back.
                         key0, group0, kept0, message0, tb_start, tb_offset, tb_kind = chain
@@ -634,7 +659,10 @@ class NodeRollup:
                 if tb is not None:
                     body = _after_prefix(raw, prefix_end)
                     if (
-                        not body or body[0] in " \t^~" or body.startswith(_TB_CONTINUATION)
+                        not body
+                        or body[0] in " \t^~"
+                        or body.startswith(_TB_CONTINUATION)
+                        or kind.body.startswith(_TB_CONTINUATION)
                     ) and len(tb) < MAX_TRACEBACK_LINES:
                         tb.append(raw)
                         absorbed = True
@@ -645,6 +673,9 @@ class NodeRollup:
                     # pasted excerpt): one record either way, named by the exception ending it.
                     tb, tb_start, tb_kind = [raw], pos, kind
                     tb_offset = _at(block, pos - first)
+                    # A timeless traceback is a run of its own: when its file ends with it, it
+                    # was printed when its process died, not at the stamp before it.
+                    open_run = None
                     if sink is not None:
                         tag, at_it = _tag(stage, iteration, slot)
                         sink(pos, raw, kind, tag, at_it, ts_ref, line_rank, tb_offset)
@@ -703,7 +734,10 @@ class NodeRollup:
                     if keep and not kind.has_timestamp:
                         if open_run is None:
                             open_run = len(runs)
+                            waiting.append(open_run)
                             runs.append(Run(ts_ref, stamp_pos))
+                            if tb is not None:
+                                tb_runs.add(open_run)
                         key_it = -1 - open_run
                 else:
                     key_stage, key_it = stage, iteration
@@ -777,6 +811,9 @@ class NodeRollup:
             # block as one record under its Traceback line rather than lose it.
             message = "\n".join(tb)
             tb_key = (tb_kind, *_tag(stage, iteration, slot))
+            if _unplaced(stage, iteration):
+                runs.append(Run(ts_ref, stamp_pos, last_words=process_key(path)))
+                tb_key = (tb_kind, _UNPLACED[stage], -len(runs))
             group = groups.get(tb_key)
             if group is None:
                 group = groups[tb_key] = Group(0, tb_start, tb_start, ts_ref, ts_ref, message, path)
@@ -786,24 +823,65 @@ class NodeRollup:
                 group.ranks.add(rank)
             group.kept.append(KeptLine(path, tb_start, message, ts_ref, rank, (), tb_offset))
             self.forced.append((tb_key, group.kept[-1]))
+        owner = process_key(path)
+        if ts_ref is not None:
+            self.ends.setdefault(owner, []).append(ts_ref)
+        for i in waiting:  # the tracebacks the file ends with (one may quote another)
+            if i in tb_runs:
+                runs[i].last_words = owner
         self.lines += pos
         self.counted = counted
         if iteration is not None:
             self.last_iteration = max(iteration, self.last_iteration or iteration)
 
 
+_STREAM_NAMES = frozenset({"stdout", "stderr", "out", "err", "output", "error", "console", "log"})
+
+
+def process_key(path: str) -> str:
+    """Which process wrote a file, as far as its path tells: torchrun ``--log-dir`` writes a
+    rank's ``stdout.log`` and ``stderr.log`` into one directory, Slurm a task's ``%j-%t.out``
+    and ``.err`` under one stem; other files are a process each."""
+    folder, _, name = path.replace("\\", "/").rpartition("/")
+    stem = name.split(".", 1)[0]
+    return folder if stem.lower() in _STREAM_NAMES else f"{folder}/{stem}"
+
+
 def time_ref(rollup: NodeRollup, key_it: int | None, group: Group) -> str | None:
     """The stamped line whose time an unplaced group takes: for a run of timeless error or
     warning lines (negative ``key_it``), the nearer of the stamped lines around it in its file
-    (an error block is printed together; the line before may be hours older), else its own."""
+    (an error block is printed together; the line before may be hours older), else its own.
+
+    A timeless traceback its file ends with is the process's last words: it takes the last
+    stamp the process printed on any of its streams, when that is later (a rank's stderr holds
+    a few start-up warnings and the traceback; its stdout went on to the step it died in)."""
     if key_it is None or key_it >= 0:
         return group.first_ts_ref
     run = rollup.runs[-1 - key_it]
+    if run.after is None and run.last_words is not None:
+        alive = _latest(rollup.ends.get(run.last_words, ()))
+        if alive is not None and (run.before is None or _second(alive[0]) > _second(run.before)):
+            return alive[0]
     if run.after is not None and (
         run.before is None or run.after_pos - group.first_pos < group.first_pos - run.before_pos
     ):
         return run.after
     return run.before
+
+
+def _second(ref: str) -> float:
+    second = second_of(ref, _SLOT_YEAR, None)
+    return -math.inf if second is None else second
+
+
+def _latest(refs: Iterable[str]) -> tuple[str, float] | None:
+    """The latest of stamped lines, with its second (None: none has a time)."""
+    best: tuple[str, float] | None = None
+    for ref in refs:
+        t = _second(ref)
+        if t > -math.inf and (best is None or t > best[1]):
+            best = (ref, t)
+    return best
 
 
 def _unplaced(stage: str, iteration: int | None) -> bool:

@@ -198,9 +198,11 @@ def test_discovery_hands_dumps_over_and_reads_no_stack_as_a_log(tmp_path: Path) 
     job = _job(tmp_path)
     found = scan(job)
     assert all("stacks" not in f.relative for f in found.files)  # a py-spy dump is no log
-    assert {p.name for p in found.dumps} >= {"rank3.txt", "nccl_trace_rank_3", "error.json"}
+    assert {p.name for p in found.dumps} >= {"rank3.txt", "nccl_trace_rank_3"}
+    # torchelastic's error.json is a rank's last words, read as a log (``jsonlines.error_file``)
+    assert "n1/logs/error.json" in {f.relative for f in found.files}
     read = read_dumps(job, found.dumps, {"n1", "n2"})
-    assert read.problems == ()  # error.json is JSON of another kind: no dump, no problem
+    assert read.problems == ()
     assert [(t.rank, t.node, t.attempt) for t in read.traces] == [
         (0, "n1", 0),
         (1, "n1", 0),

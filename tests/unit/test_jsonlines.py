@@ -144,10 +144,11 @@ def test_a_traceback_in_json_lines_stays_one_record() -> None:
         "[rank102]:     idx, data = self._get_data()",
         "[rank102]: RuntimeError: DataLoader worker (pid 185572) is killed by signal: Bus error.",
     ]
-    lines = rendered(
+    lines, sources = rendered(
         [json.dumps({"ts": T0 + i / 1000, "rank": 102, "msg": m}) for i, m in enumerate(said)],
         False,
     )
+    assert sources == [0, 1, 2, 3]
     assert lines[0] == "[rank102]: 2025-09-12T07:15:57.000000Z Traceback (most recent call last):"
     assert lines[2] == "[rank102]:     idx, data = self._get_data()"
     rollup = NodeRollup("n1", default_stage_rules())
@@ -160,3 +161,38 @@ def test_a_coloured_message_reads_as_a_terminal_shows_it() -> None:
     # torchtitan colours its step line; a collector keeps the escapes inside the JSON string
     msg = "[titan] 2025-09-13 20:20:16,197 - root - INFO - \x1b[31mstep: 270  \x1b[32mloss:  3.7656"
     assert render({"ts": T0, "rank": 0, "msg": msg}).endswith("INFO - step: 270  loss:  3.7656")
+
+
+def test_torchelastics_error_file_is_the_traceback_it_holds_at_its_time(tmp_path: Path) -> None:
+    # torch/distributed/elastic/multiprocessing/errors/error_handler.py (``@record``): one
+    # object, the exception, its traceback as printed and the second it was raised.
+    stack = (
+        "Traceback (most recent call last):\n"
+        '  File "/app/train.py", line 182, in save_checkpoint\n'
+        "    dist.barrier()\n"
+        "RuntimeError: [/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 30000ms "
+        "for recv operation to complete\n"
+    )
+    error = {
+        "message": {
+            "message": "RuntimeError: [/gloo/transport/tcp/unbound_buffer.cc:78] Timed out",
+            "extraInfo": {"py_callstack": stack, "timestamp": str(T0)},
+        }
+    }
+    path = _write(tmp_path / "job" / "h1" / "attempt_0" / "1" / "error.json", [error])
+    (path.parent / "stderr.log").write_text("[rank3]: starting\n")
+    assert {f.relative for f in discover(tmp_path / "job")} >= {"h1/attempt_0/1/error.json"}
+    blocks = list(read_blocks(path))
+    lines = [line for b in blocks for line in b.lines]
+    assert lines == [
+        "2025-09-12T07:15:57.000000Z Traceback (most recent call last):",
+        '  File "/app/train.py", line 182, in save_checkpoint',
+        "    dist.barrier()",
+        "2025-09-12T07:15:57.000000Z RuntimeError: [/gloo/transport/tcp/unbound_buffer.cc:78] "
+        "Timed out waiting 30000ms for recv operation to complete",
+    ]
+    assert [b.offset(i) for b in blocks for i in range(len(b.lines))] == [0, 0, 0, 0]
+    header = parse_header(lines[-1], 2025)
+    assert header.timestamp == T0 and lines[-1][header.body_start :].startswith("RuntimeError")
+    # Any other object with a message field stays one line.
+    assert rendered([json.dumps({"message": {"text": "x"}})], False)[1] == [0]

@@ -155,6 +155,14 @@ CONSEQUENCES = [
     "/tmp/venv/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so)\n"
     "frame #6: c10d::ProcessGroupNCCL::ncclCommWatchdog() + 0x10c (0x7fc91a85531c in "
     "/tmp/venv/lib/python3.10/site-packages/torch/lib/libtorch_cuda.so)",
+    # A SIGTERM handler saving a rank's Flight Recorder trace before it exits (torch's
+    # _dump_fr_trace): the error type it names is why it dumped, not what failed.
+    "[rank3] RuntimeError: flight recorder trace written to /tmp/run/fr/attempt_0/fr_trace_rank_3",
+    "[rank0] SIGTERM: stack dump written to /tmp/job/stacks/rank0.txt",
+    # gloo's tcp/pair.cc when the other end closed its socket (its process exited)
+    "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed "
+    "by peer [10.77.0.12]:5517. This is typically caused by a remote worker crashing. Check the "
+    "logs of the remote worker before reporting an error.",
     # huggingface/transformers#17106: a rank waiting for rank 0's NCCL id
     "RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
     "c10d key-value store by key '0', but store->get('0') got error: Socket Timeout",
@@ -183,6 +191,7 @@ def test_near_misses_are_not_failures() -> None:
         "NCCL INFO Channel 00/02 :    0   1 via direct shared memory",
         "slurmstepd: info: job 3737 completed",
         "Saved checkpoint to /ckpt/step_100",
+        "Segmentation fault (core dumped)",
     ):
         term = LEX.cause_of_record(line)
         assert term is None or not term.says_cause, line

@@ -387,3 +387,113 @@ def test_torchs_desync_report_is_one_record(rules: StageRules) -> None:
     rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
     [group] = list(rollup.groups.values())
     assert "joined but didn't finish collective" in group.message
+
+
+def _records(rules: StageRules, lines: list[str]) -> list[tuple[str, str]]:
+    """(record's kind body, its message) of the lines scanned as one file."""
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    return [(k[0].body, g.message) for k, g in rollup.groups.items() if k[0].body.strip()]
+
+
+def test_a_traceback_quoted_in_an_exceptions_message_is_one_record(rules: StageRules) -> None:
+    # torch.distributed.checkpoint's CheckpointException quotes each failed rank's traceback
+    # ("Traceback (most recent call last): (RANK n)"), torch.multiprocessing.spawn the
+    # child's after "-- Process n terminated with the following error:": one record each,
+    # named by the exception that ends it.
+    checkpoint = [
+        "[rank26]: Traceback (most recent call last):",
+        '[rank26]:   File "/ws/torchtitan/train.py", line 577, in train',
+        "[rank26]:     self.checkpointer.save(",
+        "[rank26]: torch.distributed.checkpoint.api.CheckpointException: CheckpointException "
+        "ranks:dict_keys([26])",
+        "[rank26]: Traceback (most recent call last): (RANK 26)",
+        '[rank26]:   File "/torch/distributed/checkpoint/filesystem.py", line 420, in write_data',
+        "[rank26]:     _write_files_from_queue(",
+        "[rank26]: OSError: [Errno 28] No space left on device",
+    ]
+    spawn = [
+        "Traceback (most recent call last):",
+        '  File "/app/main.py", line 40, in <module>',
+        "    mp.spawn(run, nprocs=8)",
+        "torch.multiprocessing.spawn.ProcessRaisedException: ",
+        "",
+        "-- Process 3 terminated with the following error:",
+        "Traceback (most recent call last):",
+        '  File "/app/main.py", line 22, in run',
+        "    model = DDP(model, device_ids=[gpu])",
+        "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, unhandled system error",
+    ]
+    for lines, last in ((checkpoint, "OSError: [Errno"), (spawn, "RuntimeError: NCCL error")):
+        records = _records(rules, lines)
+        assert len(records) == 1, records
+        assert records[0][0].startswith(last), records
+
+
+def test_a_collectors_time_does_not_cut_a_chained_traceback(rules: StageRules) -> None:
+    # A shipper that stamps every line it ships (JSON lines rendered with their time, a pod log
+    # read with --timestamps) puts its time before "During handling…" and the next Traceback.
+    stamp = "2025-04-04T03:51:02.522120Z "
+    lines = [
+        f"[rank3]: {stamp}Traceback (most recent call last):",
+        '[rank3]:   File "/app/data.py", line 10, in load',
+        "[rank3]:     return read(path)",
+        f"[rank3]: {stamp}FileNotFoundError: [Errno 2] No such file or directory: 'x'",
+        "[rank3]: ",
+        f"[rank3]: {stamp}During handling of the above exception, another exception occurred:",
+        "[rank3]: ",
+        f"[rank3]: {stamp}Traceback (most recent call last):",
+        '[rank3]:   File "/app/train.py", line 5, in main',
+        "[rank3]:     batch = next(it)",
+        f"[rank3]: {stamp}RuntimeError: the data shard could not be read",
+    ]
+    records = _records(rules, lines)
+    assert len(records) == 1, records
+    assert records[0][0].startswith("RuntimeError: the data shard"), records
+
+
+def test_a_traceback_a_file_ends_with_takes_the_last_time_its_process_printed(
+    rules: StageRules,
+) -> None:
+    # torchrun --log-dir: a rank's stderr holds a start-up warning, then, half an hour later,
+    # the traceback it died with, stamp-less; its stdout went on printing steps until then.
+    from l4_plugin.ingest.rollup import NodeRollup, process_key, time_ref
+    from l4_plugin.ingest.timeline import Timeline
+
+    stderr = [
+        "[rank26]:[W830 23:49:23.752660751 ProcessGroupNCCL.cpp:4115] using GPU 2 to perform "
+        "barrier as devices used by this process are currently unknown.",
+        "/torch/utils/checkpoint.py:1399: FutureWarning: `torch.cpu.amp.autocast(args...)` is "
+        "deprecated.",
+        "[rank26]: Traceback (most recent call last):",
+        '[rank26]:   File "/ws/torchtitan/train.py", line 577, in train',
+        "[rank26]: OSError: [Errno 28] No space left on device",
+    ]
+    stdout = [
+        "[titan] 2025-08-31 00:17:16,360 - root - INFO - step: 390  loss:  5.0522",
+        "[titan] 2025-08-31 00:17:16,893 - root - INFO - Saving the checkpoint.",
+    ]
+    assert process_key("h/attempt_0/2/stderr.log") == process_key("h/attempt_0/2/stdout.log")
+    assert process_key("job-7-1.out") == process_key("job-7-1.err") != process_key("job-7-2.err")
+    for order in ((stderr, stdout), (stdout, stderr)):
+        rollup = NodeRollup("n1", rules, Timeline())
+        parser = LineParser()
+        for lines in order:
+            name = "stderr.log" if lines is stderr else "stdout.log"
+            rollup.scan(f"h/attempt_0/2/{name}", None, [(lines, parser.feed(lines), None, 0)])
+        times = {
+            word: time_ref(rollup, k[2], g)
+            for k, g in rollup.groups.items()
+            for word in ("OSError", "FutureWarning")
+            if word in k[0].body
+        }
+        assert times["OSError"] == stdout[-1], times
+        # the warning before the traceback keeps the time it was printed at
+        assert times["FutureWarning"] == stderr[0], times
+    # Alone, the traceback has nothing later to go by: the stamp before it.
+    rollup = NodeRollup("n1", rules, Timeline())
+    rollup.scan("h/0/stderr.log", None, [(stderr, LineParser().feed(stderr), None, 0)])
+    [(key, group)] = [(k, g) for k, g in rollup.groups.items() if k[0].body.startswith("OSError")]
+    assert time_ref(rollup, key[2], group) == stderr[0]
