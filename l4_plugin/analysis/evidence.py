@@ -457,3 +457,30 @@ def lexicon_priors(
         else:
             priors[tid] = (options.prior_weight * term.weight, f"failure-words:{term.category}")
     return priors, against
+
+
+def symptoms(
+    data: JobData, terms: Mapping[str, Term], options: AnalysisOptions = DEFAULT_OPTIONS
+) -> dict[str, tuple[float, str]]:
+    """Ordering factors for the programs' reports of a hardware fault that a node's system log
+    (kernel, driver) reported itself: each such template, by ``symptom_factor``, where one of
+    its nodes has a system-log template of the same hardware category."""
+    system = data.job.system_templates
+    said: dict[str, set[str]] = {}  # node -> hardware categories its system log named
+    for node, tid in data.cells:
+        term = terms.get(tid)
+        if (
+            tid in system
+            and term is not None
+            and term.says_cause
+            and term.category.startswith("hardware/")
+        ):
+            said.setdefault(node, set()).add(term.category)
+    out: dict[str, tuple[float, str]] = {}
+    for node, tid in data.cells:
+        term = terms.get(tid)
+        if tid in system or term is None or not term.says_cause:
+            continue
+        if term.category in said.get(node, ()):
+            out[tid] = (options.symptom_factor, f"symptom-of-system-log:{node}")
+    return out

@@ -69,6 +69,11 @@ class AnalysisOptions:
     prior_weight: float = 0.6
     cascade_words_factor: float = 0.5
     benign_words_factor: float = 0.5
+    # An application's error naming a hardware fault that the node's kernel or driver reported
+    # too (a CUDA ECC error beside Xid 48, an I/O error beside a Lustre eviction) ranks after
+    # that report by this factor: the system log says what the device did, the program what it
+    # saw of it (and the kernel's lines often carry no wall-clock time to be first by).
+    symptom_factor: float = 0.8
     # The window around a job-wide slowdown's onset in which a kernel or BMC line (no iteration
     # of its own) starts with it: from ``slowdown_lead_seconds`` before the onset bucket's start
     # to ``slowdown_tail_seconds`` after the end of the bucket after it.

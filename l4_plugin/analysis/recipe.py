@@ -24,6 +24,7 @@ from l4_plugin.analysis.evidence import (
     event_stats,
     lexicon_priors,
     record_terms,
+    symptoms,
     teardown,
     timed_in_stage,
 )
@@ -554,12 +555,17 @@ def _notes(
 
 
 def _lexicon_evidence(
-    terms: Mapping[str, Term], crossjob: FilterResult, options: AnalysisOptions
+    data: JobData,
+    terms: Mapping[str, Term],
+    crossjob: FilterResult,
+    options: AnalysisOptions,
 ) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:
     """(priors, ordering) from the failure lexicon's words: the words order every diagnosis (a
-    consequence after what explains it); with nothing to compare with they are also evidence
-    for a line."""
+    consequence after what explains it, a program's report of a hardware fault after the
+    system log's); with nothing to compare with they are also evidence for a line."""
     priors, consequences = lexicon_priors(terms, options)
+    for tid, why in symptoms(data, terms, options).items():
+        consequences.setdefault(tid, why)
     return ({} if not crossjob.no_baseline else priors), consequences
 
 
@@ -589,7 +595,7 @@ def analyze(
     slowdown = _slowdown(data, kept, len(nodes), options)
     events = timed_in_stage(events, data, stage.stage if stage else None)
     terms = record_terms(data, default_lexicon())
-    priors, consequences = _lexicon_evidence(terms, crossjob, options)
+    priors, consequences = _lexicon_evidence(data, terms, crossjob, options)
     hang = analyse_hang(data.job.dumps, nodes)
     fusion = (
         Fusion(max_events=options.max_events, root_window=options.root_window)

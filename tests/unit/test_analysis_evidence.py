@@ -287,3 +287,34 @@ def test_a_flap_and_its_return_in_one_template_is_recovered() -> None:
     # node c's port went down and never came back: the template is not recovered
     both = replace(back, state_lines=(*back.state_lines, ("c", "port", down.replace("b:", "c:"))))
     assert flapped(both, tuple(replace(e, level="WARN") for e in event_stats(both))) == set()
+
+
+def test_a_programs_report_of_a_fault_its_kernel_reported_is_the_symptom() -> None:
+    # Xid 48 in node a's dmesg (no wall-clock time) and the CUDA error its rank raised: the
+    # rank's error ranks after the driver's report. On node b, with no such report, the same
+    # error stands; nor does a kernel line of another kind (storage) make a GPU error a symptom.
+    from l4_plugin.analysis.evidence import record_terms, symptoms
+    from l4_plugin.analysis.lexicon import default_lexicon
+
+    texts = {
+        "xid": "NVRM: Xid (PCI:0000:18:00): 48, pid='<unknown>', name=<unknown>, An "
+        "uncorrectable double bit error (DBE) has been detected on GPU in the framebuffer",
+        "cuda": "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+        "lustre": "LustreError: 167-0: fs-OST0025-osc: This client was evicted by fs-OST0025",
+    }
+    cells = {
+        ("a", "xid"): Cell(1, math.nan, math.nan, 5.0),
+        ("a", "cuda"): Cell(1, 50.0, 50.0, 9.0),
+        ("b", "cuda"): Cell(1, 51.0, 51.0, 9.0),
+        ("b", "lustre"): Cell(1, 40.0, 40.0, 3.0),
+    }
+    data = _data(cells, {}, texts)
+    data = replace(data, job=replace(data.job, system_templates=frozenset({"xid", "lustre"})))
+    terms = record_terms(data, default_lexicon())
+    options = AnalysisOptions()
+    assert symptoms(data, terms, options) == {
+        "cuda": (options.symptom_factor, "symptom-of-system-log:a")
+    }
+    # Without the kernel's report, nothing is a symptom.
+    alone = replace(data, cells={k: v for k, v in cells.items() if k[1] != "xid"})
+    assert symptoms(alone, record_terms(alone, default_lexicon()), options) == {}

@@ -95,12 +95,6 @@ CAUSES = [
         "(total events = 12705)",
         "hardware/node",
     ),
-    # jade-hpc-gpu/jade-hpc-gpu.github.io#14: a Lustre client losing its servers
-    (
-        "[Mon Oct 16 10:06:17 2017] LustreError: 11-0: jmain01-MDT0000-mdc-ffff88203810d800: "
-        "operation obd_ping to node 172.31.126.88@o2ib failed: rc = -107",
-        "hardware/storage",
-    ),
     # whamcloud/integrated-manager-for-lustre#230
     ("mount.lustre failed: Cannot send after transport endpoint shutdown", "hardware/storage"),
     # vllm-project/vllm#3249 (a version mismatch; without frames the error type says user/code)
@@ -159,6 +153,9 @@ CONSEQUENCES = [
     # _dump_fr_trace): the error type it names is why it dumped, not what failed.
     "[rank3] RuntimeError: flight recorder trace written to /tmp/run/fr/attempt_0/fr_trace_rank_3",
     "[rank0] SIGTERM: stack dump written to /tmp/job/stacks/rank0.txt",
+    # Lustre's ptlrpc when a request to a server failed (the client was evicted or cut off)
+    "LustreError: 11-0: proj-OST0025-osc-ffff0bc226b72278: operation ost_write to node "
+    "10.233.0.2@o2ib failed: rc = -107",
     # gloo's tcp/pair.cc when the other end closed its socket (its process exited)
     "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed "
     "by peer [10.77.0.12]:5517. This is typically caused by a remote worker crashing. Check the "
@@ -306,6 +303,17 @@ def test_consequences_that_mean_something_alone() -> None:
         "    return cdb.all_reduce(tensor, op, group, async_op)"
     )
     assert stuck is not None and stuck.alone == "user/code"
+
+
+def test_a_lustre_request_that_failed_is_how_the_storage_failed() -> None:
+    # jade-hpc-gpu/jade-hpc-gpu.github.io#14: a Lustre client losing its servers. The failed
+    # request is how it showed (an eviction, when the kernel says so, is what happened); alone,
+    # it still names the storage.
+    term = LEX.cause_of_record(
+        "[Mon Oct 16 10:06:17 2017] LustreError: 11-0: jmain01-MDT0000-mdc-ffff88203810d800: "
+        "operation obd_ping to node 172.31.126.88@o2ib failed: rc = -107"
+    )
+    assert term is not None and term.cascade and term.alone == "hardware/storage"
 
 
 def test_a_time_limit_is_how_a_job_ended_and_alone_its_configuration() -> None:
