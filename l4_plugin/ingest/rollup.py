@@ -490,6 +490,11 @@ class NodeRollup:
         slot_pos = -SLOT_EVERY
         open_run: int | None = None
         waiting: list[int] = []  # runs still waiting for a stamped line after them
+        # The last stamped line of each stream (a line's rank) of the file; the one a timeline
+        # transition takes (``mark_ref``) and the stream it is of.
+        streams: dict[int | None, str] = {}
+        mark_ref: str | None = None
+        ref_rank: int | None = rank
         tb_runs: set[int] = set()  # the runs timeless tracebacks opened
         stamp_pos = 0
         # The traceback just closed, while a chained one ("During handling of the above
@@ -533,14 +538,6 @@ class NodeRollup:
                 if traits is None:
                     traits = compute(kind, rules)
                 lane, role, cont, opener, is_tb, keep, open_level, stamped, prefixed, blank = traits
-                if stamped:
-                    ts_ref, ts_shape = raw, shape
-                    stamp_pos = pos
-                    if waiting:
-                        for i in waiting:
-                            runs[i].after, runs[i].after_pos = raw, pos
-                        waiting.clear()
-                        open_run = None
                 if prefixed:
                     # ``rank_prefix_cached``, inlined for a shape whose spans are known: the
                     # rank's own digits, or a launcher prefix's cached rank.
@@ -560,6 +557,24 @@ class NodeRollup:
                         line_rank = rank
                 else:
                     line_rank, prefix_end = rank, 0
+                if stamped:
+                    ts_ref, ts_shape = raw, shape
+                    stamp_pos = pos
+                    streams[line_rank] = mark_ref = raw
+                    ref_rank = line_rank
+                    if waiting:
+                        for i in waiting:
+                            runs[i].after, runs[i].after_pos = raw, pos
+                        waiting.clear()
+                        open_run = None
+                elif line_rank != ref_rank:
+                    # A timeless line of another stream of a shared file (a rank's output in
+                    # the launcher's log) marks a transition no later than its own stream's
+                    # last stamp says: a rank's stdout, buffered, reaches the file after the
+                    # agent reported its death, yet its steps came before. (Its lines keep the
+                    # file's time: they are not evidence before it was written.)
+                    mark_ref = streams.get(line_rank, ts_ref)
+                    ref_rank = line_rank
                 if lane and tb is None and chain is None:
                     # The simple lane, most lines of a log: a plain line or an iteration marker
                     # that nothing before it absorbs only adds to its group (what the general
@@ -591,7 +606,7 @@ class NodeRollup:
                             entered_key = (stage, iteration)
                             again = entered.get(entered_key, 0)
                             entered[entered_key] = again + 1
-                            timeline.mark((stage, iteration, again), ts_ref)
+                            timeline.mark((stage, iteration, again), mark_ref)
                         training = True
                     if iteration is None or stage == "checkpointing":  # _unplaced, inlined
                         if (
@@ -717,7 +732,7 @@ class NodeRollup:
                         if stage == role.stage and (training or stage_before == stage):
                             then = role.then
                     if (iteration != iteration_before or stage != stage_before) and stage != "init":
-                        _enter(timeline, entered, stage, iteration, ts_ref)
+                        _enter(timeline, entered, stage, iteration, mark_ref)
                 unplaced = iteration is None or stage == "checkpointing"  # _unplaced, inlined
                 if (
                     unplaced
@@ -805,7 +820,7 @@ class NodeRollup:
                     open_group = open_kept = None
                 if then is not None and then != stage:
                     stage = then
-                    _enter(timeline, entered, stage, iteration, ts_ref)
+                    _enter(timeline, entered, stage, iteration, mark_ref)
         if tb is not None and tb_kind is not None:
             # The file ends inside a traceback (the process died while printing it): keep the
             # block as one record under its Traceback line rather than lose it.

@@ -30,6 +30,9 @@ def _body(raw: str) -> str:
         ),
         ("[rank0]:steps: 15001 loss: 1.7467 iter time (s): 3.198 samples/sec: 640.362", 15001),
         ("[default0]: 16%|█         | 2/12 [00:10<00:55,  5.54s/it]", 2),
+        # a custom loop's print() behind torchrun's --tee label and mpirun's
+        ("[default0]:step 17 loss 0.2758", 17),
+        ("[1,0]<stdout>:step 9 | loss 2.31", 9),
     ],
 )
 def test_iteration_markers(rules: StageRules, raw: str, number: int) -> None:
@@ -497,3 +500,31 @@ def test_a_traceback_a_file_ends_with_takes_the_last_time_its_process_printed(
     rollup.scan("h/0/stderr.log", None, [(stderr, LineParser().feed(stderr), None, 0)])
     [(key, group)] = [(k, g) for k, g in rollup.groups.items() if k[0].body.startswith("OSError")]
     assert time_ref(rollup, key[2], group) == stderr[0]
+
+
+def test_a_ranks_buffered_steps_mark_the_timeline_by_its_own_stream(rules: StageRules) -> None:
+    # torchrun's tee log: rank 0's print()ed steps, block-buffered, reach the file at exit,
+    # after the agent's report of its death. The steps began no later than rank 0's own last
+    # stamp (its start-up warning), not the agent's report; its lines keep the file's time.
+    from l4_plugin.ingest.rollup import NodeRollup
+    from l4_plugin.ingest.timeline import Timeline
+
+    start = "[default0]:[W1127 15:57:10.732304168 socket.cpp:207] [c10d] The hostname of the client"
+    agent = (
+        "E1127 15:57:55.577000 4465 torch/distributed/elastic/multiprocessing/api.py:1002] "
+        "failed (exitcode: 1) local_rank: 1 (pid: 4544) of binary: /venv/bin/python3"
+    )
+    lines = [
+        "W1127 15:57:02.016000 4465 torch/distributed/run.py:874] Setting OMP_NUM_THREADS",
+        start,
+        agent,
+        "[default0]:training from step 0 to 40, 960 samples, world 6",
+        *(f"[default0]:step {i} loss 0.{i}" for i in range(1, 6)),
+    ]
+    rollup = NodeRollup("n1", rules, Timeline())
+    rollup.scan("n1/torchrun.log", None, [(lines, LineParser().feed(lines), None, 0)])
+    marks = {key: ref for key, ref in rollup.timeline.marks.items() if key[1] is not None}
+    assert sorted(key[1] for key in marks) == [1, 2, 3, 4, 5]
+    assert set(marks.values()) == {start}
+    steps = [g for k, g in rollup.groups.items() if k[0].body.startswith("step")]
+    assert steps and all(g.first_ts_ref == agent for g in steps)
