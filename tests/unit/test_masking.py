@@ -44,6 +44,18 @@ def masker() -> Masker:
         ("see https://example.com/a?b=1 now", "see <URL> now"),
         ("c10d::ProcessGroupNCCL at::Tensor", "c00d::ProcessGroupNCCL at::Tensor"),
         ("ProcessGroupNCCL.cpp:616] done.", "ProcessGroupNCCL.cpp:<NUM>] done."),
+        # Ray's log deduplication: the line the workers printed, whatever the count
+        (
+            "*** SIGTERM received on cpu 7 *** [repeated 17x across cluster]",
+            "*** SIGTERM received on cpu <NUM> ***",
+        ),
+        (
+            "AssertionError: 19114 is not divisible by 8 [repeated 2x across cluster] (Ray "
+            "deduplicates logs by default. Set RAY_DEDUP_LOGS=0 to disable log deduplication, "
+            "or see https://docs.ray.io/en/master/ray-observability/user-guides/"
+            "configure-logging.html#log-deduplication for more options.)",
+            "AssertionError: <NUM> is not divisible by <NUM>",
+        ),
     ],
 )
 def test_token_kinds(masker: Masker, text: str, expected: str) -> None:
