@@ -177,7 +177,7 @@ class Fusion:
         _add_result_reasons(reasons, by_id, spatial, iterations, slowdown, silence, priors)
         factor = {t: f for t, (f, _) in (discounts or {}).items()}
         pre = {t: _noisy_or(w for _, w in r) * factor.get(t, 1.0) for t, r in reasons.items() if r}
-        earliest = self._earliest(pre, by_id, job_stage, n_nodes)
+        earliest = self._earliest(_causes(pre, ordering), by_id, job_stage, n_nodes)
         self._mark_cascade(reasons, by_id, earliest, n_nodes)
         order = _ordering(reasons, discounts, ordering)
         candidates = self._sorted(reasons, by_id, factor, order)
@@ -255,7 +255,8 @@ class Fusion:
                 and r
                 and e.first is not None
                 and e.first > first + self.root_window
-                and len(e.first_seen) >= self.cascade_fraction * n_nodes
+                # (hosts: a driver's log repeating one worker's error is no second node)
+                and len(_hosts(e.first_seen)) >= self.cascade_fraction * n_nodes
                 and not set(e.first_seen) <= root_nodes
             ):
                 r.append(("cascade", 0.0))
@@ -661,3 +662,17 @@ def _credit_culprit(
     for t in heard:
         reasons[t].append(("witness-statement", 0.0))
         order[t] = order.get(t, 1.0) * _WITNESS_STATEMENT_FACTOR
+
+
+def _hosts(nodes: Iterable[str]) -> list[str]:
+    """The hosts among an event's nodes, not the job's own files."""
+    return [n for n in nodes if not is_job_node(n)]
+
+
+def _causes(
+    pre: Mapping[str, float], ordering: Mapping[str, tuple[float, str]] | None
+) -> dict[str, float]:
+    """The candidates that may be the evidence everything else followed: not a consequence's
+    words (a teardown's SIGTERM, the launcher's report), however early it was printed."""
+    said = {t for t, (_, why) in (ordering or {}).items() if why == "consequence-words"}
+    return {t: s for t, s in pre.items() if t not in said}

@@ -271,3 +271,29 @@ def test_lines_without_a_clock_tie_in_the_order_their_node_printed_them() -> Non
     filt = CrossJobFilter().fit({}).transform(stats)
     ranked = Fusion().fit(events, ["k", "j"], crossjob=filt).result_.events
     assert [e.template_id for e in ranked][:2] == ["soft-lockup", "hung-task"]
+
+
+def test_a_consequence_printed_first_is_no_evidence_and_a_driver_copy_no_second_node() -> None:
+    # Ray: the teardown's "*** SIGTERM received" reaches three workers before the failing
+    # worker's traceback is stamped; the driver's log repeats that traceback. The SIGTERM is
+    # no earliest evidence, and the traceback is one host's (the driver is the job's own file),
+    # not a cascade most nodes printed.
+    from l4_plugin.records import JOB_NODE
+
+    nodes = ["a", "b", "c", "d"]
+    events = [
+        EventStat("sigterm", None, {"a": 97.0, "c": 97.0, "d": 97.0}, {"a": 1, "c": 1, "d": 1}),
+        EventStat("traceback", "ERROR", {"a": 100.0, JOB_NODE: 160.0}, {"a": 1, JOB_NODE: 1}),
+    ]
+    ordering = {"sigterm": (0.5, "consequence-words")}
+    filt = (
+        CrossJobFilter()
+        .fit({"iter-line": BaselineStat(2, 2, 1.0, 100.0)})
+        .transform([JobTemplateStat(e.template_id, e.count, len(e.counts), 1.0) for e in events])
+    )
+    res = Fusion(root_window=1.0).fit(events, nodes, crossjob=filt, ordering=ordering).result_
+    reasons = {e.template_id: e.reasons for e in res.candidates}
+    assert "earliest-evidence" not in reasons["sigterm"]
+    assert "earliest-evidence" in reasons["traceback"]
+    assert "cascade" not in reasons["traceback"]
+    assert res.events[0].template_id == "traceback"
