@@ -678,6 +678,7 @@ class NodeRollup:
                         or body[0] in " \t^~"
                         or body.startswith(_TB_CONTINUATION)
                         or kind.body.startswith(_TB_CONTINUATION)
+                        or (kind.has_timestamp and _stamped_indent(raw, prefix_end))
                     ) and len(tb) < MAX_TRACEBACK_LINES:
                         tb.append(raw)
                         absorbed = True
@@ -947,6 +948,14 @@ def kept_like_errors(kind: LineKind) -> bool:
 def kept_cap(kind: LineKind) -> int:
     """How many lines a group of this kind keeps (the condition of ``scan``, as a number)."""
     return MAX_KEPT_PER_GROUP if kept_like_errors(kind) else RARE_SAMPLE
+
+
+def _stamped_indent(raw: str, prefix_end: int) -> bool:
+    """Whether a line a shipper stamped (``kubectl logs --timestamps``, a collector's time before
+    the line as printed) was indented as printed: past the stamp and its one space, more space
+    (a traceback's frame or source line)."""
+    gap = raw.find(" ", prefix_end)
+    return gap >= 0 and raw[gap + 1 : gap + 2] in (" ", "\t")
 
 
 def _after_prefix(raw: str, prefix_end: int) -> str:

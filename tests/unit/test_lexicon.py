@@ -142,6 +142,10 @@ CONSEQUENCES = [
     "failure_config=train.FailureConfig(max_failures))` in the Trainer's `run_config` with "
     "`max_failures > 0`, or `max_failures = -1` for unlimited retries.",
     "Training errored after 1 iterations at 2025-07-06 18:11:38. Total running time: 98min 32s",
+    # torchrun's agent told to stop (torch/distributed/elastic/multiprocessing/api.py)
+    "torch.distributed.elastic.multiprocessing.api.SignalException: Process 124198 got signal: 15",
+    # kubectl get pods after the job failed
+    "sft-14b-5zsfh-worker-0    0/1     Error    0          77m   10.78.13.227   gpu-node-nnjj5",
     # abseil's signal handler in a Ray worker the teardown stopped
     "*** SIGTERM received at time=1751821897 on cpu 24 ***",
     # desihub/desitarget#628: srun after the step was killed
@@ -196,6 +200,7 @@ def test_near_misses_are_not_failures() -> None:
         "slurmstepd: info: job 3737 completed",
         "Saved checkpoint to /ckpt/step_100",
         "Segmentation fault (core dumped)",
+        "sft-14b-5zsfh-worker-3    1/1     Running    0          77m   10.78.13.2   gpu-node-a",
         # a file system's name in a path is no storage failure
         "saving to /lustre/proj/llm/ckpt/14b/checkpoint-920 and /gpfs/home/u/run",
     ):

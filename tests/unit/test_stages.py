@@ -528,3 +528,19 @@ def test_a_ranks_buffered_steps_mark_the_timeline_by_its_own_stream(rules: Stage
     assert set(marks.values()) == {start}
     steps = [g for k, g in rollup.groups.items() if k[0].body.startswith("step")]
     assert steps and all(g.first_ts_ref == agent for g in steps)
+
+
+def test_a_pod_logs_stamps_keep_a_traceback_one_record(rules: StageRules) -> None:
+    # kubectl logs --timestamps: every line, frames too, behind the kubelet's RFC 3339 time.
+    stamp = "2025-04-21T15:15:34.2637{:02d}Z "
+    body = [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/bin/torchrun", line 8, in <module>',
+        "    sys.exit(main())",
+        '  File "/usr/lib/python3/dist-packages/torch/distributed/run.py", line 919, in main',
+        "    run(args)",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+    ]
+    records = _records(rules, [stamp.format(i) + line for i, line in enumerate(body)])
+    assert len(records) == 1, records
+    assert records[0][0].startswith("torch.distributed.elastic.multiprocessing.errors"), records
