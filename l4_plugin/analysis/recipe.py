@@ -393,12 +393,22 @@ def _slowdown(
     checkpoint saves are not in it, hence the wide margin after it)."""
     per = _bucket_medians(data.node_iteration_seconds)
     its = [b for b in sorted(data.iteration_spans) if b in per]
-    if len(its) < 5:
-        return None
+    if len(its) >= 5:
+        found = SlowdownDetector().fit([per[b] for b in its], its).result_
+        if found is None or not _slow_by_the_clock(data):
+            return None
+    else:
+        # No stated durations (torchtitan states tokens per second, a print() loop nothing):
+        # the job's clock alone, over two buckets (a line every 10 steps in buckets of 15
+        # makes every other bucket look twice as fast).
+        per = _bucket_medians(_clock_paces(data, stride=2)) if data.time_unit == "ts" else {}
+        its = [b for b in sorted(data.iteration_spans) if b in per]
+        if len(its) < 5:
+            return None
+        found = SlowdownDetector().fit([per[b] for b in its], its).result_
+        if found is None:
+            return None
     secs = [per[b] for b in its]
-    found = SlowdownDetector().fit(secs, its).result_
-    if found is None or not _slow_by_the_clock(data):
-        return None
     k = its.index(found.first_iteration)
     lo, hi = its[max(0, k - 1)], its[min(len(its) - 1, k + 1)]
     last = max(data.iteration_spans)
@@ -457,6 +467,16 @@ def _slow_by_the_clock(data: JobData) -> bool:
     clock cannot tell (too few timed buckets)."""
     if data.time_unit != "ts":
         return True
+    per = _bucket_medians(_clock_paces(data))
+    its = sorted(per)
+    if len(its) < 5:
+        return True
+    return SlowdownDetector().fit([per[b] for b in its], its).result_ is not None
+
+
+def _clock_paces(data: JobData, stride: int = 1) -> dict[tuple[str, int], float]:
+    """Seconds per iteration by the job's clock, per (node, bucket): from the start of the bucket
+    to the start of the one ``stride`` buckets later, per iteration."""
     per_node: dict[str, list[tuple[int, float]]] = {}
     for (node, b), ts in data.node_iteration_start.items():
         if math.isfinite(ts):
@@ -464,14 +484,10 @@ def _slow_by_the_clock(data: JobData) -> bool:
     paces: dict[tuple[str, int], float] = {}
     for node, starts in per_node.items():
         starts.sort()
-        for (b, t0), (b1, t1) in itertools.pairwise(starts):
+        for (b, t0), (b1, t1) in zip(starts, starts[stride:], strict=False):
             if t1 > t0 and b1 > b:
                 paces[(node, b)] = (t1 - t0) / (b1 - b)
-    per = _bucket_medians(paces)
-    its = sorted(per)
-    if len(its) < 5:
-        return True
-    return SlowdownDetector().fit([per[b] for b in its], its).result_ is not None
+    return paces
 
 
 def _bucket_medians(per_node: dict[tuple[str, int], float]) -> dict[int, float]:

@@ -141,6 +141,27 @@ def _failure_iteration(data: JobData, analysis: Analysis) -> tuple[int, str] | N
     return None
 
 
+def _onset(data: JobData, bucket: int, tids: Sequence[str]) -> int:
+    """The iteration a slowdown began in: where the first of the lines that started with it
+    was printed, when that falls in its onset bucket or the next (the pace is judged over
+    whole buckets; the line says when), else the onset bucket."""
+    spans = data.iteration_spans
+    after = sorted(b for b in spans if b > bucket)[:2]
+    end = after[-1] + max(spans.get(after[-1], 1), 1) if after else math.inf
+    first: tuple[float, int, str] | None = None
+    for (it, tid), (ts, _) in data.iteration_cells.items():
+        if (
+            tid in tids
+            and bucket <= it < end
+            and math.isfinite(ts)
+            and (first is None or (ts, it) < first[:2])
+        ):
+            first = (ts, it, tid)
+    if first is None:
+        return bucket
+    return max(bucket, _within(data, _job_iteration_starts(data), first[1], (first[2],)))
+
+
 def _job_iteration_starts(data: JobData) -> dict[int, float]:
     """When each iteration bucket's first line was printed anywhere in the job."""
     starts: dict[int, float] = {}
@@ -211,7 +232,7 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
     # the slowed job finally failed.
     iterations = [it for it in iterations if it.iteration != slow.first_iteration] or iterations
     first = ReportIteration(
-        iteration=slow.first_iteration,
+        iteration=_onset(data, slow.first_iteration, slow.events),
         score=1.0,
         why="slowdown",
         distance=None,

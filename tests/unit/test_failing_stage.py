@@ -189,6 +189,18 @@ def test_a_kernel_line_of_its_own_starts_a_slowdown() -> None:
     found = _slowdown(data, frozenset({"step", "therm"}), 4, DEFAULT_OPTIONS)
     assert found is not None and found.first_iteration == 5
     assert found.events == ("therm",) and found.nodes == ("c",)
+    # torchtitan states tokens per second, no seconds per step: the job's clock alone tells
+    # (over two buckets: the onset bucket's pace reaches into the next).
+    clock = replace(data, node_iteration_seconds={})
+    found = _slowdown(clock, frozenset({"step", "therm"}), 4, DEFAULT_OPTIONS)
+    assert found is not None and found.first_iteration == 4
+    assert found.events == ("therm",)
+    # A steady clock is no slowdown.
+    steady = {(n, b): 10.0 * b for n in nodes for b in range(10)}
+    assert (
+        _slowdown(replace(clock, node_iteration_start=steady), frozenset(), 4, DEFAULT_OPTIONS)
+        is None
+    )
 
 
 def test_only_the_roots_stack_names_the_stage() -> None:
