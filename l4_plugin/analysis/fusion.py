@@ -69,6 +69,9 @@ _SILENT_PEER_WEIGHT = 0.35
 # throttled or degraded device that makes every rank wait.
 _SLOWDOWN_WEIGHT = 0.5
 _EARLIEST_WEIGHT = 0.3
+# The node (one of a few) that printed the event ranked first: the diagnosis's lead is its own
+# line, and two nodes' oddities (the logging rank's, the culprit's) should not outvote it.
+_LEAD_WEIGHT = 0.3
 # Named by its peers' failure evidence (an address of its own in their errors): the other end of
 # the broken connections. Scaled by its witnesses relative to the most-named node's.
 _NAMED_WEIGHT = 0.85
@@ -423,6 +426,9 @@ class Fusion:
                     n for n, ts in e.first_seen.items() if ts <= first + self.root_window
                 }
         sel_ids = [ev.template_id for ev in selected]
+        lead = set(_hosts(by_id[sel_ids[0]].first_seen)) if sel_ids else set()
+        if len(lead) >= self.cascade_fraction * max(len(all_nodes), 1):
+            lead = set()  # a job-wide line leads: it singles out no node
         named = {n.node: n for n in peers.named} if peers is not None else {}
         witnesses = peers.witnesses if peers is not None else {}
         out: list[RankedNode] = []
@@ -437,6 +443,9 @@ class Fusion:
             if node in root_nodes:
                 weights.append(_EARLIEST_WEIGHT)
                 why.append("earliest-evidence")
+            if node in lead:
+                weights.append(_LEAD_WEIGHT)
+                why.append("lead-event")
             if node in lagging:
                 weights.append(0.3)
                 why.append("lagging-stage")

@@ -297,3 +297,13 @@ def test_a_consequence_printed_first_is_no_evidence_and_a_driver_copy_no_second_
     assert "earliest-evidence" in reasons["traceback"]
     assert "cascade" not in reasons["traceback"]
     assert res.events[0].template_id == "traceback"
+
+
+def test_the_node_of_the_lead_event_has_it_as_a_reason_unless_the_line_is_job_wide() -> None:
+    nodes = [f"n{i}" for i in range(8)]
+    local = [EventStat("xid", "ERROR", {"n3": 100.0}, {"n3": 1}, "training")]
+    res = Fusion().fit(local, nodes).result_
+    assert "lead-event" in res.nodes[0].reasons and res.nodes[0].node == "n3"
+    wide = [EventStat("nan-loss", "ERROR", {n: 100.0 for n in nodes}, {n: 1 for n in nodes})]
+    res = Fusion().fit(wide, nodes).result_
+    assert all("lead-event" not in n.reasons for n in res.nodes)

@@ -72,6 +72,9 @@ CAUSES = [
         "hostfile, will proceed with training with local resources only.",
         "user/config",
     ),
+    # c10's CUDA check with cudaGetErrorString(cudaErrorUnknown): a rank's view of a GPU that
+    # fell off the bus (Xid 79)
+    ("RuntimeError: CUDA error: unknown error", "hardware/accelerator"),
     # SystemsGenetics/GEMmaker#233: Slurm preemption
     (
         "slurmstepd: error: *** JOB 32391783 ON cn119 CANCELLED AT 2021-06-18T13:05:36 DUE TO "
@@ -144,6 +147,10 @@ CONSEQUENCES = [
     "Training errored after 1 iterations at 2025-07-06 18:11:38. Total running time: 98min 32s",
     # torchrun's agent told to stop (torch/distributed/elastic/multiprocessing/api.py)
     "torch.distributed.elastic.multiprocessing.api.SignalException: Process 124198 got signal: 15",
+    # torch's desync report (ProcessGroupNCCL::retrieveDesyncReport) on the rank that timed out
+    "[rank0]:[E627 10:58:46.124620437 ProcessGroupNCCL.cpp:1330] [PG ID 0 PG GUID 0(default_pg) "
+    "Rank 0] \n\t - To our best knowledge, the lagging/dead/mismatched ranks that caused the "
+    "desync are:\n\t   - [8, 9] joined but didn't finish collective #2781 (count from 1)",
     # kubectl get pods after the job failed
     "sft-14b-5zsfh-worker-0    0/1     Error    0          77m   10.78.13.227   gpu-node-nnjj5",
     # abseil's signal handler in a Ray worker the teardown stopped
