@@ -397,6 +397,8 @@ def _slowdown(
         found = SlowdownDetector().fit([per[b] for b in its], its).result_
         if found is None or not _slow_by_the_clock(data):
             return None
+        if _averaged_away(its, [per[b] for b in its]):
+            return None
     else:
         # No stated durations (torchtitan states tokens per second, a print() loop nothing):
         # the job's clock alone, over two buckets (a line every 10 steps in buckets of 15
@@ -472,6 +474,24 @@ def _slow_by_the_clock(data: JobData) -> bool:
     if len(its) < 5:
         return True
     return SlowdownDetector().fit([per[b] for b in its], its).result_ is not None
+
+
+def _averaged_away(its: list[int], rates: list[float]) -> bool:
+    """Whether stated seconds per iteration that show a slowdown are a rate averaged since the
+    start (tqdm's in a Ray or HF bar, read once per bucket) whose only slow iterations were a few
+    stalls (checkpoint saves): such a rate jumps at a stall and falls back bucket after bucket.
+    The iterations' own durations, taken back out of the average (``n·a(n) − m·a(m)`` over the
+    ``n − m`` iterations between two readings), then show no slowdown. A rate that is no such
+    average (a duration comes out at or below zero) is left as it is."""
+    own = []
+    for (m, a_m), (n, a_n) in itertools.pairwise(zip(its, rates, strict=True)):
+        if n <= m or m <= 0:
+            return False
+        duration = (n * a_n - m * a_m) / (n - m)
+        if duration <= 0:
+            return False
+        own.append(duration)
+    return len(own) >= 5 and SlowdownDetector().fit(own, its[1:]).result_ is None
 
 
 def _clock_paces(data: JobData, stride: int = 1) -> dict[tuple[str, int], float]:

@@ -252,3 +252,26 @@ def test_a_rate_averaged_since_the_start_is_no_slowdown_when_the_clock_disagrees
         node_iteration_seconds=stated,
     )
     assert _slowdown(data, frozenset({"step"}), 2, DEFAULT_OPTIONS) is None
+
+
+def test_a_rate_averaged_since_the_start_with_stalls_is_no_slowdown() -> None:
+    # A Ray/HF bar's s/it averaged since the start, read once per step, no timestamps: a
+    # checkpoint save at steps 11 and 21 lifts it, and it falls back step after step. The steps'
+    # own durations (taken back out of the average) show two stalls, no slowdown; a real one
+    # (every step from 11 on twice as long) stays one read either way.
+    from l4_plugin.analysis.recipe import _averaged_away
+
+    def averaged(durations: list[float]) -> list[float]:
+        total, out = 0.0, []
+        for n, d in enumerate(durations, 1):
+            total += d
+            out.append(total / n)
+        return out
+
+    its = list(range(1, 31))
+    stalls = [10.0 if n not in (11, 21) else 100.0 for n in its]
+    slower = [10.0 if n < 11 else 20.0 for n in its]
+    assert _averaged_away(its, averaged(stalls))
+    assert not _averaged_away(its, averaged(slower))
+    # per-step durations as stated (Megatron's elapsed time per iteration) are no average
+    assert not _averaged_away(its, slower)
