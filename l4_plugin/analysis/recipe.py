@@ -408,7 +408,9 @@ def _slowdown(
         if len(its) < 5:
             return None
         found = SlowdownDetector().fit([per[b] for b in its], its).result_
-        if found is None:
+        # The clock also slows in a job's last moments (retries before a link gives up, a
+        # device failing): a slowdown it shows alone must last, not only precede the end.
+        if found is None or sum(b >= found.first_iteration for b in its) < _CLOCK_SUSTAIN:
             return None
     secs = [per[b] for b in its]
     k = its.index(found.first_iteration)
@@ -474,6 +476,10 @@ def _slow_by_the_clock(data: JobData) -> bool:
     if len(its) < 5:
         return True
     return SlowdownDetector().fit([per[b] for b in its], its).result_ is not None
+
+
+#: Buckets (windows of two) from the onset to the end a slowdown seen by the clock alone lasts.
+_CLOCK_SUSTAIN = 4
 
 
 def _averaged_away(its: list[int], rates: list[float]) -> bool:

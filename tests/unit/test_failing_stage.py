@@ -195,6 +195,15 @@ def test_a_kernel_line_of_its_own_starts_a_slowdown() -> None:
     found = _slowdown(clock, frozenset({"step", "therm"}), 4, DEFAULT_OPTIONS)
     assert found is not None and found.first_iteration == 4
     assert found.events == ("therm",)
+    # ... when it lasts: a clock that slows only over the last buckets (retries before a link
+    # gives up) is how the job ended.
+    late = {
+        (n, b): (10.0 * b if b < 8 else 80.0 + 40.0 * (b - 8)) for n in nodes for b in range(10)
+    }
+    assert (
+        _slowdown(replace(clock, node_iteration_start=late), frozenset(), 4, DEFAULT_OPTIONS)
+        is None
+    )
     # A steady clock is no slowdown.
     steady = {(n, b): 10.0 * b for n in nodes for b in range(10)}
     assert (
