@@ -380,17 +380,10 @@ def _stragglers(data: JobData, nodes: list[str]) -> StragglerResult | None:
     return StragglerDetector().fit(durations, nodes, buckets[:-1]).result_
 
 
-def _slowdown(
-    data: JobData, kept: frozenset[str], n_nodes: int, options: AnalysisOptions
-) -> Slowdown | None:
-    """The job-wide slowdown (from the seconds per iteration its iteration lines state) and the
-    events that start with it and keep up: first printed within one bucket of its onset, before
-    the job's last bucket, in two buckets or more, by less than half of the nodes (a cause is
-    local; the slowdown is not). Kernel and BMC lines carry no iteration: they count when printed
-    only by nodes that have such events (by a few nodes, when no training line started with the
-    slowdown), more than once, from about when the onset happened
-    (:func:`_bucket_times`; without timestamps on iteration lines the estimate runs early,
-    checkpoint saves are not in it, hence the wide margin after it)."""
+def _slowdown_onset(data: JobData) -> tuple[Slowdown, list[int], list[float]] | None:
+    """Where the job slowed down (``SlowdownDetector``), with the buckets and their seconds per
+    iteration it was judged on: the durations the iteration lines state, confirmed by the clock
+    and not a rate averaged over a few stalls; without them, the clock alone."""
     per = _bucket_medians(data.node_iteration_seconds)
     its = [b for b in sorted(data.iteration_spans) if b in per]
     if len(its) >= 5:
@@ -412,7 +405,24 @@ def _slowdown(
         # device failing): a slowdown it shows alone must last, not only precede the end.
         if found is None or sum(b >= found.first_iteration for b in its) < _CLOCK_SUSTAIN:
             return None
-    secs = [per[b] for b in its]
+    return found, its, [per[b] for b in its]
+
+
+def _slowdown(
+    data: JobData, kept: frozenset[str], n_nodes: int, options: AnalysisOptions
+) -> Slowdown | None:
+    """The job-wide slowdown (from the seconds per iteration its iteration lines state) and the
+    events that start with it and keep up: first printed within one bucket of its onset, before
+    the job's last bucket, in two buckets or more, by less than half of the nodes (a cause is
+    local; the slowdown is not). Kernel and BMC lines carry no iteration: they count when printed
+    only by nodes that have such events (by a few nodes, when no training line started with the
+    slowdown), more than once, from about when the onset happened
+    (:func:`_bucket_times`; without timestamps on iteration lines the estimate runs early,
+    checkpoint saves are not in it, hence the wide margin after it)."""
+    onset = _slowdown_onset(data)
+    if onset is None:
+        return None
+    found, its, secs = onset
     k = its.index(found.first_iteration)
     lo, hi = its[max(0, k - 1)], its[min(len(its) - 1, k + 1)]
     last = max(data.iteration_spans)
