@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 
@@ -202,6 +203,21 @@ def _loud_ends(
     return {n for n, t in last_error.items() if t >= last[n] - options.loud_end_seconds}
 
 
+#: What a node's kernel says when it kills a process for memory: the node lives on and says
+#: why the process died (a process killed by the kernel is no hung or lost node).
+_KERNEL_KILL = re.compile(r"Killed process (?:\d+|<NUM>)|oom-kill:|invoked oom-killer")
+
+
+def _killed_on(data: JobData) -> set[str]:
+    """Nodes whose kernel reports killing a process (the OOM killer): loud, not silent."""
+    killing = {
+        tid
+        for tid in data.job.system_templates
+        if (info := data.templates.get(tid)) is not None and _KERNEL_KILL.search(info.text)
+    }
+    return {node for node, tid in data.cells if tid in killing}
+
+
 def _silence(
     data: JobData,
     events: tuple[EventStat, ...],
@@ -218,7 +234,7 @@ def _silence(
     if data.time_unit != "ts":
         return result
     last = _node_last(data)
-    loud = _loud_ends(data, events, kept, last, options)
+    loud = _loud_ends(data, events, kept, last, options) | _killed_on(data)
     silent = [s for s in result.silent if s.node not in loud]
     stopped = tuple(s for s in result.silent if s.node in loud)
     found = {s.node for s in silent}
