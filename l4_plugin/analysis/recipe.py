@@ -419,7 +419,11 @@ def _slowdown_onset(data: JobData) -> tuple[Slowdown, list[int], list[float]] | 
         found = SlowdownDetector().fit([per[b] for b in its], its).result_
         # The clock also slows in a job's last moments (retries before a link gives up, a
         # device failing): a slowdown it shows alone must last, not only precede the end.
-        if found is None or sum(b >= found.first_iteration for b in its) < _CLOCK_SUSTAIN:
+        if (
+            found is None
+            or sum(b >= found.first_iteration for b in its) < _CLOCK_SUSTAIN
+            or (found.ratio - 1.0) * found.reference < _CLOCK_RESOLUTION
+        ):
             return None
     return found, its, [per[b] for b in its]
 
@@ -506,6 +510,9 @@ def _slow_by_the_clock(data: JobData) -> bool:
 
 #: Buckets (windows of two) from the onset to the end a slowdown seen by the clock alone lasts.
 _CLOCK_SUSTAIN = 4
+#: Seconds per iteration below which the clock alone tells no slowdown: stamps read in whole
+#: seconds, and lines that borrow a neighbour's, cannot show a few hundredths.
+_CLOCK_RESOLUTION = 0.05
 
 
 def _averaged_away(its: list[int], rates: list[float]) -> bool:

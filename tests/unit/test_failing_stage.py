@@ -195,6 +195,12 @@ def test_a_kernel_line_of_its_own_starts_a_slowdown() -> None:
     found = _slowdown(clock, frozenset({"step", "therm"}), 4, DEFAULT_OPTIONS)
     assert found is not None and found.first_iteration == 4
     assert found.events == ("therm",)
+    # ... by more than the clock can resolve (40 ms steps a third slower: stamps' jitter)
+    fast = {(n, b): 0.04 * b if b < 4 else 0.16 + 0.06 * (b - 4) for n in nodes for b in range(10)}
+    assert (
+        _slowdown(replace(clock, node_iteration_start=fast), frozenset(), 4, DEFAULT_OPTIONS)
+        is None
+    )
     # ... when it lasts: a clock that slows only over the last buckets (retries before a link
     # gives up) is how the job ended.
     late = {
