@@ -318,3 +318,20 @@ def test_a_programs_report_of_a_fault_its_kernel_reported_is_the_symptom() -> No
     # Without the kernel's report, nothing is a symptom.
     alone = replace(data, cells={k: v for k, v in cells.items() if k[1] != "xid"})
     assert symptoms(alone, record_terms(alone, default_lexicon()), options) == {}
+
+
+def test_a_node_whose_kernel_killed_a_process_is_not_silent() -> None:
+    # The OOM killer took one rank's process: the node's kernel goes on and says so. A hung or
+    # crashed node (its last kernel words a lockup or a machine check) says no such thing.
+    from l4_plugin.analysis.recipe import _killed_on
+
+    texts = {
+        "oom": "Out of memory: Killed process <NUM> (python3) total-vm:<SIZE>, anon-rss:<SIZE>",
+        "lockup": "watchdog: BUG: soft lockup - CPU#<NUM> stuck for <DUR>! [python3:<NUM>]",
+        "step": "step <NUM> | loss <NUM>",
+    }
+    cells = {("a", "oom"): Cell(1, 5.0, 5.0, 0.0), ("b", "lockup"): Cell(1, 5.0, 5.0, 0.0)}
+    cells |= {(n, "step"): Cell(3, 0.0, 4.0, 0.0) for n in ("a", "b", "c")}
+    data = _data(cells, {}, texts)
+    data = replace(data, job=replace(data.job, system_templates=frozenset({"oom", "lockup"})))
+    assert _killed_on(data) == {"a"}

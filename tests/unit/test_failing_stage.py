@@ -290,31 +290,3 @@ def test_a_rate_averaged_since_the_start_with_stalls_is_no_slowdown() -> None:
     assert not _averaged_away(its, averaged(slower))
     # per-step durations as stated (Megatron's elapsed time per iteration) are no average
     assert not _averaged_away(its, slower)
-
-
-def test_a_node_whose_kernel_killed_a_process_is_not_silent() -> None:
-    # The OOM killer took one rank's process: the node's kernel goes on and says so. A hung or
-    # crashed node (its last kernel words a lockup or a machine check) says no such thing.
-    from l4_plugin.analysis.recipe import _killed_on
-
-    texts = {
-        "oom": "Out of memory: Killed process <NUM> (python3) total-vm:<SIZE>, anon-rss:<SIZE>",
-        "lockup": "watchdog: BUG: soft lockup - CPU#<NUM> stuck for <DUR>! [python3:<NUM>]",
-        "step": "step <NUM> | loss <NUM>",
-    }
-    nodes = ("a", "b", "c")
-    data = JobData(
-        job=JobDoc(
-            "j", "failed", "fp", nodes, 10, 0.0, 9.0, system_templates=frozenset({"oom", "lockup"})
-        ),
-        time_unit="ts",
-        cells={("a", "oom"): Cell(1, 5.0, 5.0, 0.0), ("b", "lockup"): Cell(1, 5.0, 5.0, 0.0)}
-        | {(n, "step"): Cell(3, 0.0, 4.0, 0.0) for n in nodes},
-        templates={t: TemplateInfo(x) for t, x in texts.items()},
-        stage_spans={},
-        iteration_cells={},
-        iteration_spans={},
-        node_iteration_start={},
-        node_last_iteration={},
-    )
-    assert _killed_on(data) == {"a"}
