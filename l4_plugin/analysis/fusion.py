@@ -563,7 +563,7 @@ def _all_nodes(
     for e in events:
         for n in e.first_seen:
             seen[n] = None
-    return sorted(n for n in seen if not is_job_node(n))  # hosts, not the job's own files
+    return sorted(_hosts(seen))
 
 
 def _level_reasons(

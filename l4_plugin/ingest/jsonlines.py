@@ -161,12 +161,17 @@ def render(obj: dict[str, Any], hosts_labelled: bool = False) -> str:
         return f"{label}{prefix}{message}"
     parts = [label, prefix]
     if moment is not None:
-        parts.append(moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + ("Z " if moment.tzinfo else " "))
+        parts.append(_stamp(moment))
     level = _field(obj, _LEVEL)
     if isinstance(level, str) and level.strip().isalpha():
         parts.append(level.strip().upper() + " ")
     parts.append(message)
     return "".join(parts)
+
+
+def _stamp(moment: datetime.datetime) -> str:
+    """A JSON object's time as the line's leading ISO-8601 stamp (``Z`` when in UTC)."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%f") + ("Z " if moment.tzinfo else " ")
 
 
 def _shown(message: str) -> str:
@@ -205,7 +210,7 @@ def error_file(obj: dict[str, Any]) -> list[str] | None:
     stack = info.get("py_callstack")
     text = stack if isinstance(stack, str) and stack.strip() else str(inner.get("message", ""))
     moment = _moment(info.get("timestamp"))
-    stamp = moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ ") if moment is not None else ""
+    stamp = _stamp(moment) if moment is not None else ""
     out = []
     for line in text.rstrip("\n").split("\n"):
         line = _shown(line)
