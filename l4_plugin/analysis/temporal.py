@@ -10,12 +10,14 @@
 * :class:`SlowdownDetector` — the first iteration from which the whole job runs slower than its
   own earlier pace (in synchronous training a throttled GPU slows every rank alike).
 * :func:`iteration_at` — the iteration a moment between two iteration lines fell in.
+* :func:`waited` — how long a timeout says it waited: when the wait began.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+import re
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -39,6 +41,19 @@ from l4_plugin.errors import AnalysisError
 _EPS = 1e-9
 # The iteration lines whose spacing gives a job's recent pace (iteration_at).
 _PACE_POINTS = 6
+
+# What a timeout says it waited, and the unit in seconds, as PyTorch words it: the NCCL watchdog
+# ("WorkNCCL(…) ran for 600025 milliseconds before timing out"), Gloo's transport ("Timed out
+# waiting 1800000ms for recv operation to complete"), ``monitored_barrier`` ("Rank 1 failed to
+# pass monitoredBarrier in 2000 ms"), the NCCL heartbeat monitor ("watchdog got stuck for 480
+# seconds without making progress") and the TCP store ("wait timeout after 300000ms").
+_WAITED = (
+    (re.compile(r"\bran for (\d+) milliseconds before timing out"), 1e-3),
+    (re.compile(r"\bTimed out waiting (\d+) ?ms\b"), 1e-3),
+    (re.compile(r"\bfailed to pass monitoredBarrier in (\d+) ms\b"), 1e-3),
+    (re.compile(r"\bwatchdog got stuck for (\d+) seconds\b"), 1.0),
+    (re.compile(r"\bwait timeout after (\d+) ?ms\b"), 1e-3),
+)
 
 
 class StageAnalyzer:
@@ -421,3 +436,14 @@ def iteration_at(
     interval = max(spans.get(bucket, 1), int(np.median([n for n, _ in pairs])))
     steps = math.ceil((t - start) / pace)
     return bucket + steps if steps <= interval else bucket + 1
+
+
+def waited(message: str) -> float | None:
+    """The seconds a timeout's message says it waited before it fired (None: it says none).
+    A collective that timed out began that long before the line: the moment the job stopped
+    going forward, where the line itself comes minutes later."""
+    for pattern, unit in _WAITED:
+        found = pattern.search(message)
+        if found is not None:
+            return int(found.group(1)) * unit
+    return None

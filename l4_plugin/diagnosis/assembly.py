@@ -23,7 +23,7 @@ import numpy as np
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.tables import JobData, JobDoc
-from l4_plugin.analysis.temporal import iteration_at
+from l4_plugin.analysis.temporal import iteration_at, waited
 from l4_plugin.analysis.verdict import VerdictEvent, VerdictNode, VerdictRule, decide
 from l4_plugin.diagnosis.hangs import report_hang
 from l4_plugin.records import Finding, Verdict
@@ -188,7 +188,27 @@ def _within(data: JobData, starts: dict[int, float], bucket: int, tids: Sequence
             return int(found.group(1))
     cells = data.iteration_cells
     first = min((cells[(bucket, t)][0] for t in tids if (bucket, t) in cells), default=math.inf)
-    return iteration_at(starts, data.iteration_spans, bucket, first)
+    return iteration_at(starts, data.iteration_spans, bucket, min(first, _stalled(data, bucket)))
+
+
+def _stalled(data: JobData, bucket: int) -> float:
+    """When the job stopped going forward in ``bucket``, as its timeouts tell: the earliest
+    moment a timed-out wait began (the line's time less what it says it waited,
+    ``temporal.waited``) that falls after the bucket's first line (inf: none says). A
+    watchdog's line comes ten minutes or more after the job stopped; the wait it reports began
+    where the job did."""
+    if data.time_unit != "ts":
+        return math.inf
+    begun = min(
+        (t for (_, b), t in data.node_iteration_start.items() if b == bucket), default=math.inf
+    )
+    waits = {t: w for t, info in data.templates.items() if (w := waited(info.message)) is not None}
+    stalled = math.inf
+    for (it, tid), (ts, _) in data.iteration_cells.items():
+        wait = waits.get(tid)
+        if wait is not None and it >= bucket and begun < ts - wait < stalled:
+            stalled = ts - wait
+    return stalled
 
 
 def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...]:

@@ -6,7 +6,10 @@ import math
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
+
 from l4_plugin.analysis.tables import JobData, JobDoc
+from l4_plugin.analysis.temporal import waited
 from l4_plugin.diagnosis.assembly import _failure_iteration
 
 
@@ -65,3 +68,54 @@ def test_an_error_that_states_its_iteration_is_taken_at_its_word() -> None:
     # a number beyond the next iteration line is not this one's
     later = replace(data, iteration_spans={**data.iteration_spans, 790: 5})
     assert _failure_iteration(later, _analysis("nan")) == (789, "nan")
+
+
+def test_a_timeout_places_the_failure_where_its_wait_began() -> None:
+    # The watchdog fires ten minutes after the job stopped: its line is late, but it says how
+    # long the collective ran, so when the job stopped (3 iterations past bucket 280).
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+
+    msg = (
+        "[rank5]:[E514 09:55:17.012893438 ProcessGroupNCCL.cpp:616] [Rank 5] Watchdog caught "
+        "collective operation timeout: WorkNCCL(SeqNum=6037, OpType=_ALLGATHER_BASE, "
+        "NumelIn=29, NumelOut=37, Timeout(ms)=600000) ran for 600025 milliseconds before "
+        "timing out."
+    )
+    late = STARTS[280] + 12.0 + 600.025
+    data = replace(
+        _data({(280, "wd"): (late, 8)}, STARTS),
+        templates={"wd": TemplateInfo("Watchdog caught …", message=msg)},
+    )
+    assert _failure_iteration(data, _analysis("wd")) == (283, "wd")
+    # without what it says it waited, a late line says only that the job got past bucket 280
+    mute = replace(data, templates={"wd": TemplateInfo("Watchdog caught …", message="timeout")})
+    assert _failure_iteration(mute, _analysis("wd")) == (281, "wd")
+
+
+@pytest.mark.parametrize(
+    ("message", "seconds"),
+    [
+        (
+            "WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600025 milliseconds before timing out.",
+            600.025,
+        ),
+        (
+            "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting "
+            "1800000ms for recv operation to complete",
+            1800.0,
+        ),
+        ("RuntimeError: [Rank 0]: Rank 1 failed to pass monitoredBarrier in 2000 ms", 2.0),
+        ("ProcessGroupNCCL's watchdog got stuck for 480 seconds without making progress", 480.0),
+        (
+            "torch.distributed.DistStoreError: wait timeout after 300000ms, keys: "
+            "/default_pg/0//cuda//0",
+            300.0,
+        ),
+        ("Timeout(ms)=600000", None),
+        ("NCCL error: remote process exited or there was a network error", None),
+    ],
+)
+def test_what_a_timeout_says_it_waited(message: str, seconds: float | None) -> None:
+    assert waited(message) == (pytest.approx(seconds) if seconds is not None else None)
