@@ -410,7 +410,11 @@ def _first_run(hit: NDArray[np.bool_], k: int) -> int | None:
 
 
 def iteration_at(
-    starts: Mapping[int, float], spans: Mapping[int, int], bucket: int, t: float
+    starts: Mapping[int, float],
+    spans: Mapping[int, int],
+    bucket: int,
+    t: float,
+    resumed: float = -math.inf,
 ) -> int:
     """The iteration a moment ``t`` of the iteration bucket ``bucket`` fell in.
 
@@ -421,7 +425,9 @@ def iteration_at(
     a job that prints progress every 10 iterations and fails 3 iterations after its last line
     failed in iteration ``bucket + 3``. A line later than the next iteration line would have
     come (a timeout that fired long after the job stopped) says only that the job got past
-    ``bucket``: ``bucket + 1``. Without a pace, ``bucket``.
+    ``bucket``: ``bucket + 1``. Without a pace, ``bucket``. ``resumed``: when the job took up
+    its iterations again within the bucket after a pause (a checkpoint's save): they are
+    counted from there.
     """
     start = starts.get(bucket)
     if start is None or not math.isfinite(start) or not math.isfinite(t) or t <= start:
@@ -434,7 +440,7 @@ def iteration_at(
         return bucket
     pace = float(np.median([secs / n for n, secs in pairs]))
     interval = max(spans.get(bucket, 1), int(np.median([n for n, _ in pairs])))
-    steps = math.ceil((t - start) / pace)
+    steps = math.ceil((t - max(start, resumed)) / pace)
     return bucket + steps if steps <= interval else bucket + 1
 
 

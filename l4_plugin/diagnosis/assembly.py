@@ -22,10 +22,11 @@ import numpy as np
 
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.recipe import Analysis
-from l4_plugin.analysis.tables import JobData, JobDoc
+from l4_plugin.analysis.tables import JobData, JobDoc, TemplateInfo
 from l4_plugin.analysis.temporal import iteration_at, waited
 from l4_plugin.analysis.verdict import VerdictEvent, VerdictNode, VerdictRule, decide
 from l4_plugin.diagnosis.hangs import report_hang
+from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.records import Finding, Verdict
 from l4_plugin.report.extras import (
     IterationPoint,
@@ -188,7 +189,32 @@ def _within(data: JobData, starts: dict[int, float], bucket: int, tids: Sequence
             return int(found.group(1))
     cells = data.iteration_cells
     first = min((cells[(bucket, t)][0] for t in tids if (bucket, t) in cells), default=math.inf)
-    return iteration_at(starts, data.iteration_spans, bucket, min(first, _stalled(data, bucket)))
+    moment = min(first, _stalled(data, bucket))
+    return iteration_at(
+        starts, data.iteration_spans, bucket, moment, _resumed(data, bucket, moment)
+    )
+
+
+def _resumed(data: JobData, bucket: int, moment: float) -> float:
+    """When the job took up its iterations again after saving a checkpoint in ``bucket``
+    before ``moment``: the latest of its checkpointing lines' first times there (-inf: it
+    saved none). Iterations are counted from there: a save of a minute is no ten iterations."""
+    resumed = -math.inf
+    for (it, tid), (ts, _) in data.iteration_cells.items():
+        if it == bucket and resumed < ts < moment:
+            info = data.templates.get(tid)
+            if info is not None and _saves(info):
+                resumed = ts
+    return resumed
+
+
+def _saves(info: TemplateInfo) -> bool:
+    """Whether a template's lines are a checkpoint's save: seen while saving, or a line that
+    begins or completes one (``stages.yaml``; a rank that never printed the save's first line
+    prints its last in whatever stage it was in)."""
+    return info.stage == "checkpointing" or (
+        default_stage_rules().role(info.text).stage == "checkpointing"
+    )
 
 
 def _stalled(data: JobData, bucket: int) -> float:

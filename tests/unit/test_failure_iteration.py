@@ -119,3 +119,27 @@ def test_a_timeout_places_the_failure_where_its_wait_began() -> None:
 )
 def test_what_a_timeout_says_it_waited(message: str, seconds: float | None) -> None:
     assert waited(message) == (pytest.approx(seconds) if seconds is not None else None)
+
+
+def test_iterations_after_a_checkpoint_count_from_its_end() -> None:
+    # Bucket 280 saved a checkpoint for 60 s (DeepSpeed's engine: its last line says it is
+    # ready); a port error 20 s after it struck 4 iterations past 280, not "some time later".
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+
+    cells = {
+        (280, "save"): (STARTS[280] + 5.0, 1),
+        (280, "ready"): (STARTS[280] + 65.0, 1),
+        (280, "port"): (STARTS[280] + 83.0, 1),
+    }
+    templates = {
+        "save": TemplateInfo("Saving model checkpoint to <PATH>", stages={"checkpointing": 1}),
+        "ready": TemplateInfo("[Torch] Checkpoint global_step0 is ready now!", {}, {"training": 8}),
+        "port": TemplateInfo("NET/IB : mlx0_<NUM>:<NUM> Got async event : port error"),
+    }
+    data = replace(_data(cells, STARTS), templates=templates)
+    assert _failure_iteration(data, _analysis("port")) == (284, "port")
+    # a save's first line alone: counted from it
+    del cells[(280, "ready")]
+    assert _failure_iteration(data, _analysis("port")) == (281, "port")
