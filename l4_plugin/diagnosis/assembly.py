@@ -127,6 +127,15 @@ def _failure_iteration(data: JobData, analysis: Analysis) -> tuple[int, str] | N
     """The iteration the job failed in: where the best-ranked event that has one was first
     printed (its bucket by the iteration lines, or placed by time on the job's timeline; within
     the bucket by the job's pace, ``temporal.iteration_at``)."""
+    cell = _failure_cell(data, analysis)
+    if cell is None:
+        return None
+    bucket, tid = cell
+    return _within(data, _job_iteration_starts(data), bucket, (tid,)), tid
+
+
+def _failure_cell(data: JobData, analysis: Analysis) -> tuple[int, str] | None:
+    """The bucket and template of the best-ranked event that has a bucket (its first)."""
     # Its first bucket by time; by number only where no copy has a time (a copy of the line
     # placed without one may sit in an early bucket).
     first: dict[str, int] = {}
@@ -138,8 +147,23 @@ def _failure_iteration(data: JobData, analysis: Analysis) -> tuple[int, str] | N
     for event in analysis.fusion.events:
         tid = event.template_id
         if tid in first:
-            return _within(data, _job_iteration_starts(data), first[tid], (tid,)), tid
+            return first[tid], tid
+        stated = _stated_bucket(data, tid)
+        if stated is not None:
+            return stated, tid
     return None
+
+
+def _stated_bucket(data: JobData, tid: str) -> int | None:
+    """The bucket of the iteration a template's words state (``_STATED_ITERATION``), for a line
+    nothing placed on the timeline (a rank that prints no progress of its own, no time)."""
+    info = data.templates.get(tid)
+    found = _STATED_ITERATION.search(info.message) if info is not None else None
+    if found is None:
+        return None
+    number = int(found.group(1))
+    below = [b for b in data.iteration_spans if b <= number]
+    return max(below) if below else None
 
 
 def _onset(data: JobData, bucket: int, tids: Sequence[str]) -> int:
@@ -241,9 +265,17 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
     fusion = analysis.fusion
     top = max((s.distance for s in fusion.iterations), default=0.0)
     starts = _job_iteration_starts(data)
+    # Within a suspect iteration's bucket, the best-ranked event says where the failure struck
+    # (its words may state the iteration); the bucket's new events may be its consequences.
+    failed = _failure_cell(data, analysis) if analysis.slowdown is None else None
     iterations = [
         ReportIteration(
-            iteration=_within(data, starts, s.iteration, s.new_events),
+            iteration=_within(
+                data,
+                starts,
+                s.iteration,
+                (failed[1],) if failed is not None and failed[0] == s.iteration else s.new_events,
+            ),
             score=round(s.distance / top, 4) if top > 0 else 0.0,
             why="dtw",
             distance=round(s.distance, 4),

@@ -143,3 +143,42 @@ def test_iterations_after_a_checkpoint_count_from_its_end() -> None:
     # a save's first line alone: counted from it
     del cells[(280, "ready")]
     assert _failure_iteration(data, _analysis("port")) == (281, "port")
+
+
+def test_a_suspect_iteration_is_placed_by_the_best_ranked_event_in_its_bucket() -> None:
+    # DTW finds bucket 280 new for the scheduler's cancellation, printed long after; the
+    # best-ranked event of that bucket, 12 s past its start, says where the failure struck.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+    from l4_plugin.diagnosis.assembly import _iterations
+
+    cells = {(280, "boom"): (STARTS[280] + 12.0, 1), (280, "cancel"): (STARTS[280] + 900.0, 8)}
+    data = replace(_data(cells, STARTS), templates={"boom": TemplateInfo("boom")})
+    suspect = SimpleNamespace(
+        iteration=280, distance=2.0, threshold=1.0, new_events=["cancel"], missing_events=[]
+    )
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(
+            events=_analysis("boom", "cancel").fusion.events, iterations=[suspect]
+        ),
+        slowdown=None,
+    )
+    assert [i.iteration for i in _iterations(analysis, data)] == [283]
+    # the cancellation alone: past the next iteration line's time, only "after 280"
+    analysis.fusion.events = _analysis("cancel").fusion.events
+    assert [i.iteration for i in _iterations(analysis, data)] == [281]
+
+
+def test_an_error_placed_nowhere_that_states_its_iteration_is_taken_at_its_word() -> None:
+    # A rank that prints no progress and no time: its traceback has no bucket of its own.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+
+    msg = "[rank41]: RuntimeError: Rank 41, node n, device 1, iteration 284: Unexpected result"
+    data = replace(
+        _data({(280, "cancel"): (STARTS[280] + 900.0, 8)}, STARTS),
+        templates={"nan": TemplateInfo("RuntimeError: …", message=msg)},
+    )
+    assert _failure_iteration(data, _analysis("nan", "cancel")) == (284, "nan")
