@@ -289,7 +289,7 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
     if slow is None:
         failed = _failure_iteration(data, analysis)
         if failed is None:
-            return tuple(iterations)
+            return tuple(iterations) or _after_the_last(data)
         # Where the failure began, when no iteration departs from its predecessors (a hang's
         # last iteration, a crash in an iteration like the others); after them otherwise: the
         # best-ranked event may have begun earlier than the failure (a flapping link).
@@ -320,6 +320,26 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
         missing_events=(),
     )
     return (first, *iterations)
+
+
+def _after_the_last(data: JobData) -> tuple[ReportIteration, ...]:
+    """The iteration after the last one the job printed, when nothing placed the failure on the
+    timeline (progress on stdout with no time of its own, the errors on stderr): a job that
+    stops in training stops in the iteration it never finished."""
+    if not data.node_last_iteration:
+        return ()
+    last = max(data.node_last_iteration.values())
+    return (
+        ReportIteration(
+            iteration=last + 1,
+            score=1.0,
+            why="last",
+            distance=None,
+            threshold=None,
+            events=(),
+            missing_events=(),
+        ),
+    )
 
 
 def _slowdown(analysis: Analysis) -> ReportSlowdown | None:

@@ -90,6 +90,36 @@ RUN_SPECIFIC_KEYS = frozenset(
         "wandb_run",
         "train_iters",
         "iterations",
+        # How long it ran: the same setup prints the same lines, for fewer or more steps.
+        "steps",
+        "max_steps",
+        "total_steps",
+        "num_steps",
+        "train_steps",
+        # A scheduler's or launcher's policy and accounting (Slurm's time limit, partition and
+        # account; torchrun's --max-restarts; Ray's max_failures; a Kubernetes Job's backoff
+        # limit and deadline): where and how long a job may run, not what its ranks print.
+        "time_limit",
+        "time_limit_s",
+        "timelimit",
+        "walltime",
+        "wall_time",
+        "active_deadline_seconds",
+        "max_restarts",
+        "restarts",
+        "max_retries",
+        "retries",
+        "max_failures",
+        "backoff_limit",
+        "restart_policy",
+        "requeue",
+        "partition",
+        "account",
+        "qos",
+        "queue",
+        "priority",
+        "reservation",
+        "user",
     }
 )
 

@@ -327,6 +327,8 @@ def _iteration_table(reported: Sequence[ReportIteration]) -> str:
             why = f"job {fmt(_num(it.slowdown))}× slower from here"
         elif it.why == "failure" and it.distance is None:
             why = "the failure began here"
+        elif it.why == "last":
+            why = "after the last iteration printed"
         else:
             why = f"DTW {fmt(_num(it.distance))} > {fmt(_num(it.threshold))}"
         html.append(

@@ -177,7 +177,8 @@ class ReportNode:
 @dataclass(frozen=True, slots=True)
 class ReportIteration:
     """A suspect iteration: ``why`` is ``failure`` (where the best-ranked event began),
-    ``dtw`` (departs from its predecessors) or ``slowdown`` (where the job began to slow down).
+    ``dtw`` (departs from its predecessors), ``slowdown`` (where the job began to slow down) or
+    ``last`` (the one after the last iteration printed, when nothing placed the failure).
 
     ``slowdown`` (the job's slowdown ratio) is set, and written, only for a ``slowdown`` entry;
     ``distance`` and ``threshold`` are ``None`` there.

@@ -182,3 +182,20 @@ def test_an_error_placed_nowhere_that_states_its_iteration_is_taken_at_its_word(
         templates={"nan": TemplateInfo("RuntimeError: …", message=msg)},
     )
     assert _failure_iteration(data, _analysis("nan", "cancel")) == (284, "nan")
+
+
+def test_nothing_placed_gives_the_iteration_after_the_last_one_printed() -> None:
+    # Progress on stdout with no time, the errors on stderr: no event has a bucket, so the job
+    # failed in the iteration after the last it printed.
+    from l4_plugin.diagnosis.assembly import _iterations
+
+    data = _data({(0, "step"): (math.inf, 15)}, {b: math.inf for b in range(1, 16)})
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(events=_analysis("boom").fusion.events, iterations=[]),
+        slowdown=None,
+    )
+    found = _iterations(analysis, data)
+    assert [(i.iteration, i.why) for i in found] == [(16, "last")]
+    # a job that never printed an iteration has none
+    data.node_last_iteration = {}
+    assert _iterations(analysis, data) == ()

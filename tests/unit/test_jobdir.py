@@ -161,6 +161,15 @@ def test_fingerprint_ignores_node_count_and_run_values() -> None:
     assert fingerprint(base) != fingerprint({**base, "tensor_parallel": "8"})
 
 
+def test_fingerprint_ignores_a_schedulers_policy_and_the_runs_length() -> None:
+    # A baseline run with another time limit, restart policy, partition or number of steps
+    # printed what the failed job's ranks print.
+    base = {"model": "llama2-13b", "backend": "nccl", "hidden": "64"}
+    other = {"max_restarts": "1", "time_limit_s": "300", "partition": "gpu", "steps": "400"}
+    assert fingerprint(base) == fingerprint({**base, **other})
+    assert fingerprint(base) != fingerprint({**base, "hidden": "96"})
+
+
 def test_simulated_baselines_share_the_fingerprint(tmp_path: Path) -> None:
     truth = simulate(tmp_path, nodes=3, iterations=10, fault="oom", seed=4, baselines=1)
     job = job_meta(tmp_path / "job")
