@@ -34,8 +34,9 @@ from l4_plugin.analysis.fusion import Fusion, is_error, is_flagged
 from l4_plugin.analysis.hang import HangResult
 from l4_plugin.analysis.hang import analyse as analyse_hang
 from l4_plugin.analysis.lexicon import Term, default_lexicon
+from l4_plugin.analysis.memory import Hog, outsiders
 from l4_plugin.analysis.params import AnalysisOptions
-from l4_plugin.analysis.peers import PeerResult, name_peers
+from l4_plugin.analysis.peers import AddressBook, PeerResult, name_peers
 from l4_plugin.analysis.results import (
     BaselineStat,
     EventStat,
@@ -86,6 +87,8 @@ class Analysis:
     matrix: np.ndarray | None = field(default=None, compare=False)
     #: What the ranks' Flight Recorder traces and stacks say (None: the job left none).
     hang: HangResult | None = None
+    #: Nodes whose out-of-memory report shows another's process holding the most memory.
+    outsiders: Mapping[str, Hog] = field(default_factory=dict)
 
 
 def _periodic(data: JobData, tid: str) -> bool:
@@ -720,6 +723,7 @@ def analyze(
         matrix_templates=tuple(e.template_id for e in events),
         matrix=matrix,
         hang=hang,
+        outsiders=outsiders(data.memory_lines, AddressBook(nodes, data.announcements).owner),
     )
 
 

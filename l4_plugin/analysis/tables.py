@@ -127,6 +127,9 @@ class JobData:
     # The lines of templates that say a link's state (node, template, line), earliest first: a
     # link that went down and came back may be one template ("port <*>") of both lines.
     state_lines: tuple[tuple[str, str, str], ...] = ()
+    # The records of out-of-memory reports that list who held the memory (node, template,
+    # record): the kernel's task table, Ray's top memory users (:mod:`l4_plugin.analysis.memory`).
+    memory_lines: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def nodes(self) -> list[str]:

@@ -35,11 +35,13 @@ Pure: report facts in, :class:`Verdict` out.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from l4_plugin.analysis.fusion import HANG_REASONS
 from l4_plugin.analysis.lexicon import Lexicon, Term, last_line
+from l4_plugin.analysis.memory import ANY_NODE
 from l4_plugin.analysis.origin import refine
 from l4_plugin.records import Verdict, is_job_node
 
@@ -58,6 +60,11 @@ _FEW = 4  # evidence on at most 1 node in this many (and at least one) is a node
 _ALONE_CONFIDENCE = 0.35
 # Rule categories of the fault library that are not verdict categories (DESIGN §6).
 _AS_VERDICT = {"user/misoperation": "user/config"}
+# An event that says memory ran out (the kernel's OOM killer, a cgroup's, Ray's monitor).
+_OUT_OF_MEMORY = re.compile(
+    r"out of memory|oom[-_ ]kill|Killed process|OOMKilled|memory pressure|low on memory",
+    re.IGNORECASE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,16 +145,18 @@ def decide(
     lexicon: Lexicon,
     n_nodes: int,
     hang: tuple[str, float, str] | None = None,
+    outsiders: Mapping[str, str] | None = None,
 ) -> Verdict:
     """The verdict of one diagnosis (see the module docstring); ``hang`` is what the ranks'
     dumps say of the category (``analysis.hang``: category, confidence, why), read after the
-    rules."""
+    rules; ``outsiders`` the nodes whose memory another's process held (``analysis.memory``:
+    node → why)."""
     suspects = culprits(nodes)
     why: list[str] = []
     if suspects:
         top = nodes[0]
         why.append(f"culprit {', '.join(suspects)} ({', '.join(top.reasons) or 'top-ranked'})")
-    words = _Words(lexicon, n_nodes)
+    words = _Words(lexicon, n_nodes, outsiders or {})
     silent = bool(suspects) and "silent" in nodes[0].reasons
     basis = words.lead(events, nodes)
     if basis is None:
@@ -231,9 +240,12 @@ def _from_rules(
 class _Words:
     """The failure lexicon on ranked events."""
 
-    def __init__(self, lexicon: Lexicon, n_nodes: int) -> None:
+    def __init__(
+        self, lexicon: Lexicon, n_nodes: int, outsiders: Mapping[str, str] | None = None
+    ) -> None:
         self.lexicon = lexicon
         self.n_nodes = n_nodes
+        self.outsiders = outsiders or {}
 
     def lead(self, events: Sequence[VerdictEvent], nodes: Sequence[VerdictNode]) -> _Basis | None:
         """The leading events, when their own words name the failure beyond doubt (lexicon
@@ -294,7 +306,20 @@ class _Words:
             category = term.local
         line = last_line(event.text)
         why = f"{said} {line[:120]!r} ({category})"
+        hog = self._outsider(category, event)
+        if hog is not None:
+            # The memory ran out, but another's process held it: the node was not clean.
+            return _Basis("platform", weight * term.weight, event.nodes, True, f"{why}; {hog}")
         return _Basis(category, weight * term.weight, event.nodes, term.evict, why)
+
+    def _outsider(self, category: str, event: VerdictEvent) -> str | None:
+        """Why an out-of-memory event's node ran out by another's process (None: it did not,
+        or the event is no such)."""
+        if category != "user/config" or not _OUT_OF_MEMORY.search(event.text):
+            return None
+        return next(
+            (w for n, w in self.outsiders.items() if n in event.nodes or n == ANY_NODE), None
+        )
 
 
 def _hosts(nodes: Sequence[str]) -> tuple[str, ...]:

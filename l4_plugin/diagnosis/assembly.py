@@ -382,6 +382,7 @@ def decide_verdict(
         default_lexicon(),
         len(data.nodes),
         hang=_hang_hint(analysis),
+        outsiders={node: hog.why for node, hog in analysis.outsiders.items()},
     )
     return replace(decided, confidence=round(decided.confidence, 3))
 

@@ -218,6 +218,7 @@ def read_job_tables(store: Store, job: JobDoc) -> JobData:
         announcements=announcements,
         peer_lines=peer_lines,
         state_lines=_read_state_lines(events, lines, templates),
+        memory_lines=_read_memory_lines(events, lines, templates),
     )
 
 
@@ -405,6 +406,26 @@ def _read_state_lines(
         return ()
     found = events.earliest_messages(tids, _STATE_HITS)
     found.update(lines.earliest_messages(tids, _STATE_HITS))
+    return tuple((node, tid, m) for (node, tid), ms in sorted(found.items()) for m in ms)
+
+
+# Templates of out-of-memory reports that come with a table of the node's memory users: the
+# kernel's task table (joined to its "Tasks state" line), Ray's OutOfMemoryError.
+_MEMORY_REPORT = re.compile(
+    r"^Tasks state \(memory values in pages\)|OutOfMemoryError|^Memory on the node \(IP: "
+)
+_MEMORY_HITS = 4  # records per (node, template)
+
+
+def _read_memory_lines(
+    events: JobEvents, lines: JobLines, templates: dict[str, TemplateInfo]
+) -> tuple[tuple[str, str, str], ...]:
+    """The out-of-memory reports' records per node, earliest first (``JobData.memory_lines``)."""
+    tids = sorted(t for t, info in templates.items() if _MEMORY_REPORT.search(info.text))
+    if not tids:
+        return ()
+    found = events.earliest_messages(tids, _MEMORY_HITS)
+    found.update(lines.earliest_messages(tids, _MEMORY_HITS))
     return tuple((node, tid, m) for (node, tid), ms in sorted(found.items()) for m in ms)
 
 

@@ -544,3 +544,54 @@ def test_a_pod_logs_stamps_keep_a_traceback_one_record(rules: StageRules) -> Non
     records = _records(rules, [stamp.format(i) + line for i, line in enumerate(body)])
     assert len(records) == 1, records
     assert records[0][0].startswith("torch.distributed.elastic.multiprocessing.errors"), records
+
+
+_OOM_REPORT = [
+    "Mar  7 13:02:08 gpu-7 kernel: [201754.848222] Tasks state (memory values in pages):",
+    "Mar  7 13:02:08 gpu-7 kernel: [201754.849222] [  pid  ]   uid  tgid total_vm      rss "
+    "pgtables_bytes swapents oom_score_adj name",
+    "Mar  7 13:02:08 gpu-7 kernel: [201754.850222] [ 686710]  1007  686710  61000000  58000000"
+    "      480000000        0             0 python3",
+    "Mar  7 13:02:08 gpu-7 kernel: [201754.851222] [2979380]     0 2979380  40000000   9001000"
+    "       90000000        0         -1000 python3",
+    "Mar  7 13:02:08 gpu-7 kernel: [201754.856222] oom-kill:constraint=CONSTRAINT_NONE,nodemask="
+    "(null),cpuset=/,mems_allowed=0-1,global_oom,task_memcg=/,task=python3,pid=2979380,uid=0",
+    "Mar  7 13:02:08 gpu-7 kernel: [201754.857222] Out of memory: Killed process 2979380 "
+    "(python3) total-vm:160000000kB, anon-rss:36000000kB, file-rss:410000kB",
+]
+
+
+def test_the_oom_killers_task_table_is_one_record(rules: StageRules) -> None:
+    # mm/oom_kill.c's dump_tasks: the table joins its "Tasks state" line; the kill that follows
+    # is a record of its own.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("kern.log", None, [(_OOM_REPORT, LineParser().feed(_OOM_REPORT), None, 0)])
+    messages = sorted(g.message for g in rollup.groups.values())
+    assert len(messages) == 2, messages
+    table, killed = sorted(messages, key=lambda m: "Tasks state" not in m)
+    assert table.count("\n") == 4 and "pid=2979380,uid=0" in table
+    assert "Out of memory: Killed process" in killed and "\n" not in killed
+
+
+def test_rays_top_memory_users_join_its_out_of_memory_error(rules: StageRules) -> None:
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+        "Memory on the node (IP: 10.1.2.3, ID: c66e87154965) where the task (actor ID: 41fc, "
+        "pid=1042426, memory used=61.30GB) was running was 1923.40GB / 2015.50GB (0.954304), "
+        "which exceeds the memory usage threshold of 0.95. Top 10 memory users:",
+        "PID\tMEM(GB)\tCOMMAND",
+        "366824\t1411.52\tpython3 /home/svc-old/jobs/llm-eval/run_eval.py --batch-size 64",
+        "1042416\t60.01\tray::RayTrainWorker.train",
+        "Refer to the documentation on how to address the out of memory issue: https://docs.ray."
+        "io/en/latest/ray-core/scheduling/ray-oom-prevention.html.",
+        "Training errored after 1 iterations at 2025-09-03 17:45:19.",
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("driver.log", None, [(lines, LineParser().feed(lines), None, 0)])
+    [report] = [g.message for g in rollup.groups.values() if "OutOfMemoryError" in g.message]
+    assert "366824\t1411.52\tpython3" in report and "Refer to the documentation" in report
+    assert "Training errored" not in report

@@ -351,3 +351,21 @@ def test_the_culprits_own_words_outweigh_an_inference_from_silence() -> None:
     # A confirmed rule that names the fault itself still comes first.
     xid = VerdictRule("gpu-xid-79-fallen-off-bus", "hardware/accelerator", "cause", ("ip-4",), 0.9)
     assert decide(events, nodes, [xid], LEX, n_nodes=16).category == "hardware/accelerator"
+
+
+def test_memory_another_process_held_is_the_platforms_fault() -> None:
+    # The kernel killed a rank for memory on n3, but its OOM table shows another user's process
+    # holding most of it: a node left unclean, evicted; without that table, the job's own.
+    events = [
+        _ev("Out of memory: Killed process 2979380 (python3) total-vm:160000000kB", ("n3",)),
+        _ev("Watchdog caught collective operation timeout", ("n1", "n2"), "cascade"),
+    ]
+    hog = {"n3": "pid 686710 (python3, uid 1007, the job's is 0) held 221 GiB of n3's memory"}
+    v = decide(events, NODES, [], LEX, n_nodes=3, outsiders=hog)
+    assert v.category == "platform" and v.evict == ("n3",)
+    assert any("uid 1007" in w for w in v.why)
+    own = decide(events, NODES, [], LEX, n_nodes=3)
+    assert own.category == "user/config" and own.evict == ()
+    # another node's table says nothing of n3's kill
+    elsewhere = decide(events, NODES, [], LEX, n_nodes=3, outsiders={"n2": hog["n3"]})
+    assert elsewhere.category == "user/config"
