@@ -193,6 +193,7 @@ def discounts(
     events: tuple[EventStat, ...] = (),
     kept: frozenset[str] = frozenset(),
     options: AnalysisOptions = DEFAULT_OPTIONS,
+    hardware: frozenset[str] = frozenset(),
 ) -> dict[str, tuple[float, str]]:
     """Evidence against events (see ``Fusion.fit``): chronic background, empty lines, reactions.
 
@@ -205,7 +206,10 @@ def discounts(
     the lines that start with a job-wide slowdown: they recur because the cause does.
     *Boilerplate*: see :func:`boilerplate`. *Low information*: a template with fewer than three
     words of text (``Last error:``, a stack frame); an empty one (a bare header) never counts.
-    *Reaction*: see :func:`reactions` (of ``events``, judged against the ``kept`` errors).
+    *Reaction*: see :func:`reactions` (of ``events``, judged against the ``kept`` errors; the
+    ``hardware`` templates, whose words name a device's or a link's fault, are none: a second
+    reporter of the fault the node's first error was, such as NCCL's "Got async event : port
+    error" after the kernel's port event, or a line whose time is only the next stamp's).
     *Recovered*: see :func:`recovered`. The earlier reasons win where several apply.
     """
     out = chronic(data, stragglers, slowdown, options)
@@ -221,7 +225,7 @@ def discounts(
             out[tid] = (0.0, "empty")
         elif len(_WORD.findall(_MASKS.sub(" ", text))) < 3:
             out[tid] = (options.low_information_factor, "low-information")
-    for tid in reactions(data, events, kept, options):
+    for tid in reactions(data, events, kept, options) - hardware:
         out.setdefault(tid, (options.reaction_factor, "reaction-to-error"))
     for tid in recovered(data, events, stragglers, slowdown, options) | flapped(data, events):
         out.setdefault(tid, (options.recovered_factor, "recovered-before-failure"))

@@ -96,6 +96,13 @@ def _periodic(data: JobData, tid: str) -> bool:
     return info is not None and info.stage in ("training", "checkpointing")
 
 
+def _hardware(terms: Mapping[str, Term]) -> frozenset[str]:
+    """The templates whose words name a device's, a link's or a node's fault."""
+    return frozenset(
+        t for t, term in terms.items() if term.says_cause and term.category.startswith("hardware/")
+    )
+
+
 def cross_job(
     data: JobData, events: tuple[EventStat, ...], pool: BaselinePool, options: AnalysisOptions
 ) -> FilterResult:
@@ -687,7 +694,9 @@ def analyze(
             stage=stage,
             stragglers=stragglers,
             slowdown=slowdown,
-            discounts=discounts(data, stragglers, slowdown, events, kept, options),
+            discounts=discounts(
+                data, stragglers, slowdown, events, kept, options, _hardware(terms)
+            ),
             peers=peers,
             priors=priors,
             ordering=consequences,

@@ -203,6 +203,12 @@ def test_a_nodes_reaction_to_its_own_failure_is_not_evidence() -> None:
     # The errors that define "after" are the ones cross-job filtering kept.
     assert reactions(data, events, kept - {"err"}) == set()
     assert reactions(replace(data, time_unit="position"), events, kept) == set()
+    # A line whose words name a device's fault is a second reporter of it, not a reaction
+    # (NCCL's port error after the kernel's port event; a timeless line takes the next stamp).
+    d = discounts(data, None, events=events, kept=kept)
+    assert d["sigterm"] == (0.4, "reaction-to-error")
+    d = discounts(data, None, events=events, kept=kept, hardware=frozenset({"sigterm"}))
+    assert "sigterm" not in d
 
 
 def test_a_warning_the_job_trained_past_is_discounted() -> None:
