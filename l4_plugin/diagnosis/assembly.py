@@ -11,6 +11,7 @@ and the dashboards never disagree.
 
 from __future__ import annotations
 
+import itertools
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -286,6 +287,10 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
         for s in fusion.iterations
     ]
     slow = analysis.slowdown
+    if slow is None and _unplaced_progress(data):
+        # Every iteration printed, none at a time of its own: the lines' times place nothing,
+        # the last one printed says where the job stopped.
+        return (*_after_the_last(data), *iterations)
     if slow is None:
         failed = _failure_iteration(data, analysis)
         if failed is None:
@@ -320,6 +325,21 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
         missing_events=(),
     )
     return (first, *iterations)
+
+
+# Buckets that must be at hand to judge whether the job's progress lines carry time.
+_FLAT_PAIRS = 4
+
+
+def _unplaced_progress(data: JobData) -> bool:
+    """Whether the job printed every iteration (its last bucket one iteration wide) but its
+    progress lines have no time of their own: most consecutive buckets start no later than the
+    one before (a rank's stdout flushed at exit gives every step the same stamp)."""
+    starts = sorted(_job_iteration_starts(data).items())
+    if not starts or data.iteration_spans.get(starts[-1][0], 0) != 1:
+        return False
+    pairs = [b <= a for (_, a), (_, b) in itertools.pairwise(starts) if math.isfinite(a + b)]
+    return len(pairs) >= _FLAT_PAIRS and sum(pairs) * 2 >= len(pairs)
 
 
 def _after_the_last(data: JobData) -> tuple[ReportIteration, ...]:

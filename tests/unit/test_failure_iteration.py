@@ -199,3 +199,24 @@ def test_nothing_placed_gives_the_iteration_after_the_last_one_printed() -> None
     # a job that never printed an iteration has none
     data.node_last_iteration = {}
     assert _iterations(analysis, data) == ()
+
+
+def test_progress_flushed_at_exit_places_the_failure_after_the_last_step() -> None:
+    # Every step printed on stdout, flushed when the rank died: the steps all carry the stamp
+    # of the stream's last line, so where the error's time falls says nothing; the last step
+    # printed (36) does.
+    from l4_plugin.diagnosis.assembly import _iterations
+
+    starts = {b: 1000.0 for b in range(1, 30)} | {b: 1040.0 for b in range(30, 37)}
+    data = _data({(29, "boom"): (1000.5, 1)}, starts)
+    data.iteration_spans = dict.fromkeys(starts, 1)
+    data.node_last_iteration = {"a": 36}
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(events=_analysis("boom").fusion.events, iterations=[]),
+        slowdown=None,
+    )
+    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (37, "last")
+    # steps that carry their own times: the error's time places it
+    data.node_iteration_start = {("a", b): 10.0 * b for b in starts}
+    data.iteration_cells = {(29, "boom"): (290.5, 1)}
+    assert [(i.iteration, i.why) for i in _iterations(analysis, data)] == [(30, "failure")]
