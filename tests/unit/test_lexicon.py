@@ -18,6 +18,12 @@ LEX = default_lexicon()
 
 # (line, category it names as a cause)
 CAUSES = [
+    # huggingface/transformers#27925: the Trainer's staging checkpoint renamed by every rank
+    (
+        "[rank8]: FileNotFoundError: [Errno 2] No such file or directory: "
+        "'model/tmp-checkpoint-49' -> 'model/checkpoint-49'",
+        "framework",
+    ),
     # NVIDIA/nccl#290 (Horovod in a container): NCCL's shared-memory segment in a full /dev/shm
     (
         "gpu2-ru7:2143:2561 [1] include/shm.h:28 NCCL WARN Call to posix_fallocate failed : "
