@@ -180,7 +180,7 @@ class Fusion:
         _add_result_reasons(reasons, by_id, spatial, iterations, slowdown, silence, priors)
         factor = {t: f for t, (f, _) in (discounts or {}).items()}
         pre = {t: _noisy_or(w for _, w in r) * factor.get(t, 1.0) for t, r in reasons.items() if r}
-        earliest = self._earliest(_causes(pre, ordering), by_id, job_stage, n_nodes)
+        earliest = self._earliest(_causes(pre, ordering, discounts), by_id, job_stage, n_nodes)
         self._mark_cascade(reasons, by_id, earliest, n_nodes)
         order = _ordering(reasons, discounts, ordering)
         candidates = self._sorted(reasons, by_id, factor, order)
@@ -679,9 +679,13 @@ def _hosts(nodes: Iterable[str]) -> list[str]:
 
 
 def _causes(
-    pre: Mapping[str, float], ordering: Mapping[str, tuple[float, str]] | None
+    pre: Mapping[str, float],
+    ordering: Mapping[str, tuple[float, str]] | None,
+    discounts: Mapping[str, tuple[float, str]] | None = None,
 ) -> dict[str, float]:
     """The candidates that may be the evidence everything else followed: not a consequence's
-    words (a teardown's SIGTERM, the launcher's report), however early it was printed."""
+    words (a teardown's SIGTERM, the launcher's report), however early it was printed, nor a
+    fault that went away before the failure (a link that flapped and came back)."""
     said = {t for t, (_, why) in (ordering or {}).items() if why == "consequence-words"}
+    said |= {t for t, (_, why) in (discounts or {}).items() if why == "recovered-before-failure"}
     return {t: s for t, s in pre.items() if t not in said}

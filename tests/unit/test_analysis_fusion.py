@@ -299,6 +299,30 @@ def test_a_consequence_printed_first_is_no_evidence_and_a_driver_copy_no_second_
     assert res.events[0].template_id == "traceback"
 
 
+def test_a_link_that_came_back_is_no_earliest_evidence_for_its_node() -> None:
+    # A decoy: node b's IB port flapped and recovered hours before the job ran out of time;
+    # node a's degraded link explains the slowness. The flap is no evidence the failure
+    # followed, so b is not the earliest node.
+    nodes = ["a", "b", "c", "d"]
+    events = [
+        EventStat("flap", "WARN", {"b": 50.0}, {"b": 2}, "training"),
+        EventStat("pcie", "ERROR", {"a": 90.0}, {"a": 1}, "training"),
+    ]
+    filt = (
+        CrossJobFilter()
+        .fit({"iter-line": BaselineStat(2, 2, 1.0, 100.0)})
+        .transform([JobTemplateStat(e.template_id, e.count, len(e.counts), 1.0) for e in events])
+    )
+    recovered = {"flap": (0.5, "recovered-before-failure")}
+    res = Fusion(root_window=1.0).fit(events, nodes, crossjob=filt, discounts=recovered).result_
+    reasons = {e.template_id: e.reasons for e in res.candidates}
+    assert "earliest-evidence" not in reasons["flap"]
+    assert "earliest-evidence" in reasons["pcie"]
+    assert res.nodes[0].node == "a"
+    res = Fusion(root_window=1.0).fit(events, nodes, crossjob=filt).result_
+    assert "earliest-evidence" in {e.template_id: e.reasons for e in res.candidates}["flap"]
+
+
 def test_the_node_of_the_lead_event_has_it_as_a_reason_unless_the_line_is_job_wide() -> None:
     nodes = [f"n{i}" for i in range(8)]
     local = [EventStat("xid", "ERROR", {"n3": 100.0}, {"n3": 1}, "training")]
