@@ -344,3 +344,12 @@ def test_hex_switch_is_read_and_checked(tmp_path: Path) -> None:
     path.write_text("normalise_hex: yes please\n" + rule)
     with pytest.raises(ConfigError, match=r"'normalise_hex' must be true or false.*yaml:1"):
         Masker.load(path)
+
+
+def test_an_elapsed_time_past_the_hour_is_the_token_it_was_before(masker: Masker) -> None:
+    # tqdm's bar crosses the hour ("[58:24<…" then "[1:02:04<…"), Python's timedelta prints
+    # one-digit hours: one template either side of the hour.
+    before = masker.mask(" 62%|██████    | 159/254 [58:24<34:53, 22.04s/it]")
+    after = masker.mask(" 64%|██████    | 164/254 [1:02:04<34:03, 22.71s/it]")
+    assert before == after
+    assert masker.mask("Time elapsed 0:05:23.123456") == "Time elapsed <TS>"
