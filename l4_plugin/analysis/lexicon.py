@@ -29,7 +29,18 @@ from l4_plugin.resources import data_path
 from l4_plugin.yamldoc import read_mapping
 
 _DEFAULT_WEIGHT = 0.8
-_KEYS = {"pattern", "category", "weight", "cascade", "benign", "local", "alone", "origin", "evict"}
+_KEYS = {
+    "pattern",
+    "category",
+    "weight",
+    "cascade",
+    "benign",
+    "local",
+    "alone",
+    "origin",
+    "evict",
+    "decisive",
+}
 # A consequence's line may go on to name its cause ("watchdog thread terminated with exception:
 # CUDA error: uncorrectable ECC error", NCCL's "Original reason for failure was: …"): words of at
 # least this weight after such an introduction count.
@@ -70,6 +81,9 @@ class Term:
     #: False when taking the nodes that printed the words out never helps (the scheduler
     #: preempted the job, a time limit); None: the category decides.
     evict: bool | None = None
+    #: The words decide what ended the job whatever the baselines printed (the scheduler's own
+    #: reason: a preemption, a node failure): evidence for the line where baselines are compared.
+    decisive: bool = False
 
     @property
     def says_cause(self) -> bool:
@@ -240,6 +254,9 @@ def _term(path: Path, i: int, entry: Any) -> Term:
     alone = entry.get("alone")
     if alone is not None and not cascade:
         raise ConfigError(f"{where}.alone: only a cascade entry has a category of its own alone")
+    decisive = _flag(where, entry, "decisive")
+    if decisive and (benign or cascade):
+        raise ConfigError(f"{where}.decisive: only the words of a cause decide")
     return Term(
         compiled,
         category,
@@ -250,4 +267,5 @@ def _term(path: Path, i: int, entry: Any) -> Term:
         alone=None if alone is None else _category(f"{where}.alone", alone),
         origin=_flag(where, entry, "origin"),
         evict=_flag(where, entry, "evict") if "evict" in entry else None,
+        decisive=decisive,
     )

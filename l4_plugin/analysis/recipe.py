@@ -647,11 +647,14 @@ def _lexicon_evidence(
 ) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:
     """(priors, ordering) from the failure lexicon's words: the words order every diagnosis (a
     consequence after what explains it, a program's report of a hardware fault after the
-    system log's); with nothing to compare with they are also evidence for a line."""
+    system log's); with nothing to compare with they are also evidence for a line, and so are
+    decisive words (the scheduler's own reason for ending the job) always."""
     priors, consequences = lexicon_priors(terms, options)
     for tid, why in symptoms(data, terms, options).items():
         consequences.setdefault(tid, why)
-    return ({} if not crossjob.no_baseline else priors), consequences
+    if not crossjob.no_baseline:
+        priors = {t: p for t, p in priors.items() if terms[t].decisive}
+    return priors, consequences
 
 
 def analyze(

@@ -341,3 +341,26 @@ def test_a_node_whose_kernel_killed_a_process_is_not_silent() -> None:
     data = _data(cells, {}, texts)
     data = replace(data, job=replace(data.job, system_templates=frozenset({"oom", "lockup"})))
     assert _killed_on(data) == {"a"}
+
+
+def test_the_schedulers_own_reason_is_evidence_even_against_baselines() -> None:
+    # kube-scheduler's "Preempted by pod … on node …" is an INFO ("Normal") event: where the
+    # baselines are compared the lexicon's words are no evidence, except decisive ones.
+    from l4_plugin.analysis.evidence import record_terms
+    from l4_plugin.analysis.lexicon import default_lexicon
+    from l4_plugin.analysis.recipe import _lexicon_evidence
+    from l4_plugin.analysis.results import FilterResult, KeptTemplate
+
+    texts = {
+        "preempt": "17m Normal Preempted pod/w-0 Preempted by pod 8d53 on node gpu-node-b8",
+        "oom": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    }
+    data = _data({}, {}, texts)
+    terms = record_terms(data, default_lexicon())
+    compared = FilterResult(
+        tuple(KeptTemplate(t, "absent-in-baseline", math.inf) for t in texts), (), False
+    )
+    priors, _ = _lexicon_evidence(data, terms, compared, AnalysisOptions())
+    assert set(priors) == {"preempt"} and priors["preempt"][1] == "failure-words:platform"
+    alone = FilterResult(compared.kept, (), True)
+    assert set(_lexicon_evidence(data, terms, alone, AnalysisOptions())[0]) == {"preempt", "oom"}

@@ -140,6 +140,7 @@ def test_handled_conditions_are_benign_words_not_a_cause(line: str) -> None:
         ("{pattern: 'x', category: framework, colour: red}", "unknown key"),
         ("{pattern: 'x', benign: yes please}", "benign: expected true or false"),
         ("{pattern: 'x', benign: true, cascade: true}", "either benign or cascade"),
+        ("{pattern: 'x', category: platform, cascade: true, decisive: true}", "decisive: only"),
     ],
 )
 def test_a_bad_lexicon_entry_is_a_located_error(tmp_path: Path, entry: str, message: str) -> None:
