@@ -332,12 +332,12 @@ _FLAT_PAIRS = 4
 
 
 def _unplaced_progress(data: JobData) -> bool:
-    """Whether the job printed every iteration (its last bucket one iteration wide) but its
+    """Whether the job printed every iteration (its last two buckets one apart) but its
     progress lines have no time of their own: most consecutive buckets start no later than the
     one before (a rank's stdout flushed at exit gives every step the same stamp)."""
     starts = sorted(_job_iteration_starts(data).items())
-    if not starts or data.iteration_spans.get(starts[-1][0], 0) != 1:
-        return False
+    if len(starts) < 2 or starts[-1][0] - starts[-2][0] != 1:
+        return False  # (progress every few iterations: the last printed says less)
     pairs = [b <= a for (_, a), (_, b) in itertools.pairwise(starts) if math.isfinite(a + b)]
     return len(pairs) >= _FLAT_PAIRS and sum(pairs) * 2 >= len(pairs)
 

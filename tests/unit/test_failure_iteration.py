@@ -216,6 +216,13 @@ def test_progress_flushed_at_exit_places_the_failure_after_the_last_step() -> No
         slowdown=None,
     )
     assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (37, "last")
+    # progress every 5 iterations with no time: the last line printed says less than an error
+    # that states its iteration or the error's bucket
+    every5 = {b: 1000.0 for b in range(4, 40, 5)}
+    sparse = _data({(34, "boom"): (1000.5, 1)}, every5)
+    sparse.node_last_iteration = {"a": 34}
+    sparse.iteration_spans = dict.fromkeys(every5, 1)  # one bucket per line printed
+    assert next(i.why for i in _iterations(analysis, sparse)) != "last"
     # steps that carry their own times: the error's time places it
     data.node_iteration_start = {("a", b): 10.0 * b for b in starts}
     data.iteration_cells = {(29, "boom"): (290.5, 1)}
