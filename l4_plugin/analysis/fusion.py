@@ -55,11 +55,17 @@ from l4_plugin.records import Level, is_job_node
 # lone "absent-in-baseline" INFO line on a healthy node does not.
 _FILTER_WEIGHT = {
     "absent-in-baseline": 0.4,
+    # a line whose version most nodes print otherwise (analysis.versions): absent from the job
+    "odd-version": 0.4,
     "burst-vs-baseline": 0.4,
     "rare-in-baseline": 0.25,
     "no-baseline": 0.0,
 }
 _SPATIAL_WEIGHT = 0.45
+# A node whose stack states other versions than the rest of the job's (analysis.versions).
+_ODD_STACK_WEIGHT = 0.6
+# ... and the others' loudness then weighs less (as when peers name a node).
+_STACK_OTHERS_FACTOR = 0.8
 _ITERATION_WEIGHT = 0.35
 _ERROR_WEIGHT = 0.3
 _WARN_WEIGHT = 0.1
@@ -160,17 +166,16 @@ class Fusion:
         ordering: Mapping[str, tuple[float, str]] | None = None,
         hang: Mapping[str, tuple[float, tuple[str, ...]]] | None = None,
         teardown: frozenset[str] = frozenset(),
+        stack: Mapping[str, str] | None = None,
     ) -> Fusion:
         """Rank events and nodes from whatever analyses ran (None = that analysis did not run).
 
-        ``discounts`` maps a template to ``(factor, reason)``: its fused score is multiplied by
-        the factor and the reason is listed — evidence *against* an event (a benign line that
-        recurs long before the failure, a line that carries no information) that noisy-OR
-        cannot express. ``priors`` maps a template to ``(weight, reason)``: evidence *for* it
-        that no comparison gave (the failure lexicon's words when there is no baseline).
-        ``ordering`` maps a template to ``(factor, reason)`` like ``discounts`` but only orders
-        the recommended set (a consequence's words rank it after what explains it). ``hang``
-        maps a node the ranks' dumps name to ``(weight, reasons)`` (``analysis.hang``);
+        ``discounts`` maps a template to ``(factor, reason)``: its score times the factor, the
+        reason listed (evidence *against* it: background, no information). ``priors`` maps a
+        template to ``(weight, reason)``: evidence *for* it no comparison gave (the lexicon's
+        words). ``ordering`` maps a template to ``(factor, reason)`` that only orders the set (a
+        consequence after what explains it). ``hang`` maps a node the ranks' dumps name to
+        ``(weight, reasons)``; ``stack`` a node running other versions than the job to why;
         ``teardown`` templates (a launcher tearing the job down) are never a culprit's own."""
         self._check(events)
         all_nodes = _all_nodes(events, nodes, spatial, silence)
@@ -199,6 +204,7 @@ class Fusion:
                 slowdown,
                 peers,
                 hang,
+                stack,
             )
 
         ranked_nodes = rank_nodes(selected)
@@ -405,6 +411,7 @@ class Fusion:
         slowdown: Slowdown | None = None,
         peers: PeerResult | None = None,
         hang: Mapping[str, tuple[float, tuple[str, ...]]] | None = None,
+        stack: Mapping[str, str] | None = None,
     ) -> tuple[RankedNode, ...]:
         spatial_score = {}
         attributions: dict[str, list[str]] = {}
@@ -455,7 +462,7 @@ class Fusion:
             if slowdown is not None and node in slowdown.nodes:
                 weights.append(_SLOWDOWN_WEIGHT)
                 why.append(f"slowdown-onset:{slowdown.first_iteration}")
-            factor = _factor(node, named, witnesses, silent, hang, weights, why)
+            factor = _factor(node, named, witnesses, silent, hang, weights, why, stack)
             own = [t for t in sel_ids if node in by_id[t].first_seen]
             own += [t for t in attributions.get(node, []) if t not in own]
             out.append(
@@ -478,11 +485,17 @@ def _factor(
     hang: Mapping[str, tuple[float, tuple[str, ...]]] | None,
     weights: list[float],
     why: list[str],
+    stack: Mapping[str, str] | None = None,
 ) -> float:
-    """What the peers and the dumps say of a node: their weights and reasons added to
-    ``weights`` and ``why``, and the factor its score takes (a witness's, or a node neither
-    names weighs less)."""
+    """What the peers, the dumps and the versions say of a node: their weights and reasons
+    added to ``weights`` and ``why``, and the factor its score takes (a witness's, or a node
+    neither names weighs less; a node whose stack is like most when another's is odd)."""
     factor = 1.0
+    if stack and node in stack:
+        weights.append(_ODD_STACK_WEIGHT)
+        why.append("odd-version")
+    elif stack:
+        factor = _STACK_OTHERS_FACTOR
     if hang and node in hang:
         weights.append(hang[node][0])
         why.extend(hang[node][1])

@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -62,6 +62,7 @@ from l4_plugin.analysis.temporal import (
     StageAnalyzer,
     StragglerDetector,
 )
+from l4_plugin.analysis.versions import OddVersion, odd_versions
 from l4_plugin.records import PRE_TRAINING_STAGES, STAGE_ORDER
 
 __all__ = ["Analysis", "analyze", "cross_job"]
@@ -94,6 +95,39 @@ class Analysis:
 def _periodic(data: JobData, tid: str) -> bool:
     info = data.templates.get(tid)
     return info is not None and info.stage in ("training", "checkpointing")
+
+
+# How strongly a line that shows a node's odd version is evidence for itself (with the filter's
+# "odd-version", about as much as an absent line that sets its node apart).
+_ODD_VERSION_PRIOR = 0.6
+
+
+def _filtered(
+    data: JobData, events: tuple[EventStat, ...], pool: BaselinePool, options: AnalysisOptions
+) -> tuple[FilterResult, tuple[OddVersion, ...]]:
+    """The cross-job filter's result, with the lines that show a node's odd version kept, and
+    those odd versions."""
+    odd = odd_versions(data.version_lines)
+    return _with_odd_versions(cross_job(data, events, pool, options), odd), odd
+
+
+def _with_odd_versions(crossjob: FilterResult, odd: Sequence[OddVersion]) -> FilterResult:
+    """The filter's result with the lines that show a node's odd version kept (the baselines
+    print the same line, with the common version)."""
+    kept = crossjob.kept_ids
+    extra = {o.template_id for o in odd} - kept
+    if not extra:
+        return crossjob
+    return replace(
+        crossjob,
+        kept=tuple(
+            sorted(
+                (*crossjob.kept, *(KeptTemplate(t, "odd-version", 1.0) for t in extra)),
+                key=lambda k: k.template_id,
+            )
+        ),
+        dropped=tuple(d for d in crossjob.dropped if d.template_id not in extra),
+    )
 
 
 def _hardware(terms: Mapping[str, Term]) -> frozenset[str]:
@@ -644,16 +678,20 @@ def _lexicon_evidence(
     terms: Mapping[str, Term],
     crossjob: FilterResult,
     options: AnalysisOptions,
+    odd: Sequence[OddVersion] = (),
 ) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:
     """(priors, ordering) from the failure lexicon's words: the words order every diagnosis (a
     consequence after what explains it, a program's report of a hardware fault after the
     system log's); with nothing to compare with they are also evidence for a line, and so are
-    decisive words (the scheduler's own reason for ending the job) always."""
+    decisive words (the scheduler's own reason for ending the job) always, and a line showing
+    a node's ``odd`` version."""
     priors, consequences = lexicon_priors(terms, options)
     for tid, why in symptoms(data, terms, options).items():
         consequences.setdefault(tid, why)
     if not crossjob.no_baseline:
         priors = {t: p for t, p in priors.items() if terms[t].decisive}
+    for o in odd:
+        priors[o.template_id] = (_ODD_VERSION_PRIOR, f"odd-version:{o.node}")
     return priors, consequences
 
 
@@ -672,7 +710,7 @@ def analyze(
     """
     events = event_stats(data)
     nodes = data.nodes
-    crossjob = cross_job(data, events, pool, options)
+    crossjob, odd = _filtered(data, events, pool, options)
     kept = crossjob.kept_ids
     spatial, matrix = _spatial(data, events, nodes, kept, options)
     stage = _stage(data)
@@ -683,8 +721,9 @@ def analyze(
     slowdown = _slowdown(data, kept, len(nodes), options)
     events = timed_in_stage(events, data, stage.stage if stage else None)
     terms = record_terms(data, default_lexicon())
-    priors, consequences = _lexicon_evidence(data, terms, crossjob, options)
+    priors, consequences = _lexicon_evidence(data, terms, crossjob, options, odd)
     hang = analyse_hang(data.job.dumps, nodes)
+    against = discounts(data, stragglers, slowdown, events, kept, options, _hardware(terms))
     fusion = (
         Fusion(max_events=options.max_events, root_window=options.root_window)
         .fit(
@@ -697,12 +736,11 @@ def analyze(
             stage=stage,
             stragglers=stragglers,
             slowdown=slowdown,
-            discounts=discounts(
-                data, stragglers, slowdown, events, kept, options, _hardware(terms)
-            ),
+            discounts=against,
             peers=peers,
             priors=priors,
             ordering=consequences,
+            stack={o.node: o.why for o in odd},
             hang=hang.evidence if hang is not None else None,
             teardown=teardown(terms),
         )

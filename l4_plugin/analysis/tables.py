@@ -130,6 +130,9 @@ class JobData:
     # The records of out-of-memory reports that list who held the memory (node, template,
     # record): the kernel's task table, Ray's top memory users (:mod:`l4_plugin.analysis.memory`).
     memory_lines: tuple[tuple[str, str, str], ...] = ()
+    # Each node's first line of the templates that state a version (node, template, line): what
+    # its software stack is (:mod:`l4_plugin.analysis.versions`).
+    version_lines: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def nodes(self) -> list[str]:

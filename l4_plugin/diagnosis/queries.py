@@ -23,8 +23,8 @@ import itertools
 import math
 import re
 import time
-from collections import defaultdict
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -219,6 +219,7 @@ def read_job_tables(store: Store, job: JobDoc) -> JobData:
         peer_lines=peer_lines,
         state_lines=_read_state_lines(events, lines, templates),
         memory_lines=_read_memory_lines(events, lines, templates),
+        version_lines=_read_version_lines(events, templates, cells),
     )
 
 
@@ -427,6 +428,25 @@ def _read_memory_lines(
     found = events.earliest_messages(tids, _MEMORY_HITS)
     found.update(lines.earliest_messages(tids, _MEMORY_HITS))
     return tuple((node, tid, m) for (node, tid), ms in sorted(found.items()) for m in ms)
+
+
+# Templates that state a version: a banner's "nccl=…", "NCCL version …", "Driver Version: …".
+_VERSIONED = re.compile(r"\b(?:nccl|torch|cuda|cudnn|driver|image)=|\bversion\b", re.IGNORECASE)
+_VERSION_TEMPLATES = 32  # the most widely printed ones
+
+
+def _read_version_lines(
+    events: JobEvents, templates: dict[str, TemplateInfo], cells: Mapping[tuple[str, str], Cell]
+) -> tuple[tuple[str, str, str], ...]:
+    """Each node's first line of the version-stating templates most nodes printed
+    (``JobData.version_lines``)."""
+    spread = Counter(t for _, t in cells)
+    tids = [t for t, info in templates.items() if spread[t] >= 3 and _VERSIONED.search(info.text)]
+    tids = sorted(sorted(tids, key=lambda t: -spread[t])[:_VERSION_TEMPLATES])
+    if not tids:
+        return ()
+    found = events.earliest_messages(tids, 1)
+    return tuple((node, tid, ms[0]) for (node, tid), ms in sorted(found.items()) if ms)
 
 
 def _fill_missing_times(

@@ -331,3 +331,15 @@ def test_the_node_of_the_lead_event_has_it_as_a_reason_unless_the_line_is_job_wi
     wide = [EventStat("nan-loss", "ERROR", {n: 100.0 for n in nodes}, {n: 1 for n in nodes})]
     res = Fusion().fit(wide, nodes).result_
     assert all("lead-event" not in n.reasons for n in res.nodes)
+
+
+def test_a_node_on_another_stack_leads_the_nodes() -> None:
+    # Node c runs another NCCL than the rest (analysis.versions): evidence for it, and the
+    # other nodes' oddities (a launcher's extra lines) weigh less.
+    nodes = ["a", "b", "c", "d"]
+    events = [EventStat("truncated", "WARN", {"c": 100.0}, {"c": 1}, "init")]
+    stack = {"c": "nccl 2.17.1 where 3 nodes run 2.21.5"}
+    res = Fusion().fit(events, nodes, stack=stack).result_
+    assert res.nodes[0].node == "c" and "odd-version" in res.nodes[0].reasons
+    plain = Fusion().fit(events, nodes).result_
+    assert "odd-version" not in plain.nodes[0].reasons
