@@ -425,9 +425,9 @@ def iteration_at(
     a job that prints progress every 10 iterations and fails 3 iterations after its last line
     failed in iteration ``bucket + 3``. A line later than the next iteration line would have
     come (a timeout that fired long after the job stopped) says only that the job got past
-    ``bucket``: ``bucket + 1``. Without a pace, ``bucket``. ``resumed``: when the job took up
-    its iterations again within the bucket after a pause (a checkpoint's save): they are
-    counted from there.
+    ``bucket``: ``bucket + 1``. Without a pace, ``bucket``. ``resumed``: when the job was
+    last seen going on within the bucket (the end of a checkpoint's save, a progress line
+    printed after the bucket's own): the iterations are counted from there.
     """
     start = starts.get(bucket)
     if start is None or not math.isfinite(start) or not math.isfinite(t) or t <= start:
@@ -440,7 +440,9 @@ def iteration_at(
         return bucket
     pace = float(np.median([secs / n for n, secs in pairs]))
     interval = max(spans.get(bucket, 1), int(np.median([n for n, _ in pairs])))
-    steps = math.ceil((t - max(start, resumed)) / pace)
+    # (at least one: a moment after the bucket's line is in a later iteration, even one that
+    # comes before the last line seen of the bucket's own)
+    steps = max(1, math.ceil((t - max(start, resumed)) / pace))
     return bucket + steps if steps <= interval else bucket + 1
 
 

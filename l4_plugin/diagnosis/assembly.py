@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -215,22 +216,30 @@ def _within(data: JobData, starts: dict[int, float], bucket: int, tids: Sequence
     cells = data.iteration_cells
     first = min((cells[(bucket, t)][0] for t in tids if (bucket, t) in cells), default=math.inf)
     moment = min(first, _stalled(data, bucket))
-    return iteration_at(
-        starts, data.iteration_spans, bucket, moment, _resumed(data, bucket, moment)
-    )
+    alive = _resumed(data, bucket, first if math.isfinite(first) else moment)
+    return iteration_at(starts, data.iteration_spans, bucket, moment, alive)
 
 
-def _resumed(data: JobData, bucket: int, moment: float) -> float:
-    """When the job took up its iterations again after saving a checkpoint in ``bucket``
-    before ``moment``: the latest of its checkpointing lines' first times there (-inf: it
-    saved none). Iterations are counted from there: a save of a minute is no ten iterations."""
+def _resumed(data: JobData, bucket: int, until: float) -> float:
+    """When the job was last seen going on in ``bucket`` before ``until``: the latest first
+    time there of a checkpoint's lines (a save pauses the iterations: a minute's save is no ten
+    iterations) or of a line it prints every interval (HF's loss line, printed after the bar
+    whose line has no time of its own); -inf: none. Iterations are counted from there."""
+    periodic = _periodic(data)
     resumed = -math.inf
     for (it, tid), (ts, _) in data.iteration_cells.items():
-        if it == bucket and resumed < ts < moment:
+        if it == bucket and resumed < ts < until:
             info = data.templates.get(tid)
-            if info is not None and _saves(info):
+            if tid in periodic or (info is not None and _saves(info)):
                 resumed = ts
     return resumed
+
+
+def _periodic(data: JobData) -> frozenset[str]:
+    """The templates printed in most iteration buckets (at least three): progress lines."""
+    seen = Counter(tid for _, tid in data.iteration_cells)
+    least = max(3, len(data.iteration_spans) / 2)
+    return frozenset(t for t, n in seen.items() if n >= least)
 
 
 def _saves(info: TemplateInfo) -> bool:

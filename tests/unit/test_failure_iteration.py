@@ -227,3 +227,28 @@ def test_progress_flushed_at_exit_places_the_failure_after_the_last_step() -> No
     data.node_iteration_start = {("a", b): 10.0 * b for b in starts}
     data.iteration_cells = {(29, "boom"): (290.5, 1)}
     assert [(i.iteration, i.why) for i in _iterations(analysis, data)] == [(30, "failure")]
+
+
+def test_a_progress_line_later_in_the_bucket_counts_the_steps_from_itself() -> None:
+    # HF: the bar's line has no time of its own (it takes the stamp before it, 25 s early); the
+    # loss line every interval prints says the job was going on at +24 s. A watchdog's wait
+    # began at +24.5 s, the Xid came at +26 s: one step past the bucket, not five.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+
+    msg = "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType="
+    msg += "ALLREDUCE) ran for 600000 milliseconds before timing out."
+    cells: dict[tuple[int, str], tuple[float, int]] = {
+        (b, "loss"): (STARTS[b] + 24.0, 1) for b in STARTS
+    }
+    cells[(280, "xid")] = (STARTS[280] + 26.0, 1)
+    cells[(280, "wd")] = (STARTS[280] + 624.5, 8)
+    templates = {
+        "loss": TemplateInfo("{'loss': <NUM>, 'grad_norm': <NUM>}"),
+        "xid": TemplateInfo("NVRM: Xid (PCI:<HEX>): <NUM>, GPU has fallen off the bus"),
+        "wd": TemplateInfo("Watchdog caught collective operation timeout", message=msg),
+    }
+    data = replace(_data(cells, STARTS), templates=templates)
+    data.iteration_spans = dict.fromkeys(STARTS, 1)  # a line every 10 iterations, one bucket each
+    assert _failure_iteration(data, _analysis("xid")) == (281, "xid")
