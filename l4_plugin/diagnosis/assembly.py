@@ -296,9 +296,9 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
         for s in fusion.iterations
     ]
     slow = analysis.slowdown
-    if slow is None and _unplaced_progress(data):
-        # Every iteration printed, none at a time of its own: the lines' times place nothing,
-        # the last one printed says where the job stopped.
+    if slow is None and _unplaced_progress(data) and not _states_its_iteration(data, analysis):
+        # Progress lines with no time of their own: the lines' times place nothing, the last
+        # one printed says where the job stopped.
         return (*_after_the_last(data), *iterations)
     if slow is None:
         failed = _failure_iteration(data, analysis)
@@ -341,14 +341,19 @@ _FLAT_PAIRS = 4
 
 
 def _unplaced_progress(data: JobData) -> bool:
-    """Whether the job printed every iteration (its last two buckets one apart) but its
-    progress lines have no time of their own: most consecutive buckets start no later than the
-    one before (a rank's stdout flushed at exit gives every step the same stamp)."""
+    """Whether the job's progress lines have no time of their own: most consecutive buckets
+    start no later than the one before (a rank's stdout flushed at exit gives every step the
+    same stamp; a bar on stderr takes the last stamp before it, printed at start-up)."""
     starts = sorted(_job_iteration_starts(data).items())
-    if len(starts) < 2 or starts[-1][0] - starts[-2][0] != 1:
-        return False  # (progress every few iterations: the last printed says less)
     pairs = [b <= a for (_, a), (_, b) in itertools.pairwise(starts) if math.isfinite(a + b)]
     return len(pairs) >= _FLAT_PAIRS and sum(pairs) * 2 >= len(pairs)
+
+
+def _states_its_iteration(data: JobData, analysis: Analysis) -> bool:
+    """Whether the best-ranked event with a bucket states the iteration it struck."""
+    cell = _failure_cell(data, analysis)
+    info = data.templates.get(cell[1]) if cell is not None else None
+    return info is not None and _STATED_ITERATION.search(info.message) is not None
 
 
 def _after_the_last(data: JobData) -> tuple[ReportIteration, ...]:

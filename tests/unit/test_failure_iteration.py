@@ -216,13 +216,20 @@ def test_progress_flushed_at_exit_places_the_failure_after_the_last_step() -> No
         slowdown=None,
     )
     assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (37, "last")
-    # progress every 5 iterations with no time: the last line printed says less than an error
-    # that states its iteration or the error's bucket
+    # progress every 5 iterations with no time: the last line printed (34) too, unless the
+    # error states the iteration it struck (Megatron's "iteration 37: Unexpected result")
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+
     every5 = {b: 1000.0 for b in range(4, 40, 5)}
     sparse = _data({(34, "boom"): (1000.5, 1)}, every5)
     sparse.node_last_iteration = {"a": 34}
     sparse.iteration_spans = dict.fromkeys(every5, 1)  # one bucket per line printed
-    assert next(i.why for i in _iterations(analysis, sparse)) != "last"
+    assert next((i.iteration, i.why) for i in _iterations(analysis, sparse)) == (35, "last")
+    said = "RuntimeError: Rank 4, node n, device 1, iteration 37: Unexpected result tensor(nan)"
+    stated = replace(sparse, templates={"boom": TemplateInfo("RuntimeError: …", message=said)})
+    assert next((i.iteration, i.why) for i in _iterations(analysis, stated)) == (37, "failure")
     # steps that carry their own times: the error's time places it
     data.node_iteration_start = {("a", b): 10.0 * b for b in starts}
     data.iteration_cells = {(29, "boom"): (290.5, 1)}
