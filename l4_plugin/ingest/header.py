@@ -247,18 +247,19 @@ def rank_prefix_cached(line: str, shape: bytes | str | None = None) -> tuple[int
     # A known shape first: one lookup of a hash already computed, then the rank's digits.
     spans = RANK_SHAPES.get(shape) if shape is not None else None
     if spans is None:
-        if line.startswith("[rank"):
-            # "[rankN]:" alone costs less than the line's shape.
-            end = line.find("]:", 5)
-            if 5 < end < 12 and line[5:end].isdecimal() and line[end + 2 : end + 3] != "[":
-                return int(line[5:end]), end + 2
-        elif line.startswith("[default"):
-            # torchrun's "--tee" prefix "[defaultN]:" alone: its rank is N, as for "[rankN]:"
-            # (``_prefix_rank`` of one part); another prefix part would start with "[".
-            end = line.find("]:", 8)
-            if 8 < end < 15 and line[8:end].isdecimal() and line[end + 2 : end + 3] != "[":
-                return int(line[8:end]), end + 2
         if shape is None:
+            # Without a shape, "[rankN]:" alone costs less than computing one. With a shape the
+            # spans are stored below even for these: the scan loop reads them without a call.
+            if line.startswith("[rank"):
+                end = line.find("]:", 5)
+                if 5 < end < 12 and line[5:end].isdecimal() and line[end + 2 : end + 3] != "[":
+                    return int(line[5:end]), end + 2
+            elif line.startswith("[default"):
+                # torchrun's "--tee" prefix "[defaultN]:" alone: its rank is N, as for
+                # "[rankN]:" (``_prefix_rank`` of one part); another part would start with "[".
+                end = line.find("]:", 8)
+                if 8 < end < 15 and line[8:end].isdecimal() and line[end + 2 : end + 3] != "[":
+                    return int(line[8:end]), end + 2
             shape = digit_shape(line)
             spans = RANK_SHAPES.get(shape)
         if spans is None:
