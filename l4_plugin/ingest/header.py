@@ -219,6 +219,11 @@ def rank_prefix(line: str) -> tuple[int | None, int]:
     return _rank_of(line, _rank_spans(line))
 
 
+def prefix_end(line: str) -> int:
+    """``rank_prefix(line)[1]``, the rank not read: where its launcher prefixes end."""
+    return _rank_spans(line)[3]
+
+
 #: A line's digit shape: its UTF-8 bytes with every ASCII digit made "0" (``digit_shape``).
 _DIGIT_BYTES = bytes.maketrans(b"123456789", b"000000000")
 
