@@ -485,7 +485,7 @@ _MAX_TIME_PLANS = 65_536
 _PLAN_SERIALS = itertools.count(1)
 #: Times read by a plan, by (its serial, the default year, the text of its match).
 _TIMES: dict[tuple[int, int, str], float] = {}
-_MAX_TIMES = 65_536
+_MAX_TIMES = 16_384  # a node's distinct stamps, a few thousand; ~3 MB at most
 _TRACE = threading.local()  # the last time a format read (``_timed``): thread by thread
 
 
