@@ -421,9 +421,10 @@ _ZEROS = str.maketrans("123456789", "000000000")
     ],
 )
 def test_rank_prefix_shortcuts_agree_with_the_regexes(raw: str) -> None:
-    from l4_plugin.ingest.header import digit_shape, rank_prefix, rank_prefix_cached
+    from l4_plugin.ingest.header import digit_shape, prefix_end, rank_prefix, rank_prefix_cached
 
     assert rank_prefix_cached(raw) == rank_prefix(raw)
+    assert prefix_end(raw) == rank_prefix(raw)[1]
     for _ in range(2):  # the shape's spans found, then read (a prefix's rank from its cache)
         assert rank_prefix_cached(raw, digit_shape(raw)) == rank_prefix(raw)
         assert rank_prefix_cached(raw, raw.translate(_ZEROS)) == rank_prefix(raw)
