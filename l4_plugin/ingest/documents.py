@@ -323,6 +323,7 @@ def node_documents(
     kept: dict[str, list[_Kept]] = {}
     below_error: dict[str, bool] = {}
     timeline = ctx.timeline_of(node)
+    writes: dict[LineKind, tuple[bool, bool]] = {}  # ``_writes`` of each kind
     for (kind, stage, it), group in rollup.groups.items():
         template = kind.template
         assert template is not None
@@ -342,10 +343,9 @@ def node_documents(
             )  # fmt: skip
         else:
             _merge(doc, group, first_ms, last_ms)
-        if keeps_all(ctx, kind, template):
+        keeps, below = writes.get(kind) or writes.setdefault(kind, _writes(ctx, kind, template))
+        if keeps:
             kept.setdefault(template.id, []).extend(_kept_lines(ctx, kind, stage, it, group, moved))
-            level = Level.parse(kind.level)
-            below = level is not None and not level.is_error  # says so; no level: may be an error
             below_error[template.id] = below_error.get(template.id, True) and below
     lines: list[Doc] = []
     shared: list[Doc] = []
@@ -363,6 +363,13 @@ def node_documents(
             doc["host.name"] = host
             doc[F.ATTEMPT] = attempt
     return events, lines, shared
+
+
+def _writes(ctx: DocContext, kind: LineKind, template: Template) -> tuple[bool, bool]:
+    """Whether a kind's kept lines are written (``keeps_all``), and whether its level is below
+    the error level (it says so; a line without a level may be an error)."""
+    level = Level.parse(kind.level)
+    return keeps_all(ctx, kind, template), level is not None and not level.is_error
 
 
 def _finish_event(doc: dict[str, Any]) -> dict[str, Any]:
@@ -459,14 +466,25 @@ def _event_doc(
 
 
 def _merge(doc: dict[str, Any], group: Group, first_ms: int | None, last_ms: int | None) -> None:
-    doc[F.COUNT] += group.count
+    doc[_COUNT] += group.count
     if group.seconds_n:
         total_ns, n = doc.get(_SECONDS, (0, 0))
         doc[_SECONDS] = (total_ns + group.seconds_ns, n + group.seconds_n)
-    doc[F.RANKS] |= group.ranks
-    doc[F.FIRST_POS] = min(doc[F.FIRST_POS], group.first_pos)
-    doc[F.LAST_POS] = max(doc[F.LAST_POS], group.last_pos)
-    if first_ms is not None and (doc.get(F.FIRST_TS) is None or first_ms < doc[F.FIRST_TS]):
-        doc["@timestamp"] = doc[F.FIRST_TS] = first_ms
-    if last_ms is not None and (doc.get(F.LAST_TS) is None or last_ms > doc[F.LAST_TS]):
-        doc[F.LAST_TS] = last_ms
+    doc[_RANKS] |= group.ranks
+    if group.first_pos < doc[_FIRST_POS]:
+        doc[_FIRST_POS] = group.first_pos
+    if group.last_pos > doc[_LAST_POS]:
+        doc[_LAST_POS] = group.last_pos
+    if first_ms is not None:
+        have = doc.get(_FIRST_TS)
+        if have is None or first_ms < have:
+            doc["@timestamp"] = doc[_FIRST_TS] = first_ms
+    if last_ms is not None:
+        have = doc.get(_LAST_TS)
+        if have is None or last_ms > have:
+            doc[_LAST_TS] = last_ms
+
+
+# The fields ``_merge`` updates, as module constants: it runs for most groups of a node.
+_COUNT, _RANKS, _FIRST_POS, _LAST_POS = F.COUNT, F.RANKS, F.FIRST_POS, F.LAST_POS
+_FIRST_TS, _LAST_TS = F.FIRST_TS, F.LAST_TS

@@ -14,6 +14,7 @@ of an earlier full timestamp of the same file; the current UTC year when it has 
 from __future__ import annotations
 
 import calendar
+import itertools
 import re
 import threading
 import time
@@ -219,6 +220,11 @@ def rank_prefix(line: str) -> tuple[int | None, int]:
     return _rank_of(line, _rank_spans(line))
 
 
+def prefix_end(line: str) -> int:
+    """``rank_prefix(line)[1]``, the rank not read: where its launcher prefixes end."""
+    return _rank_spans(line)[3]
+
+
 #: A line's digit shape: its UTF-8 bytes with every ASCII digit made "0" (``digit_shape``).
 _DIGIT_BYTES = bytes.maketrans(b"123456789", b"000000000")
 
@@ -247,18 +253,19 @@ def rank_prefix_cached(line: str, shape: bytes | str | None = None) -> tuple[int
     # A known shape first: one lookup of a hash already computed, then the rank's digits.
     spans = RANK_SHAPES.get(shape) if shape is not None else None
     if spans is None:
-        if line.startswith("[rank"):
-            # "[rankN]:" alone costs less than the line's shape.
-            end = line.find("]:", 5)
-            if 5 < end < 12 and line[5:end].isdecimal() and line[end + 2 : end + 3] != "[":
-                return int(line[5:end]), end + 2
-        elif line.startswith("[default"):
-            # torchrun's "--tee" prefix "[defaultN]:" alone: its rank is N, as for "[rankN]:"
-            # (``_prefix_rank`` of one part); another prefix part would start with "[".
-            end = line.find("]:", 8)
-            if 8 < end < 15 and line[8:end].isdecimal() and line[end + 2 : end + 3] != "[":
-                return int(line[8:end]), end + 2
         if shape is None:
+            # Without a shape, "[rankN]:" alone costs less than computing one. With a shape the
+            # spans are stored below even for these: the scan loop reads them without a call.
+            if line.startswith("[rank"):
+                end = line.find("]:", 5)
+                if 5 < end < 12 and line[5:end].isdecimal() and line[end + 2 : end + 3] != "[":
+                    return int(line[5:end]), end + 2
+            elif line.startswith("[default"):
+                # torchrun's "--tee" prefix "[defaultN]:" alone: its rank is N, as for
+                # "[rankN]:" (``_prefix_rank`` of one part); another part would start with "[".
+                end = line.find("]:", 8)
+                if 8 < end < 15 and line[8:end].isdecimal() and line[end + 2 : end + 3] != "[":
+                    return int(line[8:end]), end + 2
             shape = digit_shape(line)
             spans = RANK_SHAPES.get(shape)
         if spans is None:
@@ -427,6 +434,10 @@ def parse_time(
     treats all digits alike, ``tests/unit/test_header.py`` checks the regexes): the first line
     of a shape finds the one regex match its time comes from (``_time_plan``), the others of
     the shape make that match alone and convert its groups.
+
+    The match spans the same characters in every line of the shape, so two lines of one shape
+    with the same text there have the same time: it is remembered by the plan and that text
+    (``_TIMES``), since a job's lines come many to a time stamp.
     """
     year = default_year if default_year is not None else time.gmtime().tm_year
     if shape is None:
@@ -435,11 +446,18 @@ def parse_time(
     if plan is None:
         plan = _time_plan(line, year, shape)
     if plan is not _NO_PLAN:
-        pattern, pos, convert = plan
+        pattern, pos, convert, end, serial = plan
+        key = (serial, year, line[pos:end])
+        ts = _TIMES.get(key)
+        if ts is not None:
+            return ts
         m = pattern.match(line, pos)
         if m is not None:
             ts = convert(m, year)
             if ts is not None:
+                if len(_TIMES) >= _MAX_TIMES:
+                    _TIMES.clear()
+                _TIMES[key] = ts
                 return ts
     return _parse_time(line, year, shape)
 
@@ -458,11 +476,16 @@ def _parse_time(line: str, year: int, shape: bytes | str | None) -> float | None
 
 
 #: How the time of a line is read: the regex whose match holds it, where the match starts
-#: and the function of the match (and the default year) that gives it.
-_Plan = tuple[re.Pattern[str], int, Callable[[re.Match[str], int], float | None]]
-_NO_PLAN: _Plan = (re.compile(r"(?!)"), 0, lambda m, year: None)  # the long way, every time
+#: and the function of the match (and the default year) that gives it; where the match ends,
+#: and a number of the plan's own (the key of its times in ``_TIMES``).
+_Plan = tuple[re.Pattern[str], int, Callable[[re.Match[str], int], float | None], int, int]
+_NO_PLAN: _Plan = (re.compile(r"(?!)"), 0, lambda m, year: None, 0, 0)  # the long way always
 _TIME_PLANS: dict[bytes | str, _Plan] = {}
 _MAX_TIME_PLANS = 65_536
+_PLAN_SERIALS = itertools.count(1)
+#: Times read by a plan, by (its serial, the default year, the text of its match).
+_TIMES: dict[tuple[int, int, str], float] = {}
+_MAX_TIMES = 16_384  # a node's distinct stamps, a few thousand; ~3 MB at most
 _TRACE = threading.local()  # the last time a format read (``_timed``): thread by thread
 
 
@@ -475,7 +498,7 @@ def _time_plan(line: str, year: int, shape: bytes | str) -> _Plan:
     last = _TRACE.last
     plan = _NO_PLAN
     if ts is not None and last is not None and last[3] == ts:
-        plan = last[:3]
+        plan = (*last[:3], last[4], next(_PLAN_SERIALS))
     if len(_TIME_PLANS) >= _MAX_TIME_PLANS:
         _TIME_PLANS.clear()
     _TIME_PLANS[shape] = plan
@@ -487,7 +510,7 @@ def _timed(
 ) -> float | None:
     """The time ``convert`` reads from ``m``, recorded for ``_time_plan``."""
     ts = convert(m, year)
-    _TRACE.last = (m.re, m.start(), convert, ts)
+    _TRACE.last = (m.re, m.start(), convert, ts, m.end())
     return ts
 
 
@@ -572,7 +595,7 @@ _SECOND_FIELDS: dict[Callable[[re.Match[str], int], float | None], tuple[int, in
 _SecondSpans = tuple[
     re.Pattern[str], int, Callable[[re.Match[str], int], float | None], int, int, int, int
 ]
-_NO_SPANS: _SecondSpans = (*_NO_PLAN, 0, 0, 0, 0)
+_NO_SPANS: _SecondSpans = (*_NO_PLAN[:3], 0, 0, 0, 0)
 _SECOND_SPANS: dict[bytes | str, _SecondSpans] = {}
 _SECONDS: dict[tuple[object, int, str, str], int] = {}
 _MAX_SECONDS = 65_536
@@ -591,7 +614,7 @@ def _second_spans(line: str, year: int, shape: bytes | str) -> _SecondSpans:
         if fb - fa <= 6:
             za, zb = m.span(zone) if zone else (0, 0)
             za, zb = (za, zb) if za >= 0 else (0, 0)
-            spans = (*plan, m.start(first), m.end(seconds), za, zb)
+            spans = (*plan[:3], m.start(first), m.end(seconds), za, zb)
     if len(_SECOND_SPANS) >= _MAX_TIME_PLANS:
         _SECOND_SPANS.clear()
     _SECOND_SPANS[shape] = spans

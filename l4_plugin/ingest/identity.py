@@ -24,7 +24,7 @@ from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from l4_plugin.ingest.header import outer_labels, rank_prefix
+from l4_plugin.ingest.header import outer_labels, prefix_end
 
 _HOST = r"[A-Za-z0-9][\w.-]*[A-Za-z0-9]"
 _IP = r"\d{1,3}(?:\.\d{1,3}){3}"
@@ -76,7 +76,6 @@ _AGENT = re.compile(
     # the failure summary the agent prints (torch/distributed/elastic/multiprocessing/errors)
     r"|^(?:\[\d+\]:|Failures:|Root Cause \(first observed failure\):|\S+ FAILED)\s*$"
 )
-_WORDY = re.compile(r"[\w\[(]")
 _AGENT_LINES = 3
 _AGENT_SHARE = 0.5
 #: How many of a file's first lines are read for its facts.
@@ -107,7 +106,7 @@ def _body(line: str) -> str:
     rank prefixes."""
     if line[:1].isdigit() and (m := _LEAD_TIME.match(line)) is not None:
         line = line[m.end() :]
-    end = rank_prefix(line)[1]
+    end = prefix_end(line)
     if not end and line[:1] in "0123456789[(":
         end = outer_labels(line)[2]
     return line[end:].lstrip() if end else line
@@ -122,15 +121,12 @@ def facts(lines: Iterable[str], limit: int = FACT_LINES) -> FileFacts:
     for i, line in enumerate(lines):
         if i >= limit or (evidence >= _ENOUGH and i >= 200):
             break
-        if (
-            line.strip()
-            and not line[:1].isspace()
-            and _WORDY.match(line)
-            and not (line.startswith("Traceback"))
-        ):
-            # (a block's indented lines and a table's rules say nothing of who printed it)
+        first = line[:1]
+        if (first.isalnum() or first in ("_", "[", "(")) and not line.startswith("Traceback"):
+            # A line that starts with a word character, "[" or "(" (so is not blank): a block's
+            # indented lines and a table's rules say nothing of who printed it.
             seen += 1
-            agent += _AGENT.search(line[:160]) is not None
+            agent += _agent_line(line[:160])
         body = _body(line)
         if "ode" in body and (ray := _RAY_NODE.search(body)) is not None:
             addresses.setdefault(ray.group(1), "")  # Ray names a node by its address
@@ -140,7 +136,7 @@ def facts(lines: Iterable[str], limit: int = FACT_LINES) -> FileFacts:
             evidence += 1
             if "Bootstrap" in body and (b := _BOOTSTRAP.search(body)) is not None:
                 addresses.setdefault(b.group(1), host)
-        if ": error: " in body or "pod" in body.lower() or "[" in body[:1] or "=" in body:
+        if "[" in body[:1] or ": error: " in body or "=" in body or "pod" in body.lower():
             for subject, needle in _SUBJECTS:
                 m = subject.search(body) if needle in body else None
                 if m is not None:
@@ -151,6 +147,21 @@ def facts(lines: Iterable[str], limit: int = FACT_LINES) -> FileFacts:
     mine = top[0][0] if top and top[0][1] >= _OWN_SHARE * total else None
     is_agent = seen >= _AGENT_LINES and agent >= _AGENT_SHARE * seen
     return FileFacts(mine, tuple(addresses.items()), tuple(named), is_agent)
+
+
+def _agent_line(text: str) -> bool:
+    """Whether ``_AGENT`` finds an agent's line in ``text``, searched only when the text holds
+    what each of its matches does: "torch", "_agent)", "(raylet)" or "(gcs_server)", else (a
+    failure summary's line) an end in ":" or "FAILED" (most lines of a rank's log have none)."""
+    if not (
+        "torch" in text
+        or "_agent)" in text
+        or "(raylet)" in text
+        or "(gcs_server)" in text
+        or text.rstrip().endswith((":", "FAILED"))
+    ):
+        return False
+    return _AGENT.search(text) is not None
 
 
 def _own_host(body: str) -> str | None:

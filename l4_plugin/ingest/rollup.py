@@ -502,6 +502,7 @@ class NodeRollup:
         # position, byte offset, the Traceback line's kind).
         chain: tuple[GroupKey, Group, KeptLine | None, str, int, int | None, LineKind] | None = None
         traits_of = self.cache.traits.get
+        marked = timeline.marks
         rank_spans = RANK_SHAPES.get
         prefix_rank = PREFIX_RANKS.get
         compute = self.cache.compute
@@ -584,12 +585,16 @@ class NodeRollup:
                         # (the _MARKER lane is the kinds whose role has an iteration rule)
                         marker = role.iteration
                         assert marker is not None
-                        # ``marker.read``, inlined for a known shape that states seconds or
-                        # nothing: the number's and the duration's spans.
+                        # ``marker.read``, inlined for a known shape that states seconds,
+                        # milliseconds (Megatron's) or nothing: the number's and the duration's
+                        # spans, and the unit (``stages._in_seconds``'s arithmetic for ms).
                         read = marker.shape_spans.get(shape) if shape is not None else None
-                        if read is not None and read[4] == "s":
+                        if read is not None and read[4] != "per_s":
                             number = int(raw[read[0] : read[1]]) if read[0] >= 0 else None
-                            seconds = float(raw[read[2] : read[3]]) if read[2] >= 0 else None
+                            if read[2] >= 0:
+                                seconds = float(raw[read[2] : read[3]])
+                                if read[4] == "ms":
+                                    seconds = seconds / 1000.0
                         else:
                             number, seconds = marker.read(
                                 raw, digit_shape(raw) if shape is None else shape
@@ -602,11 +607,14 @@ class NodeRollup:
                             if number is not None:
                                 iteration = number
                             stage = "training"
-                            # ``_enter``, inlined
+                            # ``_enter``, inlined; ``Timeline.mark`` keeps a transition's
+                            # first reference only, so a known one needs no call.
                             entered_key = (stage, iteration)
                             again = entered.get(entered_key, 0)
                             entered[entered_key] = again + 1
-                            timeline.mark((stage, iteration, again), mark_ref)
+                            mark_key = (stage, iteration, again)
+                            if mark_key not in marked:
+                                timeline.mark(mark_key, mark_ref)
                         training = True
                     if iteration is None or stage == "checkpointing":  # _unplaced, inlined
                         if (

@@ -421,9 +421,10 @@ _ZEROS = str.maketrans("123456789", "000000000")
     ],
 )
 def test_rank_prefix_shortcuts_agree_with_the_regexes(raw: str) -> None:
-    from l4_plugin.ingest.header import digit_shape, rank_prefix, rank_prefix_cached
+    from l4_plugin.ingest.header import digit_shape, prefix_end, rank_prefix, rank_prefix_cached
 
     assert rank_prefix_cached(raw) == rank_prefix(raw)
+    assert prefix_end(raw) == rank_prefix(raw)[1]
     for _ in range(2):  # the shape's spans found, then read (a prefix's rank from its cache)
         assert rank_prefix_cached(raw, digit_shape(raw)) == rank_prefix(raw)
         assert rank_prefix_cached(raw, raw.translate(_ZEROS)) == rank_prefix(raw)
@@ -533,6 +534,47 @@ def test_second_of_is_the_whole_second_parse_time_reads() -> None:
         header.second_of(f"E1023 09:13:42.{frac:06d} 77 x.cpp:1] y", 2000)
         header.second_of(f"E1023 09:13:43.{frac:06d} 77 x.cpp:1] y", 2000)
     assert len(header._SECONDS) == 2
+
+
+def test_parse_time_remembers_a_plans_times_by_the_text_it_matched() -> None:
+    # Lines of one shape with the same time text read the time once (``_TIMES``); every line
+    # must still get what the long way (``_parse_time``) reads, whatever else differs.
+    import random
+
+    from l4_plugin.ingest import header
+
+    rng = random.Random(11)
+    formats = [
+        "[rank{n}]: [2024-07-13 05:{m:02d}:{s:02d}] iteration {n:>8}/ 2000 | x (ms): {n}.{s}",
+        "[2024-05-03 10:{m:02d}:{s:02d},{f3}] [INFO] [engine.py:{n}:step] hi",
+        "[2024-05-03 10:{m:02d}:{s:02d},{f3}] [{lv}] [engine.py:{n}:step] hi",
+        "2024-05-03T10:{m:02d}:{s:02d}.{f6}+0{z}:{n:02d}{n} x",
+        "2024-05-03T10:{m:02d}:{s:02d}.{f6}+0{z}:30 x",
+        "2024-0{z}-3{z} 10:{m:02d}:{s:02d} {n} day 30 to 39",
+        "E1{z}23 09:{m:02d}:{s:02d}.{f6} {n} ProcessGroupNCCL.cpp:616] x",
+        "[rank{n}]:[W1105 01:{m:02d}:{s:02d}.{f9} Utils.hpp:1] nanoseconds",
+    ]
+    header._TIMES.clear()
+    calls = 0
+    for _ in range(2):
+        for fmt in formats:
+            for _ in range(60):
+                line = fmt.format(
+                    m=rng.choice((0, 1)),
+                    s=rng.choice((0, 59)),
+                    n=rng.choice((3, 7, 12, 99)),
+                    z=rng.choice((0, 1, 2)),
+                    lv=rng.choice(("INFO", "WARN", "BOGUS")),
+                    f3=rng.choice(("999", "000")),
+                    f6=rng.choice(("999999", "000000")),
+                    f9=rng.choice(("999999999", "000000001")),
+                )
+                for year in (2023, 2024):
+                    expected = header._parse_time(line, year, None)
+                    assert header.parse_time(line, year) == expected, line
+                    assert header.parse_time(line, year, line.translate(_ZEROS)) == expected
+                    calls += 2
+    assert 0 < len(header._TIMES) < calls / 4  # remembered, and shared by lines
 
 
 @pytest.mark.parametrize(

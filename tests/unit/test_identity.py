@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from l4_plugin.ingest.identity import facts, short_name, subject
 from l4_plugin.ingest.jobdir import scan
 from l4_plugin.ingest.reader import read_blocks
@@ -183,3 +185,38 @@ def test_a_launcher_agents_own_log_is_no_ranks() -> None:
     # torchrun --tee: the workers' lines among the agent's make a rank's output
     tee = agent[:3] + ["[default0]:step 1 loss 2.0", "[default1]:step 1 loss 2.1"] * 3
     assert not facts(tee).agent
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "train.py FAILED",
+        "train.py FAILED \u00a0\t",
+        "Failures:",
+        "Failures:\u2003",
+        "[1]:",
+        "[12]:  \r",
+        "Root Cause (first observed failure):",
+        "[2025-03-06 16:18:15,300 I 1608 1608] (raylet) main.cc:180: x",
+        "[2025-03-06 16:18:15,300 I 1608 1608] (gcs_server) gcs.cc:1: x",
+        "(dashboard_agent) x",
+        "I0119 torch/distributed/elastic/agent/server/api.py:869] starting",
+        "torch.distributed.launcher.api: x",
+        "[rank0]: torch ready:",
+        "[rank0]: step 1 | loss 2.0 | time (ms): 12.5 |",
+        "[rank0]: step 1 | loss 2.0 | lr:",
+        "a FAILED b",
+        "",
+        " ",
+    ],
+)
+def test_the_agent_lines_prefilter_agrees_with_the_regex(line: str) -> None:
+    from l4_plugin.ingest.identity import _AGENT, _agent_line
+
+    assert _agent_line(line) == (_AGENT.search(line) is not None)
+
+
+def test_blank_and_indented_lines_do_not_count_against_an_agent() -> None:
+    # (blank lines counted as seen would make three agent lines in seven no majority)
+    agent = ["Failures:", "[1]:", "Root Cause (first observed failure):"]
+    assert facts([*agent, "", "  x", "\t", "", "", "-----", ""]).agent

@@ -12,6 +12,8 @@ from l4_plugin.ingest.scanner import Scanner, gc_paused
 from l4_plugin.ingest.sources import file_streams
 from tests.rollup_views import group_view, kept_view
 
+_ZEROS = str.maketrans("123456789", "000000000")
+
 _LINES = (
     "2026-01-01 00:00:00 INFO starting\n"
     "2026-01-01 00:00:01 ERROR disk 1 failed\n"
@@ -114,3 +116,55 @@ def test_scan_with_or_without_the_lines_keys_is_the_same(tmp_path: Path) -> None
         k: group_view(g) for k, g in without.groups.items()
     }
     assert with_keys.last_iteration == without.last_iteration == 11
+
+
+def test_the_scans_inline_paths_read_what_the_functions_do() -> None:
+    """The scan loop reads a ``[rankN]:`` line's rank and a marker's number and duration (in
+    seconds or Megatron's milliseconds) from the spans cached by the line's key, without the
+    calls: the same ranks and the same summed nanoseconds as ``rank_prefix`` and
+    ``IterationRule.read`` give."""
+    from l4_plugin.ingest.header import RANK_SHAPES, digit_shape, rank_prefix, rank_prefix_cached
+    from l4_plugin.ingest.parser import LineParser
+    from l4_plugin.ingest.rollup import NodeRollup
+    from l4_plugin.ingest.stages import StageRules
+
+    megatron = (
+        "[rank{r}]: [2026-01-01 00:00:0{s}] iteration {i:>8}/   1000 | consumed samples: 512 | "
+        "elapsed time per iteration (ms): {ms} | learning rate: 1.0E-04 |"
+    )
+    engine = "[rank{r}]:steps: {i} loss: 1.7467 iter time (s): {sec} samples/sec: 640.362"
+    lines = [
+        megatron.format(r=r, s=i % 10, i=i, ms=f"{812 + 7 * i + r}.{(3 * i) % 10}")
+        for i in range(1, 9)
+        for r in (1, 6)
+    ]
+    lines += [engine.format(r=r, i=i, sec=f"3.{i}{r}7") for i in (20, 21) for r in (2, 9)]
+    for raw in lines:
+        key = raw.translate(_ZEROS)
+        RANK_SHAPES.pop(key, None)
+        assert rank_prefix_cached(raw, key) == rank_prefix(raw)
+        assert key in RANK_SHAPES  # stored: later lines of the key take the inline path
+        assert rank_prefix_cached(raw, key) == rank_prefix(raw)
+    parser = LineParser()
+    kinds, keys = parser.feed_keyed(lines)
+    assert keys is not None
+    rules = StageRules.load()
+    with_keys, without = NodeRollup("n", rules), NodeRollup("n", rules)
+    for _ in range(2):  # the second time, every key's spans are known
+        with_keys.scan("r.log", None, [(lines, kinds, None, 0, keys)])
+    for _ in range(2):
+        without.scan("r.log", None, [(lines, kinds, None, 0)])
+    assert {k: group_view(g) for k, g in with_keys.groups.items()} == {
+        k: group_view(g) for k, g in without.groups.items()
+    }
+    expected = 0
+    for raw, kind in zip(lines, kinds, strict=True):
+        marker = rules.role(kind.body).iteration
+        assert marker is not None
+        seconds = marker.read(raw, digit_shape(raw))[1]
+        assert seconds is not None
+        expected += 2 * round(seconds * 1e9)
+    groups = with_keys.groups.values()
+    assert sum(g.seconds_ns for g in groups) == expected
+    assert sum(g.seconds_n for g in groups) == 2 * len(lines)
+    assert set().union(*(g.ranks for g in with_keys.groups.values())) == {1, 2, 6, 9}
