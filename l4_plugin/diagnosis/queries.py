@@ -432,7 +432,8 @@ def _read_memory_lines(
 
 # Templates that state a version: a banner's "nccl=…", "NCCL version …", "Driver Version: …".
 _VERSIONED = re.compile(r"\b(?:nccl|torch|cuda|cudnn|driver|image)=|\bversion\b", re.IGNORECASE)
-_VERSION_TEMPLATES = 32  # the most widely printed ones
+_VERSION_TEMPLATES = 32  # the most widely printed ones ...
+_VERSION_CELLS = 16_384  # ... (node, template) pairs read at most: a few on a 5,000-node job
 
 
 def _read_version_lines(
@@ -442,7 +443,8 @@ def _read_version_lines(
     (``JobData.version_lines``)."""
     spread = Counter(t for _, t in cells)
     tids = [t for t, info in templates.items() if spread[t] >= 3 and _VERSIONED.search(info.text)]
-    tids = sorted(sorted(tids, key=lambda t: -spread[t])[:_VERSION_TEMPLATES])
+    most = max(1, min(_VERSION_TEMPLATES, _VERSION_CELLS // max(len({n for n, _ in cells}), 1)))
+    tids = sorted(sorted(tids, key=lambda t: (-spread[t], t))[:most])
     if not tids:
         return ()
     found = events.earliest_messages(tids, 1)
