@@ -156,7 +156,7 @@ def decide(
     if suspects:
         top = nodes[0]
         why.append(f"culprit {', '.join(suspects)} ({', '.join(top.reasons) or 'top-ranked'})")
-    words = _Words(lexicon, n_nodes, outsiders or {})
+    words = _Words(lexicon, n_nodes, outsiders)
     silent = bool(suspects) and "silent" in nodes[0].reasons
     basis = words.lead(events, nodes)
     if basis is None:

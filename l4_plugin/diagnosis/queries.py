@@ -402,11 +402,23 @@ def _read_state_lines(
 ) -> tuple[tuple[str, str, str], ...]:
     """The lines of link-state templates per node, earliest first: the kept raw lines, else the
     rollups' exemplars (``JobData.state_lines``)."""
-    tids = sorted(t for t, info in templates.items() if _LINK_STATE.search(info.text))
+    return _lines_of(events, lines, templates, _LINK_STATE, _STATE_HITS)
+
+
+def _lines_of(
+    events: JobEvents,
+    lines: JobLines,
+    templates: dict[str, TemplateInfo],
+    pattern: re.Pattern[str],
+    hits: int,
+) -> tuple[tuple[str, str, str], ...]:
+    """Up to ``hits`` lines per node of the templates whose text ``pattern`` finds, earliest
+    first: the kept raw lines, else the rollups' exemplars ``(node, template, line)``."""
+    tids = sorted(t for t, info in templates.items() if pattern.search(info.text))
     if not tids:
         return ()
-    found = events.earliest_messages(tids, _STATE_HITS)
-    found.update(lines.earliest_messages(tids, _STATE_HITS))
+    found = events.earliest_messages(tids, hits)
+    found.update(lines.earliest_messages(tids, hits))
     return tuple((node, tid, m) for (node, tid), ms in sorted(found.items()) for m in ms)
 
 
@@ -422,12 +434,7 @@ def _read_memory_lines(
     events: JobEvents, lines: JobLines, templates: dict[str, TemplateInfo]
 ) -> tuple[tuple[str, str, str], ...]:
     """The out-of-memory reports' records per node, earliest first (``JobData.memory_lines``)."""
-    tids = sorted(t for t, info in templates.items() if _MEMORY_REPORT.search(info.text))
-    if not tids:
-        return ()
-    found = events.earliest_messages(tids, _MEMORY_HITS)
-    found.update(lines.earliest_messages(tids, _MEMORY_HITS))
-    return tuple((node, tid, m) for (node, tid), ms in sorted(found.items()) for m in ms)
+    return _lines_of(events, lines, templates, _MEMORY_REPORT, _MEMORY_HITS)
 
 
 # Templates that state a version: a banner's "nccl=…", "NCCL version …", "Driver Version: …".
