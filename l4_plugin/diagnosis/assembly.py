@@ -129,11 +129,17 @@ def _failure_iteration(data: JobData, analysis: Analysis) -> tuple[int, str] | N
     """The iteration the job failed in: where the best-ranked event that has one was first
     printed (its bucket by the iteration lines, or placed by time on the job's timeline; within
     the bucket by the job's pace, ``temporal.iteration_at``)."""
-    cell = _failure_cell(data, analysis)
+    return _placed(data, _job_iteration_starts(data), _failure_cell(data, analysis))
+
+
+def _placed(
+    data: JobData, starts: dict[int, float], cell: tuple[int, str] | None
+) -> tuple[int, str] | None:
+    """The iteration of a failure's ``cell`` (bucket, template) within its bucket."""
     if cell is None:
         return None
     bucket, tid = cell
-    return _within(data, _job_iteration_starts(data), bucket, (tid,)), tid
+    return _within(data, starts, bucket, (tid,)), tid
 
 
 def _failure_cell(data: JobData, analysis: Analysis) -> tuple[int, str] | None:
@@ -168,7 +174,7 @@ def _stated_bucket(data: JobData, tid: str) -> int | None:
     return max(below) if below else None
 
 
-def _onset(data: JobData, bucket: int, tids: Sequence[str]) -> int:
+def _onset(data: JobData, starts: dict[int, float], bucket: int, tids: Sequence[str]) -> int:
     """The iteration a slowdown began in: where the first of the lines that started with it
     was printed, when that falls in its onset bucket or the next (the pace is judged over
     whole buckets; the line says when), else the onset bucket."""
@@ -186,7 +192,7 @@ def _onset(data: JobData, bucket: int, tids: Sequence[str]) -> int:
             first = (ts, it, tid)
     if first is None:
         return bucket
-    return max(bucket, _within(data, _job_iteration_starts(data), first[1], (first[2],)))
+    return max(bucket, _within(data, starts, first[1], (first[2],)))
 
 
 def _job_iteration_starts(data: JobData) -> dict[int, float]:
@@ -277,14 +283,14 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
     starts = _job_iteration_starts(data)
     # Within a suspect iteration's bucket, the best-ranked event says where the failure struck
     # (its words may state the iteration); the bucket's new events may be its consequences.
-    failed = _failure_cell(data, analysis) if analysis.slowdown is None else None
+    cell = _failure_cell(data, analysis) if analysis.slowdown is None else None
     iterations = [
         ReportIteration(
             iteration=_within(
                 data,
                 starts,
                 s.iteration,
-                (failed[1],) if failed is not None and failed[0] == s.iteration else s.new_events,
+                (cell[1],) if cell is not None and cell[0] == s.iteration else s.new_events,
             ),
             score=round(s.distance / top, 4) if top > 0 else 0.0,
             why="dtw",
@@ -296,12 +302,12 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
         for s in fusion.iterations
     ]
     slow = analysis.slowdown
-    if slow is None and _unplaced_progress(data) and not _states_its_iteration(data, analysis):
+    if slow is None and _unplaced_progress(starts) and not _states_its_iteration(data, cell):
         # Progress lines with no time of their own: the lines' times place nothing, the last
         # one printed says where the job stopped.
         return (*_after_the_last(data), *iterations)
     if slow is None:
-        failed = _failure_iteration(data, analysis)
+        failed = _placed(data, starts, cell)
         if failed is None:
             return tuple(iterations) or _after_the_last(data)
         # Where the failure began, when no iteration departs from its predecessors (a hang's
@@ -324,7 +330,7 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
     # the slowed job finally failed.
     iterations = [it for it in iterations if it.iteration != slow.first_iteration] or iterations
     first = ReportIteration(
-        iteration=_onset(data, slow.first_iteration, slow.events),
+        iteration=_onset(data, starts, slow.first_iteration, slow.events),
         score=1.0,
         why="slowdown",
         distance=None,
@@ -340,18 +346,19 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
 _FLAT_PAIRS = 4
 
 
-def _unplaced_progress(data: JobData) -> bool:
-    """Whether the job's progress lines have no time of their own: most consecutive buckets
-    start no later than the one before (a rank's stdout flushed at exit gives every step the
-    same stamp; a bar on stderr takes the last stamp before it, printed at start-up)."""
-    starts = sorted(_job_iteration_starts(data).items())
-    pairs = [b <= a for (_, a), (_, b) in itertools.pairwise(starts) if math.isfinite(a + b)]
+def _unplaced_progress(starts: dict[int, float]) -> bool:
+    """Whether the job's progress lines have no time of their own (``starts``: when each bucket
+    began, ``_job_iteration_starts``): most consecutive buckets start no later than the one
+    before (a rank's stdout flushed at exit gives every step the same stamp; a bar on stderr
+    takes the last stamp before it, printed at start-up)."""
+    times = [t for _, t in sorted(starts.items())]
+    pairs = [b <= a for a, b in itertools.pairwise(times) if math.isfinite(a + b)]
     return len(pairs) >= _FLAT_PAIRS and sum(pairs) * 2 >= len(pairs)
 
 
-def _states_its_iteration(data: JobData, analysis: Analysis) -> bool:
-    """Whether the best-ranked event with a bucket states the iteration it struck."""
-    cell = _failure_cell(data, analysis)
+def _states_its_iteration(data: JobData, cell: tuple[int, str] | None) -> bool:
+    """Whether the best-ranked event with a bucket (``cell``: its bucket and template) states
+    the iteration it struck."""
     info = data.templates.get(cell[1]) if cell is not None else None
     return info is not None and _STATED_ITERATION.search(info.message) is not None
 
