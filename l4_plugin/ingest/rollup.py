@@ -16,6 +16,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from itertools import compress, islice, pairwise, repeat
+from itertools import count as counting
+from operator import itemgetter, mul, ne, truediv
 from typing import Any
 
 from l4_plugin.ingest.header import (
@@ -27,7 +30,7 @@ from l4_plugin.ingest.header import (
 )
 from l4_plugin.ingest.parser import KindSpec, LineKind
 from l4_plugin.ingest.reader import Block
-from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, Role, StageRules
+from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, IterationRule, Role, StageRules
 from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
 from l4_plugin.records import Level
 
@@ -60,6 +63,9 @@ _OPEN_LEVELS = frozenset(level.name for level in Level if level >= Level.WARNING
 SLOT_EVERY = 16
 _SLOT_YEAR = 2000
 _UNPLACED = {s: UNPLACED + s for s in STAGE_ORDER}
+#: A run of at least this many lines of one key is looked at in bulk (``_runs``).
+BULK_RUN = 4
+_NO_RUNS: dict[int, int] = {}
 
 
 @dataclass(slots=True)
@@ -533,7 +539,11 @@ class NodeRollup:
             shapes: list[str] | list[None] = keys if keys is not None else [None] * len(lines)
             # index of a line in its block: base + pos - first (no enumerate in the hot loop)
             first = pos + 1 - base
-            for raw, kind, shape in zip(lines, kinds, shapes, strict=True):
+            rows = zip(lines, kinds, shapes, strict=True)
+            # Runs of lines of one key (so of one kind and shape) by their first line's index:
+            # a marker line that starts one takes the rest of it in bulk (``_marker_columns``).
+            run_ends = _runs(keys, BULK_RUN) if keys is not None and sink is None else _NO_RUNS
+            for raw, kind, shape in rows:
                 pos += 1
                 traits = traits_of(kind)
                 if traits is None:
@@ -650,6 +660,34 @@ class NodeRollup:
                     if sink is not None:
                         tag, at_it = _tag(stage, iteration, slot)
                         sink(pos, raw, kind, tag, at_it, ts_ref, line_rank, _at(block, pos - first))
+                        continue
+                    if lane != _MARKER or not run_ends:
+                        continue
+                    end = run_ends.get(pos - first - base)
+                    if end is None or iteration is None:
+                        continue
+                    # The rest of a run of marker lines of this one shape: each adds to its
+                    # iteration's group as the lines above would (same kind, traits and spans;
+                    # only their digits differ), their values read in bulk.
+                    run = lines[pos - first - base + 1 : end]
+                    assert marker is not None and shape is not None
+                    numbered = not (marker.fallback and counted)
+                    columns = _marker_columns(run, marker, shape, numbered, rank, prefixed)
+                    if columns is None:
+                        continue
+                    iteration = _add_markers(
+                        self, kind, run, columns, pos, iteration, ts_ref, stamped, streams,
+                        entered, kind not in frequent, (path, long_lines, block, first),
+                    )  # fmt: skip
+                    pos += len(run)
+                    ranks = columns[0]
+                    ref_rank = ranks[-1] if isinstance(ranks, list) else rank
+                    if stamped:
+                        ts_ref = mark_ref = run[-1]
+                        ts_shape, stamp_pos = shape, pos
+                    else:
+                        mark_ref = streams.get(ref_rank, ts_ref)
+                    next(islice(rows, len(run) - 1, None))
                     continue
                 # A line absorbed into the record it continues: a traceback's frames, or the
                 # continuation lines of the error record just before (``continuations``).
@@ -976,3 +1014,122 @@ def _after_prefix(raw: str, prefix_end: int) -> str:
 
 def _at(block: Block | None, i: int) -> int | None:
     return block.offset(i) if block is not None else None
+
+
+def _runs(keys: list[str], least: int) -> dict[int, int]:
+    """Where each run of at least ``least`` equal consecutive ``keys`` ends, by the index of its
+    first key (the change points found at C speed: a Python step per run, not per key)."""
+    starts = [0, *compress(counting(1), map(ne, keys, islice(keys, 1, None))), len(keys)]
+    return {a: b for a, b in pairwise(starts) if b - a >= least}
+
+
+#: A run's ranks, iteration numbers and stated durations (whole nanoseconds), one per line.
+#: (None: the iteration does not change: the rule's numbers do not count, or it has none.)
+_Columns = tuple[Iterable[int | None], list[int] | None, Iterable[int | None]]
+
+
+def _marker_columns(
+    run: list[str],
+    marker: IterationRule,
+    shape: str,
+    numbered: bool,
+    rank: int | None,
+    prefixed: bool,
+) -> _Columns | None:
+    """The ranks, numbers and durations of a run of iteration markers of one digit shape, read
+    from each line at the spans the shape's first line cached, as the scan loop reads one line
+    (``numbered``: the rule's numbers count, ``rank``: the file's); None when a line needs more
+    than its spans (an uncached shape, a rate, a launcher prefix of no known rank). The values
+    are converted by ``map`` at C speed: no Python step per line."""
+    read = marker.shape_spans.get(shape)
+    if read is None or read[4] == "per_s":
+        return None
+    ranks: Iterable[int | None] = repeat(rank)
+    spans = RANK_SHAPES.get(shape) if prefixed else None
+    if spans is not None:
+        how, a, b, _ = spans
+        if how == 1:
+            ranks = list(map(int, map(itemgetter(slice(a, b)), run)))
+        elif how == 2:
+            named = list(map(PREFIX_RANKS.get, map(itemgetter(slice(a, b)), run)))
+            if None in named:
+                return None
+            ranks = named
+    elif prefixed:
+        return None
+    a, b, c, d, unit = read
+    numbers = None
+    if numbered and a >= 0:
+        numbers = list(map(int, map(itemgetter(slice(a, b)), run)))
+    durations: Iterable[int | None] = repeat(None)
+    if c >= 0:
+        seconds: Iterable[float] = map(float, map(itemgetter(slice(c, d)), run))
+        if unit == "ms":
+            seconds = map(truediv, seconds, repeat(1000.0))
+        durations = list(map(round, map(mul, seconds, repeat(1e9))))
+    return ranks, numbers, durations
+
+
+def _add_markers(
+    rollup: NodeRollup,
+    kind: LineKind,
+    run: list[str],
+    columns: _Columns,
+    after: int,
+    iteration: int,
+    ts_ref: str | None,
+    stamped: bool,
+    streams: dict[int | None, str],
+    entered: dict[tuple[str, int | None], int],
+    keeping: bool,
+    where: tuple[str, set[int] | None, Block | None, int],
+) -> int:
+    """Add a run of training iteration markers of one kind (lines ``after + 1`` on of their file)
+    to their iterations' groups, as ``NodeRollup.scan`` adds each (stage "training" throughout,
+    no traceback or record open, the line before them of the run); returns the iteration after
+    them. ``ts_ref``: the time reference before the run (each line's own if ``stamped``);
+    ``keeping``: the kind's groups keep sample lines; ``where``: the file's path, its truncated
+    lines, the block and its first line's position (``scan``'s ``first``).
+
+    A transition takes the reference ``scan`` keeps in ``mark_ref``: the line itself when
+    stamped, else the last stamp of the line's stream (``streams``; the file's last stamp when
+    it has none), which is what ``mark_ref`` always equals after a timeless line."""
+    path, long_lines, block, first = where
+    groups, timeline = rollup.groups, rollup.timeline
+    get, marked = groups.get, timeline.marks
+    ranks, read, durations = columns
+    refs = run if stamped else repeat(ts_ref)
+    # (no numbers: every line in the current iteration, no transition)
+    numbers: Iterable[int] = repeat(iteration) if read is None else read
+    for pos, raw, ref, line_rank, number, ns in zip(
+        counting(after + 1), run, refs, ranks, numbers, durations
+    ):
+        if number != iteration:
+            iteration = number
+            at = ("training", iteration)
+            again = entered.get(at, 0)
+            entered[at] = again + 1
+            mark_key = ("training", iteration, again)
+            if mark_key not in marked:
+                timeline.mark(mark_key, ref if stamped else streams.get(line_rank, ref))
+        key = (kind, "training", iteration)
+        group = get(key)
+        if group is None:
+            group = groups[key] = Group(1, pos, pos, ref, ref, raw, path)
+        else:
+            group.count += 1
+            group.last_pos = pos
+            group.last_ts_ref = ref
+        if line_rank is not None:
+            group.ranks.add(line_rank)
+        if ns is not None:
+            group.seconds_ns += ns
+            group.seconds_n += 1
+        if keeping and len(group.kept) < RARE_SAMPLE:
+            flags = ("truncated",) if long_lines and pos in long_lines else ()
+            at_byte = block.offset(pos - first) if block is not None else None
+            group.kept.append(KeptLine(path, pos, raw, ref, line_rank, flags, at_byte))
+    if stamped:
+        # the last stamped line of each stream: a timeless line of another stream marks by it
+        streams.update(zip(ranks, run, strict=False))  # (ranks: a column or a repeat)
+    return iteration
