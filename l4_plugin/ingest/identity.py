@@ -19,12 +19,14 @@ its name is, else its name; a file that names other hosts and none of its own is
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from l4_plugin.ingest.header import outer_labels, prefix_end
+from l4_plugin.ingest.masking import digit_key
 
 _HOST = r"[A-Za-z0-9][\w.-]*[A-Za-z0-9]"
 _IP = r"\d{1,3}(?:\.\d{1,3}){3}"
@@ -113,40 +115,91 @@ def _body(line: str) -> str:
 
 
 def facts(lines: Iterable[str], limit: int = FACT_LINES) -> FileFacts:
-    """The facts of a file from its first ``limit`` lines."""
-    own: Counter[str] = Counter()
-    addresses: dict[str, str] = {}
-    named: dict[str, None] = {}
-    evidence = seen = agent = 0
-    for i, line in enumerate(lines):
-        if i >= limit or (evidence >= _ENOUGH and i >= 200):
+    """The facts of a file from its first ``limit`` lines.
+
+    Most lines of a file say nothing of who wrote it, and lines of one digit shape (their
+    ``digit_key``) say the same: every test a line takes (``_body``'s, the needles, the regexes,
+    which ``tests/unit/test_identity.py`` checks) treats all digits alike. So a shape found to
+    name no host is not looked at again: its later lines only count as it did (seen, agent's).
+    """
+    tally = _Tally()
+    quiet: dict[str, tuple[int, int]] = {}  # digit shape -> what a line of it adds to the counts
+    it = iter(lines)
+    i = 0
+    while i < limit:
+        block = list(itertools.islice(it, min(_FACT_BLOCK, limit - i)))
+        if not block:
             break
+        keys = digit_key("\n".join(block)).split("\n")
+        if len(keys) != len(block):  # a line holding "\n": shapes line by line
+            keys = list(map(digit_key, block))
+        for line, key in zip(block, keys, strict=True):
+            if tally.evidence >= _ENOUGH and i >= 200:
+                return tally.facts()
+            i += 1
+            counts = quiet.get(key)
+            if counts is None:
+                counts = tally.add(line)
+                if counts is not None:
+                    quiet[key] = counts
+            else:
+                tally.seen += counts[0]
+                tally.agent += counts[1]
+    return tally.facts()
+
+
+#: Lines ``facts`` takes the digit shapes of at a time.
+_FACT_BLOCK = 256
+
+
+class _Tally:
+    """What a file's lines said so far (``facts``)."""
+
+    def __init__(self) -> None:
+        self.own: Counter[str] = Counter()
+        self.addresses: dict[str, str] = {}
+        self.named: dict[str, None] = {}
+        self.evidence = self.seen = self.agent = 0
+
+    def add(self, line: str) -> tuple[int, int] | None:
+        """Count one line; when it names no host (no address, own host or subject), what it
+        added to ``seen`` and ``agent``, else None."""
+        said = False
+        seen = agent = 0
         first = line[:1]
         if (first.isalnum() or first in ("_", "[", "(")) and not line.startswith("Traceback"):
             # A line that starts with a word character, "[" or "(" (so is not blank): a block's
             # indented lines and a table's rules say nothing of who printed it.
-            seen += 1
-            agent += _agent_line(line[:160])
+            seen = 1
+            agent = int(_agent_line(line[:160]))
+        self.seen += seen
+        self.agent += agent
         body = _body(line)
         if "ode" in body and (ray := _RAY_NODE.search(body)) is not None:
-            addresses.setdefault(ray.group(1), "")  # Ray names a node by its address
+            self.addresses.setdefault(ray.group(1), "")  # Ray names a node by its address
+            said = True
         host = _own_host(body)
         if host is not None:
-            own[host] += 1
-            evidence += 1
+            self.own[host] += 1
+            self.evidence += 1
+            said = True
             if "Bootstrap" in body and (b := _BOOTSTRAP.search(body)) is not None:
-                addresses.setdefault(b.group(1), host)
+                self.addresses.setdefault(b.group(1), host)
         if "[" in body[:1] or ": error: " in body or "=" in body or "pod" in body.lower():
             for subject, needle in _SUBJECTS:
                 m = subject.search(body) if needle in body else None
                 if m is not None:
-                    named[m.group(1)] = None
+                    self.named[m.group(1)] = None
+                    said = True
                     break
-    total = sum(own.values())
-    top = own.most_common(1)
-    mine = top[0][0] if top and top[0][1] >= _OWN_SHARE * total else None
-    is_agent = seen >= _AGENT_LINES and agent >= _AGENT_SHARE * seen
-    return FileFacts(mine, tuple(addresses.items()), tuple(named), is_agent)
+        return None if said else (seen, agent)
+
+    def facts(self) -> FileFacts:
+        total = sum(self.own.values())
+        top = self.own.most_common(1)
+        mine = top[0][0] if top and top[0][1] >= _OWN_SHARE * total else None
+        is_agent = self.seen >= _AGENT_LINES and self.agent >= _AGENT_SHARE * self.seen
+        return FileFacts(mine, tuple(self.addresses.items()), tuple(self.named), is_agent)
 
 
 def _agent_line(text: str) -> bool:

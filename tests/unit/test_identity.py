@@ -220,3 +220,53 @@ def test_blank_and_indented_lines_do_not_count_against_an_agent() -> None:
     # (blank lines counted as seen would make three agent lines in seven no majority)
     agent = ["Failures:", "[1]:", "Root Cause (first observed failure):"]
     assert facts([*agent, "", "  x", "\t", "", "", "-----", ""]).agent
+
+
+def test_every_test_a_line_takes_treats_all_digits_alike() -> None:
+    """``facts`` counts a line of a digit shape it found naming no host as that shape's first
+    line counted: every regex on the way must not tell one digit from another."""
+    import re
+
+    from l4_plugin.ingest import header, identity
+    from l4_plugin.ingest.stages import digit_blind
+
+    patterns = [v for v in vars(identity).values() if isinstance(v, re.Pattern)]
+    patterns += [p for p, _ in identity._SUBJECTS]
+    patterns += [header._RANK_PREFIX, header._SRUN_PREFIX, header._CRI, header._KUBECTL]
+    patterns += [header._RAY]
+    assert len(patterns) > 15 and all(digit_blind(p) for p in patterns)
+
+
+def test_facts_of_lines_of_known_shapes_are_those_of_every_line_read() -> None:
+    """The shapes ``facts`` remembers change nothing: the same facts as every line counted
+    (``_Tally.add``), on lines where hosts, addresses and subjects differ only in digits."""
+    import random
+
+    from l4_plugin.ingest.identity import _ENOUGH, _Tally
+
+    makers = [
+        lambda g: (
+            f"[rank{g.randrange(9)}]: [2024-07-13 06:15:{g.randrange(60):02d}] iteration "
+            f"{g.randrange(999):>6}/ 2000 | loss {g.random():.3f}"
+        ),
+        lambda g: _nccl(f"gpu-{g.randrange(3)}", g.randrange(8)),
+        lambda g: f"srun: error: node-{g.randrange(4)}: task {g.randrange(9)}: Killed",
+        lambda g: f"I0713 04:45:53.4 59238 torch/distributed/run.py:779] agent {g.randrange(9)}",
+        lambda g: f"Feb  6 18:16:{g.randrange(60):02d} ip-10-8-75-{g.randrange(3)} kernel: x",
+        lambda g: f"[{g.randrange(3)}]:",
+        lambda g: f"pod/trainer-{g.randrange(3)} Killed",
+        lambda g: f"host=node-{g.randrange(2)} starting {g.randrange(99)}",
+        lambda g: f"[state-dump] Node name: 10.0.0.{g.randrange(3)}",
+        lambda g: "  File 'x.py', line 3",
+        lambda g: "",
+    ]
+    for seed in range(30):
+        g = random.Random(seed)
+        lines = [g.choice(makers[: g.randrange(2, len(makers) + 1)])(g) for _ in range(600)]
+        limit = g.choice((100, 300, 2000))
+        every = _Tally()
+        for i, line in enumerate(lines[:limit]):
+            if every.evidence >= _ENOUGH and i >= 200:
+                break
+            every.add(line)
+        assert facts(lines, limit) == every.facts(), seed
