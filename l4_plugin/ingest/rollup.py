@@ -14,11 +14,11 @@ summary) are appended to it instead of becoming events of their own.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice, pairwise, repeat
 from itertools import count as counting
-from operator import itemgetter, mul, ne, truediv
+from operator import itemgetter, ne
 from typing import Any
 
 from l4_plugin.ingest.header import (
@@ -66,6 +66,7 @@ _UNPLACED = {s: UNPLACED + s for s in STAGE_ORDER}
 #: A run of at least this many lines of one key is looked at in bulk (``_runs``).
 BULK_RUN = 4
 _NO_RUNS: dict[int, int] = {}
+_MAX_READ = 65_536  # texts ``KindCache.values`` remembers per conversion before it starts over
 
 
 @dataclass(slots=True)
@@ -335,6 +336,26 @@ class KindCache:
         #: Kinds below the keep level whose groups keep no sample lines any more: the owner
         #: (``workers.Scanner``) knows each is printed too often to be rare in the job.
         self.frequent: set[LineKind] = set()
+        #: Values read from iteration markers by their text, per conversion (``values``).
+        self.read: dict[str, dict[str, int]] = {}
+
+    def values(self, texts: list[str], unit: str) -> list[int]:
+        """What the scan loop reads from each text: ``int`` of it (``unit`` "int"), or a
+        duration in seconds ("s") or milliseconds ("ms") in whole nanoseconds, the way the loop
+        adds it (``round(seconds * 1e9)``). Remembered by text: marker lines repeat them (an
+        iteration's number on each rank, a duration to one decimal), a lookup costs less."""
+        known = self.read.get(unit)
+        if known is None or len(known) > _MAX_READ:
+            known = self.read[unit] = {}
+        for text in set(texts).difference(known):
+            if unit == "int":
+                known[text] = int(text)
+                continue
+            seconds = float(text)
+            if unit == "ms":
+                seconds = seconds / 1000.0
+            known[text] = round(seconds * 1e9)
+        return list(map(known.__getitem__, texts))
 
     def compute(self, kind: LineKind, rules: StageRules) -> Traits:
         """The traits of ``kind`` (cached)."""
@@ -672,16 +693,15 @@ class NodeRollup:
                     run = lines[pos - first - base + 1 : end]
                     assert marker is not None and shape is not None
                     numbered = not (marker.fallback and counted)
-                    columns = _marker_columns(run, marker, shape, numbered, rank, prefixed)
-                    if columns is None:
+                    bulk = _marker_columns(run, marker, shape, numbered, rank, prefixed, self.cache)
+                    if bulk is None:
                         continue
+                    columns, ref_rank = bulk
                     iteration = _add_markers(
                         self, kind, run, columns, pos, iteration, ts_ref, stamped, streams,
                         entered, kind not in frequent, (path, long_lines, block, first),
                     )  # fmt: skip
                     pos += len(run)
-                    ranks = columns[0]
-                    ref_rank = ranks[-1] if isinstance(ranks, list) else rank
                     if stamped:
                         ts_ref = mark_ref = run[-1]
                         ts_shape, stamp_pos = shape, pos
@@ -1035,39 +1055,45 @@ def _marker_columns(
     numbered: bool,
     rank: int | None,
     prefixed: bool,
-) -> _Columns | None:
+    cache: KindCache,
+) -> tuple[_Columns, int | None] | None:
     """The ranks, numbers and durations of a run of iteration markers of one digit shape, read
     from each line at the spans the shape's first line cached, as the scan loop reads one line
-    (``numbered``: the rule's numbers count, ``rank``: the file's); None when a line needs more
-    than its spans (an uncached shape, a rate, a launcher prefix of no known rank). The values
-    are converted by ``map`` at C speed: no Python step per line."""
+    (``numbered``: the rule's numbers count, ``rank``: the file's), and the last line's rank;
+    None when a line needs more than its spans (an uncached shape, a rate, a launcher prefix of
+    no known rank). No Python step per line: the texts are cut and converted by ``map``, each
+    distinct one once (``KindCache.values``)."""
     read = marker.shape_spans.get(shape)
     if read is None or read[4] == "per_s":
         return None
     ranks: Iterable[int | None] = repeat(rank)
+    last = rank
     spans = RANK_SHAPES.get(shape) if prefixed else None
-    if spans is not None:
+    if spans is not None and spans[0]:
         how, a, b, _ = spans
-        if how == 1:
-            ranks = list(map(int, map(itemgetter(slice(a, b)), run)))
-        elif how == 2:
-            named = list(map(PREFIX_RANKS.get, map(itemgetter(slice(a, b)), run)))
+        texts = list(map(itemgetter(slice(a, b)), run))
+        if texts.count(texts[0]) == len(texts):  # (most runs: the lines of one rank)
+            last = int(texts[0]) if how == 1 else PREFIX_RANKS.get(texts[0])
+            if last is None:
+                return None
+            ranks = repeat(last)
+        else:
+            named: Sequence[int | None] = (
+                cache.values(texts, "int") if how == 1 else list(map(PREFIX_RANKS.get, texts))
+            )
             if None in named:
                 return None
-            ranks = named
-    elif prefixed:
+            ranks, last = named, named[-1]
+    elif prefixed and spans is None:
         return None
     a, b, c, d, unit = read
     numbers = None
     if numbered and a >= 0:
-        numbers = list(map(int, map(itemgetter(slice(a, b)), run)))
+        numbers = cache.values(list(map(itemgetter(slice(a, b)), run)), "int")
     durations: Iterable[int | None] = repeat(None)
     if c >= 0:
-        seconds: Iterable[float] = map(float, map(itemgetter(slice(c, d)), run))
-        if unit == "ms":
-            seconds = map(truediv, seconds, repeat(1000.0))
-        durations = list(map(round, map(mul, seconds, repeat(1e9))))
-    return ranks, numbers, durations
+        durations = cache.values(list(map(itemgetter(slice(c, d)), run)), unit)
+    return (ranks, numbers, durations), last
 
 
 def _add_markers(

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from l4_plugin.ingest import rollup
+from l4_plugin.ingest.header import PREFIX_RANKS, RANK_SHAPES
 from l4_plugin.ingest.parser import LineParser
 from l4_plugin.ingest.reader import Block
 from l4_plugin.ingest.rollup import KindCache, NodeRollup
@@ -73,6 +74,10 @@ def _lines(seed: int, rank: int) -> list[str]:
 
 
 def _scan(files: list[list[str]], chunking: random.Random) -> tuple[NodeRollup, Any]:
+    # Every scan starts from cold caches: a launcher prefix whose rank is not known yet (a
+    # run of two ranks' lines) is read by the loop, not in bulk.
+    PREFIX_RANKS.clear()
+    RANK_SHAPES.clear()
     rules = StageRules.load()
     parser = LineParser()
     cache = KindCache()
