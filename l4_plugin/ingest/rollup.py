@@ -14,11 +14,11 @@ summary) are appended to it instead of becoming events of their own.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from itertools import compress, islice, pairwise, repeat
+from itertools import chain, compress, islice, pairwise, repeat
 from itertools import count as counting
-from operator import itemgetter, ne
+from operator import itemgetter, lt, ne, not_
 from typing import Any
 
 from l4_plugin.ingest.header import (
@@ -429,6 +429,18 @@ class NodeRollup:
         # The last stamped line of each file, by ``process_key``: a process's stdout and stderr
         # are two files; a traceback its stderr ends with was printed when it was last alive.
         self.ends: dict[str, list[str]] = {}
+        # Training iterations whose first entry ("training", n, 0) the timeline is known to
+        # hold (``first_marks``), with that timeline.
+        self._first_marks: tuple[Timeline, set[int]] | None = None
+
+    def first_marks(self) -> set[int]:
+        """Training iterations whose first entry's mark ``("training", n, 0)`` this rollup's
+        timeline is known to hold: a cache ``_add_markers`` keeps, so that a run of markers
+        the node's earlier files marked already is not looked up mark by mark."""
+        held = self._first_marks
+        if held is None or held[0] is not self.timeline:
+            held = self._first_marks = (self.timeline, set())
+        return held[1]
 
     def absorb(
         self, part: FilePartial, kind_of: Callable[[str], LineKind], timeline: Timeline
@@ -511,7 +523,7 @@ class NodeRollup:
         """
         groups = self.groups
         timeline = self.timeline
-        entered: dict[tuple[str, int | None], int] = {}
+        entered = _Entries()
         slot: int | None = None
         slot_ref: str | None = None
         slot_pos = -SLOT_EVERY
@@ -979,7 +991,7 @@ def _tag(stage: str, iteration: int | None, slot: int | None) -> tuple[str, int 
 
 def _enter(
     timeline: Timeline,
-    entered: dict[tuple[str, int | None], int],
+    entered: _Entries,
     stage: str,
     iteration: int | None,
     ts_ref: str | None,
@@ -1044,8 +1056,9 @@ def _runs(keys: list[str], least: int) -> dict[int, int]:
 
 
 #: A run's ranks, iteration numbers and stated durations (whole nanoseconds), one per line.
-#: (None: the iteration does not change: the rule's numbers do not count, or it has none.)
-_Columns = tuple[Iterable[int | None], list[int] | None, Iterable[int | None]]
+#: (Numbers None: the iteration does not change: the rule's numbers do not count, or it has
+#: none.)
+_Columns = tuple[list[int | None], list[int] | None, Iterable[int | None]]
 
 
 def _marker_columns(
@@ -1066,8 +1079,8 @@ def _marker_columns(
     read = marker.shape_spans.get(shape)
     if read is None or read[4] == "per_s":
         return None
-    ranks: Iterable[int | None] = repeat(rank)
     last = rank
+    ranks: list[int | None] | None = None
     spans = RANK_SHAPES.get(shape) if prefixed else None
     if spans is not None and spans[0]:
         how, a, b, _ = spans
@@ -1076,16 +1089,17 @@ def _marker_columns(
             last = int(texts[0]) if how == 1 else PREFIX_RANKS.get(texts[0])
             if last is None:
                 return None
-            ranks = repeat(last)
         else:
-            named: Sequence[int | None] = (
-                cache.values(texts, "int") if how == 1 else list(map(PREFIX_RANKS.get, texts))
+            named: list[int | None] = (
+                list(cache.values(texts, "int")) if how == 1 else list(map(PREFIX_RANKS.get, texts))
             )
             if None in named:
                 return None
             ranks, last = named, named[-1]
     elif prefixed and spans is None:
         return None
+    if ranks is None:
+        ranks = [last] * len(run)
     a, b, c, d, unit = read
     numbers = None
     if numbered and a >= 0:
@@ -1106,7 +1120,7 @@ def _add_markers(
     ts_ref: str | None,
     stamped: bool,
     streams: dict[int | None, str],
-    entered: dict[tuple[str, int | None], int],
+    entered: _Entries,
     keeping: bool,
     where: tuple[str, set[int] | None, Block | None, int],
 ) -> int:
@@ -1117,28 +1131,22 @@ def _add_markers(
     ``keeping``: the kind's groups keep sample lines; ``where``: the file's path, its truncated
     lines, the block and its first line's position (``scan``'s ``first``).
 
-    A transition takes the reference ``scan`` keeps in ``mark_ref``: the line itself when
-    stamped, else the last stamp of the line's stream (``streams``; the file's last stamp when
-    it has none), which is what ``mark_ref`` always equals after a timeless line."""
+    A line's iteration is its number (the iteration before the run when it has none), so its
+    group's key is known before the loop; the run's transitions are recorded first
+    (``_enter_run``): they touch no group."""
     path, long_lines, block, first = where
-    groups, timeline = rollup.groups, rollup.timeline
-    get, marked = groups.get, timeline.marks
-    ranks, read, durations = columns
+    groups = rollup.groups
+    get = groups.get
+    ranks, numbers, durations = columns
     refs = run if stamped else repeat(ts_ref)
-    # (no numbers: every line in the current iteration, no transition)
-    numbers: Iterable[int] = repeat(iteration) if read is None else read
-    for pos, raw, ref, line_rank, number, ns in zip(
-        counting(after + 1), run, refs, ranks, numbers, durations
+    keys: Iterable[GroupKey] = repeat((kind, "training", iteration))
+    if numbers is not None:
+        _enter_run(rollup, numbers, iteration, run, ranks, (ts_ref, stamped, streams), entered)
+        keys = zip(repeat(kind), repeat("training"), numbers)
+        iteration = numbers[-1]
+    for pos, raw, ref, line_rank, ns, key in zip(
+        counting(after + 1), run, refs, ranks, durations, keys
     ):
-        if number != iteration:
-            iteration = number
-            at = ("training", iteration)
-            again = entered.get(at, 0)
-            entered[at] = again + 1
-            mark_key = ("training", iteration, again)
-            if mark_key not in marked:
-                timeline.mark(mark_key, ref if stamped else streams.get(line_rank, ref))
-        key = (kind, "training", iteration)
         group = get(key)
         if group is None:
             group = groups[key] = Group(1, pos, pos, ref, ref, raw, path)
@@ -1157,5 +1165,96 @@ def _add_markers(
             group.kept.append(KeptLine(path, pos, raw, ref, line_rank, flags, at_byte))
     if stamped:
         # the last stamped line of each stream: a timeless line of another stream marks by it
-        streams.update(zip(ranks, run, strict=False))  # (ranks: a column or a repeat)
+        streams.update(zip(ranks, run, strict=True))
     return iteration
+
+
+def _enter_run(
+    rollup: NodeRollup,
+    numbers: list[int],
+    iteration: int,
+    run: list[str],
+    ranks: list[int | None],
+    refs: tuple[str | None, bool, dict[int | None, str]],
+    entered: _Entries,
+) -> None:
+    """The timeline transitions of a run of markers: each line whose number is not the
+    iteration before it enters ("training", number), as ``scan`` records it (``_enter``), with
+    the reference ``scan`` keeps in ``mark_ref``: the line itself when stamped, else the last
+    stamp of its stream (``streams``), else the file's (``ts_ref``; what ``mark_ref`` equals
+    after a timeless line). ``refs``: (ts_ref, stamped, streams).
+
+    The usual run (iterations the file has not entered, rising) is entered at once
+    (``_Entries.first_entries``), and its marks looked at only when the node's earlier files
+    did not make them all (``NodeRollup.first_marks``)."""
+    ts_ref, stamped, streams = refs
+    timeline = rollup.timeline
+    marked = timeline.marks
+    if entered.first_entries(numbers):
+        known = rollup.first_marks()
+        if known.issuperset(numbers):
+            return
+        keys = list(zip(repeat("training"), numbers, repeat(0)))
+        todo = compress(counting(), map(not_, map(marked.__contains__, keys)))
+        for i in todo:
+            timeline.mark(keys[i], run[i] if stamped else streams.get(ranks[i], ts_ref))
+        known.update(compress(numbers, map(marked.__contains__, keys)))
+        return
+    for i in compress(counting(), map(ne, numbers, chain((iteration,), numbers))):
+        at = ("training", numbers[i])
+        again = entered.get(at, 0)
+        entered[at] = again + 1
+        mark_key = ("training", numbers[i], again)
+        if mark_key not in marked:
+            timeline.mark(mark_key, run[i] if stamped else streams.get(ranks[i], ts_ref))
+
+
+class _Entries:
+    """How many times a file entered each (stage, iteration) (``_enter``): a dict, except that
+    runs of training iterations entered for the first time, rising (``first_entries``), are
+    kept as their lists of numbers until a lookup may need them (an iteration not above
+    them all: a re-entry), which is rare; most runs are never looked up again."""
+
+    __slots__ = ("counts", "pending", "top")
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, int | None], int] = {}
+        self.pending: list[list[int]] = []
+        self.top: int | None = None  # the highest training iteration entered
+
+    def get(self, at: tuple[str, int | None], default: int) -> int:
+        self._flush_for(at)
+        return self.counts.get(at, default)
+
+    def __setitem__(self, at: tuple[str, int | None], count: int) -> None:
+        self._flush_for(at)
+        self.counts[at] = count
+        it = at[1]
+        if at[0] == "training" and it is not None and (self.top is None or it > self.top):
+            self.top = it
+
+    def first_entries(self, numbers: list[int]) -> bool:
+        """Enter each of ``numbers`` once, when they rise and the file entered none of them
+        (all above ``top``); else False, nothing entered."""
+        top = self.top
+        if top is not None and numbers[0] <= top:
+            return False
+        if not all(map(lt, numbers, islice(numbers, 1, None))):
+            return False
+        self.pending.append(numbers)
+        self.top = numbers[-1]
+        return True
+
+    def _flush_for(self, at: tuple[str, int | None]) -> None:
+        it, top = at[1], self.top
+        # (pending runs: a top above them all)
+        if (
+            self.pending
+            and at[0] == "training"
+            and it is not None
+            and top is not None
+            and it <= top
+        ):
+            for numbers in self.pending:
+                self.counts.update(zip(zip(repeat("training"), numbers), repeat(1)))
+            self.pending.clear()

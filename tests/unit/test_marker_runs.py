@@ -70,6 +70,8 @@ def _lines(seed: int, rank: int) -> list[str]:
         else:
             line = g.choice(_OTHERS).format(d=g.randrange(10), i=it, r=g.choice((rank, rank + 2)))
             out.append(line)
+        if g.random() < 0.1:  # back to earlier iterations (a resumed run): entered again
+            it = max(1, it - g.randrange(1, 30))
     return out
 
 
