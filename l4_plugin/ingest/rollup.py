@@ -429,18 +429,6 @@ class NodeRollup:
         # The last stamped line of each file, by ``process_key``: a process's stdout and stderr
         # are two files; a traceback its stderr ends with was printed when it was last alive.
         self.ends: dict[str, list[str]] = {}
-        # Training iterations whose first entry ("training", n, 0) the timeline is known to
-        # hold (``first_marks``), with that timeline.
-        self._first_marks: tuple[Timeline, set[int]] | None = None
-
-    def first_marks(self) -> set[int]:
-        """Training iterations whose first entry's mark ``("training", n, 0)`` this rollup's
-        timeline is known to hold: a cache ``_add_markers`` keeps, so that a run of markers
-        the node's earlier files marked already is not looked up mark by mark."""
-        held = self._first_marks
-        if held is None or held[0] is not self.timeline:
-            held = self._first_marks = (self.timeline, set())
-        return held[1]
 
     def absorb(
         self, part: FilePartial, kind_of: Callable[[str], LineKind], timeline: Timeline
@@ -1186,19 +1174,17 @@ def _enter_run(
 
     The usual run (iterations the file has not entered, rising) is entered at once
     (``_Entries.first_entries``), and its marks looked at only when the node's earlier files
-    did not make them all (``NodeRollup.first_marks``)."""
+    did not make them all (``Timeline.trained``)."""
     ts_ref, stamped, streams = refs
     timeline = rollup.timeline
     marked = timeline.marks
     if entered.first_entries(numbers):
-        known = rollup.first_marks()
-        if known.issuperset(numbers):
+        if timeline.trained.issuperset(numbers):
             return
         keys = list(zip(repeat("training"), numbers, repeat(0)))
         todo = compress(counting(), map(not_, map(marked.__contains__, keys)))
         for i in todo:
             timeline.mark(keys[i], run[i] if stamped else streams.get(ranks[i], ts_ref))
-        known.update(compress(numbers, map(marked.__contains__, keys)))
         return
     for i in compress(counting(), map(ne, numbers, chain((iteration,), numbers))):
         at = ("training", numbers[i])

@@ -46,12 +46,18 @@ class Timeline:
         self._seq: dict[MarkKey, int] = {}  # order of recording: a file's own order
         self._times: list[float] = []
         self._states: list[tuple[str, int | None]] = []
+        #: The iterations whose first entry into training, ("training", n, 0), is marked: a
+        #: run of a node's iteration markers asks whether the node's earlier files marked them
+        #: all (``rollup._enter_run``) without a lookup per mark.
+        self.trained: set[int | None] = set()
 
     def mark(self, key: MarkKey, ts_ref: str | None) -> None:
         """Record a transition; the first file to reach it (with a timestamp) defines its time."""
         if ts_ref is not None and key not in self.marks:
             self.marks[key] = ts_ref
             self._seq[key] = len(self._seq)
+            if key[2] == 0 and key[0] == "training":
+                self.trained.add(key[1])
 
     def resolve(self, seconds: Callable[[str], float | None]) -> None:
         """Parse the transitions' times (``seconds`` of a reference line) and order them.
