@@ -33,8 +33,6 @@ def labelled(first: str, shown: str) -> str:
     so a bar's frames share the one label at the start of the line; it says who printed every
     frame (the terminal's redraw covers it, the file does not)."""
     end = prefix_end(first)
-    label = first[:end]
-    if end == 0 or shown.startswith(label):
+    if end == 0 or shown.startswith(first[:end]):
         return shown
-    # (the label's own trailing blank, when the frame begins with one of its own: tqdm pads)
-    return (label.rstrip() if shown[:1].isspace() else label) + shown
+    return first[:end] + shown

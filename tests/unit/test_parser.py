@@ -108,7 +108,8 @@ def test_a_redrawn_bar_keeps_the_labels_its_line_began_with(tmp_path: Path) -> N
     from l4_plugin.limits import MAX_LINE_BYTES
 
     frames = [f" {p}%|##| {p}/202 [00:0{p // 50}<00:01, 4.1s/it]" for p in (0, 50, 100)]
-    labels = ["(RayTrainWorker pid=1594552, ip=10.83.18.222)", "[default3]:", "[1,5]<stderr>:"]
+    # (Ray's label ends with a blank of its own, before the worker's text)
+    labels = ["(RayTrainWorker pid=1594552, ip=10.83.18.222) ", "[default3]:", "[1,5]<stderr>:"]
     many = "\r".join(frames * (MAX_LINE_BYTES // 40))
     path = tmp_path / "bars.log"
     bar = "\r".join(frames)
