@@ -133,6 +133,10 @@ class JobData:
     # Each node's first line of the templates that state a version (node, template, line): what
     # its software stack is (:mod:`l4_plugin.analysis.versions`).
     version_lines: tuple[tuple[str, str, str], ...] = ()
+    # The lines of progress bars that show their elapsed time, one per node and iteration bucket
+    # (node, template, time of the last stamped line before it, line): the bar's clock
+    # (:mod:`l4_plugin.analysis.clock`).
+    bar_lines: tuple[tuple[str, str, float, str], ...] = ()
 
     @property
     def nodes(self) -> list[str]:

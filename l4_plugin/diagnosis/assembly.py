@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from l4_plugin.analysis.clock import bar_clock
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.tables import JobData, JobDoc, TemplateInfo
@@ -303,9 +304,10 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
     ]
     slow = analysis.slowdown
     if slow is None and _unplaced_progress(starts) and not _states_its_iteration(data, cell):
-        # Progress lines with no time of their own: the lines' times place nothing, the last
-        # one printed says where the job stopped.
-        return (*_after_the_last(data), *iterations)
+        # Progress lines with no time of their own: the lines' times place nothing; a bar's
+        # clock says when the last one came, else the last one printed says where the job
+        # stopped.
+        return (*(_by_the_clock(data, cell) or _after_the_last(data)), *iterations)
     if slow is None:
         failed = _placed(data, starts, cell)
         if failed is None:
@@ -381,6 +383,53 @@ def _after_the_last(data: JobData) -> tuple[ReportIteration, ...]:
             missing_events=(),
         ),
     )
+
+
+# Iterations past the bar's last frame the clock may place a failure (a bar on stdout loses
+# what its buffer held at a kill: a few dozen frames); further is a failure long after the job
+# stopped going on (a hang that a later error ended), placed after the last frame instead.
+_CLOCK_STEPS = 64
+
+
+def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIteration, ...]:
+    """The iteration a failure struck by the clock of the job's progress bar
+    (:mod:`l4_plugin.analysis.clock`): counted at the bar's pace from its last frame to the
+    moment the failure began (``_failure_moment``); empty when there is no clock, no moment,
+    or the moment does not fall after the last frame within ``_CLOCK_STEPS`` iterations."""
+    clock = bar_clock(data.bar_lines, _periodic(data)) if cell is not None else None
+    pace = clock.pace if clock is not None else None
+    if clock is None or pace is None or cell is None:
+        return ()
+    last, shown = clock.last
+    moment = _failure_moment(data, cell[1], shown)
+    if moment is None:
+        return ()
+    steps = max(1, math.ceil((moment - shown) / pace))
+    if steps > _CLOCK_STEPS:
+        return ()
+    return (
+        ReportIteration(
+            iteration=last + steps,
+            score=1.0,
+            why="clock",
+            distance=None,
+            threshold=None,
+            events=(cell[1],),
+            missing_events=(),
+        ),
+    )
+
+
+def _failure_moment(data: JobData, tid: str, after: float) -> float | None:
+    """When the failure began, no earlier than ``after``: the earliest of the best-ranked
+    event's first time (template ``tid``) and the moments the job's timeouts say their waits
+    began (``temporal.waited``); None when neither falls after ``after`` (the event came before
+    the bar's last frame: it is not what stopped the job)."""
+    firsts = [c.first_ts for (_, t), c in data.cells.items() if t == tid]
+    waits = {t: w for t, info in data.templates.items() if (w := waited(info.message)) is not None}
+    stalls = [ts - waits[t] for (_, t), (ts, _) in data.iteration_cells.items() if t in waits]
+    moments = [m for m in (*firsts, *stalls) if math.isfinite(m) and m >= after]
+    return min(moments) if moments else None
 
 
 def _slowdown(analysis: Analysis) -> ReportSlowdown | None:
@@ -604,6 +653,13 @@ def _iteration_text(it: ReportIteration) -> str:
         )
     if it.why == "failure" and it.distance is None:
         return f"the failure began in iteration {it.iteration}: its first event was printed then"
+    if it.why == "last":
+        return f"the job stopped in iteration {it.iteration}: the one after the last it printed"
+    if it.why == "clock":
+        return (
+            f"the failure began in iteration {it.iteration}: by the progress bar's clock, "
+            "counted from its last frame at the bar's pace"
+        )
     return (
         f"iteration {it.iteration} departs from the 10 before it (DTW "
         f"{it.distance or 0.0:.2f} > three-sigma {it.threshold}); new events: "

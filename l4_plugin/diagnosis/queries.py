@@ -220,6 +220,7 @@ def read_job_tables(store: Store, job: JobDoc) -> JobData:
         state_lines=_read_state_lines(events, lines, templates),
         memory_lines=_read_memory_lines(events, lines, templates),
         version_lines=_read_version_lines(events, templates, cells),
+        bar_lines=_read_bar_lines(events, templates),
     )
 
 
@@ -456,6 +457,20 @@ def _read_version_lines(
         return ()
     found = events.earliest_messages(tids, 1)
     return tuple((node, tid, ms[0]) for (node, tid), ms in sorted(found.items()) if ms)
+
+
+# Templates of progress bars that show their elapsed time: tqdm's "<NUM>/<NUM> [<TS><<TS>, …".
+_BAR = re.compile(r"<NUM>/<NUM> \[\S*<")
+
+
+def _read_bar_lines(
+    events: JobEvents, templates: dict[str, TemplateInfo]
+) -> tuple[tuple[str, str, float, str], ...]:
+    """Each node's bar line per iteration bucket and template, with its time
+    (``JobData.bar_lines``)."""
+    tids = sorted(t for t, info in templates.items() if _BAR.search(info.text))
+    found = events.bucket_messages(tids)
+    return tuple(sorted((node, tid, ms / 1000.0, m) for node, tid, ms, m in found))
 
 
 def _fill_missing_times(

@@ -175,6 +175,32 @@ class JobEvents:
             found[(r.node, r.template_id)].append((sort_time(r.first_ts), r.message))
         return earliest_first(found, size)
 
+    def bucket_messages(self, template_ids: Sequence[str]) -> list[tuple[str, str, float, str]]:
+        """``(node, template, first time, message)`` of every rollup of ``template_ids``: one
+        per node and iteration bucket (the bucket's first line of the template, its time in
+        epoch ms; inf: none), the packs' nodes included. For templates a few nodes print once per
+        bucket (progress bars): a few thousand documents at most."""
+        if not template_ids:
+            return []
+        body = {
+            "query": {"bool": {"filter": [without_packs(self.query), _templates(template_ids)]}},
+            "sort": ["_doc"],
+            "_source": ["host.name", F.TEMPLATE_ID, "message", F.FIRST_TS],
+        }
+        out: list[tuple[str, str, float, str]] = []
+        for hit in self.store.search_after(self.store.names.events, body, page_size=1000):
+            src = hit.get("_source", {})
+            node, message = source_field(src, "host.name"), source_field(src, "message")
+            if node is not None and message is not None:
+                tid, first = source_field(src, F.TEMPLATE_ID), source_field(src, F.FIRST_TS)
+                out.append((str(node), str(tid), sort_time(first), str(message)))
+        for r in read_packs(
+            self.store, self.store.names.events, self.query, messages=True, templates=template_ids
+        ):
+            if r.message is not None:
+                out.append((r.node, r.template_id, sort_time(r.first_ts), r.message))
+        return out
+
 
 def _templates(template_ids: Collection[str]) -> Query:
     return {"terms": {F.TEMPLATE_ID: list(template_ids)}}
