@@ -404,7 +404,13 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
     moment = _failure_moment(data, cell[1], shown)
     if moment is None:
         return ()
-    steps = max(1, math.ceil((moment - shown) / pace))
+    # A checkpoint's save pauses the iterations: they are counted from the line that ended it;
+    # a save under way when the job failed stopped them (the iteration after the bar's last).
+    saving = _saving(data, shown, moment)
+    if saving and not saving[1]:
+        return ()
+    since = saving[0] if saving else shown
+    steps = max(1, math.ceil((moment - since) / pace))
     if steps > _CLOCK_STEPS:
         return ()
     return (
@@ -418,6 +424,22 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
             missing_events=(),
         ),
     )
+
+
+def _saving(data: JobData, after: float, before: float) -> tuple[float, bool] | None:
+    """The last line of a checkpoint's save (``_saves``) printed between ``after`` and
+    ``before``: its time, and whether it ended the save (its stage rule returns to training
+    after it, ``stages.yaml``'s ``then``); None: no save then."""
+    rules = default_stage_rules()
+    last: tuple[float, bool] | None = None
+    for (_, t), c in data.cells.items():
+        info = data.templates.get(t)
+        if info is None or not _saves(info):
+            continue
+        for ts in (c.first_ts, c.last_ts):
+            if after < ts < before and (last is None or ts > last[0]):
+                last = (ts, rules.role(info.text).then == "training")
+    return last
 
 
 def _failure_moment(data: JobData, tid: str, after: float) -> float | None:
