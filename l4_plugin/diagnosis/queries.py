@@ -220,7 +220,7 @@ def read_job_tables(store: Store, job: JobDoc) -> JobData:
         state_lines=_read_state_lines(events, lines, templates),
         memory_lines=_read_memory_lines(events, lines, templates),
         version_lines=_read_version_lines(events, templates, cells),
-        bar_lines=_read_bar_lines(events, templates),
+        bar_lines=_read_bar_lines(events, templates, cells),
     )
 
 
@@ -463,13 +463,22 @@ def _read_version_lines(
 _BAR = re.compile(r"<NUM>/<NUM> \[\S*<")
 
 
+_BAR_NODES = 8  # nodes whose bars are read: those that drew the most frames
+
+
 def _read_bar_lines(
-    events: JobEvents, templates: dict[str, TemplateInfo]
+    events: JobEvents, templates: dict[str, TemplateInfo], cells: Mapping[tuple[str, str], Cell]
 ) -> tuple[tuple[str, str, float, str], ...]:
-    """Each node's bar line per iteration bucket and template, with its time
-    (``JobData.bar_lines``)."""
-    tids = sorted(t for t, info in templates.items() if _BAR.search(info.text))
-    found = events.bucket_messages(tids)
+    """The bar line per iteration bucket and template, with its time, of the nodes that
+    printed the most bar lines (the bars' own: a rank prints progress, the others at most a
+    model's shards loading) (``JobData.bar_lines``)."""
+    tids = {t for t, info in templates.items() if _BAR.search(info.text)}
+    drawn: Counter[str] = Counter()
+    for (node, tid), cell in cells.items():
+        if tid in tids:
+            drawn[node] += cell.count
+    nodes = sorted(n for n, _ in sorted(drawn.items(), key=lambda kv: (-kv[1], kv[0]))[:_BAR_NODES])
+    found = events.bucket_messages(sorted(tids), nodes)
     return tuple(sorted((node, tid, ms / 1000.0, m) for node, tid, ms, m in found))
 
 

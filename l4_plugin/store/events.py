@@ -175,15 +175,19 @@ class JobEvents:
             found[(r.node, r.template_id)].append((sort_time(r.first_ts), r.message))
         return earliest_first(found, size)
 
-    def bucket_messages(self, template_ids: Sequence[str]) -> list[tuple[str, str, float, str]]:
+    def bucket_messages(
+        self, template_ids: Sequence[str], nodes: Sequence[str]
+    ) -> list[tuple[str, str, float, str]]:
         """``(node, template, first time, message)`` of every rollup of ``template_ids``: one
         per node and iteration bucket (the bucket's first line of the template, its time in
-        epoch ms; inf: none), the packs' nodes included. For templates a few nodes print once per
-        bucket (progress bars): a few thousand documents at most."""
-        if not template_ids:
+        epoch ms; inf: none), the packs' nodes included, of ``nodes`` only (a few: the
+        documents of a template printed once per bucket, a progress bar, are a hundred per
+        node)."""
+        if not template_ids or not nodes:
             return []
+        where = [without_packs(self.query), _templates(template_ids)]
         body = {
-            "query": {"bool": {"filter": [without_packs(self.query), _templates(template_ids)]}},
+            "query": {"bool": {"filter": [*where, {"terms": {"host.name": list(nodes)}}]}},
             "sort": ["_doc"],
             "_source": ["host.name", F.TEMPLATE_ID, "message", F.FIRST_TS],
         }
@@ -197,7 +201,7 @@ class JobEvents:
         for r in read_packs(
             self.store, self.store.names.events, self.query, messages=True, templates=template_ids
         ):
-            if r.message is not None:
+            if r.message is not None and r.node in nodes:
                 out.append((r.node, r.template_id, sort_time(r.first_ts), r.message))
         return out
 
