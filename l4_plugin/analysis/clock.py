@@ -27,6 +27,7 @@ import numpy as np
 # tqdm's "440/862 [1:01:34<59:03, …": the iteration, the total, then the elapsed time (M:SS or
 # H:MM:SS).
 _FRAME = re.compile(r"(\d+)/(\d+) \[(?:(\d+):)?(\d{1,2}):(\d{2})<")
+_GLOBAL_STEP = re.compile(r"\bglobal_step=(\d+)")
 _PACE_POINTS = 5  # the last frames whose elapsed times give the pace
 
 
@@ -66,7 +67,11 @@ def frame_of(line: str) -> tuple[int, int, float] | None:
     found = shown[-1]
     hours, minutes, seconds = found.group(3), found.group(4), found.group(5)
     elapsed = int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
-    return int(found.group(1)), int(found.group(2)), float(elapsed)
+    # Lightning's bar shows the trainer's global step too: the job's iteration number, as its
+    # progress lines are read (``stages.yaml``: lightning-global-step); the bar counts batches.
+    step = _GLOBAL_STEP.search(line, found.end())
+    it = int(step.group(1)) if step is not None else int(found.group(1))
+    return it, int(found.group(2)), float(elapsed)
 
 
 def bar_clock(
@@ -113,3 +118,31 @@ def _clock(node: str, frames: dict[int, tuple[float, float]]) -> BarClock | None
     if len(run) < 2 or not bounds:
         return None
     return BarClock(node, max(bounds), tuple((it, elapsed) for it, (elapsed, _) in run))
+
+
+# A step a stamped line states: a checkpoint's "for step 90", "step=89", DeepSpeed's
+# "global_step60", HF's "checkpoint-60", Megatron's "at iteration 100".
+_STATED_STEP = re.compile(r"(?:\bstep[= ]|global_step|checkpoint-|\b(?:at|for) iteration )(\d+)\b")
+
+
+def stated_step(message: str) -> int | None:
+    """The step a line states (the first it names), None when it names none."""
+    found = _STATED_STEP.search(message)
+    return int(found.group(1)) if found is not None else None
+
+
+def step_anchor(
+    lines: Iterable[tuple[float, str]], last: int, reach: int
+) -> tuple[int, float] | None:
+    """The latest ``(step, time)`` the stamped ``lines`` state, of the steps the job's
+    progress makes plausible (no more than ``reach`` past ``last``, the last iteration it
+    printed: DeepSpeed's "step=1600" counts micro-steps); None: none states one."""
+    anchors = [
+        (t, step)
+        for t, message in lines
+        if math.isfinite(t) and (step := stated_step(message)) is not None and step <= last + reach
+    ]
+    if not anchors:
+        return None
+    t, step = max(anchors)
+    return step, t

@@ -137,6 +137,10 @@ class JobData:
     # (node, template, time of the last stamped line before it, line): the bar's clock
     # (:mod:`l4_plugin.analysis.clock`).
     bar_lines: tuple[tuple[str, str, float, str], ...] = ()
+    # The latest stamped lines that state a step (a checkpoint's "step=89", "global_step60",
+    # "checkpoint-60"), latest first (time, line): where the job stood then
+    # (:mod:`l4_plugin.analysis.clock`).
+    step_lines: tuple[tuple[float, str], ...] = ()
 
     @property
     def nodes(self) -> list[str]:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from l4_plugin.analysis.clock import bar_clock
+from l4_plugin.analysis.clock import bar_clock, step_anchor
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.tables import JobData, JobDoc, TemplateInfo
@@ -392,15 +392,22 @@ _CLOCK_STEPS = 64
 
 
 def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIteration, ...]:
-    """The iteration a failure struck by the clock of the job's progress bar
-    (:mod:`l4_plugin.analysis.clock`): counted at the bar's pace from its last frame to the
-    moment the failure began (``_failure_moment``); empty when there is no clock, no moment,
-    or the moment does not fall after the last frame within ``_CLOCK_STEPS`` iterations."""
-    clock = bar_clock(data.bar_lines, _periodic(data)) if cell is not None else None
-    pace = clock.pace if clock is not None else None
-    if clock is None or pace is None or cell is None:
+    """The iteration a failure struck by the job's clock (:mod:`l4_plugin.analysis.clock`):
+    from the furthest point the job is known to have reached at a known time (its progress
+    bar's last frame; else the latest step a stamped line states, a checkpoint's), counted at
+    the job's pace to the moment the failure began (``_failure_moment``). Empty when there is
+    no such point, pace or moment, when the moment does not fall after the point within
+    ``_CLOCK_STEPS`` iterations, or the count lands before an iteration the job printed."""
+    if cell is None or not data.node_last_iteration:
         return ()
-    last, shown = clock.last
+    printed = max(data.node_last_iteration.values())
+    clock = bar_clock(data.bar_lines, _periodic(data))
+    point = clock.last if clock is not None else step_anchor(data.step_lines, printed, _CLOCK_STEPS)
+    # (a bar's own elapsed times first: its rate is an average over saves and slow starts)
+    pace = (clock.pace if clock is not None else None) or _stated_pace(data)
+    if point is None or pace is None:
+        return ()
+    last, shown = point
     moment = _failure_moment(data, cell[1], shown)
     if moment is None:
         return ()
@@ -411,7 +418,7 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
         return ()
     since = saving[0] if saving else shown
     steps = max(1, math.ceil((moment - since) / pace))
-    if steps > _CLOCK_STEPS:
+    if steps > _CLOCK_STEPS or last + steps <= printed:
         return ()
     return (
         ReportIteration(
@@ -424,6 +431,21 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
             missing_events=(),
         ),
     )
+
+
+def _stated_pace(data: JobData) -> float | None:
+    """Seconds per iteration the job's last progress lines state (Megatron's "elapsed time per
+    iteration", NeMo's "train_step_timing", tqdm's "s/it"): the median over its last
+    buckets; None: they state none."""
+    seconds = data.node_iteration_seconds
+    if not seconds:
+        return None
+    buckets = sorted({b for _, b in seconds})[-_PACE_BUCKETS:]
+    stated = [s for (_, b), s in seconds.items() if b in buckets and s > 0]
+    return float(np.median(stated)) if stated else None
+
+
+_PACE_BUCKETS = 5
 
 
 def _saving(data: JobData, after: float, before: float) -> tuple[float, bool] | None:

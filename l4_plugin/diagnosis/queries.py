@@ -221,6 +221,7 @@ def read_job_tables(store: Store, job: JobDoc) -> JobData:
         memory_lines=_read_memory_lines(events, lines, templates),
         version_lines=_read_version_lines(events, templates, cells),
         bar_lines=_read_bar_lines(events, templates, cells),
+        step_lines=_read_step_lines(lines, templates, iteration_cells),
     )
 
 
@@ -461,6 +462,29 @@ def _read_version_lines(
 
 # Templates of progress bars that show their elapsed time: tqdm's "<NUM>/<NUM> [<TS><<TS>, …".
 _BAR = re.compile(r"<NUM>/<NUM> \[\S*<")
+
+
+# Templates whose lines may state a step (``clock.stated_step`` reads it): a checkpoint's
+# "for step <NUM>", "global_step<NUM>", a path's "checkpoint-<NUM>", "at iteration <NUM>".
+_STEP_STATED = re.compile(r"\bstep\b|global_step|[Cc]heckpoint|\biteration\b")
+_STEP_LINES = 64  # the latest lines read
+
+
+def _read_step_lines(
+    lines: JobLines,
+    templates: dict[str, TemplateInfo],
+    iteration_cells: Mapping[tuple[int, str], tuple[float, int]],
+) -> tuple[tuple[float, str], ...]:
+    """The latest stamped lines of the templates that state a step, not the progress lines
+    themselves (those printed in most iteration buckets) (``JobData.step_lines``)."""
+    seen = Counter(t for _, t in iteration_cells)
+    buckets = len({b for b, _ in iteration_cells})
+    tids = [
+        t
+        for t, info in templates.items()
+        if _STEP_STATED.search(info.text) and seen[t] < max(3, buckets / 2)
+    ]
+    return tuple(lines.latest_lines(sorted(tids), _STEP_LINES))
 
 
 _BAR_NODES = 8  # nodes whose bars are read: those that drew the most frames

@@ -100,3 +100,47 @@ def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
     # no bar that shows its elapsed time: after the last iteration printed
     data = _data([], T0 + 1053.0)
     assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (131, "last")
+
+
+def test_a_stated_step_is_read_and_implausible_ones_are_left_out() -> None:
+    from l4_plugin.analysis.clock import stated_step, step_anchor
+
+    fin = "Async checkpoint save for step 90 (/ckpt/model-step=89-consumed=46080.0-last) finalized"
+    assert stated_step(fin) == 90
+    assert stated_step("[Torch] Checkpoint global_step60 is ready now!") == 60
+    assert stated_step("Saving model checkpoint to /ckpt/14b/checkpoint-120") == 120
+    assert stated_step("successfully saved checkpoint from iteration at iteration 100") == 100
+    assert stated_step("Saving model checkpoint to /ckpt/last") is None
+    lines = [
+        (T0 + 10.0, "[Rank 0] step=1600, skipped=0, lr=[1.5e-05]"),  # DeepSpeed's micro-steps
+        (T0 + 5.0, fin),
+        (T0, "Scheduled async checkpoint save for /ckpt/model-step=89-consumed=46080.0-last"),
+    ]
+    assert step_anchor(lines, last=91, reach=64) == (90, T0 + 5.0)
+    assert step_anchor(lines[:1], last=91, reach=64) is None
+
+
+def test_a_stamped_step_and_the_stated_pace_place_lost_progress() -> None:
+    # NeMo's text progress on stdout, buffered: the last 18 steps never reached the file (91
+    # printed, no time of its own). Rank 0's stamped "save for step 90 … finalized" and the
+    # stated 7.5 s a step count to the Xid 144 s later: iteration 110.
+    from dataclasses import replace
+
+    from l4_plugin.diagnosis.assembly import _iterations
+
+    data = _data([], T0 + 144.0 + 5.0)
+    fin = "Async checkpoint save for step 90 (/ckpt/model-step=89-consumed=46080.0-last) finalized"
+    data = replace(
+        data,
+        step_lines=((T0 + 5.0, fin),),
+        node_iteration_seconds={("n1", b): 7.5 for b in range(0, 140, 10)},
+    )
+    data.node_last_iteration = {"n1": 91}
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(events=[SimpleNamespace(template_id="oom")], iterations=[]),
+        slowdown=None,
+    )
+    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (110, "clock")
+    # a count that lands before what the job printed is no clock
+    data.node_last_iteration = {"n1": 120}
+    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (121, "last")
