@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from l4_plugin.analysis.clock import bar_clock, step_anchor
+from l4_plugin.analysis.clock import BarClock, bar_clock, step_anchor
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.tables import JobData, JobDoc, TemplateInfo
@@ -418,7 +418,7 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
         return ()
     since = saving[0] if saving else shown
     steps = max(1, math.ceil((moment - since) / pace))
-    if steps > _CLOCK_STEPS or last + steps <= printed:
+    if steps > _clock_reach(clock) or last + steps <= printed:
         return ()
     return (
         ReportIteration(
@@ -431,6 +431,17 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
             missing_events=(),
         ),
     )
+
+
+def _clock_reach(clock: BarClock | None) -> int:
+    """How many iterations past its last frame a bar's clock may place a failure: within the
+    interval its lines came at (Ray forwards a bar ten frames to a line; a bar drawn every
+    iteration showed where the job stood, and its clock adds only the error of its start);
+    ``_CLOCK_STEPS`` past a stated step."""
+    if clock is None:
+        return _CLOCK_STEPS
+    (before, _), (last, _) = clock.frames[-2:]
+    return last - before
 
 
 def _stated_pace(data: JobData) -> float | None:

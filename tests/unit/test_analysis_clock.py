@@ -97,6 +97,10 @@ def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
     for at in (T0 + 900.0, T0 + 1001.0 + 3600.0):
         data = _data(bar, at)
         assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (131, "last")
+    # a bar drawn every iteration showed where the job stood: its clock adds nothing
+    every = [("n1", "bar", T0, _frame(k, 8 * k)) for k in range(1, 131)]
+    data = _data(every, T0 + 8 * 130 + 20.0)
+    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (131, "last")
     # no bar that shows its elapsed time: after the last iteration printed
     data = _data([], T0 + 1053.0)
     assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (131, "last")
