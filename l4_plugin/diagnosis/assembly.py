@@ -401,7 +401,7 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
     if cell is None or not data.node_last_iteration:
         return ()
     printed = max(data.node_last_iteration.values())
-    clock = bar_clock(data.bar_lines, _periodic(data))
+    clock = _began(data, bar_clock(data.bar_lines, _periodic(data)))
     point = clock.last if clock is not None else step_anchor(data.step_lines, printed, _CLOCK_STEPS)
     # (a bar's own elapsed times first: its rate is an average over saves and slow starts)
     pace = (clock.pace if clock is not None else None) or _stated_pace(data)
@@ -411,13 +411,12 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
     moment = _failure_moment(data, cell[1], shown)
     if moment is None:
         return ()
-    # A checkpoint's save pauses the iterations: they are counted from the line that ended it;
-    # a save under way when the job failed stopped them (the iteration after the bar's last).
-    saving = _saving(data, shown, moment)
-    if saving and not saving[1]:
+    # A checkpoint's save after that point pauses the iterations for as long as it takes, and
+    # whether it had ended when the job failed, no line says (the progress after it is what
+    # is missing): the iteration after the last printed, then.
+    if _saving(data, shown, moment):
         return ()
-    since = saving[0] if saving else shown
-    steps = max(1, math.ceil((moment - since) / pace))
+    steps = max(1, math.ceil((moment - shown) / pace))
     if steps > _clock_reach(clock) or last + steps <= printed:
         return ()
     return (
@@ -431,6 +430,29 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
             missing_events=(),
         ),
     )
+
+
+def _began(data: JobData, clock: BarClock | None) -> BarClock | None:
+    """``clock`` started no earlier than its node's last line that begins training before the
+    bar's last frame ("***** Running training *****", Megatron's "training ...": the bar is
+    drawn after it, and another file of the node may hold it)."""
+    if clock is None:
+        return None
+    _, shown = clock.last
+    rules = default_stage_rules()
+    begun = clock.start
+    for (node, tid), cell in data.cells.items():
+        info = data.templates.get(tid) if node == clock.node else None
+        if (
+            info is None
+            or rules.role(info.text).stage != "training"
+            or rules.role(info.text).iteration
+        ):
+            continue
+        for t in (cell.first_ts, cell.last_ts):
+            if begun < t <= shown:
+                begun = t
+    return replace(clock, start=begun)
 
 
 def _clock_reach(clock: BarClock | None) -> int:
@@ -459,20 +481,18 @@ def _stated_pace(data: JobData) -> float | None:
 _PACE_BUCKETS = 5
 
 
-def _saving(data: JobData, after: float, before: float) -> tuple[float, bool] | None:
-    """The last line of a checkpoint's save (``_saves``) printed between ``after`` and
-    ``before``: its time, and whether it ended the save (its stage rule returns to training
-    after it, ``stages.yaml``'s ``then``); None: no save then."""
-    rules = default_stage_rules()
-    last: tuple[float, bool] | None = None
+def _saving(data: JobData, after: float, before: float) -> bool:
+    """Whether a line of a checkpoint's save (``_saves``) was printed between ``after`` and
+    ``before`` (a node's first or last of the template)."""
     for (_, t), c in data.cells.items():
         info = data.templates.get(t)
-        if info is None or not _saves(info):
-            continue
-        for ts in (c.first_ts, c.last_ts):
-            if after < ts < before and (last is None or ts > last[0]):
-                last = (ts, rules.role(info.text).then == "training")
-    return last
+        if (
+            info is not None
+            and _saves(info)
+            and (after < c.first_ts < before or after < c.last_ts < before)
+        ):
+            return True
+    return False
 
 
 def _failure_moment(data: JobData, tid: str, after: float) -> float | None:

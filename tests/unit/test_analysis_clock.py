@@ -97,6 +97,28 @@ def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
     for at in (T0 + 900.0, T0 + 1001.0 + 3600.0):
         data = _data(bar, at)
         assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (131, "last")
+    # a checkpoint's save begun after the last frame: how long it took, nothing says
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+
+    saving = _data(bar, T0 + 1001.0 + 52.0)
+    saving = replace(
+        saving,
+        cells=saving.cells | {("n1", "save"): Cell(1, T0 + 1005.0, T0 + 1005.0)},
+        templates={"save": TemplateInfo("Saving model checkpoint to <PATH>")},
+    )
+    assert next((i.iteration, i.why) for i in _iterations(analysis, saving)) == (131, "last")
+    # a bar whose stamps are older than it ("Running training" in the node's other file, 77 s
+    # after the stream's last stamp): the bar began no earlier than training did
+    late = [("n1", "bar", T0 - 77.0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
+    began = _data(late, T0 + 1001.0 + 52.0)
+    began = replace(
+        began,
+        cells=began.cells | {("n1", "run"): Cell(1, T0, T0)},
+        templates={"run": TemplateInfo("***** Running training *****")},
+    )
+    assert next((i.iteration, i.why) for i in _iterations(analysis, began)) == (137, "clock")
     # a bar drawn every iteration showed where the job stood: its clock adds nothing
     every = [("n1", "bar", T0, _frame(k, 8 * k)) for k in range(1, 131)]
     data = _data(every, T0 + 8 * 130 + 20.0)
