@@ -393,43 +393,45 @@ _CLOCK_STEPS = 64
 
 def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIteration, ...]:
     """The iteration a failure struck by the job's clock (:mod:`l4_plugin.analysis.clock`):
-    from the furthest point the job is known to have reached at a known time (its progress
-    bar's last frame; else the latest step a stamped line states, a checkpoint's), counted at
-    the job's pace to the moment the failure began (``_failure_moment``). Empty when there is
-    no such point, pace or moment, when the moment does not fall after the point within
-    ``_CLOCK_STEPS`` iterations, or the count lands before an iteration the job printed."""
+    from a point the job is known to have reached at a known time, counted at the job's pace
+    to the moment the failure began (``_failure_moment``): its progress bar's last frame
+    (within the interval the bar's lines came at, ``_clock_reach``); a job without such a bar,
+    the latest step a stamped line states (a checkpoint's; within ``_CLOCK_STEPS``). Empty
+    when neither places it after an iteration the job printed."""
     if cell is None or not data.node_last_iteration:
         return ()
     printed = max(data.node_last_iteration.values())
     clock = _began(data, bar_clock(data.bar_lines, _periodic(data)))
-    point = clock.last if clock is not None else step_anchor(data.step_lines, printed, _CLOCK_STEPS)
     # (a bar's own elapsed times first: its rate is an average over saves and slow starts)
     pace = (clock.pace if clock is not None else None) or _stated_pace(data)
-    if point is None or pace is None:
+    if pace is None:
         return ()
-    last, shown = point
-    moment = _failure_moment(data, cell[1], shown)
-    if moment is None:
-        return ()
-    # A checkpoint's save after that point pauses the iterations for as long as it takes, and
-    # whether it had ended when the job failed, no line says (the progress after it is what
-    # is missing): the iteration after the last printed, then.
-    if _saving(data, shown, moment):
-        return ()
-    steps = max(1, math.ceil((moment - shown) / pace))
-    if steps > _clock_reach(clock) or last + steps <= printed:
-        return ()
-    return (
-        ReportIteration(
-            iteration=last + steps,
-            score=1.0,
-            why="clock",
-            distance=None,
-            threshold=None,
-            events=(cell[1],),
-            missing_events=(),
-        ),
-    )
+    # (a bar's frames say where the job stood better than a checkpoint's step does: where
+    # there is a bar, the steps its lines state are left alone)
+    anchor = step_anchor(data.step_lines, printed, _CLOCK_STEPS) if clock is None else None
+    points = [(clock.last, _clock_reach(clock))] if clock is not None else []
+    points += [] if anchor is None else [(anchor, _CLOCK_STEPS)]
+    for (last, shown), reach in points:
+        moment = _failure_moment(data, cell[1], shown)
+        # A checkpoint's save after the point pauses the iterations for as long as it takes,
+        # and whether it had ended when the job failed, no line says (the progress after it is
+        # what is missing): the iteration after the last printed, then.
+        if moment is None or _saving(data, shown, moment):
+            continue
+        steps = max(1, math.ceil((moment - shown) / pace))
+        if steps <= reach and last + steps > printed:
+            return (
+                ReportIteration(
+                    iteration=last + steps,
+                    score=1.0,
+                    why="clock",
+                    distance=None,
+                    threshold=None,
+                    events=(cell[1],),
+                    missing_events=(),
+                ),
+            )
+    return ()
 
 
 def _began(data: JobData, clock: BarClock | None) -> BarClock | None:
@@ -455,13 +457,10 @@ def _began(data: JobData, clock: BarClock | None) -> BarClock | None:
     return replace(clock, start=begun)
 
 
-def _clock_reach(clock: BarClock | None) -> int:
+def _clock_reach(clock: BarClock) -> int:
     """How many iterations past its last frame a bar's clock may place a failure: within the
     interval its lines came at (Ray forwards a bar ten frames to a line; a bar drawn every
-    iteration showed where the job stood, and its clock adds only the error of its start);
-    ``_CLOCK_STEPS`` past a stated step."""
-    if clock is None:
-        return _CLOCK_STEPS
+    iteration showed where the job stood, and its clock adds only the error of its start)."""
     (before, _), (last, _) = clock.frames[-2:]
     return last - before
 
