@@ -5,7 +5,7 @@ tqdm and Lightning draw ``N/TOTAL [elapsed<remaining, rate]``: the elapsed time 
 clock, started when the bar was. A bar on stdout, flushed at exit or redrawn with carriage
 returns, has no timestamp, so the job's timeline cannot say when its last iteration came or
 how long one took; the bar can, once its start is known. Every bar line takes the time of the
-last stamped line before it (``JobData.bar_lines``), which was printed no later than the
+last stamped line before it (``JobData.progress_lines``), which was printed no later than the
 frame: the line's time less its elapsed time is a moment the bar had started by, and the
 latest such moment is the nearest to its start the stamps allow (a "Running training" line
 right before frame 0, a checkpoint's end right before the next frame). The clock is read from
@@ -75,9 +75,10 @@ def frame_of(line: str) -> tuple[int, int, float] | None:
 
 
 def bar_clock(
-    lines: Iterable[tuple[str, str, float, str]], progress: Collection[str]
+    lines: Iterable[tuple[str, str, int | None, float, str]], progress: Collection[str]
 ) -> BarClock | None:
-    """The clock of the bar that got furthest, from ``(node, template, time, line)`` bar lines
+    """The clock of the bar that got furthest, from ``(node, template, bucket, time, line)``
+    progress lines
     (the time: the last stamp before the line) of the ``progress`` templates (the iteration
     lines: not a bar that loads a model's shards), and the first frame of the same bar (its
     "0/TOTAL [00:00<?" line is a template of its own); None when no bar has two frames and a
@@ -85,7 +86,7 @@ def bar_clock(
     per_node: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
     totals: dict[str, set[int]] = defaultdict(set)
     zeros: list[tuple[str, int, float]] = []
-    for node, tid, t, line in lines:
+    for node, tid, _, t, line in lines:
         frame = frame_of(line)
         if frame is None:
             continue

@@ -123,7 +123,51 @@ def report_events(
                 reasons=tuple(ev.reasons),
             )
         )
+    onset = _slowdown_line(data, analysis, out)
+    if onset is not None:
+        # (second: what slowed the job down, if anything said, stays first)
+        at = min(1, len(out))
+        score = out[min(1, len(out) - 1)].score if out else 1.0
+        out.insert(at, replace(onset, score=score))
     return tuple(out)
+
+
+def _slowdown_line(
+    data: JobData, analysis: Analysis, events: Sequence[ReportEvent]
+) -> ReportEvent | None:
+    """The progress line where the job's slowdown began (its stated time per iteration is the
+    slowdown's evidence: a straggler that holds every rank back, a job that then runs into its
+    time limit, prints no error), as an event; None: no slowdown, no such line, or its template
+    is an event already."""
+    slow = analysis.slowdown
+    if slow is None:
+        return None
+    stating = {n for n, _ in data.node_iteration_seconds}
+    periodic = _periodic(data)
+    rows = [
+        (b, node, tid, t, line)
+        for node, tid, b, t, line in data.progress_lines
+        if b is not None and b >= slow.first_iteration and node in stating and tid in periodic
+    ]
+    if not rows:
+        return None
+    _, node, tid, t, line = min(rows)
+    if any(e.template_id == tid for e in events):
+        return None
+    cell = data.cells.get((node, tid))
+    return ReportEvent(
+        template_id=tid,
+        template=data.templates[tid].text if tid in data.templates else "",
+        sample=line,
+        sample_node=node,
+        score=0.0,
+        nodes=(node,),
+        count=cell.count if cell is not None else 1,
+        first_seen=iso(t, data.time_unit) if math.isfinite(t) else None,
+        level=None,
+        stage="training",
+        reasons=("slowdown-onset",),
+    )
 
 
 def _failure_iteration(data: JobData, analysis: Analysis) -> tuple[int, str] | None:
@@ -401,7 +445,7 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
     if cell is None or not data.node_last_iteration:
         return ()
     printed = max(data.node_last_iteration.values())
-    clock = _began(data, bar_clock(data.bar_lines, _periodic(data)))
+    clock = _began(data, bar_clock(data.progress_lines, _periodic(data)))
     # (a bar's own elapsed times first: its rate is an average over saves and slow starts)
     pace = (clock.pace if clock is not None else None) or _stated_pace(data)
     if pace is None:
@@ -528,15 +572,18 @@ def decide_verdict(
     """The verdict (``analysis.verdict.decide``) on the ranked events as the report shows them
     (template and sample line), the ranked nodes and the rule matches; confidence rounded."""
     fusion = analysis.fusion
+    fused = {ev.template_id: ev for ev in fusion.events}
     decided = decide(
         [
             VerdictEvent(
                 text=f"{e.template}\n{e.sample}",
-                nodes=ev.nodes,
-                reasons=ev.reasons,
-                score=ev.score,
+                nodes=tuple(ev.nodes) if ev is not None else e.nodes,
+                reasons=tuple(ev.reasons) if ev is not None else e.reasons,
+                score=ev.score if ev is not None else e.score,
             )
-            for ev, e in zip(fusion.events, events, strict=True)
+            for e in events
+            # (an event the report adds, the line where a slowdown began, speaks for itself)
+            for ev in (fused.get(e.template_id),)
         ],
         [VerdictNode(n.node, n.score, n.reasons) for n in fusion.nodes],
         [

@@ -36,8 +36,10 @@ def test_the_bars_start_is_the_latest_moment_its_stamps_allow() -> None:
     # Every 10 iterations a chunk of frames, 7.7 s an iteration; each line takes the stamp of
     # the last stamped line before it: a DeepSpeed "step=" line printed 10 iterations before
     # its last frame. Frame 0 follows "Running training" at once: that stamp is the start.
-    lines = [("n1", "bar", T0 + 77.0 * (k - 1) + 1.0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
-    lines.append(("n1", "bar0", T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
+    lines = [
+        ("n1", "bar", None, T0 + 77.0 * (k - 1) + 1.0, _frame(10 * k, 77 * k)) for k in range(1, 14)
+    ]
+    lines.append(("n1", "bar0", None, T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
     clock = bar_clock(lines, {"bar"})
     assert clock is not None and clock.node == "n1"
     assert clock.start == T0
@@ -45,15 +47,18 @@ def test_the_bars_start_is_the_latest_moment_its_stamps_allow() -> None:
     assert math.isclose(clock.pace or 0.0, 7.7)
     # without the first frame (another bar's total, a model's shards loading): 10 iterations
     # early, the best the chunks' stamps allow
-    other = [*lines[:-1], ("n1", "bar0", T0, "Loading checkpoint shards: 0/4 [00:00<?, ?it/s]")]
+    other = [
+        *lines[:-1],
+        ("n1", "bar0", None, T0, "Loading checkpoint shards: 0/4 [00:00<?, ?it/s]"),
+    ]
     clock = bar_clock(other, {"bar"})
     assert clock is not None and clock.start == T0 + 1.0 - 77.0
 
 
 def test_a_restarted_bar_is_read_from_its_last_run_and_a_lone_frame_gives_no_clock() -> None:
-    first = [("n1", "bar", T0 + 60.0 * k, _frame(10 * k, 60 * k)) for k in range(1, 6)]
+    first = [("n1", "bar", None, T0 + 60.0 * k, _frame(10 * k, 60 * k)) for k in range(1, 6)]
     # the bar restarted (a new epoch) at T0 + 400 s: its elapsed time starts again
-    again = [("n1", "bar", T0 + 400.0 + 30.0 * k, _frame(50 + 5 * k, 30 * k)) for k in (1, 2)]
+    again = [("n1", "bar", None, T0 + 400.0 + 30.0 * k, _frame(50 + 5 * k, 30 * k)) for k in (1, 2)]
     clock = bar_clock(first + again, {"bar"})
     assert clock is not None
     assert clock.frames == ((55, 30.0), (60, 60.0))
@@ -62,7 +67,7 @@ def test_a_restarted_bar_is_read_from_its_last_run_and_a_lone_frame_gives_no_clo
     assert bar_clock(first, set()) is None  # no progress template: no clock
 
 
-def _data(bar: list[tuple[str, str, float, str]], lead_at: float) -> JobData:
+def _data(bar: list[tuple[str, str, int | None, float, str]], lead_at: float) -> JobData:
     buckets = {10 * k: T0 for k in range(14)}  # the bar's lines all carry one stale stamp
     return JobData(
         job=JobDoc("j", "failed", "fp", ("n1", "n2"), 100, 0.0, 1000.0),
@@ -75,7 +80,7 @@ def _data(bar: list[tuple[str, str, float, str]], lead_at: float) -> JobData:
         iteration_spans=dict.fromkeys(buckets, 10),
         node_iteration_start={("n1", b): t for b, t in buckets.items()},
         node_last_iteration={"n1": 130},
-        bar_lines=tuple(bar),
+        progress_lines=tuple(bar),
     )
 
 
@@ -84,8 +89,8 @@ def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
     # the last frame (130) at 7.7 s an iteration: iteration 137, not 131.
     from l4_plugin.diagnosis.assembly import _iterations
 
-    bar = [("n1", "bar", T0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
-    bar.append(("n1", "bar0", T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
+    bar = [("n1", "bar", None, T0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
+    bar.append(("n1", "bar0", None, T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
     analysis = SimpleNamespace(
         fusion=SimpleNamespace(events=[SimpleNamespace(template_id="oom")], iterations=[]),
         slowdown=None,
@@ -111,7 +116,7 @@ def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
     assert next((i.iteration, i.why) for i in _iterations(analysis, saving)) == (131, "last")
     # a bar whose stamps are older than it ("Running training" in the node's other file, 77 s
     # after the stream's last stamp): the bar began no earlier than training did
-    late = [("n1", "bar", T0 - 77.0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
+    late = [("n1", "bar", None, T0 - 77.0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
     began = _data(late, T0 + 1001.0 + 52.0)
     began = replace(
         began,
@@ -120,7 +125,7 @@ def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
     )
     assert next((i.iteration, i.why) for i in _iterations(analysis, began)) == (137, "clock")
     # a bar drawn every iteration showed where the job stood: its clock adds nothing
-    every = [("n1", "bar", T0, _frame(k, 8 * k)) for k in range(1, 131)]
+    every = [("n1", "bar", None, T0, _frame(k, 8 * k)) for k in range(1, 131)]
     data = _data(every, T0 + 8 * 130 + 20.0)
     assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (131, "last")
     # no bar that shows its elapsed time: after the last iteration printed
@@ -170,3 +175,63 @@ def test_a_stamped_step_and_the_stated_pace_place_lost_progress() -> None:
     # a count that lands before what the job printed is no clock
     data.node_last_iteration = {"n1": 120}
     assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (121, "last")
+
+
+def test_the_line_where_a_slowdown_began_is_an_event() -> None:
+    # A straggler holds every rank back from iteration 8 on, and the job runs into its time
+    # limit: no error says so; the progress line of iteration 8 (1035 ms an iteration, 45 ms
+    # before) does. It comes second: what slowed the job, when a line says, stays first.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.results import Slowdown
+    from l4_plugin.analysis.tables import TemplateInfo
+    from l4_plugin.diagnosis.assembly import decide_verdict, report_events
+
+    line = " iteration        8/      40 | elapsed time per iteration (ms): 1035.1 |"
+    data = replace(
+        _data([], T0 + 600.0),
+        templates={"it": TemplateInfo("iteration <NUM>/ <NUM> | elapsed time per iteration")},
+        progress_lines=(
+            (
+                "n1",
+                "it",
+                0,
+                T0,
+                " iteration        1/      40 | elapsed time per iteration (ms): 8635.4 |",
+            ),
+            ("n1", "it", 8, T0 + 9.0, line),
+            ("n1", "it", 9, T0 + 10.0, line.replace("8/", "9/")),
+        ),
+        iteration_cells={(b, "it"): (T0 + b, 1) for b in range(14)},
+        node_iteration_seconds={("n1", b): 0.05 if b < 8 else 1.0 for b in range(14)},
+    )
+
+    def fused(tid: str, score: float) -> SimpleNamespace:
+        return SimpleNamespace(
+            template_id=tid,
+            score=score,
+            nodes=["n2"],
+            count=1,
+            first_seen=T0,
+            level="ERROR",
+            reasons=["error-level"],
+        )
+
+    slow = Slowdown(first_iteration=8, reference=0.05, ratio=20.0)
+    events = [fused("oom", 0.9), fused("term", 0.5)]
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(events=events, nodes=[], iterations=[]),
+        events=[],
+        slowdown=slow,
+        hang=None,
+        outsiders={},
+    )
+    reported = report_events(data, analysis, {})
+    assert [e.template_id for e in reported] == ["oom", "it", "term"]
+    assert reported[1].sample == line and reported[1].reasons == ("slowdown-onset",)
+    assert reported[1].score == 0.5 and reported[1].sample_node == "n1"
+    # the verdict reads the added event too
+    assert decide_verdict(data, analysis, reported, []).category
+    # no slowdown: no such event
+    analysis.slowdown = None
+    assert [e.template_id for e in report_events(data, analysis, {})] == ["oom", "term"]
