@@ -174,7 +174,14 @@ def chronic(
             # they are judged by time.
             its = None if tid in data.job.system_templates else seen.get(tid)
             if its is not None:
-                is_chronic = len(its) >= options.chronic_buckets and min(its) <= cutoff
+                # (again and again on some node: one error that several files copy, a Ray
+                # worker's traceback in its own file and in the driver's, each placed by its
+                # own stream's last stamp, is one line in as many buckets)
+                is_chronic = (
+                    len(its) >= options.chronic_buckets
+                    and min(its) <= cutoff
+                    and max(c[0] for c in cells.values()) >= options.chronic_buckets
+                )
             else:
                 first = min(c[1] for c in cells.values())
                 total = sum(c[0] for c in cells.values())

@@ -133,6 +133,15 @@ class JobData:
     # Each node's first line of the templates that state a version (node, template, line): what
     # its software stack is (:mod:`l4_plugin.analysis.versions`).
     version_lines: tuple[tuple[str, str, str], ...] = ()
+    # The progress lines (bars that show their elapsed time, iteration markers), one per node,
+    # template and iteration bucket, of the few nodes that print them (node, template, bucket,
+    # time of the last stamped line before it, line): a bar's clock
+    # (:mod:`l4_plugin.analysis.clock`), the line where a slowdown began.
+    progress_lines: tuple[tuple[str, str, int | None, float, str], ...] = ()
+    # The latest stamped lines that state a step (a checkpoint's "step=89", "global_step60",
+    # "checkpoint-60"), latest first (time, line): where the job stood then
+    # (:mod:`l4_plugin.analysis.clock`).
+    step_lines: tuple[tuple[float, str], ...] = ()
 
     @property
     def nodes(self) -> list[str]:

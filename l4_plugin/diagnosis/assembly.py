@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from l4_plugin.analysis.clock import BarClock, bar_clock, step_anchor
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.tables import JobData, JobDoc, TemplateInfo
@@ -122,7 +123,51 @@ def report_events(
                 reasons=tuple(ev.reasons),
             )
         )
+    onset = _slowdown_line(data, analysis, out)
+    if onset is not None:
+        # (second: what slowed the job down, if anything said, stays first)
+        at = min(1, len(out))
+        score = out[min(1, len(out) - 1)].score if out else 1.0
+        out.insert(at, replace(onset, score=score))
     return tuple(out)
+
+
+def _slowdown_line(
+    data: JobData, analysis: Analysis, events: Sequence[ReportEvent]
+) -> ReportEvent | None:
+    """The progress line where the job's slowdown began (its stated time per iteration is the
+    slowdown's evidence: a straggler that holds every rank back, a job that then runs into its
+    time limit, prints no error), as an event; None: no slowdown, no such line, or its template
+    is an event already."""
+    slow = analysis.slowdown
+    if slow is None:
+        return None
+    stating = {n for n, _ in data.node_iteration_seconds}
+    periodic = _periodic(data)
+    rows = [
+        (b, node, tid, t, line)
+        for node, tid, b, t, line in data.progress_lines
+        if b is not None and b >= slow.first_iteration and node in stating and tid in periodic
+    ]
+    if not rows:
+        return None
+    _, node, tid, t, line = min(rows)
+    if any(e.template_id == tid for e in events):
+        return None
+    cell = data.cells.get((node, tid))
+    return ReportEvent(
+        template_id=tid,
+        template=data.templates[tid].text if tid in data.templates else "",
+        sample=line,
+        sample_node=node,
+        score=0.0,
+        nodes=(node,),
+        count=cell.count if cell is not None else 1,
+        first_seen=iso(t, data.time_unit) if math.isfinite(t) else None,
+        level=None,
+        stage="training",
+        reasons=("slowdown-onset",),
+    )
 
 
 def _failure_iteration(data: JobData, analysis: Analysis) -> tuple[int, str] | None:
@@ -303,9 +348,10 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
     ]
     slow = analysis.slowdown
     if slow is None and _unplaced_progress(starts) and not _states_its_iteration(data, cell):
-        # Progress lines with no time of their own: the lines' times place nothing, the last
-        # one printed says where the job stopped.
-        return (*_after_the_last(data), *iterations)
+        # Progress lines with no time of their own: the lines' times place nothing; a bar's
+        # clock says when the last one came, else the last one printed says where the job
+        # stopped.
+        return (*(_by_the_clock(data, cell) or _after_the_last(data)), *iterations)
     if slow is None:
         failed = _placed(data, starts, cell)
         if failed is None:
@@ -383,6 +429,127 @@ def _after_the_last(data: JobData) -> tuple[ReportIteration, ...]:
     )
 
 
+# Iterations past the bar's last frame the clock may place a failure (a bar on stdout loses
+# what its buffer held at a kill: a few dozen frames); further is a failure long after the job
+# stopped going on (a hang that a later error ended), placed after the last frame instead.
+_CLOCK_STEPS = 64
+
+
+def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIteration, ...]:
+    """The iteration a failure struck by the job's clock (:mod:`l4_plugin.analysis.clock`):
+    from a point the job is known to have reached at a known time, counted at the job's pace
+    to the moment the failure began (``_failure_moment``): its progress bar's last frame
+    (within the interval the bar's lines came at, ``_clock_reach``); a job without such a bar,
+    the latest step a stamped line states (a checkpoint's; within ``_CLOCK_STEPS``). Empty
+    when neither places it after an iteration the job printed."""
+    if cell is None or not data.node_last_iteration:
+        return ()
+    printed = max(data.node_last_iteration.values())
+    clock = _began(data, bar_clock(data.progress_lines, _periodic(data)))
+    # (a bar's own elapsed times first: its rate is an average over saves and slow starts)
+    pace = (clock.pace if clock is not None else None) or _stated_pace(data)
+    if pace is None:
+        return ()
+    # (a bar's frames say where the job stood better than a checkpoint's step does: where
+    # there is a bar, the steps its lines state are left alone)
+    anchor = step_anchor(data.step_lines, printed, _CLOCK_STEPS) if clock is None else None
+    points = [(clock.last, _clock_reach(clock))] if clock is not None else []
+    points += [] if anchor is None else [(anchor, _CLOCK_STEPS)]
+    for (last, shown), reach in points:
+        moment = _failure_moment(data, cell[1], shown)
+        # A checkpoint's save after the point pauses the iterations for as long as it takes,
+        # and whether it had ended when the job failed, no line says (the progress after it is
+        # what is missing): the iteration after the last printed, then.
+        if moment is None or _saving(data, shown, moment):
+            continue
+        steps = max(1, math.ceil((moment - shown) / pace))
+        if steps <= reach and last + steps > printed:
+            return (
+                ReportIteration(
+                    iteration=last + steps,
+                    score=1.0,
+                    why="clock",
+                    distance=None,
+                    threshold=None,
+                    events=(cell[1],),
+                    missing_events=(),
+                ),
+            )
+    return ()
+
+
+def _began(data: JobData, clock: BarClock | None) -> BarClock | None:
+    """``clock`` started no earlier than its node's last line that begins training before the
+    bar's last frame ("***** Running training *****", Megatron's "training ...": the bar is
+    drawn after it, and another file of the node may hold it)."""
+    if clock is None:
+        return None
+    _, shown = clock.last
+    rules = default_stage_rules()
+    begun = clock.start
+    for (node, tid), cell in data.cells.items():
+        info = data.templates.get(tid) if node == clock.node else None
+        if (
+            info is None
+            or rules.role(info.text).stage != "training"
+            or rules.role(info.text).iteration
+        ):
+            continue
+        for t in (cell.first_ts, cell.last_ts):
+            if begun < t <= shown:
+                begun = t
+    return replace(clock, start=begun)
+
+
+def _clock_reach(clock: BarClock) -> int:
+    """How many iterations past its last frame a bar's clock may place a failure: within the
+    interval its lines came at (Ray forwards a bar ten frames to a line; a bar drawn every
+    iteration showed where the job stood, and its clock adds only the error of its start)."""
+    (before, _), (last, _) = clock.frames[-2:]
+    return last - before
+
+
+def _stated_pace(data: JobData) -> float | None:
+    """Seconds per iteration the job's last progress lines state (Megatron's "elapsed time per
+    iteration", NeMo's "train_step_timing", tqdm's "s/it"): the median over its last
+    buckets; None: they state none."""
+    seconds = data.node_iteration_seconds
+    if not seconds:
+        return None
+    buckets = sorted({b for _, b in seconds})[-_PACE_BUCKETS:]
+    stated = [s for (_, b), s in seconds.items() if b in buckets and s > 0]
+    return float(np.median(stated)) if stated else None
+
+
+_PACE_BUCKETS = 5
+
+
+def _saving(data: JobData, after: float, before: float) -> bool:
+    """Whether a line of a checkpoint's save (``_saves``) was printed between ``after`` and
+    ``before`` (a node's first or last of the template)."""
+    for (_, t), c in data.cells.items():
+        info = data.templates.get(t)
+        if (
+            info is not None
+            and _saves(info)
+            and (after < c.first_ts < before or after < c.last_ts < before)
+        ):
+            return True
+    return False
+
+
+def _failure_moment(data: JobData, tid: str, after: float) -> float | None:
+    """When the failure began, no earlier than ``after``: the earliest of the best-ranked
+    event's first time (template ``tid``) and the moments the job's timeouts say their waits
+    began (``temporal.waited``); None when neither falls after ``after`` (the event came before
+    the bar's last frame: it is not what stopped the job)."""
+    firsts = [c.first_ts for (_, t), c in data.cells.items() if t == tid]
+    waits = {t: w for t, info in data.templates.items() if (w := waited(info.message)) is not None}
+    stalls = [ts - waits[t] for (_, t), (ts, _) in data.iteration_cells.items() if t in waits]
+    moments = [m for m in (*firsts, *stalls) if math.isfinite(m) and m >= after]
+    return min(moments) if moments else None
+
+
 def _slowdown(analysis: Analysis) -> ReportSlowdown | None:
     slow = analysis.slowdown
     if slow is None:
@@ -405,15 +572,18 @@ def decide_verdict(
     """The verdict (``analysis.verdict.decide``) on the ranked events as the report shows them
     (template and sample line), the ranked nodes and the rule matches; confidence rounded."""
     fusion = analysis.fusion
+    fused = {ev.template_id: ev for ev in fusion.events}
     decided = decide(
         [
             VerdictEvent(
                 text=f"{e.template}\n{e.sample}",
-                nodes=ev.nodes,
-                reasons=ev.reasons,
-                score=ev.score,
+                nodes=tuple(ev.nodes) if ev is not None else e.nodes,
+                reasons=tuple(ev.reasons) if ev is not None else e.reasons,
+                score=ev.score if ev is not None else e.score,
             )
-            for ev, e in zip(fusion.events, events, strict=True)
+            for e in events
+            # (an event the report adds, the line where a slowdown began, speaks for itself)
+            for ev in (fused.get(e.template_id),)
         ],
         [VerdictNode(n.node, n.score, n.reasons) for n in fusion.nodes],
         [
@@ -604,6 +774,13 @@ def _iteration_text(it: ReportIteration) -> str:
         )
     if it.why == "failure" and it.distance is None:
         return f"the failure began in iteration {it.iteration}: its first event was printed then"
+    if it.why == "last":
+        return f"the job stopped in iteration {it.iteration}: the one after the last it printed"
+    if it.why == "clock":
+        return (
+            f"the failure began in iteration {it.iteration}: by the progress bar's clock, "
+            "counted from its last frame at the bar's pace"
+        )
     return (
         f"iteration {it.iteration} departs from the 10 before it (DTW "
         f"{it.distance or 0.0:.2f} > three-sigma {it.threshold}); new events: "

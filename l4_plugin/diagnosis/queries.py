@@ -31,6 +31,7 @@ from typing import Any
 from l4_plugin.analysis.fusion import is_flagged
 from l4_plugin.analysis.tables import BaselinePool, Cell, JobAttempt, JobData, JobDoc, TemplateInfo
 from l4_plugin.errors import AnalysisError
+from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.records import host_shapes, level_label, may_name_a_node
 from l4_plugin.store import Store, generations, jobs
 from l4_plugin.store import fields as F
@@ -220,6 +221,8 @@ def read_job_tables(store: Store, job: JobDoc) -> JobData:
         state_lines=_read_state_lines(events, lines, templates),
         memory_lines=_read_memory_lines(events, lines, templates),
         version_lines=_read_version_lines(events, templates, cells),
+        progress_lines=_read_progress_lines(events, templates, cells),
+        step_lines=_read_step_lines(lines, templates, iteration_cells),
     )
 
 
@@ -456,6 +459,56 @@ def _read_version_lines(
         return ()
     found = events.earliest_messages(tids, 1)
     return tuple((node, tid, ms[0]) for (node, tid), ms in sorted(found.items()) if ms)
+
+
+# Templates of progress bars that show their elapsed time: tqdm's "<NUM>/<NUM> [<TS><<TS>, …".
+_BAR = re.compile(r"<NUM>/<NUM> \[\S*<")
+_PROGRESS_NODES = 8  # nodes whose progress lines are read: those that printed the most
+
+
+def _read_progress_lines(
+    events: JobEvents, templates: dict[str, TemplateInfo], cells: Mapping[tuple[str, str], Cell]
+) -> tuple[tuple[str, str, int | None, float, str], ...]:
+    """The progress line per iteration bucket and template, with its time, of the nodes that
+    printed the most of them (few ranks print progress), of the bars that show their elapsed
+    time and the templates that are iteration markers (``JobData.progress_lines``)."""
+    rules = default_stage_rules()
+    tids = {
+        t
+        for t, info in templates.items()
+        if _BAR.search(info.text) or rules.role(info.text).iteration is not None
+    }
+    drawn: Counter[str] = Counter()
+    for (node, tid), cell in cells.items():
+        if tid in tids:
+            drawn[node] += cell.count
+    most = sorted(drawn.items(), key=lambda kv: (-kv[1], kv[0]))[:_PROGRESS_NODES]
+    found = events.bucket_messages(sorted(tids), sorted(n for n, _ in most))
+    rows = [(node, tid, it, ms / 1000.0, m) for node, tid, it, ms, m in found]
+    return tuple(sorted(rows, key=lambda r: (r[0], r[1], -1 if r[2] is None else r[2], r[3])))
+
+
+# Templates whose lines may state a step (``clock.stated_step`` reads it): a checkpoint's
+# "for step <NUM>", "global_step<NUM>", a path's "checkpoint-<NUM>", "at iteration <NUM>".
+_STEP_STATED = re.compile(r"\bstep\b|global_step|[Cc]heckpoint|\biteration\b")
+_STEP_LINES = 64  # the latest lines read
+
+
+def _read_step_lines(
+    lines: JobLines,
+    templates: dict[str, TemplateInfo],
+    iteration_cells: Mapping[tuple[int, str], tuple[float, int]],
+) -> tuple[tuple[float, str], ...]:
+    """The latest stamped lines of the templates that state a step, not the progress lines
+    themselves (those printed in most iteration buckets) (``JobData.step_lines``)."""
+    seen = Counter(t for _, t in iteration_cells)
+    buckets = len({b for b, _ in iteration_cells})
+    tids = [
+        t
+        for t, info in templates.items()
+        if _STEP_STATED.search(info.text) and seen[t] < max(3, buckets / 2)
+    ]
+    return tuple(lines.latest_lines(sorted(tids), _STEP_LINES))
 
 
 def _fill_missing_times(

@@ -27,7 +27,7 @@ from typing import Protocol
 from l4_plugin.errors import FileCutError, IngestError
 from l4_plugin.ingest import jsonlines
 from l4_plugin.ingest.masking import digit_key
-from l4_plugin.ingest.terminal import last_frame, without_ansi
+from l4_plugin.ingest.terminal import labelled, last_frame, without_ansi
 from l4_plugin.limits import MAX_LINE_BYTES, RATIO_WINDOW, ReadLimits, human_size
 
 #: Bytes asked of the file (or of the inflater) per read.
@@ -270,6 +270,8 @@ class _LongLine:
         else:
             shown, length = self.last, self.last_len
         line = shown.decode("utf-8", errors="replace")
+        if self.crs:  # under the labels of its first frame, as ``last_frame`` keeps them
+            line = labelled(self.head.split(b"\r", 1)[0].decode("utf-8", errors="replace"), line)
         # What is shown may fit whole: a long tqdm bar's last frame, text after a hole of NULs.
         cut = length if length > MAX_LINE_BYTES else 0
         return Block.cut_line(line, shown, start, cut, start + self.length)

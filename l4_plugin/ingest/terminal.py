@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from l4_plugin.ingest.header import prefix_end
+
 #: ANSI escape sequences: CSI (colours, cursor moves), OSC (titles, links) and two-byte ones.
 ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 
@@ -17,6 +19,20 @@ def without_ansi(text: str) -> str:
 
 def last_frame(line: str) -> str:
     """A line redrawn with ``\\r`` (a tqdm bar) as a terminal shows it: its last non-empty
-    frame."""
+    frame, under the labels its first frame began with (``labelled``)."""
     frames = [f for f in line.split("\r") if f]
-    return frames[-1] if frames else ""
+    if not frames:
+        return ""
+    return labelled(frames[0], frames[-1]) if len(frames) > 1 else frames[0]
+
+
+def labelled(first: str, shown: str) -> str:
+    """``shown``, the last frame of a redrawn line whose first frame is ``first``, under the
+    labels ``first`` begins with (``header.prefix_end``: a collector's, Ray's worker prefix, a
+    launcher's rank prefix). A launcher or collector labels what it reads a newline at a time,
+    so a bar's frames share the one label at the start of the line; it says who printed every
+    frame (the terminal's redraw covers it, the file does not)."""
+    end = prefix_end(first)
+    if end == 0 or shown.startswith(first[:end]):
+        return shown
+    return first[:end] + shown

@@ -329,6 +329,8 @@ def _iteration_table(reported: Sequence[ReportIteration]) -> str:
             why = "the failure began here"
         elif it.why == "last":
             why = "after the last iteration printed"
+        elif it.why == "clock":
+            why = "by the progress bar's clock"
         else:
             why = f"DTW {fmt(_num(it.distance))} > {fmt(_num(it.threshold))}"
         html.append(

@@ -178,7 +178,9 @@ class ReportNode:
 class ReportIteration:
     """A suspect iteration: ``why`` is ``failure`` (where the best-ranked event began),
     ``dtw`` (departs from its predecessors), ``slowdown`` (where the job began to slow down) or
-    ``last`` (the one after the last iteration printed, when nothing placed the failure).
+    ``last`` (the one after the last iteration printed, when nothing placed the failure) or
+    ``clock`` (placed by a progress bar's clock when the progress lines have no time of their
+    own, ``analysis.clock``).
 
     ``slowdown`` (the job's slowdown ratio) is set, and written, only for a ``slowdown`` entry;
     ``distance`` and ``threshold`` are ``None`` there.

@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 from l4_plugin.store import fields as F
 from l4_plugin.store.fields import source_field
 from l4_plugin.store.names import IndexNames
-from l4_plugin.store.packs import PackMember, only_packs, read_packs, without_packs
+from l4_plugin.store.packs import PackMember, int_or_none, only_packs, read_packs, without_packs
 
 Query = dict[str, Any]
 PAGE = 50_000  # composite buckets per request
@@ -174,6 +174,37 @@ class JobEvents:
         ):
             found[(r.node, r.template_id)].append((sort_time(r.first_ts), r.message))
         return earliest_first(found, size)
+
+    def bucket_messages(
+        self, template_ids: Sequence[str], nodes: Sequence[str]
+    ) -> list[tuple[str, str, int | None, float, str]]:
+        """``(node, template, iteration bucket, first time, message)`` of every rollup of
+        ``template_ids``: one per node and iteration bucket (the bucket's first line of the
+        template, its time in epoch ms; inf: none), the packs' nodes included, of ``nodes``
+        only (a few: the documents of a template printed once per bucket, a progress bar, are
+        a hundred per node)."""
+        if not template_ids or not nodes:
+            return []
+        where = [without_packs(self.query), _templates(template_ids)]
+        body = {
+            "query": {"bool": {"filter": [*where, {"terms": {"host.name": list(nodes)}}]}},
+            "sort": ["_doc"],
+            "_source": ["host.name", F.TEMPLATE_ID, F.ITERATION, "message", F.FIRST_TS],
+        }
+        out: list[tuple[str, str, int | None, float, str]] = []
+        for hit in self.store.search_after(self.store.names.events, body, page_size=1000):
+            src = hit.get("_source", {})
+            node, message = source_field(src, "host.name"), source_field(src, "message")
+            if node is not None and message is not None:
+                tid, first = source_field(src, F.TEMPLATE_ID), source_field(src, F.FIRST_TS)
+                it = int_or_none(source_field(src, F.ITERATION))
+                out.append((str(node), str(tid), it, sort_time(first), str(message)))
+        for r in read_packs(
+            self.store, self.store.names.events, self.query, messages=True, templates=template_ids
+        ):
+            if r.message is not None and r.node in nodes:
+                out.append((r.node, r.template_id, r.iteration, sort_time(r.first_ts), r.message))
+        return out
 
 
 def _templates(template_ids: Collection[str]) -> Query:

@@ -149,6 +149,26 @@ class JobLines:
         hits = self.store.search(self.index, body)["hits"]["hits"]
         return own_line(dict(hits[0].get("_source", {}))) if hits else {}
 
+    def latest_lines(self, template_ids: Sequence[str], size: int) -> list[tuple[float, str]]:
+        """``(epoch seconds, message)`` of the ``size`` latest stamped lines of
+        ``template_ids`` (a pack's as its first line), latest first."""
+        if not template_ids or not self.any():
+            return []
+        terms = {"terms": {F.TEMPLATE_ID: list(template_ids)}}
+        body = {
+            "size": size,
+            "query": {"bool": {"filter": [self.query, terms, {"exists": {"field": "@timestamp"}}]}},
+            "sort": [{"@timestamp": {"order": "desc"}}],
+            "_source": ["message", "@timestamp"],
+        }
+        out: list[tuple[float, str]] = []
+        for hit in self.store.search(self.index, body)["hits"]["hits"]:
+            src = hit.get("_source", {})
+            ms, message = src.get("@timestamp"), src.get("message")
+            if isinstance(ms, int | float) and isinstance(message, str):
+                out.append((float(ms) / 1000.0, message))
+        return out
+
     def node_last_ms(self, page_size: int = PAGE) -> dict[str, float]:
         """The last time (epoch ms) each node printed a kept line."""
         out: dict[str, float] = {}

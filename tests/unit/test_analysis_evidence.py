@@ -84,6 +84,19 @@ def test_chronic_background_and_empty_lines_are_discounted() -> None:
     assert "pcie" not in discounts(_data(cells_slow, its, {"pcie": texts["pcie"]}), slow)
 
 
+def test_one_error_copied_into_several_files_is_not_chronic() -> None:
+    # A Ray worker's traceback: in the driver's forwarded output and the worker's own file, each
+    # copy placed by its own stream's last stamp (buckets 2 and 5), and the driver's re-raise at
+    # the failure (9): three buckets, but no node printed it again and again.
+    texts = {"fnf": "FileNotFoundError: [Errno <NUM>] No such file or directory: '<PATH>'"}
+    cells = {("w", "fnf"): Cell(2, 20.0, 50.0, 1.0), ("(job)", "fnf"): Cell(1, 95.0, 95.0, 1.0)}
+    its = {(2, "fnf"): (20.0, 1), (5, "fnf"): (50.0, 1), (9, "fnf"): (95.0, 1)}
+    assert "fnf" not in discounts(_data(cells, its, texts), None)
+    # printed three times on one node: background
+    cells[("w", "fnf")] = Cell(3, 20.0, 50.0, 1.0)
+    assert discounts(_data(cells, its, texts), None)["fnf"][1] == "chronic-before-failure"
+
+
 def test_the_options_tune_the_discounts() -> None:
     # The tuning constants are AnalysisOptions fields: a changed one changes the evidence.
     texts = {"pcie": "nvidia <HEX>: PCIe Bus Error: severity=Corrected, type=Physical Layer"}

@@ -101,6 +101,24 @@ def test_a_redrawn_progress_bar_is_its_last_frame(tmp_path: Path) -> None:
     assert lines == ["start", frames[-1], "RuntimeError: CUDA error"]
 
 
+def test_a_redrawn_bar_keeps_the_labels_its_line_began_with(tmp_path: Path) -> None:
+    # Ray's log monitor, torchrun's --tee, srun -l and mpirun label what they read a newline at
+    # a time: the label starts the line, and every frame of the bar in it is that worker's.
+    # A line over MAX_LINE_BYTES (read in pieces) keeps its label too.
+    from l4_plugin.limits import MAX_LINE_BYTES
+
+    frames = [f" {p}%|##| {p}/202 [00:0{p // 50}<00:01, 4.1s/it]" for p in (0, 50, 100)]
+    # (Ray's label ends with a blank of its own, before the worker's text)
+    labels = ["(RayTrainWorker pid=1594552, ip=10.83.18.222) ", "[default3]:", "[1,5]<stderr>:"]
+    many = "\r".join(frames * (MAX_LINE_BYTES // 40))
+    path = tmp_path / "bars.log"
+    bar = "\r".join(frames)
+    text = "".join(f"{label}{bar}\n" for label in labels)
+    path.write_bytes((text + f"{labels[0]}{many}\nplain\r\n").encode())
+    lines = [line for block in read_blocks(path) for line in block.lines]
+    assert lines == [*(label + frames[-1] for label in labels), labels[0] + frames[-1], "plain"]
+
+
 def test_terminal_colours_are_removed_and_offsets_stay_those_of_the_file(tmp_path: Path) -> None:
     # torchtitan colours its step line; a rich handler its level; an OSC link its URL.
     step = "\x1b[31mstep:  5  \x1b[32mloss:  9.84\x1b[39m"

@@ -353,6 +353,18 @@ def test_a_c10_warning_keeps_its_stack(rules: StageRules) -> None:
     [(key, group)] = list(rollup.groups.items())
     assert key[0].level == "WARNING"
     assert group.message.count("\n") == 3
+    # c10 leaves the interpreter's frames out with a line of its own; the frames after it are
+    # the same stack's (a real gloo run: "frame #29: …" became an event of its own)
+    skipped = [
+        *lines,
+        "<omitting python frames>",
+        "frame #29: <unknown function> + 0x2724a (0x7f in /lib/x86_64-linux-gnu/libc.so.6)",
+        "frame #30: __libc_start_main + 0x85 (0x7f in /lib/x86_64-linux-gnu/libc.so.6)",
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(skipped, LineParser().feed(skipped), None, 0)])
+    [(key, group)] = list(rollup.groups.items())
+    assert group.message.count("\n") == 6
 
 
 def test_an_nccl_line_never_continues_the_record_before_it(rules: StageRules) -> None:

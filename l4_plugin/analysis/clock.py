@@ -1,0 +1,149 @@
+"""A progress bar's own clock: when a job whose progress lines carry no time of their own
+printed its last iteration, and at what pace it went.
+
+tqdm and Lightning draw ``N/TOTAL [elapsed<remaining, rate]``: the elapsed time is the bar's
+clock, started when the bar was. A bar on stdout, flushed at exit or redrawn with carriage
+returns, has no timestamp, so the job's timeline cannot say when its last iteration came or
+how long one took; the bar can, once its start is known. Every bar line takes the time of the
+last stamped line before it (``JobData.progress_lines``), which was printed no later than the
+frame: the line's time less its elapsed time is a moment the bar had started by, and the
+latest such moment is the nearest to its start the stamps allow (a "Running training" line
+right before frame 0, a checkpoint's end right before the next frame). The clock is read from
+the last run of the bar: one restarted (a new epoch's bar, a restarted attempt) starts again
+from zero.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections import defaultdict
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+import numpy as np
+
+# tqdm's "440/862 [1:01:34<59:03, …": the iteration, the total, then the elapsed time (M:SS or
+# H:MM:SS).
+_FRAME = re.compile(r"(\d+)/(\d+) \[(?:(\d+):)?(\d{1,2}):(\d{2})<")
+_GLOBAL_STEP = re.compile(r"\bglobal_step=(\d+)")
+_PACE_POINTS = 5  # the last frames whose elapsed times give the pace
+
+
+@dataclass(frozen=True, slots=True)
+class BarClock:
+    """The clock of the bar one node drew: ``start`` (epoch seconds) and its frames
+    ``(iteration, elapsed seconds)`` of its last run, ascending."""
+
+    node: str
+    start: float
+    frames: tuple[tuple[int, float], ...]
+
+    @property
+    def last(self) -> tuple[int, float]:
+        """The last iteration the bar showed and when (epoch seconds)."""
+        it, elapsed = self.frames[-1]
+        return it, self.start + elapsed
+
+    @property
+    def pace(self) -> float | None:
+        """Seconds per iteration over the last frames (None: no two frames apart in both)."""
+        recent = self.frames[-_PACE_POINTS:]
+        paces = [
+            (e2 - e1) / (i2 - i1)
+            for (i1, e1), (i2, e2) in itertools.pairwise(recent)
+            if i2 > i1 and e2 > e1
+        ]
+        return float(np.median(paces)) if paces else None
+
+
+def frame_of(line: str) -> tuple[int, int, float] | None:
+    """``(iteration, total, elapsed seconds)`` of the frame a bar's line shows (its last), None
+    when ``line`` shows none."""
+    shown = list(_FRAME.finditer(line))
+    if not shown:
+        return None
+    found = shown[-1]
+    hours, minutes, seconds = found.group(3), found.group(4), found.group(5)
+    elapsed = int(hours or 0) * 3600 + int(minutes) * 60 + int(seconds)
+    # Lightning's bar shows the trainer's global step too: the job's iteration number, as its
+    # progress lines are read (``stages.yaml``: lightning-global-step); the bar counts batches.
+    step = _GLOBAL_STEP.search(line, found.end())
+    it = int(step.group(1)) if step is not None else int(found.group(1))
+    return it, int(found.group(2)), float(elapsed)
+
+
+def bar_clock(
+    lines: Iterable[tuple[str, str, int | None, float, str]], progress: Collection[str]
+) -> BarClock | None:
+    """The clock of the bar that got furthest, from ``(node, template, bucket, time, line)``
+    progress lines
+    (the time: the last stamp before the line) of the ``progress`` templates (the iteration
+    lines: not a bar that loads a model's shards), and the first frame of the same bar (its
+    "0/TOTAL [00:00<?" line is a template of its own); None when no bar has two frames and a
+    stamp."""
+    per_node: dict[str, dict[int, tuple[float, float]]] = defaultdict(dict)
+    totals: dict[str, set[int]] = defaultdict(set)
+    zeros: list[tuple[str, int, float]] = []
+    for node, tid, _, t, line in lines:
+        frame = frame_of(line)
+        if frame is None:
+            continue
+        it, total, elapsed = frame
+        if tid not in progress:
+            if it == 0:
+                zeros.append((node, total, t))
+            continue
+        totals[node].add(total)
+        seen = per_node[node].get(it)
+        if seen is None or t < seen[1]:
+            per_node[node][it] = (elapsed, t)
+    for node, total, t in zeros:
+        if total in totals[node] and 0 not in per_node[node]:
+            per_node[node][0] = (0.0, t)
+    clocks = [c for node, fr in per_node.items() if (c := _clock(node, fr)) is not None]
+    if not clocks:
+        return None
+    return max(clocks, key=lambda c: (c.frames[-1][0], len(c.frames), c.node))
+
+
+def _clock(node: str, frames: dict[int, tuple[float, float]]) -> BarClock | None:
+    ordered = sorted(frames.items())
+    # The last run: back from the last frame while the elapsed time falls with the iteration.
+    first = len(ordered) - 1
+    while first > 0 and ordered[first - 1][1][0] <= ordered[first][1][0]:
+        first -= 1
+    run = ordered[first:]
+    bounds = [t - elapsed for _, (elapsed, t) in run if math.isfinite(t)]
+    if len(run) < 2 or not bounds:
+        return None
+    return BarClock(node, max(bounds), tuple((it, elapsed) for it, (elapsed, _) in run))
+
+
+# A step a stamped line states: a checkpoint's "for step 90", "step=89", DeepSpeed's
+# "global_step60", HF's "checkpoint-60", Megatron's "at iteration 100".
+_STATED_STEP = re.compile(r"(?:\bstep[= ]|global_step|checkpoint-|\b(?:at|for) iteration )(\d+)\b")
+
+
+def stated_step(message: str) -> int | None:
+    """The step a line states (the first it names), None when it names none."""
+    found = _STATED_STEP.search(message)
+    return int(found.group(1)) if found is not None else None
+
+
+def step_anchor(
+    lines: Iterable[tuple[float, str]], last: int, reach: int
+) -> tuple[int, float] | None:
+    """The latest ``(step, time)`` the stamped ``lines`` state, of the steps the job's
+    progress makes plausible (no more than ``reach`` past ``last``, the last iteration it
+    printed: DeepSpeed's "step=1600" counts micro-steps); None: none states one."""
+    anchors = [
+        (t, step)
+        for t, message in lines
+        if math.isfinite(t) and (step := stated_step(message)) is not None and step <= last + reach
+    ]
+    if not anchors:
+        return None
+    t, step = max(anchors)
+    return step, t

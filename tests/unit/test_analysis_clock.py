@@ -1,0 +1,237 @@
+"""A progress bar's own clock (``analysis.clock``) and the iteration it places a failure in
+(``diagnosis.assembly``)."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+from l4_plugin.analysis.clock import bar_clock, frame_of
+from l4_plugin.analysis.tables import Cell, JobData, JobDoc
+
+T0 = 1_756_920_000.0  # the stamp printed right before the bar's first frame
+
+
+def _frame(it: int, elapsed: int, total: int = 525) -> str:
+    minutes, seconds = divmod(elapsed, 60)
+    hours, minutes = divmod(minutes, 60)
+    shown = f"{hours}:{minutes:02d}:{seconds:02d}" if hours else f"{minutes:02d}:{seconds:02d}"
+    return f" {100 * it // total}%|██ | {it}/{total} [{shown}<55:39,  7.70s/it]"
+
+
+def test_a_frame_reads_its_iteration_total_and_elapsed_time() -> None:
+    assert frame_of(_frame(130, 1098)) == (130, 525, 1098.0)
+    assert frame_of("Epoch 0:  51%|█| 440/862 [1:01:34<59:03,  0.12it/s, v_num=f1hp]") == (
+        440,
+        862,
+        3694.0,
+    )
+    # a line that holds several frames shows its last; a frame 0 has no rate yet
+    assert frame_of(_frame(9, 70) + _frame(10, 77)) == (10, 525, 77.0)
+    assert frame_of("  0%|          | 0/202 [00:00<?, ?it/s]") == (0, 202, 0.0)
+    assert frame_of("{'loss': 8.2371, 'grad_norm': 1.626246, 'epoch': 0.58}") is None
+
+
+def test_the_bars_start_is_the_latest_moment_its_stamps_allow() -> None:
+    # Every 10 iterations a chunk of frames, 7.7 s an iteration; each line takes the stamp of
+    # the last stamped line before it: a DeepSpeed "step=" line printed 10 iterations before
+    # its last frame. Frame 0 follows "Running training" at once: that stamp is the start.
+    lines = [
+        ("n1", "bar", None, T0 + 77.0 * (k - 1) + 1.0, _frame(10 * k, 77 * k)) for k in range(1, 14)
+    ]
+    lines.append(("n1", "bar0", None, T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
+    clock = bar_clock(lines, {"bar"})
+    assert clock is not None and clock.node == "n1"
+    assert clock.start == T0
+    assert clock.last == (130, T0 + 1001.0)
+    assert math.isclose(clock.pace or 0.0, 7.7)
+    # without the first frame (another bar's total, a model's shards loading): 10 iterations
+    # early, the best the chunks' stamps allow
+    other = [
+        *lines[:-1],
+        ("n1", "bar0", None, T0, "Loading checkpoint shards: 0/4 [00:00<?, ?it/s]"),
+    ]
+    clock = bar_clock(other, {"bar"})
+    assert clock is not None and clock.start == T0 + 1.0 - 77.0
+
+
+def test_a_restarted_bar_is_read_from_its_last_run_and_a_lone_frame_gives_no_clock() -> None:
+    first = [("n1", "bar", None, T0 + 60.0 * k, _frame(10 * k, 60 * k)) for k in range(1, 6)]
+    # the bar restarted (a new epoch) at T0 + 400 s: its elapsed time starts again
+    again = [("n1", "bar", None, T0 + 400.0 + 30.0 * k, _frame(50 + 5 * k, 30 * k)) for k in (1, 2)]
+    clock = bar_clock(first + again, {"bar"})
+    assert clock is not None
+    assert clock.frames == ((55, 30.0), (60, 60.0))
+    assert clock.start == T0 + 400.0
+    assert bar_clock(first[:1], {"bar"}) is None
+    assert bar_clock(first, set()) is None  # no progress template: no clock
+
+
+def _data(bar: list[tuple[str, str, int | None, float, str]], lead_at: float) -> JobData:
+    buckets = {10 * k: T0 for k in range(14)}  # the bar's lines all carry one stale stamp
+    return JobData(
+        job=JobDoc("j", "failed", "fp", ("n1", "n2"), 100, 0.0, 1000.0),
+        time_unit="ts",
+        cells={("n2", "oom"): Cell(count=1, first_ts=lead_at, last_ts=lead_at)},
+        templates={},
+        stage_spans={},
+        iteration_cells={(b, "bar"): (t, 1) for b, t in buckets.items()}
+        | {(130, "oom"): (lead_at, 1)},
+        iteration_spans=dict.fromkeys(buckets, 10),
+        node_iteration_start={("n1", b): t for b, t in buckets.items()},
+        node_last_iteration={"n1": 130},
+        progress_lines=tuple(bar),
+    )
+
+
+def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
+    # Ray forwards the bar in chunks of ten frames; the job was killed for memory 52 s after
+    # the last frame (130) at 7.7 s an iteration: iteration 137, not 131.
+    from l4_plugin.diagnosis.assembly import _iterations
+
+    bar = [("n1", "bar", None, T0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
+    bar.append(("n1", "bar0", None, T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(events=[SimpleNamespace(template_id="oom")], iterations=[]),
+        slowdown=None,
+    )
+    data = _data(bar, T0 + 1001.0 + 52.0)
+    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (137, "clock")
+    # the event came before the bar's last frame (not what stopped the job), or hours after
+    # it: after the last iteration printed
+    for at in (T0 + 900.0, T0 + 1001.0 + 3600.0):
+        data = _data(bar, at)
+        assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (131, "last")
+    # a checkpoint's save begun after the last frame: how long it took, nothing says
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+
+    saving = _data(bar, T0 + 1001.0 + 52.0)
+    saving = replace(
+        saving,
+        cells=saving.cells | {("n1", "save"): Cell(1, T0 + 1005.0, T0 + 1005.0)},
+        templates={"save": TemplateInfo("Saving model checkpoint to <PATH>")},
+    )
+    assert next((i.iteration, i.why) for i in _iterations(analysis, saving)) == (131, "last")
+    # a bar whose stamps are older than it ("Running training" in the node's other file, 77 s
+    # after the stream's last stamp): the bar began no earlier than training did
+    late = [("n1", "bar", None, T0 - 77.0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
+    began = _data(late, T0 + 1001.0 + 52.0)
+    began = replace(
+        began,
+        cells=began.cells | {("n1", "run"): Cell(1, T0, T0)},
+        templates={"run": TemplateInfo("***** Running training *****")},
+    )
+    assert next((i.iteration, i.why) for i in _iterations(analysis, began)) == (137, "clock")
+    # a bar drawn every iteration showed where the job stood: its clock adds nothing
+    every = [("n1", "bar", None, T0, _frame(k, 8 * k)) for k in range(1, 131)]
+    data = _data(every, T0 + 8 * 130 + 20.0)
+    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (131, "last")
+    # no bar that shows its elapsed time: after the last iteration printed
+    data = _data([], T0 + 1053.0)
+    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (131, "last")
+
+
+def test_a_stated_step_is_read_and_implausible_ones_are_left_out() -> None:
+    from l4_plugin.analysis.clock import stated_step, step_anchor
+
+    fin = "Async checkpoint save for step 90 (/ckpt/model-step=89-consumed=46080.0-last) finalized"
+    assert stated_step(fin) == 90
+    assert stated_step("[Torch] Checkpoint global_step60 is ready now!") == 60
+    assert stated_step("Saving model checkpoint to /ckpt/14b/checkpoint-120") == 120
+    assert stated_step("successfully saved checkpoint from iteration at iteration 100") == 100
+    assert stated_step("Saving model checkpoint to /ckpt/last") is None
+    lines = [
+        (T0 + 10.0, "[Rank 0] step=1600, skipped=0, lr=[1.5e-05]"),  # DeepSpeed's micro-steps
+        (T0 + 5.0, fin),
+        (T0, "Scheduled async checkpoint save for /ckpt/model-step=89-consumed=46080.0-last"),
+    ]
+    assert step_anchor(lines, last=91, reach=64) == (90, T0 + 5.0)
+    assert step_anchor(lines[:1], last=91, reach=64) is None
+
+
+def test_a_stamped_step_and_the_stated_pace_place_lost_progress() -> None:
+    # NeMo's text progress on stdout, buffered: the last 18 steps never reached the file (91
+    # printed, no time of its own). Rank 0's stamped "save for step 90 … finalized" and the
+    # stated 7.5 s a step count to the Xid 144 s later: iteration 110.
+    from dataclasses import replace
+
+    from l4_plugin.diagnosis.assembly import _iterations
+
+    data = _data([], T0 + 144.0 + 5.0)
+    fin = "Async checkpoint save for step 90 (/ckpt/model-step=89-consumed=46080.0-last) finalized"
+    data = replace(
+        data,
+        step_lines=((T0 + 5.0, fin),),
+        node_iteration_seconds={("n1", b): 7.5 for b in range(0, 140, 10)},
+    )
+    data.node_last_iteration = {"n1": 91}
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(events=[SimpleNamespace(template_id="oom")], iterations=[]),
+        slowdown=None,
+    )
+    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (110, "clock")
+    # a count that lands before what the job printed is no clock
+    data.node_last_iteration = {"n1": 120}
+    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (121, "last")
+
+
+def test_the_line_where_a_slowdown_began_is_an_event() -> None:
+    # A straggler holds every rank back from iteration 8 on, and the job runs into its time
+    # limit: no error says so; the progress line of iteration 8 (1035 ms an iteration, 45 ms
+    # before) does. It comes second: what slowed the job, when a line says, stays first.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.results import Slowdown
+    from l4_plugin.analysis.tables import TemplateInfo
+    from l4_plugin.diagnosis.assembly import decide_verdict, report_events
+
+    line = " iteration        8/      40 | elapsed time per iteration (ms): 1035.1 |"
+    data = replace(
+        _data([], T0 + 600.0),
+        templates={"it": TemplateInfo("iteration <NUM>/ <NUM> | elapsed time per iteration")},
+        progress_lines=(
+            (
+                "n1",
+                "it",
+                0,
+                T0,
+                " iteration        1/      40 | elapsed time per iteration (ms): 8635.4 |",
+            ),
+            ("n1", "it", 8, T0 + 9.0, line),
+            ("n1", "it", 9, T0 + 10.0, line.replace("8/", "9/")),
+        ),
+        iteration_cells={(b, "it"): (T0 + b, 1) for b in range(14)},
+        node_iteration_seconds={("n1", b): 0.05 if b < 8 else 1.0 for b in range(14)},
+    )
+
+    def fused(tid: str, score: float) -> SimpleNamespace:
+        return SimpleNamespace(
+            template_id=tid,
+            score=score,
+            nodes=["n2"],
+            count=1,
+            first_seen=T0,
+            level="ERROR",
+            reasons=["error-level"],
+        )
+
+    slow = Slowdown(first_iteration=8, reference=0.05, ratio=20.0)
+    events = [fused("oom", 0.9), fused("term", 0.5)]
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(events=events, nodes=[], iterations=[]),
+        events=[],
+        slowdown=slow,
+        hang=None,
+        outsiders={},
+    )
+    reported = report_events(data, analysis, {})
+    assert [e.template_id for e in reported] == ["oom", "it", "term"]
+    assert reported[1].sample == line and reported[1].reasons == ("slowdown-onset",)
+    assert reported[1].score == 0.5 and reported[1].sample_node == "n1"
+    # the verdict reads the added event too
+    assert decide_verdict(data, analysis, reported, []).category
+    # no slowdown: no such event
+    analysis.slowdown = None
+    assert [e.template_id for e in report_events(data, analysis, {})] == ["oom", "term"]
