@@ -125,11 +125,24 @@ def report_events(
         )
     onset = _slowdown_line(data, analysis, out)
     if onset is not None:
-        # (second: what slowed the job down, if anything said, stays first)
-        at = min(1, len(out))
-        score = out[min(1, len(out) - 1)].score if out else 1.0
+        # Second: what slowed the job down, when a line says, stays first; first when the
+        # leading event began after the slowdown had (a job that ran out of time: the rank
+        # killed at the time limit speaks last, it did not slow the job).
+        slow = analysis.slowdown
+        lead = _first_bucket(data, out[0].template_id) if out else None
+        after = slow is not None and lead is not None and lead > slow.first_iteration + 1
+        at = 0 if after or not out else 1
+        score = out[0].score if at == 0 and out else out[min(1, len(out) - 1)].score if out else 1.0
         out.insert(at, replace(onset, score=score))
     return tuple(out)
+
+
+def _first_bucket(data: JobData, tid: str) -> int | None:
+    """The first iteration bucket a template was printed in with a time (None: none)."""
+    return min(
+        (b for (b, t), (ts, _) in data.iteration_cells.items() if t == tid and math.isfinite(ts)),
+        default=None,
+    )
 
 
 def _slowdown_line(
