@@ -179,7 +179,7 @@ def _slowdown_line(
         first_seen=iso(t, data.time_unit) if math.isfinite(t) else None,
         level=None,
         stage="training",
-        reasons=("slowdown-onset",),
+        reasons=(f"slowdown-line:{slow.first_iteration}",),
     )
 
 

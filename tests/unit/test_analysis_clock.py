@@ -228,7 +228,7 @@ def test_the_line_where_a_slowdown_began_is_an_event() -> None:
     )
     reported = report_events(data, analysis, {})
     assert [e.template_id for e in reported] == ["oom", "it", "term"]
-    assert reported[1].sample == line and reported[1].reasons == ("slowdown-onset",)
+    assert reported[1].sample == line and reported[1].reasons == ("slowdown-line:8",)
     assert reported[1].score == 0.5 and reported[1].sample_node == "n1"
     # the verdict reads the added event too
     assert decide_verdict(data, analysis, reported, []).category
