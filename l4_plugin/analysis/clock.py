@@ -147,3 +147,41 @@ def step_anchor(
         return None
     t, step = max(anchors)
     return step, t
+
+
+_STAYS = 5  # intervals after a slow one that must mostly be slow too (a save is one slow interval)
+
+
+def slowed_from(clock: BarClock, reference: float, after: int) -> int | None:
+    """The first slow iteration by the bar's own clock, for a job that slowed down from
+    ``reference`` seconds per iteration and stayed slow past iteration ``after`` (the onset its
+    stated rates gave: tqdm smooths its rate, the elapsed time between frames is exact).
+
+    The slow pace is the median between the frames past ``after``; the first interval between
+    two frames slower than halfway, followed by mostly slow ones, holds the onset: within it,
+    the iteration from which the frames' elapsed time is the slow pace's (none: None)."""
+    steps = [
+        (i1, i2, e2 - e1)
+        for (i1, e1), (i2, e2) in itertools.pairwise(clock.frames)
+        if i2 > i1 and e2 >= e1
+    ]
+    later = [d / (i2 - i1) for i1, i2, d in steps if i1 >= after]
+    if not later or reference <= 0:
+        return None
+    slow = float(np.median(later))
+    if slow <= reference:
+        return None
+    half = (reference + slow) / 2
+    paces = [d / (i2 - i1) for i1, i2, d in steps]
+    for k, (i1, i2, d) in enumerate(steps):
+        if i1 > after or paces[k] <= half:
+            continue
+        following = paces[k + 1 : k + 1 + _STAYS]
+        if following and sum(p > half for p in following) * 2 <= len(following):
+            continue  # one slow interval: a checkpoint's save, not the slowdown
+        if k > 0 and paces[k - 1] > reference + (slow - reference) / 10:
+            i1, i2, d = steps[k - 1]  # it began late in the interval before: slower already
+        # iterations i1+1..j at the reference pace, j+1..i2 at the slow one
+        j = (i2 * slow - i1 * reference - d) / (slow - reference)
+        return int(min(max(round(j), i1), i2 - 1)) + 1
+    return None

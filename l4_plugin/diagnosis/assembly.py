@@ -22,9 +22,10 @@ from typing import Any
 
 import numpy as np
 
-from l4_plugin.analysis.clock import BarClock, bar_clock, step_anchor
+from l4_plugin.analysis.clock import BarClock, bar_clock, slowed_from, step_anchor
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.recipe import Analysis
+from l4_plugin.analysis.results import Slowdown
 from l4_plugin.analysis.tables import JobData, JobDoc, TemplateInfo
 from l4_plugin.analysis.temporal import iteration_at, waited
 from l4_plugin.analysis.verdict import VerdictEvent, VerdictNode, VerdictRule, decide
@@ -125,24 +126,12 @@ def report_events(
         )
     onset = _slowdown_line(data, analysis, out)
     if onset is not None:
-        # Second: what slowed the job down, when a line says, stays first; first when the
-        # leading event began after the slowdown had (a job that ran out of time: the rank
-        # killed at the time limit speaks last, it did not slow the job).
-        slow = analysis.slowdown
-        lead = _first_bucket(data, out[0].template_id) if out else None
-        after = slow is not None and lead is not None and lead > slow.first_iteration + 1
-        at = 0 if after or not out else 1
-        score = out[0].score if at == 0 and out else out[min(1, len(out) - 1)].score if out else 1.0
+        # (second: what slowed the job down, when a line says, stays first; a thermal report
+        # the kernel rate-limits may be printed long after the throttling began)
+        at = min(1, len(out))
+        score = out[min(1, len(out) - 1)].score if out else 1.0
         out.insert(at, replace(onset, score=score))
     return tuple(out)
-
-
-def _first_bucket(data: JobData, tid: str) -> int | None:
-    """The first iteration bucket a template was printed in with a time (None: none)."""
-    return min(
-        (b for (b, t), (ts, _) in data.iteration_cells.items() if t == tid and math.isfinite(ts)),
-        default=None,
-    )
 
 
 def _slowdown_line(
@@ -389,7 +378,8 @@ def _iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...
     # the slowed job finally failed.
     iterations = [it for it in iterations if it.iteration != slow.first_iteration] or iterations
     first = ReportIteration(
-        iteration=_onset(data, starts, slow.first_iteration, slow.events),
+        iteration=_slowed_by_the_clock(data, slow)
+        or _onset(data, starts, slow.first_iteration, slow.events),
         score=1.0,
         why="slowdown",
         distance=None,
@@ -489,6 +479,16 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
                 ),
             )
     return ()
+
+
+def _slowed_by_the_clock(data: JobData, slow: Slowdown) -> int | None:
+    """The first slow iteration by the job's progress bar's clock (``clock.slowed_from``),
+    when it falls no later than the onset the stated rates gave; None: no bar says."""
+    clock = bar_clock(data.progress_lines, _periodic(data))
+    if clock is None:
+        return None
+    found = slowed_from(clock, slow.reference, slow.first_iteration)
+    return found if found is not None and found <= slow.first_iteration else None
 
 
 def _began(data: JobData, clock: BarClock | None) -> BarClock | None:
