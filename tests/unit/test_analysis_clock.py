@@ -239,3 +239,24 @@ def test_the_line_where_a_slowdown_began_is_an_event() -> None:
     # no slowdown: no such event
     analysis.slowdown = None
     assert [e.template_id for e in report_events(data, analysis, {})] == ["oom", "term"]
+
+
+def test_a_slowdown_begins_where_the_bars_elapsed_time_says() -> None:
+    # A thermal throttle from iteration 65: 11.8 s an iteration before, 26.4 s after; a frame
+    # every 5 iterations; a checkpoint's save at 45 (one slow interval). tqdm's smoothed rate put
+    # the onset at 78; the elapsed time between frames puts it at 65.
+    from l4_plugin.analysis.clock import BarClock, slowed_from
+
+    elapsed, frames = 0.0, [(0, 0.0)]
+    for it in range(1, 200):
+        elapsed += 26.4 if it >= 65 else 11.8
+        elapsed += 60.0 if it == 45 else 0.0
+        if it % 5 == 0:
+            frames.append((it, elapsed))
+    clock = BarClock("n1", T0, tuple(frames))
+    assert slowed_from(clock, reference=11.8, after=78) == 65
+    # only the save was slow: no slowdown by the clock
+    save = [
+        (it, e + (60.0 if it >= 45 else 0.0)) for it, e in ((i, 11.8 * i) for i in range(0, 200, 5))
+    ]
+    assert slowed_from(BarClock("n1", T0, tuple(save)), reference=11.8, after=78) is None
