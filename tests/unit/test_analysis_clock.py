@@ -87,7 +87,7 @@ def _data(bar: list[tuple[str, str, int | None, float, str]], lead_at: float) ->
 def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
     # Ray forwards the bar in chunks of ten frames; the job was killed for memory 52 s after
     # the last frame (130) at 7.7 s an iteration: iteration 137, not 131.
-    from l4_plugin.diagnosis.assembly import _iterations
+    from l4_plugin.diagnosis.iterations import report_iterations
 
     bar = [("n1", "bar", None, T0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
     bar.append(("n1", "bar0", None, T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
@@ -96,12 +96,15 @@ def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
         slowdown=None,
     )
     data = _data(bar, T0 + 1001.0 + 52.0)
-    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (137, "clock")
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (137, "clock")
     # the event came before the bar's last frame (not what stopped the job), or hours after
     # it: after the last iteration printed
     for at in (T0 + 900.0, T0 + 1001.0 + 3600.0):
         data = _data(bar, at)
-        assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (131, "last")
+        assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (
+            131,
+            "last",
+        )
     # a checkpoint's save begun after the last frame: how long it took, nothing says
     from dataclasses import replace
 
@@ -113,7 +116,7 @@ def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
         cells=saving.cells | {("n1", "save"): Cell(1, T0 + 1005.0, T0 + 1005.0)},
         templates={"save": TemplateInfo("Saving model checkpoint to <PATH>")},
     )
-    assert next((i.iteration, i.why) for i in _iterations(analysis, saving)) == (131, "last")
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, saving)) == (131, "last")
     # a bar whose stamps are older than it ("Running training" in the node's other file, 77 s
     # after the stream's last stamp): the bar began no earlier than training did
     late = [("n1", "bar", None, T0 - 77.0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
@@ -123,14 +126,14 @@ def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
         cells=began.cells | {("n1", "run"): Cell(1, T0, T0)},
         templates={"run": TemplateInfo("***** Running training *****")},
     )
-    assert next((i.iteration, i.why) for i in _iterations(analysis, began)) == (137, "clock")
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, began)) == (137, "clock")
     # a bar drawn every iteration showed where the job stood: its clock adds nothing
     every = [("n1", "bar", None, T0, _frame(k, 8 * k)) for k in range(1, 131)]
     data = _data(every, T0 + 8 * 130 + 20.0)
-    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (131, "last")
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (131, "last")
     # no bar that shows its elapsed time: after the last iteration printed
     data = _data([], T0 + 1053.0)
-    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (131, "last")
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (131, "last")
 
 
 def test_a_stated_step_is_read_and_implausible_ones_are_left_out() -> None:
@@ -157,7 +160,7 @@ def test_a_stamped_step_and_the_stated_pace_place_lost_progress() -> None:
     # stated 7.5 s a step count to the Xid 144 s later: iteration 110.
     from dataclasses import replace
 
-    from l4_plugin.diagnosis.assembly import _iterations
+    from l4_plugin.diagnosis.iterations import report_iterations
 
     data = _data([], T0 + 144.0 + 5.0)
     fin = "Async checkpoint save for step 90 (/ckpt/model-step=89-consumed=46080.0-last) finalized"
@@ -171,10 +174,10 @@ def test_a_stamped_step_and_the_stated_pace_place_lost_progress() -> None:
         fusion=SimpleNamespace(events=[SimpleNamespace(template_id="oom")], iterations=[]),
         slowdown=None,
     )
-    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (110, "clock")
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (110, "clock")
     # a count that lands before what the job printed is no clock
     data.node_last_iteration = {"n1": 120}
-    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (121, "last")
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (121, "last")
 
 
 def test_the_line_where_a_slowdown_began_is_an_event() -> None:

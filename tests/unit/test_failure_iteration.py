@@ -10,7 +10,7 @@ import pytest
 
 from l4_plugin.analysis.tables import JobData, JobDoc
 from l4_plugin.analysis.temporal import waited
-from l4_plugin.diagnosis.assembly import _failure_iteration
+from l4_plugin.diagnosis.iterations import failure_iteration
 
 
 def _data(cells: dict[tuple[int, str], tuple[float, int]], starts: dict[int, float]) -> JobData:
@@ -38,14 +38,14 @@ STARTS = {b: 5.0 * b for b in range(0, 300, 10)}
 
 def test_the_best_ranked_event_places_the_failure_within_its_bucket() -> None:
     data = _data({(280, "boom"): (STARTS[280] + 12.0, 1)}, STARTS)
-    assert _failure_iteration(data, _analysis("noise", "boom")) == (283, "boom")
+    assert failure_iteration(data, _analysis("noise", "boom")) == (283, "boom")
 
 
 def test_a_copy_without_a_time_in_an_early_bucket_does_not_place_it() -> None:
     # A copy of the line read where nothing gave it a time sits in bucket 0; the timed copy says
     # where the job was.
     cells = {(0, "boom"): (math.inf, 1), (280, "boom"): (STARTS[280] + 2.0, 1)}
-    assert _failure_iteration(_data(cells, STARTS), _analysis("boom")) == (281, "boom")
+    assert failure_iteration(_data(cells, STARTS), _analysis("boom")) == (281, "boom")
 
 
 def test_an_error_that_states_its_iteration_is_taken_at_its_word() -> None:
@@ -64,10 +64,10 @@ def test_an_error_that_states_its_iteration_is_taken_at_its_word() -> None:
         _data({(789, "nan"): (math.inf, 1)}, starts),
         templates={"nan": TemplateInfo("RuntimeError: Rank <NUM> …", message=msg)},
     )
-    assert _failure_iteration(data, _analysis("nan")) == (794, "nan")
+    assert failure_iteration(data, _analysis("nan")) == (794, "nan")
     # a number beyond the next iteration line is not this one's
     later = replace(data, iteration_spans={**data.iteration_spans, 790: 5})
-    assert _failure_iteration(later, _analysis("nan")) == (789, "nan")
+    assert failure_iteration(later, _analysis("nan")) == (789, "nan")
 
 
 def test_a_timeout_places_the_failure_where_its_wait_began() -> None:
@@ -88,10 +88,10 @@ def test_a_timeout_places_the_failure_where_its_wait_began() -> None:
         _data({(280, "wd"): (late, 8)}, STARTS),
         templates={"wd": TemplateInfo("Watchdog caught …", message=msg)},
     )
-    assert _failure_iteration(data, _analysis("wd")) == (283, "wd")
+    assert failure_iteration(data, _analysis("wd")) == (283, "wd")
     # without what it says it waited, a late line says only that the job got past bucket 280
     mute = replace(data, templates={"wd": TemplateInfo("Watchdog caught …", message="timeout")})
-    assert _failure_iteration(mute, _analysis("wd")) == (281, "wd")
+    assert failure_iteration(mute, _analysis("wd")) == (281, "wd")
 
 
 @pytest.mark.parametrize(
@@ -139,10 +139,10 @@ def test_iterations_after_a_checkpoint_count_from_its_end() -> None:
         "port": TemplateInfo("NET/IB : mlx0_<NUM>:<NUM> Got async event : port error"),
     }
     data = replace(_data(cells, STARTS), templates=templates)
-    assert _failure_iteration(data, _analysis("port")) == (284, "port")
+    assert failure_iteration(data, _analysis("port")) == (284, "port")
     # a save's first line alone: counted from it
     del cells[(280, "ready")]
-    assert _failure_iteration(data, _analysis("port")) == (281, "port")
+    assert failure_iteration(data, _analysis("port")) == (281, "port")
 
 
 def test_a_suspect_iteration_is_placed_by_the_best_ranked_event_in_its_bucket() -> None:
@@ -151,7 +151,7 @@ def test_a_suspect_iteration_is_placed_by_the_best_ranked_event_in_its_bucket() 
     from dataclasses import replace
 
     from l4_plugin.analysis.tables import TemplateInfo
-    from l4_plugin.diagnosis.assembly import _iterations
+    from l4_plugin.diagnosis.iterations import report_iterations
 
     cells = {(280, "boom"): (STARTS[280] + 12.0, 1), (280, "cancel"): (STARTS[280] + 900.0, 8)}
     data = replace(_data(cells, STARTS), templates={"boom": TemplateInfo("boom")})
@@ -164,10 +164,10 @@ def test_a_suspect_iteration_is_placed_by_the_best_ranked_event_in_its_bucket() 
         ),
         slowdown=None,
     )
-    assert [i.iteration for i in _iterations(analysis, data)] == [283]
+    assert [i.iteration for i in report_iterations(analysis, data)] == [283]
     # the cancellation alone: past the next iteration line's time, only "after 280"
     analysis.fusion.events = _analysis("cancel").fusion.events
-    assert [i.iteration for i in _iterations(analysis, data)] == [281]
+    assert [i.iteration for i in report_iterations(analysis, data)] == [281]
 
 
 def test_an_error_placed_nowhere_that_states_its_iteration_is_taken_at_its_word() -> None:
@@ -181,31 +181,31 @@ def test_an_error_placed_nowhere_that_states_its_iteration_is_taken_at_its_word(
         _data({(280, "cancel"): (STARTS[280] + 900.0, 8)}, STARTS),
         templates={"nan": TemplateInfo("RuntimeError: …", message=msg)},
     )
-    assert _failure_iteration(data, _analysis("nan", "cancel")) == (284, "nan")
+    assert failure_iteration(data, _analysis("nan", "cancel")) == (284, "nan")
 
 
 def test_nothing_placed_gives_the_iteration_after_the_last_one_printed() -> None:
     # Progress on stdout with no time, the errors on stderr: no event has a bucket, so the job
     # failed in the iteration after the last it printed.
-    from l4_plugin.diagnosis.assembly import _iterations
+    from l4_plugin.diagnosis.iterations import report_iterations
 
     data = _data({(0, "step"): (math.inf, 15)}, {b: math.inf for b in range(1, 16)})
     analysis = SimpleNamespace(
         fusion=SimpleNamespace(events=_analysis("boom").fusion.events, iterations=[]),
         slowdown=None,
     )
-    found = _iterations(analysis, data)
+    found = report_iterations(analysis, data)
     assert [(i.iteration, i.why) for i in found] == [(16, "last")]
     # a job that never printed an iteration has none
     data.node_last_iteration = {}
-    assert _iterations(analysis, data) == ()
+    assert report_iterations(analysis, data) == ()
 
 
 def test_progress_flushed_at_exit_places_the_failure_after_the_last_step() -> None:
     # Every step printed on stdout, flushed when the rank died: the steps all carry the stamp
     # of the stream's last line, so where the error's time falls says nothing; the last step
     # printed (36) does.
-    from l4_plugin.diagnosis.assembly import _iterations
+    from l4_plugin.diagnosis.iterations import report_iterations
 
     starts = {b: 1000.0 for b in range(1, 30)} | {b: 1040.0 for b in range(30, 37)}
     data = _data({(29, "boom"): (1000.5, 1)}, starts)
@@ -215,7 +215,7 @@ def test_progress_flushed_at_exit_places_the_failure_after_the_last_step() -> No
         fusion=SimpleNamespace(events=_analysis("boom").fusion.events, iterations=[]),
         slowdown=None,
     )
-    assert next((i.iteration, i.why) for i in _iterations(analysis, data)) == (37, "last")
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (37, "last")
     # progress every 5 iterations with no time: the last line printed (34) too, unless the
     # error states the iteration it struck (Megatron's "iteration 37: Unexpected result")
     from dataclasses import replace
@@ -226,14 +226,17 @@ def test_progress_flushed_at_exit_places_the_failure_after_the_last_step() -> No
     sparse = _data({(34, "boom"): (1000.5, 1)}, every5)
     sparse.node_last_iteration = {"a": 34}
     sparse.iteration_spans = dict.fromkeys(every5, 1)  # one bucket per line printed
-    assert next((i.iteration, i.why) for i in _iterations(analysis, sparse)) == (35, "last")
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, sparse)) == (35, "last")
     said = "RuntimeError: Rank 4, node n, device 1, iteration 37: Unexpected result tensor(nan)"
     stated = replace(sparse, templates={"boom": TemplateInfo("RuntimeError: …", message=said)})
-    assert next((i.iteration, i.why) for i in _iterations(analysis, stated)) == (37, "failure")
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, stated)) == (
+        37,
+        "failure",
+    )
     # steps that carry their own times: the error's time places it
     data.node_iteration_start = {("a", b): 10.0 * b for b in starts}
     data.iteration_cells = {(29, "boom"): (290.5, 1)}
-    assert [(i.iteration, i.why) for i in _iterations(analysis, data)] == [(30, "failure")]
+    assert [(i.iteration, i.why) for i in report_iterations(analysis, data)] == [(30, "failure")]
 
 
 def test_a_progress_line_later_in_the_bucket_counts_the_steps_from_itself() -> None:
@@ -258,4 +261,4 @@ def test_a_progress_line_later_in_the_bucket_counts_the_steps_from_itself() -> N
     }
     data = replace(_data(cells, STARTS), templates=templates)
     data.iteration_spans = dict.fromkeys(STARTS, 1)  # a line every 10 iterations, one bucket each
-    assert _failure_iteration(data, _analysis("xid")) == (281, "xid")
+    assert failure_iteration(data, _analysis("xid")) == (281, "xid")

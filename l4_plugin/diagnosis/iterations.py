@@ -1,0 +1,419 @@
+"""Where a failed job stood: the iterations a report names (``Report.iterations``).
+
+The failure's iteration bucket comes from the best-ranked event that has one (or the iteration
+an error states); within the bucket, from the job's pace and the moment the job stopped going
+on (a timeout's stated wait, the end of a checkpoint's save). Where the progress lines carry no
+time of their own, a progress bar's own clock or a stamped line that states a step places it
+(:mod:`l4_plugin.analysis.clock`), else the iteration after the last one printed. A job that
+slowed down names where the slowdown began first; the DTW suspects follow.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import replace
+
+import numpy as np
+
+from l4_plugin.analysis.clock import BarClock, bar_clock, slowed_from, step_anchor
+from l4_plugin.analysis.recipe import Analysis
+from l4_plugin.analysis.results import Slowdown
+from l4_plugin.analysis.tables import JobData, TemplateInfo
+from l4_plugin.analysis.temporal import iteration_at, waited
+from l4_plugin.ingest.stages import default_stage_rules
+from l4_plugin.report.model import ReportIteration
+
+
+def failure_iteration(data: JobData, analysis: Analysis) -> tuple[int, str] | None:
+    """The iteration the job failed in: where the best-ranked event that has one was first
+    printed (its bucket by the iteration lines, or placed by time on the job's timeline; within
+    the bucket by the job's pace, ``temporal.iteration_at``)."""
+    return _placed(data, _job_iteration_starts(data), _failure_cell(data, analysis))
+
+
+def _placed(
+    data: JobData, starts: dict[int, float], cell: tuple[int, str] | None
+) -> tuple[int, str] | None:
+    """The iteration of a failure's ``cell`` (bucket, template) within its bucket."""
+    if cell is None:
+        return None
+    bucket, tid = cell
+    return _within(data, starts, bucket, (tid,)), tid
+
+
+def _failure_cell(data: JobData, analysis: Analysis) -> tuple[int, str] | None:
+    """The bucket and template of the best-ranked event that has a bucket (its first)."""
+    # Its first bucket by time; by number only where no copy has a time (a copy of the line
+    # placed without one may sit in an early bucket).
+    first: dict[str, int] = {}
+    for (it, tid), _ in sorted(
+        data.iteration_cells.items(),
+        key=lambda kv: (not math.isfinite(kv[1][0]), kv[1][0], kv[0][0]),
+    ):
+        first.setdefault(tid, it)
+    for event in analysis.fusion.events:
+        tid = event.template_id
+        if tid in first:
+            return first[tid], tid
+        stated = _stated_bucket(data, tid)
+        if stated is not None:
+            return stated, tid
+    return None
+
+
+def _stated_bucket(data: JobData, tid: str) -> int | None:
+    """The bucket of the iteration a template's words state (``_STATED_ITERATION``), for a line
+    nothing placed on the timeline (a rank that prints no progress of its own, no time)."""
+    info = data.templates.get(tid)
+    found = _STATED_ITERATION.search(info.message) if info is not None else None
+    if found is None:
+        return None
+    number = int(found.group(1))
+    below = [b for b in data.iteration_spans if b <= number]
+    return max(below) if below else None
+
+
+def _onset(data: JobData, starts: dict[int, float], bucket: int, tids: Sequence[str]) -> int:
+    """The iteration a slowdown began in: where the first of the lines that started with it
+    was printed, when that falls in its onset bucket or the next (the pace is judged over
+    whole buckets; the line says when), else the onset bucket."""
+    spans = data.iteration_spans
+    after = sorted(b for b in spans if b > bucket)[:2]
+    end = after[-1] + max(spans.get(after[-1], 1), 1) if after else math.inf
+    first: tuple[float, int, str] | None = None
+    for (it, tid), (ts, _) in data.iteration_cells.items():
+        if (
+            tid in tids
+            and bucket <= it < end
+            and math.isfinite(ts)
+            and (first is None or (ts, it) < first[:2])
+        ):
+            first = (ts, it, tid)
+    if first is None:
+        return bucket
+    return max(bucket, _within(data, starts, first[1], (first[2],)))
+
+
+def _job_iteration_starts(data: JobData) -> dict[int, float]:
+    """When each iteration bucket's first line was printed anywhere in the job."""
+    starts: dict[int, float] = {}
+    for (_, it), ts in data.node_iteration_start.items():
+        starts[it] = min(ts, starts.get(it, math.inf))
+    return starts
+
+
+# An error that says which iteration it struck (Megatron-LM's result validation: "Rank 41,
+# node n, device 1, iteration 794: Unexpected result tensor(nan, …)").
+_STATED_ITERATION = re.compile(r"\biteration (\d+): ")
+
+
+def _within(data: JobData, starts: dict[int, float], bucket: int, tids: Sequence[str]) -> int:
+    """The iteration of ``bucket`` its events ``tids`` began in: the one an error among them
+    states when it falls before the next bucket (its own words are exact), else by the job's
+    pace (``temporal.iteration_at``)."""
+    after = [b for b in data.iteration_spans if b > bucket]
+    limit = min(after) if after else bucket + max(data.iteration_spans.get(bucket, 1), 1) * 100
+    for t in tids:
+        info = data.templates.get(t)
+        found = _STATED_ITERATION.search(info.message) if info is not None else None
+        if found is not None and bucket <= int(found.group(1)) < limit:
+            return int(found.group(1))
+    cells = data.iteration_cells
+    first = min((cells[(bucket, t)][0] for t in tids if (bucket, t) in cells), default=math.inf)
+    moment = min(first, _stalled(data, bucket))
+    alive = _resumed(data, bucket, first if math.isfinite(first) else moment)
+    return iteration_at(starts, data.iteration_spans, bucket, moment, alive)
+
+
+def _resumed(data: JobData, bucket: int, until: float) -> float:
+    """When the job was last seen going on in ``bucket`` before ``until``: the latest first
+    time there of a checkpoint's lines (a save pauses the iterations: a minute's save is no ten
+    iterations) or of a line it prints every interval (HF's loss line, printed after the bar
+    whose line has no time of its own); -inf: none. Iterations are counted from there."""
+    progress = periodic(data)
+    resumed = -math.inf
+    for (it, tid), (ts, _) in data.iteration_cells.items():
+        if it == bucket and resumed < ts < until:
+            info = data.templates.get(tid)
+            if tid in progress or (info is not None and _saves(info)):
+                resumed = ts
+    return resumed
+
+
+def periodic(data: JobData) -> frozenset[str]:
+    """The templates printed in most iteration buckets (at least three): progress lines."""
+    seen = Counter(tid for _, tid in data.iteration_cells)
+    least = max(3, len(data.iteration_spans) / 2)
+    return frozenset(t for t, n in seen.items() if n >= least)
+
+
+def _saves(info: TemplateInfo) -> bool:
+    """Whether a template's lines are a checkpoint's save: seen while saving, or a line that
+    begins or completes one (``stages.yaml``; a rank that never printed the save's first line
+    prints its last in whatever stage it was in)."""
+    return info.stage == "checkpointing" or (
+        default_stage_rules().role(info.text).stage == "checkpointing"
+    )
+
+
+def _stalled(data: JobData, bucket: int) -> float:
+    """When the job stopped going forward in ``bucket``, as its timeouts tell: the earliest
+    moment a timed-out wait began (the line's time less what it says it waited,
+    ``temporal.waited``) that falls after the bucket's first line (inf: none says). A
+    watchdog's line comes ten minutes or more after the job stopped; the wait it reports began
+    where the job did."""
+    if data.time_unit != "ts":
+        return math.inf
+    begun = min(
+        (t for (_, b), t in data.node_iteration_start.items() if b == bucket), default=math.inf
+    )
+    waits = {t: w for t, info in data.templates.items() if (w := waited(info.message)) is not None}
+    stalled = math.inf
+    for (it, tid), (ts, _) in data.iteration_cells.items():
+        wait = waits.get(tid)
+        if wait is not None and it >= bucket and begun < ts - wait < stalled:
+            stalled = ts - wait
+    return stalled
+
+
+def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteration, ...]:
+    fusion = analysis.fusion
+    top = max((s.distance for s in fusion.iterations), default=0.0)
+    starts = _job_iteration_starts(data)
+    # Within a suspect iteration's bucket, the best-ranked event says where the failure struck
+    # (its words may state the iteration); the bucket's new events may be its consequences.
+    cell = _failure_cell(data, analysis) if analysis.slowdown is None else None
+    iterations = [
+        ReportIteration(
+            iteration=_within(
+                data,
+                starts,
+                s.iteration,
+                (cell[1],) if cell is not None and cell[0] == s.iteration else s.new_events,
+            ),
+            score=round(s.distance / top, 4) if top > 0 else 0.0,
+            why="dtw",
+            distance=round(s.distance, 4),
+            threshold=None if s.threshold is None else round(s.threshold, 4),
+            events=tuple(s.new_events),
+            missing_events=tuple(s.missing_events),
+        )
+        for s in fusion.iterations
+    ]
+    slow = analysis.slowdown
+    if slow is None and _unplaced_progress(starts) and not _states_its_iteration(data, cell):
+        # Progress lines with no time of their own: the lines' times place nothing; a bar's
+        # clock says when the last one came, else the last one printed says where the job
+        # stopped.
+        return (*(_by_the_clock(data, cell) or _after_the_last(data)), *iterations)
+    if slow is None:
+        failed = _placed(data, starts, cell)
+        if failed is None:
+            return tuple(iterations) or _after_the_last(data)
+        # Where the failure began, when no iteration departs from its predecessors (a hang's
+        # last iteration, a crash in an iteration like the others); after them otherwise: the
+        # best-ranked event may have begun earlier than the failure (a flapping link).
+        it, tid = failed
+        if any(s.iteration == it for s in iterations):
+            return tuple(iterations)
+        began = ReportIteration(
+            iteration=it,
+            score=1.0 if not iterations else 0.0,
+            why="failure",
+            distance=None,
+            threshold=None,
+            events=(tid,),
+            missing_events=(),
+        )
+        return (*iterations, began)
+    # Where the job started to slow down comes first: the DTW suspect is then mostly where
+    # the slowed job finally failed.
+    iterations = [it for it in iterations if it.iteration != slow.first_iteration] or iterations
+    first = ReportIteration(
+        iteration=_slowed_by_the_clock(data, slow)
+        or _onset(data, starts, slow.first_iteration, slow.events),
+        score=1.0,
+        why="slowdown",
+        distance=None,
+        threshold=None,
+        slowdown=round(slow.ratio, 3),
+        events=tuple(slow.events),
+        missing_events=(),
+    )
+    return (first, *iterations)
+
+
+# Buckets that must be at hand to judge whether the job's progress lines carry time.
+_FLAT_PAIRS = 4
+
+
+def _unplaced_progress(starts: dict[int, float]) -> bool:
+    """Whether the job's progress lines have no time of their own (``starts``: when each bucket
+    began, ``_job_iteration_starts``): most consecutive buckets start no later than the one
+    before (a rank's stdout flushed at exit gives every step the same stamp; a bar on stderr
+    takes the last stamp before it, printed at start-up)."""
+    times = [t for _, t in sorted(starts.items())]
+    pairs = [b <= a for a, b in itertools.pairwise(times) if math.isfinite(a + b)]
+    return len(pairs) >= _FLAT_PAIRS and sum(pairs) * 2 >= len(pairs)
+
+
+def _states_its_iteration(data: JobData, cell: tuple[int, str] | None) -> bool:
+    """Whether the best-ranked event with a bucket (``cell``: its bucket and template) states
+    the iteration it struck."""
+    info = data.templates.get(cell[1]) if cell is not None else None
+    return info is not None and _STATED_ITERATION.search(info.message) is not None
+
+
+def _after_the_last(data: JobData) -> tuple[ReportIteration, ...]:
+    """The iteration after the last one the job printed, when nothing placed the failure on the
+    timeline (progress on stdout with no time of its own, the errors on stderr): a job that
+    stops in training stops in the iteration it never finished."""
+    if not data.node_last_iteration:
+        return ()
+    last = max(data.node_last_iteration.values())
+    return (
+        ReportIteration(
+            iteration=last + 1,
+            score=1.0,
+            why="last",
+            distance=None,
+            threshold=None,
+            events=(),
+            missing_events=(),
+        ),
+    )
+
+
+# Iterations past the bar's last frame the clock may place a failure (a bar on stdout loses
+# what its buffer held at a kill: a few dozen frames); further is a failure long after the job
+# stopped going on (a hang that a later error ended), placed after the last frame instead.
+_CLOCK_STEPS = 64
+
+
+def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIteration, ...]:
+    """The iteration a failure struck by the job's clock (:mod:`l4_plugin.analysis.clock`):
+    from a point the job is known to have reached at a known time, counted at the job's pace
+    to the moment the failure began (``_failure_moment``): its progress bar's last frame
+    (within the interval the bar's lines came at, ``_clock_reach``); a job without such a bar,
+    the latest step a stamped line states (a checkpoint's; within ``_CLOCK_STEPS``). Empty
+    when neither places it after an iteration the job printed."""
+    if cell is None or not data.node_last_iteration:
+        return ()
+    printed = max(data.node_last_iteration.values())
+    clock = _began(data, bar_clock(data.progress_lines, periodic(data)))
+    # (a bar's own elapsed times first: its rate is an average over saves and slow starts)
+    pace = (clock.pace if clock is not None else None) or _stated_pace(data)
+    if pace is None:
+        return ()
+    # (a bar's frames say where the job stood better than a checkpoint's step does: where
+    # there is a bar, the steps its lines state are left alone)
+    anchor = step_anchor(data.step_lines, printed, _CLOCK_STEPS) if clock is None else None
+    points = [(clock.last, _clock_reach(clock))] if clock is not None else []
+    points += [] if anchor is None else [(anchor, _CLOCK_STEPS)]
+    for (last, shown), reach in points:
+        moment = _failure_moment(data, cell[1], shown)
+        # A checkpoint's save after the point pauses the iterations for as long as it takes,
+        # and whether it had ended when the job failed, no line says (the progress after it is
+        # what is missing): the iteration after the last printed, then.
+        if moment is None or _saving(data, shown, moment):
+            continue
+        steps = max(1, math.ceil((moment - shown) / pace))
+        if steps <= reach and last + steps > printed:
+            return (
+                ReportIteration(
+                    iteration=last + steps,
+                    score=1.0,
+                    why="clock",
+                    distance=None,
+                    threshold=None,
+                    events=(cell[1],),
+                    missing_events=(),
+                ),
+            )
+    return ()
+
+
+def _slowed_by_the_clock(data: JobData, slow: Slowdown) -> int | None:
+    """The first slow iteration by the job's progress bar's clock (``clock.slowed_from``),
+    when it falls no later than the onset the stated rates gave; None: no bar says."""
+    clock = bar_clock(data.progress_lines, periodic(data))
+    if clock is None:
+        return None
+    found = slowed_from(clock, slow.reference, slow.first_iteration)
+    return found if found is not None and found <= slow.first_iteration else None
+
+
+def _began(data: JobData, clock: BarClock | None) -> BarClock | None:
+    """``clock`` started no earlier than its node's last line that begins training before the
+    bar's last frame ("***** Running training *****", Megatron's "training ...": the bar is
+    drawn after it, and another file of the node may hold it)."""
+    if clock is None:
+        return None
+    _, shown = clock.last
+    rules = default_stage_rules()
+    begun = clock.start
+    for (node, tid), cell in data.cells.items():
+        info = data.templates.get(tid) if node == clock.node else None
+        if (
+            info is None
+            or rules.role(info.text).stage != "training"
+            or rules.role(info.text).iteration
+        ):
+            continue
+        for t in (cell.first_ts, cell.last_ts):
+            if begun < t <= shown:
+                begun = t
+    return replace(clock, start=begun)
+
+
+def _clock_reach(clock: BarClock) -> int:
+    """How many iterations past its last frame a bar's clock may place a failure: within the
+    interval its lines came at (Ray forwards a bar ten frames to a line; a bar drawn every
+    iteration showed where the job stood, and its clock adds only the error of its start)."""
+    (before, _), (last, _) = clock.frames[-2:]
+    return last - before
+
+
+def _stated_pace(data: JobData) -> float | None:
+    """Seconds per iteration the job's last progress lines state (Megatron's "elapsed time per
+    iteration", NeMo's "train_step_timing", tqdm's "s/it"): the median over its last
+    buckets; None: they state none."""
+    seconds = data.node_iteration_seconds
+    if not seconds:
+        return None
+    buckets = sorted({b for _, b in seconds})[-_PACE_BUCKETS:]
+    stated = [s for (_, b), s in seconds.items() if b in buckets and s > 0]
+    return float(np.median(stated)) if stated else None
+
+
+_PACE_BUCKETS = 5
+
+
+def _saving(data: JobData, after: float, before: float) -> bool:
+    """Whether a line of a checkpoint's save (``_saves``) was printed between ``after`` and
+    ``before`` (a node's first or last of the template)."""
+    for (_, t), c in data.cells.items():
+        info = data.templates.get(t)
+        if (
+            info is not None
+            and _saves(info)
+            and (after < c.first_ts < before or after < c.last_ts < before)
+        ):
+            return True
+    return False
+
+
+def _failure_moment(data: JobData, tid: str, after: float) -> float | None:
+    """When the failure began, no earlier than ``after``: the earliest of the best-ranked
+    event's first time (template ``tid``) and the moments the job's timeouts say their waits
+    began (``temporal.waited``); None when neither falls after ``after`` (the event came before
+    the bar's last frame: it is not what stopped the job)."""
+    firsts = [c.first_ts for (_, t), c in data.cells.items() if t == tid]
+    waits = {t: w for t, info in data.templates.items() if (w := waited(info.message)) is not None}
+    stalls = [ts - waits[t] for (_, t), (ts, _) in data.iteration_cells.items() if t in waits]
+    moments = [m for m in (*firsts, *stalls) if math.isfinite(m) and m >= after]
+    return min(moments) if moments else None
