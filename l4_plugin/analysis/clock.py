@@ -10,7 +10,9 @@ frame: the line's time less its elapsed time is a moment the bar had started by,
 latest such moment is the nearest to its start the stamps allow (a "Running training" line
 right before frame 0, a checkpoint's end right before the next frame). The clock is read from
 the last run of the bar: one restarted (a new epoch's bar, a restarted attempt) starts again
-from zero.
+from zero. The elapsed time between frames is exact where the rate tqdm shows is smoothed: it
+says where a slowdown began (``slowed_from``). A job without such a bar may still say where it
+stood at a known time: a stamped line that states a step (a checkpoint's, ``step_anchor``).
 """
 
 from __future__ import annotations
