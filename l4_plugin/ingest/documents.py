@@ -13,7 +13,7 @@ import hashlib
 import math
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -55,11 +55,13 @@ _UNSEEN = object()
 class Clock:
     """Timestamps of the reference lines, parsed once each, in the job's ``year`` for year-less
     formats (``context.job_year``). Picklable: it travels to the lanes with the job's context;
-    ``cache`` is emptied after each node (references are a node's own lines)."""
+    ``cache`` (epoch milliseconds, or None, by reference line: what ``ms`` returns) is emptied
+    after each node (references are a node's own lines). ``_placed`` reads it directly
+    and calls ``ms`` only for a line it does not hold."""
 
     def __init__(self, year: int) -> None:
         self.year = year
-        self.cache: dict[str, object] = {}
+        self.cache: dict[str, int | None] = {}
 
     def __getstate__(self) -> int:
         return self.year
@@ -72,12 +74,13 @@ class Clock:
         """Epoch milliseconds of a reference line; ``cache=False`` for one-off lines (--full)."""
         if ref is None:
             return None
-        ts = self.cache.get(ref, _UNSEEN)
-        if ts is _UNSEEN:
-            ts = parse_time(ref, self.year)
-            if cache:
-                self.cache[ref] = ts
-        return int(ts * 1000) if isinstance(ts, float) else None
+        if ref in self.cache:
+            return self.cache[ref]
+        ts = parse_time(ref, self.year)
+        ms = int(ts * 1000) if isinstance(ts, float) else None
+        if cache:
+            self.cache[ref] = ms
+        return ms
 
     def seconds(self, ref: str | None, *, cache: bool = True) -> float | None:
         """The same time in seconds (what the job timeline works in)."""
@@ -98,6 +101,8 @@ class Buckets:
     first: int | None  # the job's first placed iteration
     tail_start: int = 0
     width: int = 1
+    #: What ``__call__`` returned, by iteration: every node of a job asks about the same ones.
+    memo: dict[int, tuple[int, int]] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, last_iterations: list[int], first_iteration: int | None) -> Buckets:
@@ -140,24 +145,83 @@ class DocContext:
         return self.attempts.get(attempt, self.timeline) if attempt is not None else self.timeline
 
 
-def _group_times(
-    ctx: DocContext, rollup: NodeRollup, stage: str, it: int | None, group: Group
-) -> tuple[int | None, int | None, int | None]:
-    """(first ms, last ms, moved): ``moved`` is the time a timeless run took from its next
-    stamp's line, which its kept lines carry too."""
+#: A group of a node as its documents see it (``_placed``): its kind, the group, the stage and
+#: iteration the job's timeline places it in, its iteration bucket (first iteration or None,
+#: span), its first and last times, and ``moved``: the time a timeless run took from a stamped
+#: line (its kept lines').
+_Placed = tuple[
+    LineKind, Group, str, int | None, int | None, int, int | None, int | None, int | None
+]
+
+
+def _placed(ctx: DocContext, node: str, rollup: NodeRollup) -> Iterator[_Placed]:
+    """Each group of a node, placed and timed.
+
+    Most of a node's groups are a marker kind's iterations, two reference lines each, read
+    here without a call each where the clock's cache of the node's references holds them; the
+    buckets are remembered per iteration (``Buckets.memo``), and ``Timeline.refine`` is asked
+    only about an iteration the job saved a checkpoint at (``Timeline.saves``):
+    ``tests/unit/test_documents.py`` checks each against the plain calls."""
     clock = ctx.clock
-    first_ms, last_ms = clock.ms(group.first_ts_ref), clock.ms(group.last_ts_ref)
-    moved: int | None = None
-    if stage.startswith(UNPLACED):
-        ref = time_ref(rollup, it, group)
-        if ref is not group.first_ts_ref:
-            first_ms = moved = clock.ms(ref)
-            after = it is not None and ref is rollup.runs[-1 - it].after
-            if first_ms is not None and after:
-                # Printed before the stamped line whose time it takes: a millisecond earlier
-                # keeps the two in the order they were written.
-                first_ms = moved = first_ms - 1
-            last_ms = max(last_ms or 0, first_ms or 0) or None
+    times, year = clock.cache, clock.year
+    timeline = ctx.timeline_of(node)
+    saves = timeline.saves
+    bucket_of = ctx.bucket_of
+    buckets = bucket_of.memo
+    for (kind, stage, it), group in rollup.groups.items():
+        ref = group.first_ts_ref
+        if ref in times:
+            first_ms = times[ref]
+        elif ref is None:
+            first_ms = None
+        else:  # ``Clock.ms``, inlined
+            ts = parse_time(ref, year)
+            first_ms = times[ref] = int(ts * 1000) if isinstance(ts, float) else None
+        ref = group.last_ts_ref
+        if ref in times:
+            last_ms = times[ref]
+        elif ref is None:
+            last_ms = None
+        else:
+            ts = parse_time(ref, year)
+            last_ms = times[ref] = int(ts * 1000) if isinstance(ts, float) else None
+        moved: int | None = None
+        if stage.startswith(UNPLACED):
+            first_ms, last_ms, moved = _moved(clock, rollup, it, group, first_ms, last_ms)
+            stage, it = timeline.place(
+                stage[1:], first_ms / 1000.0 if first_ms is not None else None
+            )
+        elif it in saves and first_ms is not None:
+            stage = timeline.refine(stage, it, first_ms / 1000.0)
+        if it is None:
+            yield kind, group, stage, it, None, 0, first_ms, last_ms, moved
+            continue
+        bucket = buckets.get(it)
+        if bucket is None:
+            bucket = buckets[it] = bucket_of(it)
+        yield kind, group, stage, it, bucket[0], bucket[1], first_ms, last_ms, moved
+
+
+def _moved(
+    clock: Clock,
+    rollup: NodeRollup,
+    it: int | None,
+    group: Group,
+    first_ms: int | None,
+    last_ms: int | None,
+) -> tuple[int | None, int | None, int | None]:
+    """An unplaced group's (first ms, last ms, moved): ``moved`` is the time a timeless run
+    took from its next stamp's line (``time_ref``), which its kept lines carry too."""
+    ref = time_ref(rollup, it, group)
+    if ref is group.first_ts_ref:
+        return first_ms, last_ms, None
+    first_ms = moved = clock.ms(ref)
+    after = it is not None and ref is rollup.runs[-1 - it].after
+    if first_ms is not None and after:
+        # Printed before the stamped line whose time it takes: a millisecond earlier
+        # keeps the two in the order they were written.
+        first_ms = moved = first_ms - 1
+    last_ms = max(last_ms or 0, first_ms or 0) or None
     return first_ms, last_ms, moved
 
 
@@ -322,18 +386,10 @@ def node_documents(
     merged: dict[tuple[str, str, str, int | None], dict[str, Any]] = {}
     kept: dict[str, list[_Kept]] = {}
     below_error: dict[str, bool] = {}
-    timeline = ctx.timeline_of(node)
     writes: dict[LineKind, tuple[bool, bool]] = {}  # ``_writes`` of each kind
-    for (kind, stage, it), group in rollup.groups.items():
+    for kind, group, stage, it, start, span, first_ms, last_ms, moved in _placed(ctx, node, rollup):
         template = kind.template
         assert template is not None
-        first_ms, last_ms, moved = _group_times(ctx, rollup, stage, it, group)
-        first_s = first_ms / 1000.0 if first_ms is not None else None
-        if stage.startswith(UNPLACED):
-            stage, it = timeline.place(stage[1:], first_s)
-        else:
-            stage = timeline.refine(stage, it, first_s)
-        start, span = ctx.bucket_of(it) if it is not None else (None, 0)
         key = (node, template.id, stage, start)
         doc = merged.get(key)
         if doc is None:

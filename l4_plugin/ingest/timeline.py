@@ -50,6 +50,9 @@ class Timeline:
         #: run of a node's iteration markers asks whether the node's earlier files marked them
         #: all (``rollup._enter_run``) without a lookup per mark.
         self.trained: set[int | None] = set()
+        #: The iterations the job saved a checkpoint at ("checkpointing", n states, once
+        #: resolved): the only ones ``refine`` can move a line of.
+        self.saves: set[int | None] = set()
 
     def mark(self, key: MarkKey, ts_ref: str | None) -> None:
         """Record a transition; the first file to reach it (with a timestamp) defines its time."""
@@ -91,6 +94,7 @@ class Timeline:
                 current = it if current is None else max(current, it)
             self._times.append(t)
             self._states.append((stage, it if it is not None else current))
+        self.saves = {it for stage, it in self._states if stage == "checkpointing"}
 
     @property
     def empty(self) -> bool:

@@ -146,11 +146,59 @@ def add_events(groups: dict[tuple[Any, ...], EventColumns], events: Iterable[Doc
 def pack_event_columns(
     groups: Mapping[tuple[Any, ...], EventColumns], doc_id: Callable[..., str]
 ) -> list[Doc]:
-    """``pack_events`` of event documents gathered by signature (``add_events``)."""
-    docs = {
-        sig: [(c.ids[i], c.doc(sig, i)) for i in range(len(c.ids))] for sig, c in groups.items()
+    """``pack_events`` of event documents gathered by signature (``add_events``).
+
+    A pack is made from the columns directly (``_pack_columns``), without a document per node
+    first: a node's document is made only when it is written as it is (the one node of its
+    signature, or of the last chunk). ``tests/unit/test_packs.py`` checks the documents, their
+    fields' order included, against packing each node's document (``packed``)."""
+    out: list[Doc] = []
+    for sig, c in groups.items():
+        n = len(c.ids)
+        if n < 2:
+            out.extend((c.ids[i], c.doc(sig, i)) for i in range(n))
+            continue
+        hosts = c.columns[0]  # ``host.name``: packs list their nodes in order
+        order = sorted(range(n), key=lambda i: str(hosts[i]))
+        for start in range(0, n, MAX_PACK_NODES):
+            chunk = order[start : start + MAX_PACK_NODES]
+            if len(chunk) == 1:
+                out.append((c.ids[chunk[0]], c.doc(sig, chunk[0])))
+                continue
+            out.append((doc_id("pack", *sig, start), _pack_columns(sig, c, chunk)))
+    return out
+
+
+def _pack_columns(signature: tuple[Any, ...], c: EventColumns, nodes: list[int]) -> dict[str, Any]:
+    """One document for the nodes ``nodes`` (indices into ``c``'s columns, sorted by node) of
+    one signature: what ``_pack`` made of their documents, field by field in its order."""
+    shared, attempt = signature[: len(_SHARED)], signature[len(_SHARED) :]  # ``attempt_of``
+    out = {name: value for name, value in zip(_SHARED, shared, strict=True) if value is not None}
+    if attempt:
+        out[F.ATTEMPT] = attempt[0]
+    pack = {
+        key: [column[i] for i in nodes] for column, (_, key) in zip(c.columns, _OWN, strict=True)
     }
-    return packed(docs, _pack, lambda key, start: doc_id("pack", *key, start))
+    out[F.PACK] = pack
+    out["host.name"] = pack["hosts"]
+    out["log.file.path"] = sorted(set(pack["paths"]))
+    out[F.NODES] = len(nodes)
+    out[F.COUNT_ALL] = out[F.COUNT] * len(nodes)
+    firsts = [(t, j) for j, t in enumerate(pack["first"]) if t is not None]
+    starts = pack["first_pos"]
+    earliest = min(firsts)[1] if firsts else min(range(len(nodes)), key=starts.__getitem__)
+    out["message"] = pack["messages"][earliest]
+    if firsts:
+        out["@timestamp"] = out[F.FIRST_TS] = min(firsts)[0]
+    lasts = [t for t in pack["last"] if t is not None]
+    if lasts:
+        out[F.LAST_TS] = max(lasts)
+    out[F.FIRST_POS] = min(starts)
+    out[F.LAST_POS] = max(pack["last_pos"])
+    seconds = [s for s in pack["seconds"] if s is not None]
+    if seconds:
+        out[F.ITERATION_SECONDS] = sum(seconds) / len(seconds)
+    return out
 
 
 def packed(
@@ -173,32 +221,6 @@ def packed(
                 out.append(docs[start])
                 continue
             out.append((pack_id(key, start), pack(chunk)))
-    return out
-
-
-def _pack(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    """One document for the nodes of ``docs`` (same signature, sorted by node)."""
-    first = docs[0]
-    out = {name: first[name] for name in (*_SHARED, F.ATTEMPT) if name in first}
-    pack: dict[str, list[Any]] = {key: [d.get(name) for d in docs] for name, key in _OWN}
-    out[F.PACK] = pack
-    out["host.name"] = pack["hosts"]
-    out["log.file.path"] = sorted(set(pack["paths"]))
-    out[F.NODES] = len(docs)
-    out[F.COUNT_ALL] = first[F.COUNT] * len(docs)
-    firsts = [(d[F.FIRST_TS], i) for i, d in enumerate(docs) if d.get(F.FIRST_TS) is not None]
-    earliest = docs[min(firsts)[1]] if firsts else min(docs, key=lambda d: d[F.FIRST_POS])
-    out["message"] = earliest["message"]
-    if firsts:
-        out["@timestamp"] = out[F.FIRST_TS] = min(firsts)[0]
-    lasts = [d[F.LAST_TS] for d in docs if d.get(F.LAST_TS) is not None]
-    if lasts:
-        out[F.LAST_TS] = max(lasts)
-    out[F.FIRST_POS] = min(d[F.FIRST_POS] for d in docs)
-    out[F.LAST_POS] = max(d[F.LAST_POS] for d in docs)
-    seconds = [d[F.ITERATION_SECONDS] for d in docs if d.get(F.ITERATION_SECONDS) is not None]
-    if seconds:
-        out[F.ITERATION_SECONDS] = sum(seconds) / len(seconds)
     return out
 
 

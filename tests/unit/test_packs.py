@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import random
 from typing import Any
 
 import pytest
@@ -120,3 +122,63 @@ def test_only_the_store_reads_what_a_pack_keeps_per_node() -> None:
     allowed = ("ingest/pipeline.py", "ingest/owners.py")
     found = [f for f in found if not f.startswith(allowed)]
     assert not found, "unpacking outside the store:\n" + "\n".join(found)
+
+
+def _pack_documents(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """A pack made from its nodes' documents (what ``pack_event_columns`` made before it made
+    packs from the columns directly): the reference it is checked against."""
+    first = docs[0]
+    out = {name: first[name] for name in (*packs._SHARED, F.ATTEMPT) if name in first}
+    pack: dict[str, list[Any]] = {key: [d.get(name) for d in docs] for name, key in packs._OWN}
+    out[F.PACK] = pack
+    out["host.name"] = pack["hosts"]
+    out["log.file.path"] = sorted(set(pack["paths"]))
+    out[F.NODES] = len(docs)
+    out[F.COUNT_ALL] = first[F.COUNT] * len(docs)
+    firsts = [(d[F.FIRST_TS], i) for i, d in enumerate(docs) if d.get(F.FIRST_TS) is not None]
+    earliest = docs[min(firsts)[1]] if firsts else min(docs, key=lambda d: d[F.FIRST_POS])
+    out["message"] = earliest["message"]
+    if firsts:
+        out["@timestamp"] = out[F.FIRST_TS] = min(firsts)[0]
+    lasts = [d[F.LAST_TS] for d in docs if d.get(F.LAST_TS) is not None]
+    if lasts:
+        out[F.LAST_TS] = max(lasts)
+    out[F.FIRST_POS] = min(d[F.FIRST_POS] for d in docs)
+    out[F.LAST_POS] = max(d[F.LAST_POS] for d in docs)
+    seconds = [d[F.ITERATION_SECONDS] for d in docs if d.get(F.ITERATION_SECONDS) is not None]
+    if seconds:
+        out[F.ITERATION_SECONDS] = sum(seconds) / len(seconds)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_packs_made_from_columns_are_those_made_from_each_nodes_document(
+    seed: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rng = random.Random(seed)
+    monkeypatch.setattr(packs, "MAX_PACK_NODES", rng.choice((2, 3, 256)))
+    events = []
+    for i in range(rng.randint(1, 40)):
+        node = f"n{rng.randint(0, 12)}"  # some nodes twice: ties in the order by node
+        _, doc = _event(node, count=rng.choice((3, 3, 4)), first=rng.choice((900, 1000, 1100)))
+        doc["message"] += f" #{i}"  # which node's line is the pack's shows
+        for name in (F.FIRST_TS, F.LAST_TS, F.ITERATION_SECONDS, "log.level"):
+            if rng.random() < 0.3:
+                doc.pop(name)
+        if F.FIRST_TS not in doc:
+            doc.pop("@timestamp")
+        doc[F.FIRST_POS] = rng.choice((5, 7, 9))
+        doc["log.file.path"] = f"/logs/r{rng.randint(0, 3)}.log"  # nodes that share a file
+        if rng.random() < 0.5:
+            doc[F.ATTEMPT] = rng.choice((0, 1))
+        events.append((f"id-{i}", doc))
+    groups: dict[tuple[Any, ...], packs.EventColumns] = {}
+    packs.add_events(groups, events)
+    by_node = {
+        sig: [(c.ids[i], c.doc(sig, i)) for i in range(len(c.ids))] for sig, c in groups.items()
+    }
+    want = packs.packed(by_node, _pack_documents, lambda key, start: _ids("pack", *key, start))
+    got = packs.pack_event_columns(groups, _ids)
+    # The same documents, in the same order, each field in its place (the bytes written).
+    assert json.dumps(got) == json.dumps(want)
+    assert any(F.NODES in d for _, d in got) or len(events) < 4
