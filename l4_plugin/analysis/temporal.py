@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
@@ -455,3 +456,13 @@ def waited(message: str) -> float | None:
         if found is not None:
             return int(found.group(1)) * unit
     return None
+
+
+def progress_templates(
+    iteration_cells: Iterable[tuple[int, str]], spans: Mapping[int, int]
+) -> frozenset[str]:
+    """The templates printed in most iteration buckets (at least three) of ``iteration_cells``
+    ((bucket, template) pairs; ``spans``: the job's buckets): progress lines."""
+    seen = Counter(tid for _, tid in iteration_cells)
+    least = max(3, len(spans) / 2)
+    return frozenset(t for t, n in seen.items() if n >= least)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -23,7 +22,7 @@ from l4_plugin.analysis.clock import BarClock, bar_clock, slowed_from, step_anch
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.results import Slowdown
 from l4_plugin.analysis.tables import JobData, TemplateInfo
-from l4_plugin.analysis.temporal import iteration_at, waited
+from l4_plugin.analysis.temporal import iteration_at, progress_templates, waited
 from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.report.model import ReportIteration
 
@@ -145,10 +144,8 @@ def _resumed(data: JobData, bucket: int, until: float) -> float:
 
 
 def periodic(data: JobData) -> frozenset[str]:
-    """The templates printed in most iteration buckets (at least three): progress lines."""
-    seen = Counter(tid for _, tid in data.iteration_cells)
-    least = max(3, len(data.iteration_spans) / 2)
-    return frozenset(t for t, n in seen.items() if n >= least)
+    """The job's progress lines (``temporal.progress_templates``)."""
+    return progress_templates(data.iteration_cells, data.iteration_spans)
 
 
 def _saves(info: TemplateInfo) -> bool:
@@ -396,15 +393,12 @@ _PACE_BUCKETS = 5
 def _saving(data: JobData, after: float, before: float) -> bool:
     """Whether a line of a checkpoint's save (``_saves``) was printed between ``after`` and
     ``before`` (a node's first or last of the template)."""
-    for (_, t), c in data.cells.items():
-        info = data.templates.get(t)
-        if (
-            info is not None
-            and _saves(info)
-            and (after < c.first_ts < before or after < c.last_ts < before)
-        ):
-            return True
-    return False
+    saves = {t for t, info in data.templates.items() if _saves(info)}
+    return any(
+        after < c.first_ts < before or after < c.last_ts < before
+        for (_, t), c in data.cells.items()
+        if t in saves
+    )
 
 
 def _failure_moment(data: JobData, tid: str, after: float) -> float | None:

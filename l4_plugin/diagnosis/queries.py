@@ -30,6 +30,7 @@ from typing import Any
 
 from l4_plugin.analysis.fusion import is_flagged
 from l4_plugin.analysis.tables import BaselinePool, Cell, JobAttempt, JobData, JobDoc, TemplateInfo
+from l4_plugin.analysis.temporal import progress_templates
 from l4_plugin.errors import AnalysisError
 from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.records import host_shapes, level_label, may_name_a_node
@@ -222,7 +223,7 @@ def read_job_tables(store: Store, job: JobDoc) -> JobData:
         memory_lines=_read_memory_lines(events, lines, templates),
         version_lines=_read_version_lines(events, templates, cells),
         progress_lines=_read_progress_lines(events, templates, cells),
-        step_lines=_read_step_lines(lines, templates, iteration_cells),
+        step_lines=_read_step_lines(lines, templates, iteration_cells, iteration_spans),
     )
 
 
@@ -498,15 +499,13 @@ def _read_step_lines(
     lines: JobLines,
     templates: dict[str, TemplateInfo],
     iteration_cells: Mapping[tuple[int, str], tuple[float, int]],
+    spans: Mapping[int, int],
 ) -> tuple[tuple[float, str], ...]:
     """The latest stamped lines of the templates that state a step, not the progress lines
-    themselves (those printed in most iteration buckets) (``JobData.step_lines``)."""
-    seen = Counter(t for _, t in iteration_cells)
-    buckets = len({b for b, _ in iteration_cells})
+    themselves (``temporal.progress_templates``) (``JobData.step_lines``)."""
+    progress = progress_templates(iteration_cells, spans)
     tids = [
-        t
-        for t, info in templates.items()
-        if _STEP_STATED.search(info.text) and seen[t] < max(3, buckets / 2)
+        t for t, info in templates.items() if _STEP_STATED.search(info.text) and t not in progress
     ]
     return tuple(lines.latest_lines(sorted(tids), _STEP_LINES))
 
