@@ -355,11 +355,8 @@ def _began(data: JobData, clock: BarClock | None) -> BarClock | None:
     begun = clock.start
     for (node, tid), cell in data.cells.items():
         info = data.templates.get(tid) if node == clock.node else None
-        if (
-            info is None
-            or rules.role(info.text).stage != "training"
-            or rules.role(info.text).iteration
-        ):
+        role = rules.role(info.text) if info is not None else None
+        if role is None or role.stage != "training" or role.iteration:
             continue
         for t in (cell.first_ts, cell.last_ts):
             if begun < t <= shown:
