@@ -21,7 +21,7 @@ import itertools
 import math
 import re
 from collections import defaultdict
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -154,17 +154,19 @@ def step_anchor(
 _STAYS = 5  # intervals after a slow one that must mostly be slow too (a save is one slow interval)
 
 
-def slowed_from(clock: BarClock, reference: float, after: int) -> int | None:
-    """The first slow iteration by the bar's own clock, for a job that slowed down from
-    ``reference`` seconds per iteration and stayed slow past iteration ``after`` (the onset its
-    stated rates gave: tqdm smooths its rate, the elapsed time between frames is exact).
+def slowed_from(frames: Sequence[tuple[int, float]], reference: float, after: int) -> int | None:
+    """The first slow iteration by a clock's ``frames`` ((iteration, seconds), each drawn when
+    its iteration completed: a bar's own, or the times of the job's iteration lines), for a
+    job that slowed down from ``reference`` seconds per iteration and stayed slow past
+    iteration ``after`` (the onset its stated rates gave: tqdm smooths its rate, the elapsed
+    time between frames is exact; a coarse bucket of iterations holds the onset somewhere).
 
     The slow pace is the median between the frames past ``after``; the first interval between
     two frames slower than halfway, followed by mostly slow ones, holds the onset: within it,
     the iteration from which the frames' elapsed time is the slow pace's (none: None)."""
     steps = [
         (i1, i2, e2 - e1)
-        for (i1, e1), (i2, e2) in itertools.pairwise(clock.frames)
+        for (i1, e1), (i2, e2) in itertools.pairwise(frames)
         if i2 > i1 and e2 >= e1
     ]
     later = [d / (i2 - i1) for i1, i2, d in steps if i1 >= after]

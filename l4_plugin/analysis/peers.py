@@ -17,7 +17,7 @@ Pure: lines in, :class:`PeerResult` out.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 _IP = r"(\d{1,3}(?:\.\d{1,3}){3})"
@@ -114,18 +114,24 @@ def name_peers(
     nodes: Sequence[str],
     announcements: Iterable[tuple[str, str]],
     statements: Iterable[tuple[str, str, str]],
+    faulted: Collection[str] = (),
 ) -> PeerResult:
     """Build the address book from ``announcements`` (node, line) and read the ``statements``
     (node, template id, line: the failure evidence) for the other nodes they name.
 
     A line never names its own node (its own addresses are in it: "localGid", "local ip"), and
-    a statement names another node only by an address the book gives that node.
+    a statement names another node only by an address the book gives that node. A node in
+    ``faulted`` reported a fault of its own device or link: when its port goes down, its
+    transfers fail with the peer's address in the error, so what it says of a peer is its own
+    fault's consequence, not a statement against the peer.
     """
     book = AddressBook(nodes, announcements)
     against: dict[str, set[str]] = {}
     via: dict[str, set[str]] = {}
     by_witness: dict[str, set[str]] = {}
     for witness, tid, message in statements:
+        if witness in faulted:
+            continue
         own = own_addresses(message)
         for target in book.named(message):
             if target == witness:

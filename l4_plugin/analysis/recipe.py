@@ -627,13 +627,18 @@ def _bucket_times(data: JobData, its: list[int], secs: list[float]) -> dict[int,
 
 
 def _peers(
-    data: JobData, events: tuple[EventStat, ...], kept: frozenset[str], stage: str | None
+    data: JobData,
+    events: tuple[EventStat, ...],
+    kept: frozenset[str],
+    stage: str | None,
+    hardware: frozenset[str],
 ) -> PeerResult:
     """Which nodes the failure evidence names (:mod:`l4_plugin.analysis.peers`).
 
     Only warning and error lines that cross-job filtering kept are statements; once the job got
     past start-up, lines of the start-up stages are not (a rank retrying the rendezvous store
-    names its host in every healthy run too).
+    names its host in every healthy run too). A node that reported a fault of its own device
+    or link (:func:`_faulted`) is no witness.
     """
     level = {e.template_id: e.level for e in events}
     where = {e.template_id: e.stage for e in events}
@@ -644,11 +649,25 @@ def _peers(
             return False
         return not (late and where.get(tid) in PRE_TRAINING_STAGES)
 
+    naming = {t for _, t, _ in data.peer_lines}
+    flagged = frozenset(t for t in hardware - naming if t in kept and is_flagged(level.get(t)))
     return name_peers(
         data.nodes,
         data.announcements,
         ((n, t, m) for n, t, m in data.peer_lines if statement(t)),
+        faulted=_faulted(events, flagged, len(data.nodes)),
     )
+
+
+def _faulted(events: Sequence[EventStat], own: frozenset[str], n_nodes: int) -> frozenset[str]:
+    """The nodes that reported a fault of their own hardware: a template in ``own`` (words of a
+    device's, a link's or a node's fault that name no peer) printed on at most half the nodes
+    (one printed everywhere is the job's, not a node's)."""
+    out: set[str] = set()
+    for e in events:
+        if e.template_id in own and 2 * len(e.first_seen) <= n_nodes:
+            out.update(e.first_seen)
+    return frozenset(out)
 
 
 def _notes(
@@ -714,13 +733,13 @@ def analyze(
     kept = crossjob.kept_ids
     spatial, matrix = _spatial(data, events, nodes, kept, options)
     stage = _stage(data)
-    peers = _peers(data, events, kept, stage.stage if stage else None)
+    terms = record_terms(data, default_lexicon())
+    peers = _peers(data, events, kept, stage.stage if stage else None, _hardware(terms))
     silence = _silence(data, events, nodes, kept, peers, options) if len(nodes) >= 2 else None
     iterations = _iterations(data, kept, options)
     stragglers = _stragglers(data, nodes)
     slowdown = _slowdown(data, kept, len(nodes), options)
     events = timed_in_stage(events, data, stage.stage if stage else None)
-    terms = record_terms(data, default_lexicon())
     priors, consequences = _lexicon_evidence(data, terms, crossjob, options, odd)
     hang = analyse_hang(data.job.dumps, nodes)
     against = discounts(data, stragglers, slowdown, events, kept, options, _hardware(terms))

@@ -31,17 +31,18 @@ def failure_iteration(data: JobData, analysis: Analysis) -> tuple[int, str] | No
     """The iteration the job failed in: where the best-ranked event that has one was first
     printed (its bucket by the iteration lines, or placed by time on the job's timeline; within
     the bucket by the job's pace, ``temporal.iteration_at``)."""
-    return _placed(data, _job_iteration_starts(data), _failure_cell(data, analysis))
+    saving = analysis.fusion.stage == "checkpointing"
+    return _placed(data, _job_iteration_starts(data), _failure_cell(data, analysis), saving)
 
 
 def _placed(
-    data: JobData, starts: dict[int, float], cell: tuple[int, str] | None
+    data: JobData, starts: dict[int, float], cell: tuple[int, str] | None, saving: bool = False
 ) -> tuple[int, str] | None:
     """The iteration of a failure's ``cell`` (bucket, template) within its bucket."""
     if cell is None:
         return None
     bucket, tid = cell
-    return _within(data, starts, bucket, (tid,)), tid
+    return _within(data, starts, bucket, (tid,), saving), tid
 
 
 def _failure_cell(data: JobData, analysis: Analysis) -> tuple[int, str] | None:
@@ -110,10 +111,18 @@ def _job_iteration_starts(data: JobData) -> dict[int, float]:
 _STATED_ITERATION = re.compile(r"\biteration (\d+): ")
 
 
-def _within(data: JobData, starts: dict[int, float], bucket: int, tids: Sequence[str]) -> int:
+def _within(
+    data: JobData,
+    starts: dict[int, float],
+    bucket: int,
+    tids: Sequence[str],
+    saving: bool = False,
+) -> int:
     """The iteration of ``bucket`` its events ``tids`` began in: the one an error among them
     states when it falls before the next bucket (its own words are exact), else by the job's
-    pace (``temporal.iteration_at``)."""
+    pace (``temporal.iteration_at``). ``saving``: the job failed while saving a checkpoint;
+    the save whose line last came before the failure is of the iteration completed when it
+    began, and no iteration went on while it ran."""
     after = [b for b in data.iteration_spans if b > bucket]
     limit = min(after) if after else bucket + max(data.iteration_spans.get(bucket, 1), 1) * 100
     for t in tids:
@@ -125,7 +134,28 @@ def _within(data: JobData, starts: dict[int, float], bucket: int, tids: Sequence
     first = min((cells[(bucket, t)][0] for t in tids if (bucket, t) in cells), default=math.inf)
     moment = min(first, _stalled(data, bucket))
     alive = _resumed(data, bucket, first if math.isfinite(first) else moment)
+    began = _save_began(data, bucket, moment) if saving else None
+    if began is not None:
+        # (a line after the bucket's is in a later iteration: the save's is the one before)
+        return max(bucket, iteration_at(starts, data.iteration_spans, bucket, began) - 1)
     return iteration_at(starts, data.iteration_spans, bucket, moment, alive)
+
+
+def _save_began(data: JobData, bucket: int, until: float) -> float | None:
+    """When the save under way at ``until`` began in ``bucket``: the latest first time there
+    of a checkpoint's lines (``_saves``) before ``until``, when no progress line came after it
+    (None: the job was not saving)."""
+    progress = periodic(data)
+    save, going = -math.inf, -math.inf
+    for (it, tid), (ts, _) in data.iteration_cells.items():
+        if it != bucket or not ts < until:
+            continue
+        info = data.templates.get(tid)
+        if info is not None and _saves(info):
+            save = max(save, ts)
+        elif tid in progress:
+            going = max(going, ts)
+    return save if math.isfinite(save) and save >= going else None
 
 
 def _resumed(data: JobData, bucket: int, until: float) -> float:
@@ -184,6 +214,7 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
     # Within a suspect iteration's bucket, the best-ranked event says where the failure struck
     # (its words may state the iteration); the bucket's new events may be its consequences.
     cell = _failure_cell(data, analysis) if analysis.slowdown is None else None
+    saving = fusion.stage == "checkpointing"
     iterations = [
         ReportIteration(
             iteration=_within(
@@ -191,6 +222,7 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
                 starts,
                 s.iteration,
                 (cell[1],) if cell is not None and cell[0] == s.iteration else s.new_events,
+                saving,
             ),
             score=round(s.distance / top, 4) if top > 0 else 0.0,
             why="dtw",
@@ -208,7 +240,7 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
         # stopped.
         return (*(_by_the_clock(data, cell) or _after_the_last(data)), *iterations)
     if slow is None:
-        failed = _placed(data, starts, cell)
+        failed = _placed(data, starts, cell, saving)
         if failed is None:
             return tuple(iterations) or _after_the_last(data)
         # Where the failure began, when no iteration departs from its predecessors (a hang's
@@ -231,7 +263,7 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
     # the slowed job finally failed.
     iterations = [it for it in iterations if it.iteration != slow.first_iteration] or iterations
     first = ReportIteration(
-        iteration=_slowed_by_the_clock(data, slow)
+        iteration=_slowed_by_the_clock(data, slow, starts)
         or _onset(data, starts, slow.first_iteration, slow.events),
         score=1.0,
         why="slowdown",
@@ -334,14 +366,23 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
     return ()
 
 
-def _slowed_by_the_clock(data: JobData, slow: Slowdown) -> int | None:
-    """The first slow iteration by the job's progress bar's clock (``clock.slowed_from``),
-    when it falls no later than the onset the stated rates gave; None: no bar says."""
+def _slowed_by_the_clock(data: JobData, slow: Slowdown, starts: dict[int, float]) -> int | None:
+    """The first slow iteration by the job's clock (``clock.slowed_from``): its progress bar's
+    frames, when that falls no later than the onset the stated rates gave; without a bar, the
+    times its iteration buckets began (``starts``), when that falls within the onset's bucket
+    (the rates are judged over whole buckets: where in a bucket of eleven iterations the job
+    slowed, the time the bucket took says). None: neither says."""
     clock = bar_clock(data.progress_lines, periodic(data))
-    if clock is None:
+    if clock is not None:
+        found = slowed_from(clock.frames, slow.reference, slow.first_iteration)
+        return found if found is not None and found <= slow.first_iteration else None
+    if data.time_unit != "ts":
         return None
-    found = slowed_from(clock, slow.reference, slow.first_iteration)
-    return found if found is not None and found <= slow.first_iteration else None
+    frames = sorted((b, t) for b, t in starts.items() if math.isfinite(t))
+    found = slowed_from(frames, slow.reference, slow.first_iteration)
+    after = [b for b in data.iteration_spans if b > slow.first_iteration]
+    end = min(after) if after else math.inf
+    return found if found is not None and slow.first_iteration <= found <= end else None
 
 
 def _began(data: JobData, clock: BarClock | None) -> BarClock | None:

@@ -140,7 +140,8 @@ def _rank(value: Any) -> int | None:
 
 def render(obj: dict[str, Any], hosts_labelled: bool = False) -> str:
     """The text line of one JSON log object (see the module docstring)."""
-    message = _shown(str(_field(obj, _MESSAGE))).replace("\n", " ")
+    text = str(_field(obj, _MESSAGE))
+    message = _shown(text).replace("\n", " ")
     moment = _moment(_field(obj, _TIME))
     host = _field(obj, _HOST)
     label = f"{host}: " if hosts_labelled and host else ""
@@ -155,9 +156,11 @@ def render(obj: dict[str, Any], hosts_labelled: bool = False) -> str:
     else:
         rank = _rank(_field(obj, _RANK))
         prefix = f"[rank{rank}]: " if rank is not None else ""
-    if not message.strip() or message[:1] in " \t":
+    if not message.strip() or (message[:1] in " \t" and "\r" not in text):
         # A line that continues a record (a traceback's frames, a blank line): as printed, its
-        # time is its record's, so the frames stay frames behind the prefix.
+        # time is its record's, so the frames stay frames behind the prefix. A bar redrawn with
+        # "\r" is none, though its frame begins with tqdm's padding (" 37%|"): the object's
+        # time is when its last frame was drawn.
         return f"{label}{prefix}{message}"
     parts = [label, prefix]
     if moment is not None:

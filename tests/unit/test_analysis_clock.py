@@ -92,7 +92,9 @@ def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
     bar = [("n1", "bar", None, T0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
     bar.append(("n1", "bar0", None, T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
     analysis = SimpleNamespace(
-        fusion=SimpleNamespace(events=[SimpleNamespace(template_id="oom")], iterations=[]),
+        fusion=SimpleNamespace(
+            stage="training", events=[SimpleNamespace(template_id="oom")], iterations=[]
+        ),
         slowdown=None,
     )
     data = _data(bar, T0 + 1001.0 + 52.0)
@@ -171,7 +173,9 @@ def test_a_stamped_step_and_the_stated_pace_place_lost_progress() -> None:
     )
     data.node_last_iteration = {"n1": 91}
     analysis = SimpleNamespace(
-        fusion=SimpleNamespace(events=[SimpleNamespace(template_id="oom")], iterations=[]),
+        fusion=SimpleNamespace(
+            stage="training", events=[SimpleNamespace(template_id="oom")], iterations=[]
+        ),
         slowdown=None,
     )
     assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (110, "clock")
@@ -223,7 +227,7 @@ def test_the_line_where_a_slowdown_began_is_an_event() -> None:
     slow = Slowdown(first_iteration=8, reference=0.05, ratio=20.0)
     events = [fused("oom", 0.9), fused("term", 0.5)]
     analysis = SimpleNamespace(
-        fusion=SimpleNamespace(events=events, nodes=[], iterations=[]),
+        fusion=SimpleNamespace(stage="training", events=events, nodes=[], iterations=[]),
         events=[],
         slowdown=slow,
         hang=None,
@@ -257,9 +261,44 @@ def test_a_slowdown_begins_where_the_bars_elapsed_time_says() -> None:
         if it % 5 == 0:
             frames.append((it, elapsed))
     clock = BarClock("n1", T0, tuple(frames))
-    assert slowed_from(clock, reference=11.8, after=78) == 65
+    assert slowed_from(clock.frames, reference=11.8, after=78) == 65
     # only the save was slow: no slowdown by the clock
     save = [
         (it, e + (60.0 if it >= 45 else 0.0)) for it, e in ((i, 11.8 * i) for i in range(0, 200, 5))
     ]
-    assert slowed_from(BarClock("n1", T0, tuple(save)), reference=11.8, after=78) is None
+    assert slowed_from(tuple(save), reference=11.8, after=78) is None
+
+
+def test_a_slowdown_within_a_coarse_bucket_begins_where_the_buckets_times_say() -> None:
+    # torchtitan prints a stamped line every step; the index keeps buckets of eleven steps.
+    # 3.5 s a step, 7.0 s from step 249 (its line is the first slow one); the stated rates put
+    # the onset in the bucket of 243, the thermal line comes after 249's line.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.results import Slowdown
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    t, times = T0, {}
+    for it in range(1, 300):
+        t += 7.0 if it >= 249 else 3.5
+        times[it] = t
+    buckets = list(range(1, 300, 11))  # 1, 12, ..., 243, 254, ..., 298
+    data = replace(
+        _data([], times[249] + 0.5),
+        iteration_cells={(b, "it"): (times[b], 11) for b in buckets}
+        | {(243, "hot"): (times[249] + 0.5, 1)},
+        iteration_spans=dict.fromkeys(buckets, 11),
+        node_iteration_start={("n1", b): times[b] for b in buckets},
+        node_last_iteration={"n1": 298},
+    )
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(stage="training", events=[], iterations=[]),
+        slowdown=Slowdown(first_iteration=243, reference=3.5, ratio=2.0, events=("hot",)),
+    )
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (
+        249,
+        "slowdown",
+    )
+    # the times put it outside the onset's bucket (a save's pause there): the stated rates
+    late = replace(data, node_iteration_start={("n1", b): times[b] for b in buckets if b < 243})
+    assert next(i.iteration for i in report_iterations(analysis, late)) != 249

@@ -29,7 +29,7 @@ def _data(cells: dict[tuple[int, str], tuple[float, int]], starts: dict[int, flo
 
 def _analysis(*tids: str) -> Any:
     events = [SimpleNamespace(template_id=t) for t in tids]
-    return SimpleNamespace(fusion=SimpleNamespace(events=events))
+    return SimpleNamespace(fusion=SimpleNamespace(events=events, stage="training"))
 
 
 # Progress every 10 iterations, 5 s an iteration.
@@ -143,6 +143,11 @@ def test_iterations_after_a_checkpoint_count_from_its_end() -> None:
     # a save's first line alone: counted from it
     del cells[(280, "ready")]
     assert failure_iteration(data, _analysis("port")) == (281, "port")
+    # the job failed while saving (the failure's stage): no iteration went on during the save,
+    # which is of the iteration 280 completed
+    saving = _analysis("port")
+    saving.fusion.stage = "checkpointing"
+    assert failure_iteration(data, saving) == (280, "port")
 
 
 def test_a_suspect_iteration_is_placed_by_the_best_ranked_event_in_its_bucket() -> None:
@@ -160,7 +165,7 @@ def test_a_suspect_iteration_is_placed_by_the_best_ranked_event_in_its_bucket() 
     )
     analysis = SimpleNamespace(
         fusion=SimpleNamespace(
-            events=_analysis("boom", "cancel").fusion.events, iterations=[suspect]
+            stage="training", events=_analysis("boom", "cancel").fusion.events, iterations=[suspect]
         ),
         slowdown=None,
     )
@@ -191,7 +196,9 @@ def test_nothing_placed_gives_the_iteration_after_the_last_one_printed() -> None
 
     data = _data({(0, "step"): (math.inf, 15)}, {b: math.inf for b in range(1, 16)})
     analysis = SimpleNamespace(
-        fusion=SimpleNamespace(events=_analysis("boom").fusion.events, iterations=[]),
+        fusion=SimpleNamespace(
+            events=_analysis("boom").fusion.events, iterations=[], stage="training"
+        ),
         slowdown=None,
     )
     found = report_iterations(analysis, data)
@@ -212,7 +219,9 @@ def test_progress_flushed_at_exit_places_the_failure_after_the_last_step() -> No
     data.iteration_spans = dict.fromkeys(starts, 1)
     data.node_last_iteration = {"a": 36}
     analysis = SimpleNamespace(
-        fusion=SimpleNamespace(events=_analysis("boom").fusion.events, iterations=[]),
+        fusion=SimpleNamespace(
+            events=_analysis("boom").fusion.events, iterations=[], stage="training"
+        ),
         slowdown=None,
     )
     assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (37, "last")

@@ -89,6 +89,18 @@ def test_a_redrawn_bar_is_its_last_frame() -> None:
     assert render(obj).endswith("| 300/411 [24:42<10:11,  0.20it/s, global_step=299]")
 
 
+def test_a_redrawn_bar_keeps_its_objects_time() -> None:
+    # HF Trainer's tqdm frames begin with the percentage's padding (" 37%|"): that is no
+    # traceback frame continuing a record, so the line keeps the time its last frame was drawn.
+    frames = [f" 37%|███       | {k}/2141 [29:{k - 780:02d}<48:09,  2.17s/it]" for k in (809, 810)]
+    obj = {"ts": T0, "rank": 0, "stream": "stderr", "msg": "\r" + "\r".join(frames)}
+    h = parse_header(render(obj))
+    assert h.timestamp == pytest.approx(T0)
+    assert render(obj).endswith("| 810/2141 [29:30<48:09,  2.17s/it]")
+    # (an indented line of its own is still a record's continuation)
+    assert parse_header(render({"ts": T0, "rank": 0, "msg": "  File x.py"})).timestamp is None
+
+
 def test_a_file_of_json_lines_is_found_and_read_as_text(tmp_path: Path) -> None:
     objects: list[dict[str, object]] = [
         {"ts": T0 + i, "host": "a3", "rank": i % 2, "msg": f"step {i} loss 2.{i}"}

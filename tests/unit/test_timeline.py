@@ -54,6 +54,23 @@ def test_address_book_turns_a_peers_completion_error_into_the_culprit() -> None:
     assert "10.0.0.1" in own_addresses(completion.format(own="10.0.0.1"))
 
 
+def test_a_node_with_its_own_link_down_is_no_witness() -> None:
+    # n1's port went down: its transfers fail naming the peer at the other end (n2). That is n1's
+    # fault's consequence, not a statement against n2; n3's error about n1 still is one.
+    nodes = ["n1", "n2", "n3"]
+    announcements = [
+        (n, f"{n}:1:2 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.{k}<0>")
+        for k, n in enumerate(nodes, 1)
+    ]
+    statements = [
+        ("n1", "t1", "NCCL WARN NET/IB : Got completion from peer 10.0.0.2<4711> with status=12"),
+        ("n3", "t1", "NCCL WARN NET/IB : Got completion from peer 10.0.0.1<4711> with status=12"),
+    ]
+    assert set(name_peers(nodes, announcements, statements).nodes) == {"n1", "n2"}
+    result = name_peers(nodes, announcements, statements, faulted={"n1"})
+    assert result.nodes == ("n1",) and result.witnesses == {"n3": ("n1",)}
+
+
 def test_an_address_two_nodes_announce_belongs_to_nobody() -> None:
     book = AddressBook(
         ["a", "b"],
