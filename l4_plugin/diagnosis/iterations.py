@@ -341,8 +341,10 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
     # (a bar's frames say where the job stood better than a checkpoint's step does: where
     # there is a bar, the steps its lines state are left alone)
     anchor = step_anchor(data.step_lines, printed, _CLOCK_STEPS) if clock is None else None
-    points = [(clock.last, _clock_reach(clock))] if clock is not None else []
-    points += [] if anchor is None else [(anchor, _CLOCK_STEPS)]
+    points = [(clock.last, clock.last[0] + _clock_reach(clock))] if clock is not None else []
+    # (a stamped step may lie far behind the progress printed: what a kill lost is counted
+    # from the last iteration printed)
+    points += [] if anchor is None else [(anchor, printed + _CLOCK_STEPS)]
     for (last, shown), reach in points:
         moment = _failure_moment(data, cell[1], shown)
         # A checkpoint's save after the point pauses the iterations for as long as it takes,
@@ -351,7 +353,7 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
         if moment is None or _saving(data, shown, moment):
             continue
         steps = max(1, math.ceil((moment - shown) / pace))
-        if steps <= reach and last + steps > printed:
+        if printed < last + steps <= reach:
             return (
                 ReportIteration(
                     iteration=last + steps,

@@ -182,6 +182,13 @@ def test_a_stamped_step_and_the_stated_pace_place_lost_progress() -> None:
     # a count that lands before what the job printed is no clock
     data.node_last_iteration = {"n1": 120}
     assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (121, "last")
+    # the save far behind what was printed (80 steps to the Xid, 33 past the last printed
+    # step): what the kill lost is counted from the last printed step, not from the save's
+    far = replace(data, cells={("n2", "oom"): Cell(1, T0 + 5.0 + 600.0, T0 + 5.0 + 600.0)})
+    far.node_last_iteration = {"n1": 137}
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, far)) == (170, "clock")
+    far.node_last_iteration = {"n1": 100}  # 70 lost: a failure long after the job stopped
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, far)) == (101, "last")
 
 
 def test_the_line_where_a_slowdown_began_is_an_event() -> None:
