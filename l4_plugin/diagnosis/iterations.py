@@ -132,7 +132,11 @@ def _within(
             return int(found.group(1))
     cells = data.iteration_cells
     first = min((cells[(bucket, t)][0] for t in tids if (bucket, t) in cells), default=math.inf)
-    moment = min(first, _stalled(data, bucket))
+    stalled = _stalled(data, bucket)
+    # A line with the very time of a node's iteration line in the bucket took that line's
+    # stamp (a traceback on stderr has none of its own): it says only that it came after.
+    borrowed = first in {t for (_, b), t in data.node_iteration_start.items() if b == bucket}
+    moment = stalled if borrowed and math.isfinite(stalled) else min(first, stalled)
     alive = _resumed(data, bucket, first if math.isfinite(first) else moment)
     began = _save_began(data, bucket, moment) if saving else None
     if began is not None:

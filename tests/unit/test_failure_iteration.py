@@ -92,6 +92,18 @@ def test_a_timeout_places_the_failure_where_its_wait_began() -> None:
     # without what it says it waited, a late line says only that the job got past bucket 280
     mute = replace(data, templates={"wd": TemplateInfo("Watchdog caught …", message="timeout")})
     assert failure_iteration(mute, _analysis("wd")) == (281, "wd")
+    # a rank's traceback on stderr, no time of its own: it took its iteration line's stamp,
+    # which says only that it came after; where the others' wait began says when
+    err = {**data.iteration_cells, (280, "err"): (STARTS[280], 1)}
+    templates = {**data.templates, "err": TemplateInfo("ZeroDivisionError: division by zero")}
+    traceback = replace(data, iteration_cells=err, templates=templates)
+    assert failure_iteration(traceback, _analysis("err")) == (283, "err")
+    # a time of its own, just after the iteration line: it struck there
+    stamped = {**err, (280, "err"): (STARTS[280] + 0.5, 1)}
+    assert failure_iteration(replace(traceback, iteration_cells=stamped), _analysis("err")) == (
+        281,
+        "err",
+    )
 
 
 @pytest.mark.parametrize(
