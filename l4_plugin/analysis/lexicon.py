@@ -52,6 +52,12 @@ _CUDA_HINTS = re.compile(
     # the kernel's hung-task report appends how to silence it and the taint flags
     r"|hung_task_timeout_secs\W+disables this message|\bTainted: (?:[A-Z]\s*)+\d"
 )
+# A list of causes an emitter offers for every failure of a kind, none of them known to be this
+# one's (Ray's raylet on any worker that dropped its connection: "There are some potential root
+# causes. (1) … OOM killer … (2) ray stop --force … (3) … SIGSEGV …"): never the record's words.
+_MAYBE_CAUSES = re.compile(
+    r"\bThere are (?:some|several) (?:potential|possible) (?:root )?causes\b[^\n]*"
+)
 # The C++ stack c10 appends to an error (``Exception raised from F at FILE:N (most recent call
 # first):`` and ``frame #N: …``): where the error was detected (a watchdog thread polling a CUDA
 # event), never what went wrong; its function names are not the record's words.
@@ -126,6 +132,7 @@ class Lexicon:
 
     def classify(self, text: str) -> Term | None:
         """The first entry whose words the text holds (None: the lexicon knows none)."""
+        text = without_guesses(text)
         for term in self.terms:
             if term.pattern.search(text):
                 return term
@@ -153,6 +160,7 @@ class Lexicon:
         A handled condition names nothing. Else the consequence itself (``says_cause`` false),
         or None.
         """
+        text = without_guesses(text)
         said = last_line(text)
         first = self.classify(said)
         if first is not None and (first.says_cause or first.benign):
@@ -183,6 +191,12 @@ class Lexicon:
             if strong and term.pattern.search(said[named.end() :]):
                 return term
         return None
+
+
+def without_guesses(text: str) -> str:
+    """``text`` less the causes its emitter lists as possible for every failure of its kind
+    (``_MAYBE_CAUSES``)."""
+    return _MAYBE_CAUSES.sub("", text) if "causes" in text else text
 
 
 def without_stack(text: str) -> str:

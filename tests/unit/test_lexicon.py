@@ -236,6 +236,22 @@ def test_a_record_says_its_cause_past_a_consequence() -> None:
     assert LEX.classify_record(record).cascade  # type: ignore[union-attr]
 
 
+def test_the_causes_an_emitter_guesses_at_are_not_the_records_words() -> None:
+    # Ray's raylet (node_manager.cc, HandleClientConnectionError) on any worker whose
+    # connection dropped; here the GPU had fallen off the bus: no OOM, whatever the hint says.
+    record = (
+        "ray.exceptions.RayActorError: The actor died unexpectedly before finishing this task.\n"
+        "\tclass_name: RayTrainWorker\n"
+        "The actor is dead because its worker process has died. Worker exit type: SYSTEM_ERROR "
+        "Worker exit detail: Worker unexpectedly exits with a connection error code 2. End of "
+        "file. There are some potential root causes. (1) The process is killed by SIGKILL by OOM "
+        "killer due to high memory usage. (2) ray stop --force is called. (3) The worker is "
+        "crashed unexpectedly due to SIGSEGV or other unexpected errors."
+    )
+    for term in (LEX.classify_record(record), LEX.cause_of_record(record)):
+        assert term is not None and term.cascade and not term.says_cause, term
+
+
 def test_the_kernels_hung_task_report_is_read_past_its_boilerplate() -> None:
     record = (
         "[230217.692693] INFO: task pt_autograd_0:223324 blocked for more than 120 seconds.\n"
