@@ -473,19 +473,15 @@ def lexicon_priors(
 def symptoms(
     data: JobData, terms: Mapping[str, Term], options: AnalysisOptions = DEFAULT_OPTIONS
 ) -> dict[str, tuple[float, str]]:
-    """Ordering factors for the programs' reports of a hardware fault that a node's system log
-    (kernel, driver) reported itself: each such template, by ``symptom_factor``, where one of
-    its nodes has a system-log template of the same hardware category."""
+    """Ordering factors for the programs' reports of a fault that a node's system log (kernel,
+    driver) reported itself: each such template, by ``symptom_factor``, where one of its nodes
+    has a system-log template of the same category (an Xid and CUDA's error; the kernel's OOM
+    kill and the agent's "exitcode: -9")."""
     system = data.job.system_templates
-    said: dict[str, set[str]] = {}  # node -> hardware categories its system log named
+    said: dict[str, set[str]] = {}  # node -> categories its system log named
     for node, tid in data.cells:
         term = terms.get(tid)
-        if (
-            tid in system
-            and term is not None
-            and term.says_cause
-            and term.category.startswith("hardware/")
-        ):
+        if tid in system and term is not None and term.says_cause:
             said.setdefault(node, set()).add(term.category)
     out: dict[str, tuple[float, str]] = {}
     for node, tid in data.cells:

@@ -337,6 +337,18 @@ def test_a_programs_report_of_a_fault_its_kernel_reported_is_the_symptom() -> No
     # Without the kernel's report, nothing is a symptom.
     alone = replace(data, cells={k: v for k, v in cells.items() if k[1] != "xid"})
     assert symptoms(alone, record_terms(alone, default_lexicon()), options) == {}
+    # Not only hardware: the kernel's OOM kill and the agent's report that its worker died of
+    # SIGKILL on that node (torchelastic's "failed (exitcode: -9)")
+    texts = {
+        "oom": "Out of memory: Killed process 2502682 (python3) total-vm:160000000kB",
+        "agent": "failed (exitcode: -9) local_rank: 1 (pid: 2502682) of binary: /usr/bin/python3",
+    }
+    cells = {("a", "oom"): Cell(1, math.nan, math.nan, 5.0), ("a", "agent"): Cell(1, 9.0, 9.0, 2.0)}
+    data = _data(cells, {}, texts)
+    data = replace(data, job=replace(data.job, system_templates=frozenset({"oom"})))
+    assert symptoms(data, record_terms(data, default_lexicon()), options) == {
+        "agent": (options.symptom_factor, "symptom-of-system-log:a")
+    }
 
 
 def test_a_node_whose_kernel_killed_a_process_is_not_silent() -> None:
