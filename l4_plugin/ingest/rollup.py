@@ -14,6 +14,7 @@ summary) are appended to it instead of becoming events of their own.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from itertools import chain, compress, islice, pairwise, repeat
@@ -1016,12 +1017,21 @@ def kept_cap(kind: LineKind) -> int:
     return MAX_KEPT_PER_GROUP if kept_like_errors(kind) else RARE_SAMPLE
 
 
+#: A launcher's label a shipper's stamp may precede (``kubectl logs --timestamps`` of a pod whose
+#: ranks torchrun prefixes): ``[rank3]: ``, ``[default3]:``, mpirun's ``[1,3]<stderr>:``.
+_LABEL_AFTER_STAMP = re.compile(r"\[(?:rank|default)?\d+\]: ?|\[\d+,\d+\]<std(?:out|err)>: ?")
+
+
 def _stamped_indent(raw: str, prefix_end: int) -> bool:
     """Whether a line a shipper stamped (``kubectl logs --timestamps``, a collector's time before
-    the line as printed) was indented as printed: past the stamp and its one space, more space
-    (a traceback's frame or source line)."""
+    the line as printed) was indented as printed: past the stamp and its one space (and a
+    launcher's label after it), more space (a traceback's frame or source line)."""
     gap = raw.find(" ", prefix_end)
-    return gap >= 0 and raw[gap + 1 : gap + 2] in (" ", "\t")
+    if gap < 0:
+        return False
+    label = _LABEL_AFTER_STAMP.match(raw, gap + 1)
+    at = label.end() if label is not None else gap + 1
+    return raw[at : at + 1] in (" ", "\t")
 
 
 def _after_prefix(raw: str, prefix_end: int) -> str:

@@ -367,6 +367,29 @@ def test_a_c10_warning_keeps_its_stack(rules: StageRules) -> None:
     assert group.message.count("\n") == 6
 
 
+def test_load_state_dicts_messages_continue_its_error(rules: StageRules) -> None:
+    # torch's load_state_dict raises "Error(s) in loading state_dict for M:" and a tab-indented
+    # line per mismatch; under a pod's stamps each has a time of its own and still belongs to it.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    stamp = "2025-01-22T15:08:43.90441{}Z [rank3]: "
+    lines = [
+        stamp.format(1) + "Traceback (most recent call last):",
+        stamp.format(2) + '  File "/workspace/train.py", line 88, in <module>',
+        stamp.format(3) + "    model.load_state_dict(state)",
+        stamp.format(4) + "RuntimeError: Error(s) in loading state_dict for LlamaForCausalLM:",
+        stamp.format(5) + "\tsize mismatch for model.embed_tokens.weight: copying a param with "
+        "shape torch.Size([129280, 8192]) from checkpoint, the shape in current model is "
+        "torch.Size([128256, 8192]).",
+        stamp.format(6) + '\tUnexpected key(s) in state_dict: "lm_head.bias". ',
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    [(_, group)] = list(rollup.groups.items())
+    assert "size mismatch for model.embed_tokens.weight" in group.message
+    assert "Unexpected key(s)" in group.message
+
+
 def test_an_nccl_line_never_continues_the_record_before_it(rules: StageRules) -> None:
     # Interleaved ranks: a warning, then another rank's NCCL WARN whose message ("NET/IB : …")
     # reads like the bare continuation NCCL prints after "Last error:"; with its own header it
