@@ -254,7 +254,8 @@ class Scanner:
             in_system = system.get(path)
             if in_system is None:
                 in_system = system[path] = is_system_log(path)
-            if not in_system:
+            # (a kernel line a collector shipped with the ranks' output is the system log's)
+            if not in_system and kind.emitter != "kernel":
                 rank_logs.add(i)
                 if path not in done.aux_paths and not job_node:
                     workers.add(i)

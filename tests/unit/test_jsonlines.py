@@ -208,3 +208,29 @@ def test_torchelastics_error_file_is_the_traceback_it_holds_at_its_time(tmp_path
     assert header.timestamp == T0 and lines[-1][header.body_start :].startswith("RuntimeError")
     # Any other object with a message field stays one line.
     assert rendered([json.dumps({"message": {"text": "x"}})], False)[1] == [0]
+
+
+def test_a_kernel_line_among_the_ranks_output_is_the_system_logs(tmp_path: Path) -> None:
+    # A collector ships the node's kernel messages with its ranks' output: a soft lockup there
+    # is the kernel's word on the node, not a line its ranks printed (no sign they still ran).
+    from l4_plugin.ingest.scanner import Scanner
+    from l4_plugin.ingest.sources import file_streams
+
+    objects: list[dict[str, object]] = [
+        {"ts": T0 + i, "host": "a3", "rank": 0, "msg": f"step {i} loss 2.{i}"} for i in range(5)
+    ]
+    objects.append(
+        {
+            "ts": T0 + 9,
+            "host": "a3",
+            "stream": "kernel",
+            "msg": "watchdog: BUG: soft lockup - CPU#27 stuck for 22s! [python3:2424939]",
+        }
+    )
+    _write(tmp_path / "job" / "a3.jsonl", objects)
+    streams = file_streams(discover(tmp_path / "job"))
+    scanner = Scanner()
+    done = scanner.scan_node(streams)
+    digest = scanner.digest(done, [0])
+    kernel = {i for i, kind in enumerate(done.order) if kind.emitter == "kernel"}
+    assert kernel and digest.rank_logs and not kernel & set(digest.rank_logs)
