@@ -30,6 +30,10 @@ _OWN_ADDRESS = (
     re.compile(r"NET/Socket\s*:\s*Using\s+(?:\[\d+\][\w.-]+:" + _IP + r"[^\s;]*\s*)+"),
     re.compile(r"\blocal[ _]?ip\s*[:=\[]?\s*" + _IP, re.IGNORECASE),
     re.compile(r"\blocalGid\s+::ffff:" + _IP),
+    # Ray's raylet, in its periodic state dump: the node's own name (its IP unless set) and the
+    # resource Ray gives every node, "node:<its IP>"
+    re.compile(r"\[state-dump\] Node name:\s*" + _IP),
+    re.compile(r"\bInitialConfigResources:\s*\{[^}]*?\bnode:" + _IP),
 )
 #: The host name a line carries of its own node: NCCL's "host:pid:tid [dev] NCCL" prefix,
 #: torchrun's failure summary ("host : trn0219").

@@ -357,9 +357,10 @@ def _node_iterations(
 
 
 # Template texts in which a node states its own addresses (NCCL bootstrap and its OOB
-# interface, NCCL's socket transport, HCCL's local ip, torchrun's failure summary).
+# interface, NCCL's socket transport, HCCL's local ip, torchrun's failure summary, Ray's raylet).
 _ANNOUNCES = re.compile(
-    r"Bootstrap\s*:\s*Using|\bOOB\s|NET/Socket\s*:\s*Using|\blocal[ _]?ip\b|^host\s*:",
+    r"Bootstrap\s*:\s*Using|\bOOB\s|NET/Socket\s*:\s*Using|\blocal[ _]?ip\b|^host\s*:"
+    r"|\[state-dump\] Node name:|\bInitialConfigResources:",
     re.IGNORECASE,
 )
 _PEER_HITS = 5  # lines read per (node, template) that may name a peer

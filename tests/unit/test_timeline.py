@@ -52,6 +52,23 @@ def test_address_book_turns_a_peers_completion_error_into_the_culprit() -> None:
     # The announced host name belongs to n3 too; a line's own local address is not a peer's.
     assert AddressBook(nodes, announcements).owner["node-c"] == "n3"
     assert "10.0.0.1" in own_addresses(completion.format(own="10.0.0.1"))
+    # Ray's raylet names its own node in its state dump; the driver names a dead one by it
+    raylet = (
+        "[2025-05-17 20:51:00,549 I 2798 2798] (raylet) node_manager.cc:525: [state-dump] "
+        "Node name: 10.73.20.248"
+    )
+    dead = (
+        "WARNING worker.py:2253 -- The node with node id: fce3 and address: 10.73.20.248 and "
+        "node name: 10.73.20.248 has been marked dead because the detector has missed too many "
+        "heartbeats from it."
+    )
+    ray = name_peers(["head", "w1"], [("w1", raylet)], [("head", "t", dead)])
+    assert ray.nodes == ("w1",)
+    resources = (
+        "(raylet) node_manager.cc:525: [state-dump] InitialConfigResources: {node:10.73.20.248: "
+        "10000, GPU: 80000, CPU: 1920000, accelerator_type:A100: 10000}"
+    )
+    assert own_addresses(resources) == {"10.73.20.248"}
 
 
 def test_a_node_with_its_own_link_down_is_no_witness() -> None:
