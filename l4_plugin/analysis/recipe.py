@@ -262,6 +262,29 @@ def _killed_on(data: JobData) -> set[str]:
     return {node for node, tid in data.cells if tid in killing}
 
 
+#: torchelastic's agent on a worker that exited (``api.py``: "failed (exitcode: -6) local_rank:
+#: 6 (pid: …) of binary: …"): the worker died, and the agent, alive, said so.
+_AGENT_REPORT = re.compile(r"failed \(exitcode: ")
+
+
+def _reported_dead(data: JobData, last: dict[str, float], options: AnalysisOptions) -> set[str]:
+    """Nodes whose launcher agent reported a worker's death right after the node's ranks
+    stopped printing (within ``loud_end_seconds`` of ``last``): they died loudly, whatever time
+    their own last words took (a rank's abort on stderr with no stamp of its own takes the
+    stamp before it, printed at start-up). A hung rank's agent reports it only when the job is
+    torn down, long after."""
+    reports = {t for t, info in data.templates.items() if _AGENT_REPORT.search(info.text)}
+    out: set[str] = set()
+    for (node, tid), cell in data.cells.items():
+        if (
+            tid in reports
+            and node in last
+            and cell.first_ts <= last[node] + options.loud_end_seconds
+        ):
+            out.add(node)
+    return out
+
+
 def _silence(
     data: JobData,
     events: tuple[EventStat, ...],
@@ -278,7 +301,11 @@ def _silence(
     if data.time_unit != "ts":
         return result
     last = _node_last(data)
-    loud = _loud_ends(data, events, kept, last, options) | _killed_on(data)
+    loud = (
+        _loud_ends(data, events, kept, last, options)
+        | _killed_on(data)
+        | _reported_dead(data, last, options)
+    )
     silent = [s for s in result.silent if s.node not in loud]
     stopped = tuple(s for s in result.silent if s.node in loud)
     found = {s.node for s in silent}

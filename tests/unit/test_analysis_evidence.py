@@ -368,6 +368,27 @@ def test_a_node_whose_kernel_killed_a_process_is_not_silent() -> None:
     assert _killed_on(data) == {"a"}
 
 
+def test_a_node_whose_agent_reported_its_workers_death_is_not_silent() -> None:
+    # GPU fell off the bus on a: its rank aborted (its stderr line has no stamp of its own) and
+    # torchelastic's agent reported the death 26 s after the rank's last step. b's ranks hung
+    # and were reported only when the job was torn down ten minutes later.
+    from l4_plugin.analysis.params import AnalysisOptions
+    from l4_plugin.analysis.recipe import _reported_dead
+
+    texts = {
+        "failed": "failed (exitcode: <NUM>) local_rank: <NUM> (pid: <NUM>) of binary: <PATH>",
+        "step": "step <NUM> | loss <NUM>",
+    }
+    cells = {
+        ("a", "failed"): Cell(1, 626.0, 626.0, 0.0),
+        ("b", "failed"): Cell(1, 1250.0, 1250.0, 0.0),
+    }
+    cells |= {(n, "step"): Cell(3, 0.0, 600.0, 0.0) for n in ("a", "b")}
+    data = _data(cells, {}, texts)
+    last = {"a": 600.0, "b": 600.0}
+    assert _reported_dead(data, last, AnalysisOptions()) == {"a"}
+
+
 def test_the_schedulers_own_reason_is_evidence_even_against_baselines() -> None:
     # kube-scheduler's "Preempted by pod … on node …" is an INFO ("Normal") event: where the
     # baselines are compared the lexicon's words are no evidence, except decisive ones.
