@@ -24,7 +24,13 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import repeat
 
-from l4_plugin.ingest.header import digit_shape, outer_labels, rank_prefix, rank_prefix_cached
+from l4_plugin.ingest.header import (
+    digit_shape,
+    outer_labels,
+    parse_header,
+    rank_prefix,
+    rank_prefix_cached,
+)
 from l4_plugin.ingest.identity import subject
 from l4_plugin.ingest.logfile import Route
 from l4_plugin.ingest.reader import Block
@@ -270,19 +276,49 @@ def host_blocks(
 ) -> Iterator[Block]:
     """The blocks of an interleaved stream less every line of another host, each kept line less
     its host label; the byte offsets stay those of the file (line numbers become the host's).
-    ``names``: a label -> the host it is (an address a Ray label gives)."""
+    ``names``: a label -> the host it is (an address a Ray label gives).
+
+    Ray's driver log (a router that does not ``carry``) forwards what each worker printed as it
+    arrives, most of it without a time of its own: such a line was printed when the file says,
+    not at the worker's last stamp, which may be an hour older (a worker's "SIGTERM received"
+    as the job ends). A block then starts where another host's stamped line came between two of
+    this host's lines, and carries that line (``Block.ref``)."""
+    timed = not router.carry
+    pending: str | None = None  # another host's latest stamped line since this host's last
     for block in blocks:
         lines: list[str] = []
         offsets: list[int | None] = []
+        ref: str | None = None
         for i, line in enumerate(block.lines):
             owner, text = router.route(line)
             if names and owner is not None:
                 owner = names.get(owner, owner)
             if owner == host:
+                if pending is not None:
+                    if lines:
+                        yield Block(lines, offsets=offsets, ref=ref)
+                        lines, offsets = [], []
+                    ref, pending = pending, None
                 lines.append(text)
                 offsets.append(block.offset(i))
+            elif timed and _stamped(text):
+                pending = text
         if lines:
-            yield Block(lines, offsets=offsets)
+            yield Block(lines, offsets=offsets, ref=ref)
+
+
+_STAMPED: dict[bytes, bool] = {}  # by digit shape: the line has a time of its own
+
+
+def _stamped(text: str) -> bool:
+    """Whether ``text`` has a time of its own (by the header parser, once per digit shape)."""
+    shape = digit_shape(text)
+    found = _STAMPED.get(shape)
+    if found is None:
+        found = parse_header(text).timestamp is not None
+        if len(_STAMPED) < _MAX_SHAPES:
+            _STAMPED[shape] = found
+    return found
 
 
 def subject_blocks(blocks: Iterable[Block], names: dict[str, str], host: str) -> Iterator[Block]:

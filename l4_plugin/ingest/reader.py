@@ -45,7 +45,7 @@ class Block:
     (``log.offset``), ``None`` where there is none.
     """
 
-    __slots__ = ("_data", "_end", "_start", "_table", "_text", "cut", "lines")
+    __slots__ = ("_data", "_end", "_start", "_table", "_text", "cut", "lines", "ref")
 
     def __init__(
         self,
@@ -54,8 +54,13 @@ class Block:
         start: int = 0,
         offsets: list[int | None] | None = None,
         text: str | None = None,
+        ref: str | None = None,
     ) -> None:
         self.lines = lines
+        #: A block of one host's lines out of a file of several (``hosts.host_blocks``): the
+        #: latest line of another host with a time of its own before this block's first line,
+        #: the time the file had reached there (None: none came since the block before).
+        self.ref = ref
         self._data = data
         self._text = text  # the lines joined by newlines, when the reader has that at hand
         self._start = start

@@ -555,6 +555,15 @@ class NodeRollup:
         open_lines = 0
         for chunk in chunks:
             lines, kinds, block, base = chunk[:4]
+            if not base and block is not None and block.ref is not None:
+                # Another host's stamped line of a shared file came before this block: the
+                # time the file had reached (``hosts.host_blocks``), taken as a stamped line's
+                # own would be by the timeless lines after it (not by the timeline's marks).
+                ts_ref, ts_shape, stamp_pos = block.ref, None, pos
+                for i in waiting:
+                    runs[i].after, runs[i].after_pos = block.ref, pos + 1
+                waiting.clear()
+                open_run = None
             # Each line's dedup key, a finer digit shape whose hash is already computed: the
             # key of the per-shape caches (rank prefixes, iteration markers) when there is one.
             keys = chunk[4] if len(chunk) > 4 else None

@@ -186,3 +186,40 @@ def test_plan_decides_as_line_by_line_on_random_streams() -> None:
         )
         decided += want is not None
     assert decided > 20  # the streams do hold interleaved ones
+
+
+def test_a_ray_workers_timeless_lines_take_the_time_the_driver_log_had_reached() -> None:
+    # Ray's driver forwards a worker's "SIGTERM received" as the job ends: the worker's own last
+    # stamp is minutes old; rank 0's stamped step line just before it says when it came.
+    from l4_plugin.ingest.hosts import host_blocks
+    from l4_plugin.ingest.parser import LineParser
+    from l4_plugin.ingest.reader import Block
+    from l4_plugin.ingest.rollup import NodeRollup, time_ref
+    from l4_plugin.ingest.stages import default_stage_rules
+
+    a, b = "(RayTrainWorker pid=1, ip=10.0.0.1) ", "(RayTrainWorker pid=2, ip=10.0.0.2) "
+    step = "[2025-02-12 13:20:59,110] [INFO] [logging.py:128:log_dist] [Rank 0] step=1920"
+    lines = [
+        a + "[2025-02-12 13:13:48,000] [INFO] ready",
+        b + "[2025-02-12 13:14:00,000] [INFO] ready",
+        a + "loading shards",
+        b + step,
+        a + "*** SIGTERM received at time=1739380881 on cpu 73 ***",
+        "2025-02-12 13:21:25,245\tERROR tune_controller.py:1331 -- Trial task failed",
+    ]
+    router = plan(lines)
+    assert router is not None and not router.carry
+    blocks = list(host_blocks([Block(lines)], router, "10.0.0.1"))
+    assert [(b.lines, b.ref) for b in blocks] == [
+        (["[2025-02-12 13:13:48,000] [INFO] ready"], None),
+        (["loading shards"], "[2025-02-12 13:14:00,000] [INFO] ready"),
+        (["*** SIGTERM received at time=1739380881 on cpu 73 ***"], step),
+    ]
+    rollup = NodeRollup("n1", default_stage_rules())
+    parser = LineParser()
+    rollup.scan("driver.log", 0, [(b.lines, parser.feed(b.lines), b, 0) for b in blocks])
+    [(key, group)] = [(k, g) for k, g in rollup.groups.items() if "SIGTERM" in g.message]
+    assert time_ref(rollup, key[2], group) == step
+    # a pdsh stream's lines are a host's own output, as printed: no such block
+    pdsh = plan(["worker-1: x 1", "worker-2: y 2", "worker-1: z 3"] * 3)
+    assert pdsh is not None and pdsh.carry
