@@ -95,7 +95,7 @@ def _onset(data: JobData, starts: dict[int, float], bucket: int, tids: Sequence[
             first = (ts, it, tid)
     if first is None:
         return bucket
-    return max(bucket, _within(data, starts, first[1], (first[2],)))
+    return max(bucket, _within(data, starts, first[1], (first[2],), failing=False))
 
 
 def _job_iteration_starts(data: JobData) -> dict[int, float]:
@@ -117,12 +117,14 @@ def _within(
     bucket: int,
     tids: Sequence[str],
     saving: bool = False,
+    failing: bool = True,
 ) -> int:
     """The iteration of ``bucket`` its events ``tids`` began in: the one an error among them
     states when it falls before the next bucket (its own words are exact), else by the job's
     pace (``temporal.iteration_at``). ``saving``: the job failed while saving a checkpoint;
     the save whose line last came before the failure is of the iteration completed when it
-    began, and no iteration went on while it ran."""
+    began, and no iteration went on while it ran. ``failing`` False: the events are not the
+    failure's (where a slowdown began): a stamp they share with an iteration line is theirs."""
     after = [b for b in data.iteration_spans if b > bucket]
     limit = min(after) if after else bucket + max(data.iteration_spans.get(bucket, 1), 1) * 100
     for t in tids:
@@ -133,9 +135,14 @@ def _within(
     cells = data.iteration_cells
     first = min((cells[(bucket, t)][0] for t in tids if (bucket, t) in cells), default=math.inf)
     stalled = _stalled(data, bucket)
-    # A line with the very time of a node's iteration line in the bucket took that line's
-    # stamp (a traceback on stderr has none of its own): it says only that it came after.
-    borrowed = first in {t for (_, b), t in data.node_iteration_start.items() if b == bucket}
+    # A line with the very time of a node's iteration line in the bucket, to the millisecond,
+    # took that line's stamp (a traceback on stderr has none of its own): it says only that it
+    # came after. (In whole seconds, two lines of one second are no sign of that.)
+    borrowed = (
+        failing
+        and first % 1 != 0
+        and first in {t for (_, b), t in data.node_iteration_start.items() if b == bucket}
+    )
     moment = stalled if borrowed and math.isfinite(stalled) else min(first, stalled)
     alive = _resumed(data, bucket, first if math.isfinite(first) else moment)
     began = _save_began(data, bucket, moment) if saving else None
@@ -382,8 +389,8 @@ def _slowed_by_the_clock(data: JobData, slow: Slowdown, starts: dict[int, float]
     if clock is not None:
         found = slowed_from(clock.frames, slow.reference, slow.first_iteration)
         return found if found is not None and found <= slow.first_iteration else None
-    if data.time_unit != "ts":
-        return None
+    if data.time_unit != "ts" or data.iteration_spans.get(slow.first_iteration, 1) <= 1:
+        return None  # (a bucket of one iteration: its stated rate says where)
     frames = sorted((b, t) for b, t in starts.items() if math.isfinite(t))
     found = slowed_from(frames, slow.reference, slow.first_iteration)
     after = [b for b in data.iteration_spans if b > slow.first_iteration]

@@ -94,16 +94,22 @@ def test_a_timeout_places_the_failure_where_its_wait_began() -> None:
     assert failure_iteration(mute, _analysis("wd")) == (281, "wd")
     # a rank's traceback on stderr, no time of its own: it took its iteration line's stamp,
     # which says only that it came after; where the others' wait began says when
-    err = {**data.iteration_cells, (280, "err"): (STARTS[280], 1)}
+    line = STARTS[280] + 0.674  # the iteration line's stamp, to the millisecond
+    err = {**data.iteration_cells, (280, "err"): (line, 1)}
     templates = {**data.templates, "err": TemplateInfo("ZeroDivisionError: division by zero")}
-    traceback = replace(data, iteration_cells=err, templates=templates)
+    starts = {**data.node_iteration_start, ("a", 280): line}
+    traceback = replace(data, iteration_cells=err, templates=templates, node_iteration_start=starts)
     assert failure_iteration(traceback, _analysis("err")) == (283, "err")
     # a time of its own, just after the iteration line: it struck there
-    stamped = {**err, (280, "err"): (STARTS[280] + 0.5, 1)}
+    stamped = {**err, (280, "err"): (line + 0.5, 1)}
     assert failure_iteration(replace(traceback, iteration_cells=stamped), _analysis("err")) == (
         281,
         "err",
     )
+    # whole seconds: the same second as the iteration line is no sign of a borrowed stamp
+    whole = replace(traceback, node_iteration_start={**starts, ("a", 280): STARTS[280]})
+    whole = replace(whole, iteration_cells={**err, (280, "err"): (STARTS[280], 1)})
+    assert failure_iteration(whole, _analysis("err")) == (280, "err")
 
 
 @pytest.mark.parametrize(
