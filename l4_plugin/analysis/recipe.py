@@ -664,8 +664,8 @@ def _peers(
 
     Only warning and error lines that cross-job filtering kept are statements; once the job got
     past start-up, lines of the start-up stages are not (a rank retrying the rendezvous store
-    names its host in every healthy run too). A node that reported a fault of its own device
-    or link (:func:`_faulted`) is no witness.
+    names its host in every healthy run too). A node whose kernel or driver reported a fault of
+    its own device or link (:func:`_faulted`) is no witness.
     """
     level = {e.template_id: e.level for e in events}
     where = {e.template_id: e.stage for e in events}
@@ -676,20 +676,33 @@ def _peers(
             return False
         return not (late and where.get(tid) in PRE_TRAINING_STAGES)
 
-    naming = {t for _, t, _ in data.peer_lines}
-    flagged = frozenset(t for t in hardware - naming if t in kept and is_flagged(level.get(t)))
+    system = data.job.system_templates
+    own = frozenset(
+        t
+        for t in hardware
+        if t in kept
+        and (
+            t in system
+            or _LOCAL_DEVICE.search(data.templates[t].text if t in data.templates else "")
+        )
+    )
     return name_peers(
         data.nodes,
         data.announcements,
         ((n, t, m) for n, t, m in data.peer_lines if statement(t)),
-        faulted=_faulted(events, flagged, len(data.nodes)),
+        faulted=_faulted(events, own, len(data.nodes)),
     )
 
 
+#: A program's report of its own node's device (NCCL's IB async thread on its HCA's event).
+_LOCAL_DEVICE = re.compile(r"NET/IB : \S+ Got async event : port error")
+
+
 def _faulted(events: Sequence[EventStat], own: frozenset[str], n_nodes: int) -> frozenset[str]:
-    """The nodes that reported a fault of their own hardware: a template in ``own`` (words of a
-    device's, a link's or a node's fault that name no peer) printed on at most half the nodes
-    (one printed everywhere is the job's, not a node's)."""
+    """The nodes that reported a fault of their own hardware: a template in ``own`` (a kernel's
+    or driver's words of a device's, a link's or a node's fault; a program's report of its own
+    device's event: not a consequence that names a remote one) printed on at most half the
+    nodes (one printed everywhere is the job's, not a node's)."""
     out: set[str] = set()
     for e in events:
         if e.template_id in own and 2 * len(e.first_seen) <= n_nodes:

@@ -410,3 +410,57 @@ def test_the_schedulers_own_reason_is_evidence_even_against_baselines() -> None:
     assert set(priors) == {"preempt"} and priors["preempt"][1] == "failure-words:platform"
     alone = FilterResult(compared.kept, (), True)
     assert set(_lexicon_evidence(data, terms, alone, AnalysisOptions())[0]) == {"preempt", "oom"}
+
+
+def test_a_node_whose_kernel_reported_its_own_link_down_is_no_witness() -> None:
+    # a's cable failed (its kernel says so): its NCCL completions fail naming b, the peer at the
+    # other end. c's watchdog names a as the remote that went away. a is the suspect, not b;
+    # a consequence that names a remote fault ("remote process exited or there was a network
+    # error") is no fault of the node that printed it.
+    from l4_plugin.analysis.evidence import event_stats, record_terms
+    from l4_plugin.analysis.lexicon import default_lexicon
+    from l4_plugin.analysis.recipe import _hardware, _peers
+
+    texts = {
+        "cable": "mlx5_core <HEX>: Port module event[error]: module <NUM>, Cable error",
+        "compl": "NCCL WARN NET/IB : Got completion from peer <IP><<NUM>> with status=<NUM>",
+        "remote": "NCCL watchdog thread terminated with exception: NCCL error: remote process "
+        "exited or there was a network error, NCCL version <NUM>",
+    }
+    cells = {
+        ("a", "cable"): Cell(1, 10.0, 10.0, 1.0),
+        ("a", "compl"): Cell(1, 11.0, 11.0, 2.0),
+        ("c", "compl"): Cell(1, 12.0, 12.0, 2.0),
+        ("c", "remote"): Cell(1, 13.0, 13.0, 3.0),
+        ("b", "remote"): Cell(1, 13.0, 13.0, 3.0),
+    }
+    data = _data(cells, {}, texts)
+    for t in ("cable", "compl", "remote"):
+        data.templates[t] = replace(data.templates[t], levels={"ERROR": 1})
+    data = replace(
+        data,
+        job=replace(data.job, system_templates=frozenset({"cable"})),
+        announcements=tuple(
+            (n, f"{n}:1:1 [0] NCCL INFO Bootstrap : Using eth0:10.0.0.{k}<0>")
+            for k, n in enumerate("abc", 1)
+        ),
+        peer_lines=(
+            (
+                "a",
+                "compl",
+                "NCCL WARN NET/IB : Got completion from peer 10.0.0.2<7> with status=12",
+            ),
+            (
+                "c",
+                "compl",
+                "NCCL WARN NET/IB : Got completion from peer 10.0.0.1<7> with status=12",
+            ),
+        ),
+    )
+    events = event_stats(data)
+    hardware = _hardware(record_terms(data, default_lexicon()))
+    kept = frozenset(texts)
+    assert _peers(data, events, kept, "training", hardware).nodes == ("a",)
+    # without the kernel's word, a is a witness like any other: both are named
+    blind = replace(data, job=replace(data.job, system_templates=frozenset()))
+    assert set(_peers(blind, events, kept, "training", hardware).nodes) == {"a", "b"}
