@@ -18,6 +18,11 @@ LEX = default_lexicon()
 
 # (line, category it names as a cause)
 CAUSES = [
+    # a DataLoader worker killed from outside (a real torchrun run: kill -9 of the worker)
+    (
+        "[rank3]: RuntimeError: DataLoader worker (pid 11510) is killed by signal: Killed. ",
+        "platform",
+    ),
     # mlx5_core's port module event (drivers/net/ethernet/mellanox/mlx5/core/events.c)
     (
         "kernel: mlx5_core 0000:9f:00.0: Port module event[error]: module 5, Cable error, Bad "
@@ -144,6 +149,8 @@ CAUSES = [
 ]
 
 CONSEQUENCES = [
+    # the teardown stopping a DataLoader's workers
+    "RuntimeError: DataLoader worker (pid 2077) is killed by signal: Terminated. ",
     # ray-project/ray#39380: Ray's driver after a worker failed (it mentions OOM as an example)
     "ray.train.base_trainer.TrainingFailedError: The Ray Train run failed. Please inspect the "
     "previous error messages for a cause. After fixing the issue (assuming that the error is not "
