@@ -346,7 +346,7 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
     printed = max(data.node_last_iteration.values())
     clock = _began(data, bar_clock(data.progress_lines, periodic(data)))
     # (a bar's own elapsed times first: its rate is an average over saves and slow starts)
-    pace = (clock.pace if clock is not None else None) or _stated_pace(data)
+    pace = (_training_pace(data, clock) if clock is not None else None) or _stated_pace(data)
     if pace is None:
         return ()
     # (a bar's frames say where the job stood better than a checkpoint's step does: where
@@ -377,6 +377,23 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
                 ),
             )
     return ()
+
+
+_PACE_FRAMES = 9  # the bar's last frames whose intervals give its pace
+
+
+def _training_pace(data: JobData, clock: BarClock) -> float | None:
+    """Seconds per iteration between the bar's last frames, over the intervals in which no
+    checkpoint was saved (a save every 30 iterations holds up one interval of three: the
+    iterations after the last frame are counted at the pace of training); the bar's own pace
+    when every interval held one."""
+    frames = clock.frames[-_PACE_FRAMES:]
+    paces = [
+        (e2 - e1) / (i2 - i1)
+        for (i1, e1), (i2, e2) in itertools.pairwise(frames)
+        if i2 > i1 and e2 > e1 and not _saving(data, clock.start + e1, clock.start + e2)
+    ]
+    return float(np.median(paces)) if paces else clock.pace
 
 
 def _slowed_by_the_clock(data: JobData, slow: Slowdown, starts: dict[int, float]) -> int | None:

@@ -309,3 +309,27 @@ def test_a_slowdown_within_a_coarse_bucket_begins_where_the_buckets_times_say() 
     # the times put it outside the onset's bucket (a save's pause there): the stated rates
     late = replace(data, node_iteration_start={("n1", b): times[b] for b in buckets if b < 243})
     assert next(i.iteration for i in report_iterations(analysis, late)) != 249
+
+
+def test_the_bars_pace_leaves_out_the_intervals_a_save_held_up() -> None:
+    # A frame every 10 iterations at 5.1 s an iteration; the saves at 30 and 60 each held one
+    # interval up 40 s. The iterations after the last frame go at the training pace.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.clock import BarClock
+    from l4_plugin.analysis.tables import TemplateInfo
+    from l4_plugin.diagnosis.iterations import _training_pace
+
+    elapsed, frames = 0.0, [(0, 0.0)]
+    for it in range(10, 80, 10):
+        elapsed += 51.0 + (40.0 if it in (40, 70) else 0.0)
+        frames.append((it, elapsed))
+    clock = BarClock("n1", T0, tuple(frames))
+    saves = {("n1", "save"): Cell(2, T0 + 3 * 51.0 + 1.0, T0 + 6 * 51.0 + 41.0)}
+    data = replace(
+        _data([], T0),
+        cells=saves,
+        templates={"save": TemplateInfo("Saving model checkpoint to <PATH>")},
+    )
+    assert clock.pace is not None and clock.pace > 6.0  # the saves in it
+    assert _training_pace(data, clock) == 5.1
