@@ -349,11 +349,26 @@ def _silence_detector(
     )
     groups = [g for g in groups if g]
     if len(groups) == 1 or any(len(g) < 2 for g in groups):
-        return _silence_among(data, events, nodes, progress)
+        whole = _silence_among(data, events, nodes, progress)
+        return replace(whole, silent=_stopped_printing(whole.silent, progress))
     parts = [_silence_among(data, events, g, progress) for g in groups]
     silent = tuple(sorted((s for p in parts for s in p.silent), key=lambda s: (-s.score, s.node)))
     whole = _silence_among(data, events, nodes, progress)
-    return replace(whole, silent=silent)
+    return replace(whole, silent=_stopped_printing(silent, progress))
+
+
+def _stopped_printing(
+    silent: tuple[SilentNode, ...], progress: frozenset[str] | None
+) -> tuple[SilentNode, ...]:
+    """Of the nodes found silent, those whose silence shows: a node that printed progress, or
+    one that stopped printing what it printed before while its peers went on printing it (a
+    rank's checkpoint lines). A node that prints no progress of its own and nothing regularly
+    (a Ray worker whose only lines are start-up and a warning now and then; its last words may
+    be folded into another worker's line, "[repeated 3x across cluster]") has no last line that
+    says when it stopped."""
+    if not progress:
+        return silent
+    return tuple(s for s in silent if s.node in progress or s.missing_periodic)
 
 
 def _silence_among(
@@ -389,11 +404,14 @@ def _silence_among(
     if data.time_unit != "ts":
         # Positions are per file: they say nothing about when a node stopped.
         return detector.fit(nodes, last_iteration=last_it).result_
+    # (what the peers printed after a node stopped: their own lines with a time, not a kernel
+    # log's or an agent's, nor lines whose time is unknown)
+    missing = np.where(np.isfinite(activity), activity, np.nan)
     return detector.fit(
         nodes,
         last_ts=last_ts,
         last_iteration=None if np.isnan(last_it).all() else last_it,
-        last_seen=last_seen,
+        last_seen=missing,
         templates=[e.template_id for e in events],
     ).result_
 

@@ -464,3 +464,36 @@ def test_a_node_whose_kernel_reported_its_own_link_down_is_no_witness() -> None:
     # without the kernel's word, a is a witness like any other: both are named
     blind = replace(data, job=replace(data.job, system_templates=frozenset()))
     assert set(_peers(blind, events, kept, "training", hardware).nodes) == {"a", "b"}
+
+
+def test_a_quiet_node_is_silent_only_when_it_stopped_printing_what_it_printed() -> None:
+    # Ray: rank 0's node p prints progress to the end; q1 and q2 print start-up lines and a
+    # warning now and then, q3 its checkpoint lines too. At the end the others print their
+    # checkpoint lines and errors. q1's last line is an hour old: nothing it printed went on
+    # without it, so its last line says nothing of when it stopped; q3 stopped saving while
+    # the others went on.
+    from l4_plugin.analysis.evidence import event_stats
+    from l4_plugin.analysis.recipe import _silence_detector
+
+    texts = {
+        "boot": "Initializing TorchBackend in DeepSpeed with backend nccl",
+        "flush": "<NUM> pytorch allocator cache flushes since last step",
+        "saved": "zero checkpoint saved <PATH>",
+        "step": "step=<NUM>, skipped=<NUM>",
+        "err": "RuntimeError: DataLoader worker (pid <NUM>) is killed by signal: Bus error",
+    }
+    cells = {(n, "boot"): Cell(1, 0.0, 0.0, 1.0) for n in ("p", "q1", "q2", "q3", "q4")}
+    cells |= {
+        ("p", "step"): Cell(500, 10.0, 7000.0, 2.0),
+        ("q2", "err"): Cell(1, 7000.0, 7000.0, 3.0),
+    }
+    cells |= {
+        ("q1", "flush"): Cell(2, 100.0, 3500.0, 2.0),
+        ("q2", "flush"): Cell(2, 200.0, 6900.0, 2.0),
+    }
+    cells |= {(n, "saved"): Cell(9, 600.0, 6950.0, 4.0) for n in ("p", "q2", "q4")}
+    cells |= {("q3", "saved"): Cell(4, 600.0, 3000.0, 4.0)}
+    data = _data(cells, {}, texts)
+    data = replace(data, job=replace(data.job, progress_nodes=frozenset({"p"})))
+    silent = {s.node for s in _silence_detector(data, event_stats(data), list(data.nodes)).silent}
+    assert silent == {"q3"}
