@@ -244,6 +244,7 @@ class Scanner:
         workers: set[int] = set()
         job_node = is_job_node(rollup.node)
         system: dict[str, bool] = {}
+        shipped = False  # a kernel line came with the ranks' output
         first: int | None = None
         ranks: set[int] = set()
         for (kind, stage, it), group in rollup.groups.items():
@@ -255,7 +256,9 @@ class Scanner:
             if in_system is None:
                 in_system = system[path] = is_system_log(path)
             # (a kernel line a collector shipped with the ranks' output is the system log's)
-            if not in_system and kind.emitter != "kernel":
+            kernel = kind.emitter == "kernel"
+            shipped = shipped or kernel
+            if not in_system and not kernel:
                 rank_logs.add(i)
                 if path not in done.aux_paths and not job_node:
                     workers.add(i)
@@ -268,7 +271,7 @@ class Scanner:
             counts,
             sorted(rank_logs),
             sorted(workers),
-            any(system.values()),
+            shipped or any(system.values()),
             self.new_marks(rollup.node, rollup.timeline.marks.items()),
             rollup.lines,
             rollup.last_iteration,

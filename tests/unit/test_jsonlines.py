@@ -234,3 +234,4 @@ def test_a_kernel_line_among_the_ranks_output_is_the_system_logs(tmp_path: Path)
     digest = scanner.digest(done, [0])
     kernel = {i for i, kind in enumerate(done.order) if kind.emitter == "kernel"}
     assert kernel and digest.rank_logs and not kernel & set(digest.rank_logs)
+    assert digest.system_logs  # the job has kernel logs: a baseline's lack of a line counts
