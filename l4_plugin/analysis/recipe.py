@@ -350,25 +350,32 @@ def _silence_detector(
     groups = [g for g in groups if g]
     if len(groups) == 1 or any(len(g) < 2 for g in groups):
         whole = _silence_among(data, events, nodes, progress)
-        return replace(whole, silent=_stopped_printing(whole.silent, progress))
+        return replace(whole, silent=_stopped_printing(whole.silent, progress, nodes))
     parts = [_silence_among(data, events, g, progress) for g in groups]
     silent = tuple(sorted((s for p in parts for s in p.silent), key=lambda s: (-s.score, s.node)))
     whole = _silence_among(data, events, nodes, progress)
-    return replace(whole, silent=_stopped_printing(silent, progress))
+    return replace(whole, silent=_stopped_printing(silent, progress, nodes))
 
 
 def _stopped_printing(
-    silent: tuple[SilentNode, ...], progress: frozenset[str] | None
+    silent: tuple[SilentNode, ...], progress: frozenset[str] | None, nodes: Sequence[str]
 ) -> tuple[SilentNode, ...]:
-    """Of the nodes found silent, those whose silence shows: a node that printed progress, or
-    one that stopped printing what it printed before while its peers went on printing it (a
-    rank's checkpoint lines). A node that prints no progress of its own and nothing regularly
-    (a Ray worker whose only lines are start-up and a warning now and then; its last words may
-    be folded into another worker's line, "[repeated 3x across cluster]") has no last line that
-    says when it stopped."""
+    """Of the nodes found silent, those whose silence shows: a node that printed progress; one
+    that stopped printing what it printed before while its peers went on printing it (a rank's
+    checkpoint lines); one of a few quiet nodes that did not print what the others printed at
+    the end (every other rank's watchdog timeout). When half the nodes that print no progress
+    of their own come out silent, their last lines say nothing of when they stopped: a Ray
+    worker's only lines are start-up and a warning now and then, and its last words may be
+    folded into another worker's line ("[repeated 3x across cluster]")."""
     if not progress:
         return silent
-    return tuple(s for s in silent if s.node in progress or s.missing_periodic)
+    quiet = [n for n in nodes if n not in progress]
+    few = 2 * sum(s.node not in progress for s in silent) < len(quiet)
+    return tuple(
+        s
+        for s in silent
+        if s.node in progress or s.missing_periodic or (few and s.missing_new)
+    )
 
 
 def _silence_among(
