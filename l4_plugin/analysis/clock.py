@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from l4_plugin.analysis.tables import Cell
+
 # tqdm's "440/862 [1:01:34<59:03, …": the iteration, the total, then the elapsed time (M:SS or
 # H:MM:SS).
 _FRAME = re.compile(r"(\d+)/(\d+) \[(?:(\d+):)?(\d{1,2}):(\d{2})<")
@@ -135,20 +137,51 @@ def stated_step(message: str) -> int | None:
 
 
 def step_anchor(
-    lines: Iterable[tuple[float, str]], last: int, reach: int
+    lines: Iterable[tuple[float, str]],
+    last: int | None,
+    reach: int,
+    counted: Iterable[tuple[float, int]] = (),
 ) -> tuple[int, float] | None:
-    """The latest ``(step, time)`` the stamped ``lines`` state, of the steps the job's
-    progress makes plausible (no more than ``reach`` past ``last``, the last iteration it
-    printed: DeepSpeed's "step=1600" counts micro-steps); None: none states one."""
+    """The latest ``(step, time)`` the stamped ``lines`` state (or ``counted``, steps
+    ``periodic_steps`` counted), of the steps the job's progress makes plausible (no more than
+    ``reach`` past ``last``, the last iteration it printed: DeepSpeed's "step=1600" counts
+    micro-steps; None: the job printed no progress); None: none states one."""
+    stated = [(t, s) for t, m in lines if (s := stated_step(m)) is not None]
     anchors = [
         (t, step)
-        for t, message in lines
-        if math.isfinite(t) and (step := stated_step(message)) is not None and step <= last + reach
+        for t, step in (*stated, *counted)
+        if math.isfinite(t) and (last is None or step <= last + reach)
     ]
     if not anchors:
         return None
     t, step = max(anchors)
     return step, t
+
+
+# How far a periodic line's intervals may stray from their median and still be one schedule.
+_SCHEDULE_SLACK = 0.25
+
+
+def periodic_steps(seen: Sequence[tuple[float, int]], cell: Cell) -> tuple[float, int] | None:
+    """The step of a node's last line of a template that states one at a fixed stride (a
+    checkpoint saved every 10 steps), when the index kept only its first lines (``seen``:
+    (time, step) of the lines kept; ``cell``: the node's count of the template and the times
+    of its first and last lines): its first step plus a stride per line, at the time of its
+    last. None unless the kept lines begin with its first and keep one schedule, in steps and
+    in time, which the last line's time also keeps."""
+    seen = sorted(set(seen))
+    if len(seen) < 2 or cell.count <= len(seen) or seen[0][0] != cell.first_ts:
+        return None
+    strides = {b - a for (_, a), (_, b) in itertools.pairwise(seen)}
+    gaps = [t2 - t1 for (t1, _), (t2, _) in itertools.pairwise(seen)]
+    if len(strides) != 1 or (stride := strides.pop()) <= 0 or min(gaps) <= 0:
+        return None
+    gap = float(np.median(gaps))
+    span = cell.last_ts - seen[0][0]
+    steady = all(abs(g - gap) <= _SCHEDULE_SLACK * gap for g in gaps)
+    if not steady or abs(span - gap * (cell.count - 1)) > _SCHEDULE_SLACK * gap:
+        return None
+    return cell.last_ts, seen[0][1] + stride * (cell.count - 1)
 
 
 _STAYS = 5  # intervals after a slow one that must mostly be slow too (a save is one slow interval)

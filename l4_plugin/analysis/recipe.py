@@ -372,9 +372,7 @@ def _stopped_printing(
     quiet = [n for n in nodes if n not in progress]
     few = 2 * sum(s.node not in progress for s in silent) < len(quiet)
     return tuple(
-        s
-        for s in silent
-        if s.node in progress or s.missing_periodic or (few and s.missing_new)
+        s for s in silent if s.node in progress or s.missing_periodic or (few and s.missing_new)
     )
 
 

@@ -142,6 +142,11 @@ class JobData:
     # "checkpoint-60"), latest first (time, line): where the job stood then
     # (:mod:`l4_plugin.analysis.clock`).
     step_lines: tuple[tuple[float, str], ...] = ()
+    # (time, step) of a periodic step line the index kept no copy of, counted from the kept ones
+    # at the template's stride (``clock.periodic_steps``: a save every 10 steps, its last line).
+    step_counts: tuple[tuple[float, int], ...] = ()
+    # Seconds per step the stamped step lines state between them (None: none says).
+    step_pace: float | None = None
 
     @property
     def nodes(self) -> list[str]:

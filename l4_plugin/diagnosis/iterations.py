@@ -245,6 +245,8 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
         for s in fusion.iterations
     ]
     slow = analysis.slowdown
+    if not data.node_last_iteration:
+        return _by_stated_steps(data, analysis)
     if slow is None and _unplaced_progress(starts) and not _states_its_iteration(data, cell):
         # Progress lines with no time of their own: the lines' times place nothing; a bar's
         # clock says when the last one came, else the last one printed says where the job
@@ -351,7 +353,11 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
         return ()
     # (a bar's frames say where the job stood better than a checkpoint's step does: where
     # there is a bar, the steps its lines state are left alone)
-    anchor = step_anchor(data.step_lines, printed, _CLOCK_STEPS) if clock is None else None
+    anchor = (
+        step_anchor(data.step_lines, printed, _CLOCK_STEPS, data.step_counts)
+        if clock is None
+        else None
+    )
     points = [(clock.last, clock.last[0] + _clock_reach(clock))] if clock is not None else []
     # (a stamped step may lie far behind the progress printed: what a kill lost is counted
     # from the last iteration printed)
@@ -394,6 +400,40 @@ def _training_pace(data: JobData, clock: BarClock) -> float | None:
         if i2 > i1 and e2 > e1 and not _saving(data, clock.start + e1, clock.start + e2)
     ]
     return float(np.median(paces)) if paces else clock.pace
+
+
+def _by_stated_steps(data: JobData, analysis: Analysis) -> tuple[ReportIteration, ...]:
+    """Where a job that printed no progress stood when it failed in training: the latest step
+    a stamped line states (a checkpoint's save, ``clock.step_anchor``), counted at the pace the
+    step lines keep (``JobData.step_pace``) to the moment the failure began (the best-ranked
+    event's first time, or where a timeout's wait began: ``_failure_moment``), no more than
+    ``_CLOCK_STEPS`` on. Empty when nothing says (the failure began before that step)."""
+    pace = data.step_pace
+    stage = analysis.fusion.stage
+    if pace is None or data.time_unit != "ts" or stage not in ("training", "checkpointing"):
+        return ()
+    anchor = step_anchor(data.step_lines, None, 0, data.step_counts)
+    first = next(iter(analysis.fusion.events), None)
+    if anchor is None or first is None:
+        return ()
+    step, shown = anchor
+    moment = _failure_moment(data, first.template_id, shown)
+    if moment is None or (stage == "training" and _saving(data, shown, moment)):
+        return ()
+    steps = 0 if stage == "checkpointing" else max(1, math.ceil((moment - shown) / pace))
+    if steps > _CLOCK_STEPS:
+        return ()
+    return (
+        ReportIteration(
+            iteration=step + steps,
+            score=1.0,
+            why="clock",
+            distance=None,
+            threshold=None,
+            events=(first.template_id,),
+            missing_events=(),
+        ),
+    )
 
 
 def _slowed_by_the_clock(data: JobData, slow: Slowdown, starts: dict[int, float]) -> int | None:

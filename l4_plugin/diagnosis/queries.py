@@ -22,12 +22,14 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import statistics
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from l4_plugin.analysis.clock import periodic_steps, stated_step
 from l4_plugin.analysis.fusion import is_flagged
 from l4_plugin.analysis.tables import BaselinePool, Cell, JobAttempt, JobData, JobDoc, TemplateInfo
 from l4_plugin.analysis.temporal import progress_templates
@@ -223,7 +225,7 @@ def read_job_tables(store: Store, job: JobDoc) -> JobData:
         memory_lines=_read_memory_lines(events, lines, templates),
         version_lines=_read_version_lines(events, templates, cells),
         progress_lines=_read_progress_lines(events, templates, cells),
-        step_lines=_read_step_lines(lines, templates, iteration_cells, iteration_spans),
+        **_read_steps(lines, templates, iteration_cells, iteration_spans, cells),
     )
 
 
@@ -496,19 +498,43 @@ _STEP_STATED = re.compile(r"\bstep\b|global_step|[Cc]heckpoint|\biteration\b")
 _STEP_LINES = 64  # the latest lines read
 
 
-def _read_step_lines(
+def _read_steps(
     lines: JobLines,
     templates: dict[str, TemplateInfo],
     iteration_cells: Mapping[tuple[int, str], tuple[float, int]],
     spans: Mapping[int, int],
-) -> tuple[tuple[float, str], ...]:
-    """The latest stamped lines of the templates that state a step, not the progress lines
-    themselves (``temporal.progress_templates``) (``JobData.step_lines``)."""
+    cells: Mapping[tuple[str, str], Cell],
+) -> dict[str, Any]:
+    """``JobData.step_lines``, ``step_counts`` and ``step_pace``: the latest stamped lines of
+    the templates that state a step, not the progress lines themselves
+    (``temporal.progress_templates``); the steps of the lines of such a template the index kept
+    no copy of (``periodic_steps``); the seconds per step between the first and the last step
+    such a template states (one node's: every rank's copy of a line says nothing more), the
+    median over the templates."""
     progress = progress_templates(iteration_cells, spans)
     tids = [
         t for t, info in templates.items() if _STEP_STATED.search(info.text) and t not in progress
     ]
-    return tuple(lines.latest_lines(sorted(tids), _STEP_LINES))
+    read = lines.latest_lines(sorted(tids), _STEP_LINES)
+    by_template: dict[str, list[tuple[float, int]]] = {}
+    for t, message, tid in read:
+        step = stated_step(message)
+        if step is not None and math.isfinite(t):
+            by_template.setdefault(tid, []).append((t, step))
+    counts = []
+    paces = []
+    for tid, seen in sorted(by_template.items()):
+        on = [c for (_, t), c in cells.items() if t == tid]
+        if len(on) == 1 and (last := periodic_steps(seen, on[0])) is not None:
+            counts.append(last)
+        (t1, s1), (t2, s2) = min(seen), max(seen)
+        if len(on) == 1 and s2 > s1 and t2 > t1:
+            paces.append((t2 - t1) / (s2 - s1))
+    return {
+        "step_lines": tuple((t, m) for t, m, _ in read),
+        "step_counts": tuple(counts),
+        "step_pace": float(statistics.median(paces)) if paces else None,
+    }
 
 
 def _fill_missing_times(

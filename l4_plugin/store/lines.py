@@ -149,8 +149,8 @@ class JobLines:
         hits = self.store.search(self.index, body)["hits"]["hits"]
         return own_line(dict(hits[0].get("_source", {}))) if hits else {}
 
-    def latest_lines(self, template_ids: Sequence[str], size: int) -> list[tuple[float, str]]:
-        """``(epoch seconds, message)`` of the ``size`` latest stamped lines of
+    def latest_lines(self, template_ids: Sequence[str], size: int) -> list[tuple[float, str, str]]:
+        """``(epoch seconds, message, template id)`` of the ``size`` latest stamped lines of
         ``template_ids`` (a pack's as its first line), latest first."""
         if not template_ids or not self.any():
             return []
@@ -159,14 +159,14 @@ class JobLines:
             "size": size,
             "query": {"bool": {"filter": [self.query, terms, {"exists": {"field": "@timestamp"}}]}},
             "sort": [{"@timestamp": {"order": "desc"}}],
-            "_source": ["message", "@timestamp"],
+            "_source": ["message", "@timestamp", F.TEMPLATE_ID],
         }
-        out: list[tuple[float, str]] = []
+        out: list[tuple[float, str, str]] = []
         for hit in self.store.search(self.index, body)["hits"]["hits"]:
             src = hit.get("_source", {})
             ms, message = src.get("@timestamp"), src.get("message")
             if isinstance(ms, int | float) and isinstance(message, str):
-                out.append((float(ms) / 1000.0, message))
+                out.append((float(ms) / 1000.0, message, str(source_field(src, F.TEMPLATE_ID))))
         return out
 
     def node_last_ms(self, page_size: int = PAGE) -> dict[str, float]:

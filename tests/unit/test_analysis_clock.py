@@ -333,3 +333,45 @@ def test_the_bars_pace_leaves_out_the_intervals_a_save_held_up() -> None:
     )
     assert clock.pace is not None and clock.pace > 6.0  # the saves in it
     assert _training_pace(data, clock) == 5.1
+
+
+def test_a_periodic_step_lines_last_copy_is_counted_from_the_kept_ones() -> None:
+    # NeMo's "save for step N finalized" every 10 steps, about two minutes apart: the index kept
+    # the first three of four; the fourth, at the template's last time, is step 40.
+    from l4_plugin.analysis.clock import periodic_steps
+
+    seen = [(T0 + 102.0, 10), (T0 + 229.0, 20), (T0 + 353.0, 30)]
+    assert periodic_steps(seen, Cell(4, T0 + 102.0, T0 + 473.0)) == (T0 + 473.0, 40)
+    # no line missing; not the first line kept; off the schedule in time or in steps: nothing
+    assert periodic_steps(seen, Cell(3, T0 + 102.0, T0 + 353.0)) is None
+    assert periodic_steps(seen, Cell(5, T0 + 50.0, T0 + 473.0)) is None
+    assert periodic_steps(seen, Cell(4, T0 + 102.0, T0 + 900.0)) is None
+    assert periodic_steps([*seen[:2], (T0 + 353.0, 35)], Cell(4, T0 + 102.0, T0 + 473.0)) is None
+
+
+def test_a_job_without_progress_lines_is_placed_from_its_stated_steps() -> None:
+    # No rank printed progress; the last save (step 40) ended 16 s before the cable error, the
+    # saves say 12.4 s a step: iteration 42. A failure before that save places nothing.
+    from dataclasses import replace
+
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    data = replace(
+        _data([], T0 + 489.0),
+        iteration_cells={},
+        iteration_spans={},
+        node_iteration_start={},
+        node_last_iteration={},
+        step_lines=((T0 + 353.0, "Async checkpoint save for step 30 (/ckpt/x) finalized"),),
+        step_counts=((T0 + 473.0, 40),),
+        step_pace=12.4,
+    )
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(
+            stage="training", events=[SimpleNamespace(template_id="oom")], iterations=[]
+        ),
+        slowdown=None,
+    )
+    assert [(i.iteration, i.why) for i in report_iterations(analysis, data)] == [(42, "clock")]
+    early = replace(data, cells={("n2", "oom"): Cell(1, T0 + 400.0, T0 + 400.0)})
+    assert report_iterations(analysis, early) == ()

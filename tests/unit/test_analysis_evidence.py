@@ -497,3 +497,25 @@ def test_a_quiet_node_is_silent_only_when_it_stopped_printing_what_it_printed() 
     data = replace(data, job=replace(data.job, progress_nodes=frozenset({"p"})))
     silent = {s.node for s in _silence_detector(data, event_stats(data), list(data.nodes)).silent}
     assert silent == {"q3"}
+
+
+def test_one_quiet_node_of_many_that_missed_the_end_everyone_printed_is_silent() -> None:
+    # Slurm: eight nodes print no progress of their own; at the end seven print the watchdog's
+    # timeout, half an hour after the eighth printed its last line (a soft lockup froze it).
+    from l4_plugin.analysis.evidence import event_stats
+    from l4_plugin.analysis.recipe import _silence_detector
+
+    texts = {
+        "boot": "Initializing TorchBackend in DeepSpeed with backend nccl",
+        "step": "step=<NUM>, skipped=<NUM>",
+        "wd": "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=<NUM>) ran for <DUR>",
+    }
+    quiet = [f"q{k}" for k in range(8)]
+    cells = {(n, "boot"): Cell(1, 0.0, 0.0, 1.0) for n in ["p", *quiet]}
+    cells |= {("p", "step"): Cell(500, 10.0, 5000.0, 2.0)}
+    cells |= {(n, "wd"): Cell(1, 6800.0, 6800.0, 3.0) for n in ["p", *quiet[1:]]}
+    cells[("q0", "boot")] = Cell(1, 0.0, 5000.0, 1.0)
+    data = _data(cells, {}, texts)
+    data = replace(data, job=replace(data.job, progress_nodes=frozenset({"p"})))
+    silent = {s.node for s in _silence_detector(data, event_stats(data), list(data.nodes)).silent}
+    assert silent == {"q0"}
