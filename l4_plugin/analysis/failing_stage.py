@@ -89,7 +89,9 @@ def failing_stage(
             # restart (a kernel line whose clock says nothing of the stage is skipped).
             stage = running[0]
         if stage == "training":
-            inner = _first_stage(reader.stage_of_stack, texts[:_INNER])
+            # (the ranks' records: a kernel's line has no stack of the job's)
+            ranks = [t for t in failing if t not in data.job.system_templates]
+            inner = _first_stage(reader.stage_of_stack, [_text(data, t) for t in ranks[:_INNER]])
             if inner in _WITHIN_TRAINING:
                 return inner
         return stage

@@ -76,6 +76,25 @@ def test_a_dataloader_failure_inside_training_is_data_loading() -> None:
     assert failing_stage(data, _marked("training"), ["tb"], RULES) == "training"
 
 
+def test_the_kernels_lines_before_a_ranks_traceback_do_not_hide_its_stack() -> None:
+    # Lustre: the kernel's eviction and its lost connection lead; the rank's traceback in the
+    # checkpoint writer's frames says the job was saving.
+    tb = (
+        'File "/env/site-packages/torch/distributed/checkpoint/filesystem.py", line 420, in '
+        "write_data\nOSError: [Errno 108] Cannot send after transport endpoint shutdown"
+    )
+    lines = [
+        ("evict", "LustreError: 167-0: fs-OST001f-osc: This client was evicted by fs-OST001f"),
+        ("lost", "Lustre: fs-OST001f-osc: Connection to fs-OST001f was lost"),
+        ("tb", tb),
+    ]
+    data = _data(lines, {("n", "init"): (0, 1), ("n", "training"): (1, 9)})
+    data = replace(data, job=replace(data.job, system_templates=frozenset({"evict", "lost"})))
+    assert failing_stage(data, _marked("training"), ["evict", "lost", "tb"], RULES) == (
+        "checkpointing"
+    )
+
+
 def test_a_pasted_traceback_names_its_stage_by_its_innermost_frame() -> None:
     tb = (
         'File "finetune.py", line 272, in train\n'
