@@ -18,6 +18,12 @@ LEX = default_lexicon()
 
 # (line, category it names as a cause)
 CAUSES = [
+    # torchelastic's agent on a worker killed outright, no OOM line (a real torchrun run: kill -9)
+    (
+        "E1127 15:55:55.975000 3276 torch/distributed/elastic/multiprocessing/api.py:1002] "
+        "failed (exitcode: -9) local_rank: 0 (pid: 3319) of binary: /work/torchvenv/bin/python3",
+        "platform",
+    ),
     # a DataLoader worker killed from outside (a real torchrun run: kill -9 of the worker)
     (
         "[rank3]: RuntimeError: DataLoader worker (pid 11510) is killed by signal: Killed. ",
@@ -149,6 +155,12 @@ CAUSES = [
 ]
 
 CONSEQUENCES = [
+    # gloo's pair.cc on a reset connection: the remote worker's end, whatever ended it (a real
+    # torchrun run whose other rank was killed)
+    "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:537] Read "
+    "error [10.77.0.12]:60819: Connection reset by peer. This is typically caused by a remote "
+    "worker hanging or bugs in the application. Check the logs of the remote worker before "
+    "reporting an error.",
     # the teardown stopping a DataLoader's workers
     "RuntimeError: DataLoader worker (pid 2077) is killed by signal: Terminated. ",
     # ray-project/ray#39380: Ray's driver after a worker failed (it mentions OOM as an example)
