@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from l4_plugin.analysis.fusion import HANG_REASONS
 from l4_plugin.analysis.lexicon import Lexicon, Term, last_line
@@ -169,7 +169,9 @@ def decide(
             # The culprit's own words outweigh a rule that only infers (its silence).
             own = words.first([e for e in events if set(e.nodes) & set(suspects)])
             if own is not None and (basis is None or own.confidence > basis.confidence):
-                basis = own
+                # (the culprit's copy of its words: a template other nodes share with other
+                # values, "exitcode: -9" here and "exitcode: -15" there, is its evidence)
+                basis = replace(own, nodes=tuple(n for n in own.nodes if n in suspects))
             basis = basis or _from_behaviour(nodes[0])
     basis = basis or words.first(events) or words.alone(events)
     if basis is None:

@@ -370,3 +370,17 @@ def test_memory_another_process_held_is_the_platforms_fault() -> None:
     # another node's table says nothing of n3's kill
     elsewhere = decide(events, NODES, [], LEX, n_nodes=3, outsiders={"n2": hog["n3"]})
     assert elsewhere.category == "user/config"
+
+
+def test_a_platform_fault_in_the_culprits_own_words_evicts_it() -> None:
+    # The agent's "failed (exitcode: …)" template is every node's (-9 on n3, -15 elsewhere):
+    # its words on the culprit say its worker was killed outright; that node goes.
+    events = [
+        _ev(
+            "failed (exitcode: -9) local_rank: 0 (pid: 3319) of binary: /usr/bin/python3",
+            ("n1", "n2", "n3"),
+            "error-level",
+        )
+    ]
+    v = decide(events, NODES, [], LEX, n_nodes=3)
+    assert (v.category, v.evict) == ("platform", ("n3",))
