@@ -29,12 +29,6 @@ CAUSES = [
         "[rank3]: RuntimeError: DataLoader worker (pid 11510) is killed by signal: Killed. ",
         "platform",
     ),
-    # mlx5_core's port module event (drivers/net/ethernet/mellanox/mlx5/core/events.c)
-    (
-        "kernel: mlx5_core 0000:9f:00.0: Port module event[error]: module 5, Cable error, Bad "
-        "or shorted cable/module",
-        "hardware/network",
-    ),
     # huggingface/transformers#27925: the Trainer's staging checkpoint renamed by every rank
     (
         "[rank8]: FileNotFoundError: [Errno 2] No such file or directory: "
