@@ -470,24 +470,49 @@ def lexicon_priors(
     return priors, against
 
 
+#: What a node's kernel says when it kills a process (the OOM killer).
+KERNEL_KILL = re.compile(r"Killed process (?:\d+|<NUM>)|oom-kill:|invoked oom-killer")
+#: A program's report that a process was killed outright (SIGKILL): a launcher agent's exit
+#: code, a DataLoader's dead worker.
+_KILLED = re.compile(
+    r"exitcode\s*:\s*-9\b|Signal 9 \(SIGKILL\)|killed by signal: Killed\b|\bKilled\b$", re.M
+)
+
+
+def killed_on(data: JobData) -> set[str]:
+    """Nodes whose kernel reports killing a process (``KERNEL_KILL``)."""
+    killing = {
+        tid
+        for tid in data.job.system_templates
+        if (info := data.templates.get(tid)) is not None and KERNEL_KILL.search(info.text)
+    }
+    return {node for node, tid in data.cells if tid in killing}
+
+
 def symptoms(
     data: JobData, terms: Mapping[str, Term], options: AnalysisOptions = DEFAULT_OPTIONS
 ) -> dict[str, tuple[float, str]]:
     """Ordering factors for the programs' reports of a fault that a node's system log (kernel,
     driver) reported itself: each such template, by ``symptom_factor``, where one of its nodes
-    has a system-log template of the same category (an Xid and CUDA's error; the kernel's OOM
-    kill and the agent's "exitcode: -9")."""
+    has a system-log template of the same category (an Xid and CUDA's error), or killed a
+    process that the program reports killed (the kernel's OOM kill and the agent's "exitcode:
+    -9")."""
     system = data.job.system_templates
     said: dict[str, set[str]] = {}  # node -> categories its system log named
     for node, tid in data.cells:
         term = terms.get(tid)
         if tid in system and term is not None and term.says_cause:
             said.setdefault(node, set()).add(term.category)
+    killing = killed_on(data)
     out: dict[str, tuple[float, str]] = {}
     for node, tid in data.cells:
         term = terms.get(tid)
         if tid in system or term is None or not term.says_cause:
             continue
-        if term.category in said.get(node, ()):
+        info = data.templates.get(tid)
+        killed = (
+            node in killing and info is not None and _KILLED.search(f"{info.text}\n{info.message}")
+        )
+        if term.category in said.get(node, ()) or killed:
             out[tid] = (options.symptom_factor, f"symptom-of-system-log:{node}")
     return out

@@ -23,6 +23,7 @@ from l4_plugin.analysis.crossjob import CrossJobFilter
 from l4_plugin.analysis.evidence import (
     discounts,
     event_stats,
+    killed_on,
     lexicon_priors,
     record_terms,
     symptoms,
@@ -247,19 +248,10 @@ def _loud_ends(
     return {n for n, t in last_error.items() if t >= last[n] - options.loud_end_seconds}
 
 
-#: What a node's kernel says when it kills a process for memory: the node lives on and says
-#: why the process died (a process killed by the kernel is no hung or lost node).
-_KERNEL_KILL = re.compile(r"Killed process (?:\d+|<NUM>)|oom-kill:|invoked oom-killer")
-
-
 def _killed_on(data: JobData) -> set[str]:
-    """Nodes whose kernel reports killing a process (the OOM killer): loud, not silent."""
-    killing = {
-        tid
-        for tid in data.job.system_templates
-        if (info := data.templates.get(tid)) is not None and _KERNEL_KILL.search(info.text)
-    }
-    return {node for node, tid in data.cells if tid in killing}
+    """Nodes whose kernel reports killing a process (the OOM killer): loud, not silent (the node
+    lives on and says why the process died)."""
+    return killed_on(data)
 
 
 #: torchelastic's agent on a worker that exited (``api.py``: "failed (exitcode: -6) local_rank:
