@@ -431,11 +431,19 @@ def reactions(
 
 def record_terms(data: JobData, lexicon: Lexicon) -> dict[str, Term]:
     """Each template's words, where the failure lexicon knows them: those of the template and
-    of its exemplar record (:meth:`~l4_plugin.analysis.lexicon.Lexicon.classify_record`),
-    read once for every use below."""
+    of its exemplar record (:meth:`~l4_plugin.analysis.lexicon.Lexicon.classify_record`), or
+    of another node's copy that names a cause where the exemplar names a consequence
+    (``JobData.variants``), read once for every use below."""
     out = {}
     for tid, info in data.templates.items():
         term = lexicon.classify_record(f"{info.text}\n{info.message.strip()}")
+        for variant in data.variants.get(tid, ()):
+            # A copy that names a cause where the exemplar is a consequence: the template is
+            # the cause's too (its other copies are what followed).
+            other = lexicon.classify_record(f"{info.text}\n{variant.strip()}")
+            weak = term is None or term.cascade or not term.says_cause
+            if weak and other is not None and other.says_cause and not other.cascade:
+                term = other
         if term is not None:
             out[tid] = term
     return out

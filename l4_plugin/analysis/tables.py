@@ -147,6 +147,10 @@ class JobData:
     step_counts: tuple[tuple[float, int], ...] = ()
     # Seconds per step the stamped step lines state between them (None: none says).
     step_pace: float | None = None
+    # Other nodes' copies of a warning or error record whose template holds a variable word
+    # (Drain made one template of "killed by signal: Killed" and "…: Terminated"): template id
+    # -> their texts, besides the exemplar (``TemplateInfo.message``).
+    variants: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[str]:

@@ -226,6 +226,7 @@ def read_job_tables(store: Store, job: JobDoc) -> JobData:
         version_lines=_read_version_lines(events, templates, cells),
         progress_lines=_read_progress_lines(events, templates, cells),
         **_read_steps(lines, templates, iteration_cells, iteration_spans, cells),
+        variants=_read_variants(lines, templates),
     )
 
 
@@ -490,6 +491,27 @@ def _read_progress_lines(
     found = events.bucket_messages(sorted(tids), sorted(n for n, _ in most))
     rows = [(node, tid, it, ms / 1000.0, m) for node, tid, it, ms, m in found]
     return tuple(sorted(rows, key=lambda r: (r[0], r[1], -1 if r[2] is None else r[2], r[3])))
+
+
+_VARIANTS = 8  # copies of a record kept per template (one per node, earliest first)
+
+
+def _read_variants(
+    lines: JobLines, templates: dict[str, TemplateInfo]
+) -> dict[str, tuple[str, ...]]:
+    """``JobData.variants``: each node's first copy of the warning and error records whose
+    template holds a variable word (``<*>``), when it differs from the exemplar: one node's
+    DataLoader worker "killed by signal: Killed", the others' "Terminated" by the teardown."""
+    tids = sorted(
+        t for t, info in templates.items() if is_flagged(info.level) and "<*>" in info.text
+    )
+    out: dict[str, list[str]] = {}
+    for (_, tid), messages in sorted(lines.earliest_messages(tids, 1).items()):
+        seen = out.setdefault(tid, [])
+        for m in messages:
+            if m != templates[tid].message and m not in seen and len(seen) < _VARIANTS:
+                seen.append(m)
+    return {t: tuple(v) for t, v in out.items() if v}
 
 
 # Templates whose lines may state a step (``clock.stated_step`` reads it): a checkpoint's

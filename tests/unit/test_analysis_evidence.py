@@ -519,3 +519,20 @@ def test_one_quiet_node_of_many_that_missed_the_end_everyone_printed_is_silent()
     data = replace(data, job=replace(data.job, progress_nodes=frozenset({"p"})))
     silent = {s.node for s in _silence_detector(data, event_stats(data), list(data.nodes)).silent}
     assert silent == {"q0"}
+
+
+def test_a_template_one_node_printed_as_a_cause_is_the_causes() -> None:
+    # Drain made one template of a DataLoader worker "killed by signal: Killed" (the culprit's,
+    # killed from outside) and "…: Terminated" (the others', by the teardown). The exemplar is a
+    # Terminated one: another node's copy says what the template also is.
+    from l4_plugin.analysis.evidence import record_terms
+    from l4_plugin.analysis.lexicon import default_lexicon
+
+    text = "RuntimeError: DataLoader worker (pid <NUM>) is killed by signal: <*>"
+    terminated = "RuntimeError: DataLoader worker (pid 7331) is killed by signal: Terminated. "
+    data = _data({("a", "dl"): Cell(1, 5.0, 5.0, 1.0)}, {}, {"dl": text})
+    data.templates["dl"] = replace(data.templates["dl"], message=terminated)
+    assert record_terms(data, default_lexicon())["dl"].cascade
+    killed = replace(data, variants={"dl": (terminated.replace("Terminated", "Killed"),)})
+    term = record_terms(killed, default_lexicon())["dl"]
+    assert (term.category, term.cascade) == ("platform", False)
