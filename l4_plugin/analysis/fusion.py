@@ -210,7 +210,7 @@ class Fusion:
         ranked_nodes = rank_nodes(selected)
         culprit = _culprit(ranked_nodes)
         if culprit is not None and (peers is not None or hang):
-            own = self._culprit_evidence(culprit, pre, by_id, job_stage, teardown, order)
+            own = self._culprit_evidence(culprit, pre, by_id, job_stage, teardown)
             heard = _witness_statements(culprit, peers, reasons, by_id) if peers else set()
             _credit_culprit(culprit, own, heard, reasons, order)
             _credit_hang(culprit, own, hang, reasons)
@@ -313,13 +313,11 @@ class Fusion:
         by_id: Mapping[str, EventStat],
         job_stage: str | None,
         teardown: frozenset[str] = frozenset(),
-        order: Mapping[str, float] | None = None,
     ) -> set[str]:
         """What the culprit itself printed first: the warning-or-worse candidate of the failing
         stage that came first on it (by time, then by its position in the node's logs: a
         timeless NCCL warning printed just before the stamped error it led to comes first),
-        never the launcher's teardown; a consequence's words (``order``: another of its ranks
-        reset by the one that was killed) only when it printed nothing else."""
+        never the launcher's teardown."""
         pool = [
             t
             for t, s in pre.items()
@@ -331,8 +329,6 @@ class Fusion:
         ]
         if not pool:
             return set()
-        causes = [t for t in pool if t not in (order or {})]
-        pool = causes or pool
 
         def when(t: str) -> tuple[float, float]:
             e = by_id[t]

@@ -343,37 +343,3 @@ def test_a_node_on_another_stack_leads_the_nodes() -> None:
     assert res.nodes[0].node == "c" and "odd-version" in res.nodes[0].reasons
     plain = Fusion().fit(events, nodes).result_
     assert "odd-version" not in plain.nodes[0].reasons
-
-
-def test_the_culprits_own_cause_leads_before_its_consequence() -> None:
-    # A rank killed outright: its agent says so ("exitcode: -9"), a second after the node's
-    # other rank printed that the killed one reset its connection (gloo, "typically caused by
-    # a remote worker hanging"). The culprit's first line of its own is the kill, not the echo.
-    nodes = ["a", "b", "c"]
-    events = [
-        EventStat(
-            "reset", "ERROR", {"a": 100.0, "b": 100.5}, {"a": 1, "b": 1}, positions={"a": 5.0}
-        ),
-        EventStat("killed", "ERROR", {"a": 100.9}, {"a": 1}, positions={"a": 9.0}),
-    ]
-    filt = (
-        CrossJobFilter()
-        .fit({})
-        .transform([JobTemplateStat(e.template_id, e.count, len(e.counts), 1.0) for e in events])
-    )
-    peers = PeerResult(
-        named=(NamedNode("a", ("b",), ("reset",), 1.0),), witnesses={"b": ("a",)}, addresses=3
-    )
-    res = (
-        Fusion()
-        .fit(
-            events,
-            nodes,
-            crossjob=filt,
-            peers=peers,
-            ordering={"reset": (0.5, "consequence-words")},
-        )
-        .result_
-    )
-    assert res.events[0].template_id == "killed"
-    assert "culprit-evidence:a" in res.events[0].reasons
