@@ -18,12 +18,6 @@ LEX = default_lexicon()
 
 # (line, category it names as a cause)
 CAUSES = [
-    # torchelastic's agent on a worker killed outright, no OOM line (a real torchrun run: kill -9)
-    (
-        "E1127 15:55:55.975000 3276 torch/distributed/elastic/multiprocessing/api.py:1002] "
-        "failed (exitcode: -9) local_rank: 0 (pid: 3319) of binary: /work/torchvenv/bin/python3",
-        "platform",
-    ),
     # a DataLoader worker killed from outside (a real torchrun run: kill -9 of the worker)
     (
         "[rank3]: RuntimeError: DataLoader worker (pid 11510) is killed by signal: Killed. ",

@@ -373,11 +373,23 @@ def test_memory_another_process_held_is_the_platforms_fault() -> None:
 
 
 def test_a_platform_fault_in_the_culprits_own_words_evicts_it() -> None:
-    # The agent's "failed (exitcode: …)" template is every node's (-9 on n3, -15 elsewhere):
-    # its words on the culprit say its worker was killed outright; that node goes.
+    # A template every node prints with other values ("exitcode: -9" on n3, "-15" elsewhere):
+    # the culprit's copy is the evidence. A kill for memory evicts nobody; a platform fault
+    # whose words are the culprit's evicts that node.
     events = [
         _ev(
             "failed (exitcode: -9) local_rank: 0 (pid: 3319) of binary: /usr/bin/python3",
+            ("n1", "n2", "n3"),
+            "error-level",
+        )
+    ]
+    v = decide(events, NODES, [], LEX, n_nodes=3)
+    assert (v.category, v.evict) == ("user/config", ())
+    # a platform fault in its own words (its DataLoader worker killed from outside; elsewhere
+    # the teardown's SIGTERM) evicts it
+    events = [
+        _ev(
+            "RuntimeError: DataLoader worker (pid 11510) is killed by signal: Killed. ",
             ("n1", "n2", "n3"),
             "error-level",
         )
