@@ -509,3 +509,76 @@ def test_a_restarted_job_writes_the_same_documents_on_any_lanes_and_on_dask(
     ) as cluster:
         on_dask = _ingested(osmem_url, f"tad-{name}-l4-", job, scheduler=cluster.scheduler_address)
     assert on_dask == one
+
+
+def _built(store: Store, tmp_path: Path) -> tuple[owners.BuildReport, int]:
+    """One inline lane's build of the test job into ``store``, and how many kept lines the
+    build gave its writer."""
+    from l4_plugin.ingest.context import doc_context, survey
+
+    job = _job(tmp_path)
+    streams = file_streams(discover(job))
+    parser = LineParser()
+    lanes = lanes_mod.inline_lanes()
+    scanned = workers.scan_lanes(lanes, "tb", streams, parser)
+    parser.finish()
+    ctx = doc_context("j", "g1", survey(scanned.digests, parser.kind_of), scanned.timeline, None)
+    templates = {k.key: k.template for k in parser.kinds if k.template is not None}
+    handed: list[int] = []
+    real = BulkWriter.add
+
+    def counted(self: BulkWriter, index: str, doc_id: str, source: dict[str, Any]) -> None:
+        handed.append(1)
+        real(self, index, doc_id, source)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(BulkWriter, "add", counted)
+        report = owners.build("tb", 0, owners.BuildPlan(ctx, templates, store))
+    return report, len(handed)
+
+
+def test_a_lane_returns_its_build_while_its_kept_lines_are_still_written(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``build`` hands its report back without waiting for the cluster; ``flush`` then waits
+    for every kept line and counts them, as ``build`` itself did before."""
+    gate = __import__("threading").Event()
+    real = store.bulk_index
+
+    def held_back(index: str, docs: Any, **kw: Any) -> int:
+        docs = list(docs)
+        gate.wait(10)  # the cluster is busy until the test lets it go
+        return real(index, docs, **kw)
+
+    monkeypatch.setattr(store, "bulk_index", held_back)
+    try:
+        report, handed = _built(store, tmp_path)
+        assert handed > 0 and report.events  # kept lines went to the writer
+        store.refresh(store.names.lines)
+        assert store.count(store.names.lines) == 0  # none written yet: build did not wait
+        gate.set()
+        assert owners.flush("tb", 0) == handed
+        store.refresh(store.names.lines)
+        assert store.count(store.names.lines) == handed
+        assert owners.flush("tb", 0) == 0  # the writer is gone once flushed
+    finally:
+        gate.set()
+        owners.drop("tb", 0)
+
+
+def test_a_kept_line_write_that_fails_after_build_is_raised_by_flush(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refused(index: str, docs: Any, **kw: Any) -> int:
+        list(docs)
+        time.sleep(0.2)  # fails after build has returned
+        raise StoreError(f"bulk write to {index}: 1 of 1 documents rejected")
+
+    monkeypatch.setattr(store, "bulk_index", refused)
+    try:
+        _built(store, tmp_path)
+        with pytest.raises(StoreError, match="rejected"):
+            owners.flush("tb", 0)
+    finally:
+        owners.drop("tb", 0)
+    assert ("tb", 0) not in owners._HELD
