@@ -238,10 +238,16 @@ class JobEvents:
                 tid, first = source_field(src, F.TEMPLATE_ID), source_field(src, F.FIRST_TS)
                 it = int_or_none(source_field(src, F.ITERATION))
                 out.append((str(node), str(tid), it, sort_time(first), str(message)))
+        wanted = set(nodes)
         for r in read_packs(
-            self.store, self.store.names.events, self.query, messages=True, templates=template_ids
+            self.store,
+            self.store.names.events,
+            self.query,
+            messages=True,
+            templates=template_ids,
+            nodes=wanted,  # of the few packs that hold them, not of every pack of the templates
         ):
-            if r.message is not None and r.node in nodes:
+            if r.message is not None and r.node in wanted:
                 out.append((r.node, r.template_id, r.iteration, sort_time(r.first_ts), r.message))
         return out
 

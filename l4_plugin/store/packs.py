@@ -271,8 +271,10 @@ def read_packs(
     *,
     messages: bool = False,
     templates: Collection[str] | None = None,
+    nodes: Collection[str] | None = None,
 ) -> list[PackMember]:
-    """Every node's share of the packs ``query`` selects (of ``templates`` only, if given).
+    """Every node's share of the packs ``query`` selects (of ``templates`` only, if given;
+    only the packs that hold one of ``nodes``, if given: with their other nodes).
 
     Exemplar lines and files are read only with ``messages`` (most of a pack's bytes).
     """
@@ -281,6 +283,10 @@ def read_packs(
         if not templates:
             return []
         filters.append({"terms": {F.TEMPLATE_ID: sorted(templates)}})
+    if nodes is not None:
+        if not nodes:
+            return []
+        filters.append({"terms": {"host.name": sorted(nodes)}})  # a pack's own: its nodes
     body: dict[str, Any] = {"query": {"bool": {"filter": filters}}, "sort": ["_doc"]}
     # Each node's ranks are never read back; its file and line only with ``messages``.
     skip = [f"{F.PACK}.ranks", F.RANKS]
