@@ -3,9 +3,8 @@
 A lane scans the batches of whole nodes the reducer sends it (``scan_batch``) and keeps each
 node's rollup here (``Held``), answering with one ``NodeDigest`` per node; once the reducer
 knows the job's context, the lane builds those nodes' documents (``build``), writes their kept
-lines to the cluster itself (``flush`` waits for the last) and returns what only the reducer can
-write: the event documents and the lines it packs across nodes, and the job document's totals.
-A node's rollup never
+lines to the cluster itself and returns what only the reducer can write: the event documents
+and the lines it packs across nodes, and the job document's totals. A node's rollup never
 leaves its lane (``gather`` hands them over for tests and benchmarks only).
 
 State is per ``(token, lane)``: one ingest (``lanes.lane_token``) and one lane of it, so that
@@ -58,8 +57,6 @@ class Held:
     order: list[str] = field(default_factory=list)
     bytes: int = 0
     spill: Spill | None = None
-    #: The writer of the kept lines ``build`` made, still sending them until ``flush``.
-    writer: BulkWriter | None = None
 
     def keep(self, rollup: NodeRollup, parser: int) -> None:
         """Keep a scanned node: in memory up to ``HELD_BYTES``, then on disk."""
@@ -91,12 +88,6 @@ class Held:
     def close(self) -> None:
         if self.spill is not None:
             self.spill.close()
-
-    def stop_writer(self) -> None:
-        """Stop the kept lines' writer, if any, after the requests it has queued."""
-        writer, self.writer = self.writer, None
-        if writer is not None:
-            writer.stop()
 
 
 _HELD: dict[tuple[str, int], Held] = {}
@@ -138,6 +129,7 @@ class BuildReport:
     events: dict[tuple[Any, ...], EventColumns]  # by signature (``store.packs``)
     shared: list[Doc]  # kept lines it packs across nodes (``store.line_packs``)
     kept: list[Doc]  # kept lines not written here (no store given)
+    lines_written: int
     totals: EventTotals
     cpu: float
     rss_kb: int
@@ -230,12 +222,7 @@ def _usage(cpu: float) -> tuple[float, int, int]:
 def build(token: str, lane: int, plan: BuildPlan) -> BuildReport:
     """Build the documents of the lane's nodes (job order), write their kept lines to
     ``plan.store`` (from a writer thread, while the next node's are built) and drop each
-    rollup once built.
-
-    The report comes back as soon as the last node is built: the writer goes on sending the
-    kept lines while the reducer packs and writes the event documents (``flush`` waits for it
-    and says how many it wrote), so that the cluster indexes both at once instead of one after
-    the other."""
+    rollup once built."""
     cpu = time.process_time()
     held = _HELD.get((token, lane))
     if held is None:
@@ -243,10 +230,9 @@ def build(token: str, lane: int, plan: BuildPlan) -> BuildReport:
     for parser in held.parsers:
         for kind in parser.kinds:
             kind.template = plan.templates[kind.key]
-    report = BuildReport(lane, {}, [], [], EventTotals(), 0.0, 0)
+    report = BuildReport(lane, {}, [], [], 0, EventTotals(), 0.0, 0)
     ctx = plan.ctx
-    held.stop_writer()
-    writer = held.writer = BulkWriter(plan.store) if plan.store is not None else None
+    writer = BulkWriter(plan.store) if plan.store is not None else None
     try:
         with gc_paused():
             for node in held.order:
@@ -262,26 +248,14 @@ def build(token: str, lane: int, plan: BuildPlan) -> BuildReport:
                 for doc_id, doc in lines:
                     writer.add(index, doc_id, doc)
         if writer is not None:
-            writer.send_rest()
-    except BaseException:
-        held.stop_writer()
-        raise
+            report.lines_written = sum(writer.close().values())
     finally:
+        if writer is not None:
+            writer.stop()
         held.order = []
         held.close()
     report.cpu, report.rss_kb, _ = _usage(cpu)
     return report
-
-
-def flush(token: str, lane: int) -> int:
-    """Wait for the kept lines ``build`` left to its writer; how many it wrote (its error, if
-    a request failed)."""
-    held = _HELD.get((token, lane))
-    writer = held.writer if held is not None else None
-    if held is None or writer is None:
-        return 0
-    held.writer = None
-    return sum(writer.close().values())
 
 
 def gather(token: str, lane: int) -> list[FilePartial]:
@@ -303,5 +277,4 @@ def drop(token: str, lane: int) -> None:
     """Forget the ingest's state in this lane (what is left of it after a failure)."""
     held = _HELD.pop((token, lane), None)
     if held is not None:
-        held.stop_writer()
         held.close()

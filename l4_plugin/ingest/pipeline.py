@@ -30,7 +30,7 @@ from l4_plugin.ingest.full import write_full_lines
 from l4_plugin.ingest.jobdir import JobFiles, JobMeta, job_meta, scan
 from l4_plugin.ingest.lanes import Lane
 from l4_plugin.ingest.logfile import LogFile
-from l4_plugin.ingest.owners import BuildPlan, BuildReport, build, flush
+from l4_plugin.ingest.owners import BuildPlan, BuildReport, build
 from l4_plugin.ingest.parser import LineParser
 from l4_plugin.ingest.scanner import AUX_KINDS, NodeDigest
 from l4_plugin.ingest.sources import LogStream, file_streams, files_generation
@@ -481,6 +481,7 @@ def _write(
     events: dict[tuple[Any, ...], packs.EventColumns] = {}
     shared: list[Doc] = []
     kept: list[Doc] = []
+    lines_written = 0
     for report in built:
         totals.merge(report.totals)
         for sig, columns in report.events.items():
@@ -491,7 +492,7 @@ def _write(
                 have.extend(columns)
         shared.extend(report.shared)  # none with --full (ctx.fold is off)
         kept.extend(report.kept)
-    # The lanes are still writing their kept lines (``owners.flush``): these go at the same time.
+        lines_written += report.lines_written
     with BulkWriter(store) as writer:  # stopped (not left waiting) if packing fails
         # The healthy majority's lines and rollups: one document for the nodes that agree.
         for pack_id, doc in line_packs.pack_lines(shared, doc_id):
@@ -500,9 +501,8 @@ def _write(
             writer.add(store.names.events, pack_id, doc)
         handed = time.monotonic()
         written = writer.close()
-    lines_written = _flush(lanes, token)
     summary.steps["build"] = handed - started
-    summary.steps["send"] = time.monotonic() - handed  # the lanes' kept lines too
+    summary.steps["send"] = time.monotonic() - handed
     summary.events_docs = written.get(store.names.events, 0)
     if full_streams is not None:
         summary.lines_docs = write_full_lines(store, meta, full_streams, w.parser, ctx)
@@ -520,12 +520,6 @@ def _build(lanes: list[Lane], token: str, plan: BuildPlan) -> list[BuildReport]:
     """Every lane builds its nodes' documents (all at once); their reports in lane order."""
     futures = [lane.executor.submit(build, token, lane.id, plan) for lane in lanes]
     return [lane_result(future, lane) for future, lane in zip(futures, lanes, strict=True)]
-
-
-def _flush(lanes: list[Lane], token: str) -> int:
-    """The kept lines the lanes wrote, once every one is written."""
-    futures = [lane.executor.submit(flush, token, lane.id) for lane in lanes]
-    return sum(lane_result(future, lane) for future, lane in zip(futures, lanes, strict=True))
 
 
 def _finish(store: Store, w: _Writing, totals: EventTotals, generation: str) -> None:

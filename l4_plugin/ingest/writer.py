@@ -57,16 +57,12 @@ class BulkWriter:
         if n >= self.batch_docs or (n >= self.min_docs and not self._queue.unfinished_tasks):
             self._send(index)
 
-    def send_rest(self) -> None:
-        """Queue what is left for sending, without waiting for it (``close`` then waits)."""
-        for index in list(self._batches):
-            if self._batches[index]:
-                self._send(index)
-
     def close(self) -> dict[str, int]:
         """Send what is left, wait for every request; documents written per index."""
         try:
-            self.send_rest()
+            for index in list(self._batches):
+                if self._batches[index]:
+                    self._send(index)
         finally:
             self.stop()
         if self._error is not None:
