@@ -248,6 +248,7 @@ class _Reducer:
         self.lanes = {lane.id: lane for lane in lanes}
         self.token = token
         self.streams, self.sizes = streams, sizes
+        self.total_bytes = sum(sizes)  # (summed once: a progress per node, 46k files a job)
         self.parser = parser
         self.rare_limit = rare_limit
         # Masks computed by each lane, in the order they came (origin lane, mask), and how far
@@ -338,7 +339,7 @@ class _Reducer:
             len(self.streams),
             self.lines,
             self.bytes_done,
-            sum(self.sizes),
+            self.total_bytes,
             time.monotonic() - self.started,
             len(self.lanes),
         )

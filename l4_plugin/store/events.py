@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 from typing import Any, Literal, Protocol
 
 from l4_plugin.store import fields as F
@@ -73,32 +74,81 @@ class Row:
     values: dict[str, Any]
 
 
-# What one node's share of a pack holds, by the field its own document would have had.
+# What one node's share of a pack holds (its attribute), by the field its own document would have
+# had.
 _MEMBER = {
-    "host.name": lambda r: r.node,
-    F.TEMPLATE_ID: lambda r: r.template_id,
-    F.TEMPLATE_TEXT: lambda r: r.template_text,
-    F.STAGE: lambda r: r.stage,
-    "log.level": lambda r: r.level,
-    F.ITERATION: lambda r: r.iteration,
-    F.ITERATION_SPAN: lambda r: r.span,
-    F.COUNT: lambda r: r.count,
-    F.FIRST_TS: lambda r: r.first_ts,
-    F.LAST_TS: lambda r: r.last_ts,
-    F.FIRST_POS: lambda r: r.first_pos,
-    F.LAST_POS: lambda r: r.last_pos,
-    F.ITERATION_SECONDS: lambda r: r.seconds,
+    "host.name": "node",
+    F.TEMPLATE_ID: "template_id",
+    F.TEMPLATE_TEXT: "template_text",
+    F.STAGE: "stage",
+    "log.level": "level",
+    F.ITERATION: "iteration",
+    F.ITERATION_SPAN: "span",
+    F.COUNT: "count",
+    F.FIRST_TS: "first_ts",
+    F.LAST_TS: "last_ts",
+    F.FIRST_POS: "first_pos",
+    F.LAST_POS: "last_pos",
+    F.ITERATION_SECONDS: "seconds",
 }
 
 
-def _fold(op: str, old: Any, new: Any) -> Any:
-    if old is None:
-        return new
-    if new is None:
-        return old
-    if op == "sum":
-        return old + new
-    return min(old, new) if op == "min" else max(old, new)
+def _fold_members(
+    rows: dict[tuple[Any, ...], Row],
+    members: Iterable[PackMember],
+    keys: Sequence[Key],
+    metrics: Mapping[str, Metric],
+) -> None:
+    """The packs' nodes folded into ``rows`` (by key, as ``table`` keys them): a member whose
+    key lacks a field that is not ``missing`` is left out, as the composite leaves out such
+    documents; a new key makes a row after the others."""
+    names = [k.name for k in keys]
+    field = {k.name: k.field for k in keys}  # a name given twice: its later field, as a dict
+    key_of = _getter([_MEMBER[field[name]] for name in names])
+    values_of = _getter([_MEMBER[m.field] for m in metrics.values()])
+    required = _getter([names[i] for i, k in enumerate(keys) if not k.missing], dict)
+    folds = [(name, _FOLDS[m.op]) for name, m in metrics.items()]
+    for member in members:
+        at = key_of(member)
+        key = dict(zip(names, at, strict=True))
+        if None in required(key):
+            continue  # the composite leaves such documents out too
+        values = values_of(member)
+        row = rows.get(at)
+        if row is None:
+            rows[at] = Row(key, dict(zip(metrics, values, strict=True)))
+            continue
+        have = row.values
+        for (name, fold), value in zip(folds, values, strict=True):
+            have[name] = fold(have[name], value)
+
+
+def _getter(names: list[str], of: type = PackMember) -> Callable[[Any], tuple[Any, ...]]:
+    """A function giving the attributes ``names`` of a member (``of`` a dict: its items) as a
+    tuple, of one or none too."""
+    get = attrgetter if of is PackMember else itemgetter
+    if len(names) == 1:
+        one = get(names[0])
+        return lambda m: (one(m),)
+    if not names:
+        return lambda m: ()
+    return get(*names)
+
+
+def _sum(old: Any, new: Any) -> Any:
+    return new if old is None else old if new is None else old + new
+
+
+def _min(old: Any, new: Any) -> Any:
+    return new if old is None else old if new is None else min(old, new)
+
+
+def _max(old: Any, new: Any) -> Any:
+    return new if old is None else old if new is None else max(old, new)
+
+
+#: How each op folds a value into a row's (None: no value yet, or none to add).
+_FOLDS: dict[str, Callable[[Any, Any], Any]] = {"sum": _sum, "min": _min, "max": _max}
 
 
 def sort_time(value: Any) -> float:
@@ -146,18 +196,7 @@ class JobEvents:
             key = dict(b["key"])
             values = {name: b.get(name, {}).get("value") for name in metrics}
             rows[tuple(key[k.name] for k in keys)] = Row(key, values)
-        for member in self.members():
-            key = {k.name: _MEMBER[k.field](member) for k in keys}
-            if any(key[k.name] is None and not k.missing for k in keys):
-                continue  # the composite leaves such documents out too
-            values = {name: _MEMBER[m.field](member) for name, m in metrics.items()}
-            at = tuple(key[k.name] for k in keys)
-            row = rows.get(at)
-            if row is None:
-                rows[at] = Row(key, values)
-                continue
-            for name, m in metrics.items():
-                row.values[name] = _fold(m.op, row.values[name], values[name])
+        _fold_members(rows, self.members(), keys, metrics)
         return list(rows.values())
 
     def earliest_messages(
@@ -199,10 +238,16 @@ class JobEvents:
                 tid, first = source_field(src, F.TEMPLATE_ID), source_field(src, F.FIRST_TS)
                 it = int_or_none(source_field(src, F.ITERATION))
                 out.append((str(node), str(tid), it, sort_time(first), str(message)))
+        wanted = set(nodes)
         for r in read_packs(
-            self.store, self.store.names.events, self.query, messages=True, templates=template_ids
+            self.store,
+            self.store.names.events,
+            self.query,
+            messages=True,
+            templates=template_ids,
+            nodes=wanted,  # of the few packs that hold them, not of every pack of the templates
         ):
-            if r.message is not None and r.node in nodes:
+            if r.message is not None and r.node in wanted:
                 out.append((r.node, r.template_id, r.iteration, sort_time(r.first_ts), r.message))
         return out
 

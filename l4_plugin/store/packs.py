@@ -27,6 +27,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Protocol
 
 from l4_plugin.store import fields as F
@@ -270,8 +271,10 @@ def read_packs(
     *,
     messages: bool = False,
     templates: Collection[str] | None = None,
+    nodes: Collection[str] | None = None,
 ) -> list[PackMember]:
-    """Every node's share of the packs ``query`` selects (of ``templates`` only, if given).
+    """Every node's share of the packs ``query`` selects (of ``templates`` only, if given;
+    only the packs that hold one of ``nodes``, if given: with their other nodes).
 
     Exemplar lines and files are read only with ``messages`` (most of a pack's bytes).
     """
@@ -280,6 +283,10 @@ def read_packs(
         if not templates:
             return []
         filters.append({"terms": {F.TEMPLATE_ID: sorted(templates)}})
+    if nodes is not None:
+        if not nodes:
+            return []
+        filters.append({"terms": {"host.name": sorted(nodes)}})  # a pack's own: its nodes
     body: dict[str, Any] = {"query": {"bool": {"filter": filters}}, "sort": ["_doc"]}
     # Each node's ranks are never read back; its file and line only with ``messages``.
     skip = [f"{F.PACK}.ranks", F.RANKS]
@@ -293,31 +300,40 @@ def read_packs(
 
 
 def unpack(src: dict[str, Any]) -> Iterator[PackMember]:
-    """The nodes' shares of one pack document's ``_source``."""
-    hosts, cols = pack_columns(src, [key for _, key in _OWN])
+    """The nodes' shares of one pack document's ``_source``.
 
-    def shared(name: str) -> Any:
-        return source_field(src, name)
+    What the nodes share is read once per pack and each column converted in one pass (a pack
+    holds up to ``MAX_PACK_NODES`` nodes; a paper-size job's diagnosis unpacks millions)."""
+    hosts, cols = pack_columns(src, _UNPACKED)
+    if not hosts:
+        return iter(())
+    n = len(hosts)
+    level = source_field(src, "log.level")
+    shared = (
+        str(source_field(src, F.TEMPLATE_ID)),
+        str(source_field(src, F.TEMPLATE_TEXT) or ""),
+        str(source_field(src, F.STAGE)),
+        None if level is None else str(level),
+        int_or_none(source_field(src, F.ITERATION)),
+        int_or_none(source_field(src, F.ITERATION_SPAN)),
+        int(source_field(src, F.COUNT) or 0),
+    )
+    return map(
+        PackMember,
+        map(str, hosts),
+        *(repeat(value, n) for value in shared),
+        map(int_or_none, cols["first"]),
+        map(int_or_none, cols["last"]),
+        [int(v or 0) for v in cols["first_pos"]],
+        [int(v or 0) for v in cols["last_pos"]],
+        _floats32(cols["seconds"]),
+        [None if v is None else str(v) for v in cols["paths"]],
+        [None if v is None else str(v) for v in cols["messages"]],
+    )
 
-    level = shared("log.level")
-    for i, host in enumerate(hosts):
-        yield PackMember(
-            node=str(host),
-            template_id=str(shared(F.TEMPLATE_ID)),
-            template_text=str(shared(F.TEMPLATE_TEXT) or ""),
-            stage=str(shared(F.STAGE)),
-            level=None if level is None else str(level),
-            iteration=int_or_none(shared(F.ITERATION)),
-            span=int_or_none(shared(F.ITERATION_SPAN)),
-            count=int(shared(F.COUNT) or 0),
-            first_ts=int_or_none(cols["first"][i]),
-            last_ts=int_or_none(cols["last"][i]),
-            first_pos=int(cols["first_pos"][i] or 0),
-            last_pos=int(cols["last_pos"][i] or 0),
-            seconds=_float32(cols["seconds"][i]),
-            path=None if cols["paths"][i] is None else str(cols["paths"][i]),
-            message=None if cols["messages"][i] is None else str(cols["messages"][i]),
-        )
+
+#: The columns ``unpack`` reads (each node's ranks are never read back).
+_UNPACKED = ("first", "last", "first_pos", "last_pos", "seconds", "paths", "messages")
 
 
 def pack_columns(
@@ -346,3 +362,15 @@ def _float32(value: Any) -> float | None:
     if not isinstance(value, int | float):
         return None
     return float(struct.unpack("<f", struct.pack("<f", value))[0])
+
+
+def _floats32(values: list[Any]) -> list[float | None]:
+    """``_float32`` of each value, the numbers converted in one ``struct`` call."""
+    at = [i for i, v in enumerate(values) if isinstance(v, int | float)]
+    out: list[float | None] = [None] * len(values)
+    if at:
+        numbers = [values[i] for i in at]
+        fmt = f"<{len(numbers)}f"
+        for i, v in zip(at, struct.unpack(fmt, struct.pack(fmt, *numbers)), strict=True):
+            out[i] = v
+    return out

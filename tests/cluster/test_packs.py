@@ -113,3 +113,26 @@ def test_folded_lines_count_as_the_raw_lines_they_stand_for(
         ]
 
     assert matches(store) == matches(es_store)
+
+
+def test_packs_read_for_a_few_nodes_are_those_of_every_pack_kept_for_them(
+    store: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``read_packs(..., nodes=...)`` asks the cluster only for the packs holding those nodes:
+    their members are those of reading every pack, kept for those nodes, in the same order."""
+    simulate(tmp_path, nodes=8, iterations=60, fault="nccl-ib-error", seed=11, baselines=0)
+    _ingest(store, tmp_path / "job", monkeypatch, pack=True)
+    query = {"term": {F.JOB_ID: "j"}}
+    every = packs.read_packs(store, store.names.events, query, messages=True)
+    nodes = sorted({m.node for m in every})
+    tids = sorted({m.template_id for m in every})
+    assert len(nodes) >= 4 and tids
+    for few in ([nodes[0]], nodes[1:4], [nodes[-1], "no-such-node"], nodes, ["no-such-node"]):
+        for templates in (tids, tids[:1]):
+            want = [m for m in every if m.node in few and m.template_id in templates]
+            got = packs.read_packs(
+                store, store.names.events, query, messages=True, templates=templates, nodes=few
+            )
+            assert [m for m in got if m.node in few] == want
+            assert len(got) < len(every) or few == nodes
+    assert packs.read_packs(store, store.names.events, query, nodes=[]) == []
