@@ -371,18 +371,23 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
             continue
         steps = max(1, math.ceil((moment - shown) / pace))
         if printed < last + steps <= reach:
-            return (
-                ReportIteration(
-                    iteration=last + steps,
-                    score=1.0,
-                    why="clock",
-                    distance=None,
-                    threshold=None,
-                    events=(cell[1],),
-                    missing_events=(),
-                ),
-            )
+            return _clocked(last + steps, cell[1])
     return ()
+
+
+def _clocked(iteration: int, tid: str) -> tuple[ReportIteration, ...]:
+    """The iteration a clock placed the failure in, by the event ``tid``'s moment."""
+    return (
+        ReportIteration(
+            iteration=iteration,
+            score=1.0,
+            why="clock",
+            distance=None,
+            threshold=None,
+            events=(tid,),
+            missing_events=(),
+        ),
+    )
 
 
 _PACE_FRAMES = 9  # the bar's last frames whose intervals give its pace
@@ -394,10 +399,11 @@ def _training_pace(data: JobData, clock: BarClock) -> float | None:
     iterations after the last frame are counted at the pace of training); the bar's own pace
     when every interval held one."""
     frames = clock.frames[-_PACE_FRAMES:]
+    saved = _save_times(data)
     paces = [
         (e2 - e1) / (i2 - i1)
         for (i1, e1), (i2, e2) in itertools.pairwise(frames)
-        if i2 > i1 and e2 > e1 and not _saving(data, clock.start + e1, clock.start + e2)
+        if i2 > i1 and e2 > e1 and not any(clock.start + e1 < t < clock.start + e2 for t in saved)
     ]
     return float(np.median(paces)) if paces else clock.pace
 
@@ -423,17 +429,7 @@ def _by_stated_steps(data: JobData, analysis: Analysis) -> tuple[ReportIteration
     steps = 0 if stage == "checkpointing" else max(1, math.ceil((moment - shown) / pace))
     if steps > _CLOCK_STEPS:
         return ()
-    return (
-        ReportIteration(
-            iteration=step + steps,
-            score=1.0,
-            why="clock",
-            distance=None,
-            threshold=None,
-            events=(first.template_id,),
-            missing_events=(),
-        ),
-    )
+    return _clocked(step + steps, first.template_id)
 
 
 def _slowed_by_the_clock(data: JobData, slow: Slowdown, starts: dict[int, float]) -> int | None:
@@ -501,12 +497,13 @@ _PACE_BUCKETS = 5
 def _saving(data: JobData, after: float, before: float) -> bool:
     """Whether a line of a checkpoint's save (``_saves``) was printed between ``after`` and
     ``before`` (a node's first or last of the template)."""
+    return any(after < t < before for t in _save_times(data))
+
+
+def _save_times(data: JobData) -> list[float]:
+    """The first and last times, per node, of the job's checkpoint save templates."""
     saves = {t for t, info in data.templates.items() if _saves(info)}
-    return any(
-        after < c.first_ts < before or after < c.last_ts < before
-        for (_, t), c in data.cells.items()
-        if t in saves
-    )
+    return [x for (_, t), c in data.cells.items() if t in saves for x in (c.first_ts, c.last_ts)]
 
 
 def _failure_moment(data: JobData, tid: str, after: float) -> float | None:
