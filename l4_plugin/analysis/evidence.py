@@ -242,9 +242,11 @@ def discounts(
 # A link's failure and the line that says it came back, as the driver or NCCL prints them
 # (NCCL's IB async thread: IBV_EVENT_PORT_ERR, then IBV_EVENT_PORT_ACTIVE; the kernel's link
 # state for a NIC): the device named the same way in both.
+#: NCCL's IB async thread on its own HCA's port leaving ACTIVE (IBV_EVENT_PORT_ERR): the device.
+PORT_ERROR = re.compile(r"NET/IB : (\S+) Got async event : port error")
 _RECOVERIES = (
     (
-        re.compile(r"NET/IB : (\S+) Got async event : port error"),
+        PORT_ERROR,
         re.compile(r"NET/IB : (\S+) Got async event : port active"),
     ),
     (

@@ -21,6 +21,7 @@ import numpy as np
 
 from l4_plugin.analysis.crossjob import CrossJobFilter
 from l4_plugin.analysis.evidence import (
+    PORT_ERROR,
     discounts,
     event_stats,
     killed_on,
@@ -248,12 +249,6 @@ def _loud_ends(
     return {n for n, t in last_error.items() if t >= last[n] - options.loud_end_seconds}
 
 
-def _killed_on(data: JobData) -> set[str]:
-    """Nodes whose kernel reports killing a process (the OOM killer): loud, not silent (the node
-    lives on and says why the process died)."""
-    return killed_on(data)
-
-
 #: torchelastic's agent on a worker that exited (``api.py``: "failed (exitcode: -6) local_rank:
 #: 6 (pid: …) of binary: …"): the worker died, and the agent, alive, said so.
 _AGENT_REPORT = re.compile(r"failed \(exitcode: ")
@@ -295,7 +290,7 @@ def _silence(
     last = _node_last(data)
     loud = (
         _loud_ends(data, events, kept, last, options)
-        | _killed_on(data)
+        | killed_on(data)  # (the node lives on and says why its process died)
         | _reported_dead(data, last, options)
     )
     silent = [s for s in result.silent if s.node not in loud]
@@ -697,8 +692,7 @@ def _peers(
         for t in hardware
         if t in kept
         and (
-            t in system
-            or _LOCAL_DEVICE.search(data.templates[t].text if t in data.templates else "")
+            t in system or PORT_ERROR.search(data.templates[t].text if t in data.templates else "")
         )
     )
     return name_peers(
@@ -707,10 +701,6 @@ def _peers(
         ((n, t, m) for n, t, m in data.peer_lines if statement(t)),
         faulted=_faulted(events, own, len(data.nodes)),
     )
-
-
-#: A program's report of its own node's device (NCCL's IB async thread on its HCA's event).
-_LOCAL_DEVICE = re.compile(r"NET/IB : \S+ Got async event : port error")
 
 
 def _faulted(events: Sequence[EventStat], own: frozenset[str], n_nodes: int) -> frozenset[str]:

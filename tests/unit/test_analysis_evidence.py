@@ -354,7 +354,7 @@ def test_a_programs_report_of_a_fault_its_kernel_reported_is_the_symptom() -> No
 def test_a_node_whose_kernel_killed_a_process_is_not_silent() -> None:
     # The OOM killer took one rank's process: the node's kernel goes on and says so. A hung or
     # crashed node (its last kernel words a lockup or a machine check) says no such thing.
-    from l4_plugin.analysis.recipe import _killed_on
+    from l4_plugin.analysis.evidence import killed_on
 
     texts = {
         "oom": "Out of memory: Killed process <NUM> (python3) total-vm:<SIZE>, anon-rss:<SIZE>",
@@ -365,7 +365,7 @@ def test_a_node_whose_kernel_killed_a_process_is_not_silent() -> None:
     cells |= {(n, "step"): Cell(3, 0.0, 4.0, 0.0) for n in ("a", "b", "c")}
     data = _data(cells, {}, texts)
     data = replace(data, job=replace(data.job, system_templates=frozenset({"oom", "lockup"})))
-    assert _killed_on(data) == {"a"}
+    assert killed_on(data) == {"a"}
 
 
 def test_a_node_whose_agent_reported_its_workers_death_is_not_silent() -> None:
