@@ -131,9 +131,38 @@ _STATED_STEP = re.compile(r"(?:\bstep[= ]|global_step|checkpoint-|\b(?:at|for) i
 
 
 def stated_step(message: str) -> int | None:
-    """The step a line states (the first it names), None when it names none."""
-    found = _STATED_STEP.search(message)
-    return int(found.group(1)) if found is not None else None
+    """The step a line states, None when it names none. A line that names two (NeMo's "save
+    for step 80 (…step=79-…) finalized": the count of steps done, and the checkpoint's name,
+    numbered as the progress lines number them, "global_step: 79") states the smaller: the
+    last iteration done, as a progress line would number it."""
+    steps = [int(found.group(1)) for found in _STATED_STEP.finditer(message)]
+    return min(steps) if steps else None
+
+
+def stated_times(points: Iterable[tuple[float, int]]) -> dict[int, tuple[float, float]]:
+    """Per step, of ``(time, step)`` a job's stamped lines state, the first and the last time
+    one states it: when the job had reached it (a save's first line) and when it was still
+    there (a save's last: a save holds up the iterations until it ends)."""
+    times: dict[int, tuple[float, float]] = {}
+    for t, step in points:
+        if not math.isfinite(t):
+            continue
+        first, last = times.get(step, (t, t))
+        times[step] = (min(first, t), max(last, t))
+    return times
+
+
+def stated_pace(times: dict[int, tuple[float, float]]) -> float | None:
+    """Seconds per step between the steps lines state (``stated_times``), from when the job
+    was last at one to when it reached the next (the saves' own time left out); the median;
+    None: fewer than two steps, or none apart in time."""
+    ordered = sorted(times.items())
+    paces = [
+        (reached - left) / (s2 - s1)
+        for (s1, (_, left)), (s2, (reached, _)) in itertools.pairwise(ordered)
+        if reached > left
+    ]
+    return float(np.median(paces)) if paces else None
 
 
 def step_anchor(

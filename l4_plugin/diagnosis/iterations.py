@@ -18,7 +18,14 @@ from dataclasses import replace
 
 import numpy as np
 
-from l4_plugin.analysis.clock import BarClock, bar_clock, slowed_from, step_anchor
+from l4_plugin.analysis.clock import (
+    BarClock,
+    bar_clock,
+    slowed_from,
+    stated_step,
+    stated_times,
+    step_anchor,
+)
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.results import Slowdown
 from l4_plugin.analysis.tables import JobData, TemplateInfo
@@ -346,7 +353,7 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
     if cell is None or not data.node_last_iteration:
         return ()
     printed = max(data.node_last_iteration.values())
-    clock = _began(data, bar_clock(data.progress_lines, periodic(data)))
+    clock = _pinned(data, _began(data, bar_clock(data.progress_lines, periodic(data))))
     # (a bar's own elapsed times first: its rate is an average over saves and slow starts)
     pace = (_training_pace(data, clock) if clock is not None else None) or _stated_pace(data)
     if pace is None:
@@ -361,7 +368,7 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
     points = [(clock.last, clock.last[0] + _clock_reach(clock))] if clock is not None else []
     # (a stamped step may lie far behind the progress printed: what a kill lost is counted
     # from the last iteration printed)
-    points += [] if anchor is None else [(anchor, printed + _CLOCK_STEPS)]
+    points += [] if anchor is None else [(_advanced(data, anchor, printed), printed + _CLOCK_STEPS)]
     for (last, shown), reach in points:
         moment = _failure_moment(data, cell[1], shown)
         # A checkpoint's save after the point pauses the iterations for as long as it takes,
@@ -373,6 +380,33 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
         if printed < last + steps <= reach:
             return _clocked(last + steps, cell[1])
     return ()
+
+
+def _advanced(data: JobData, anchor: tuple[int, float], printed: int) -> tuple[int, float]:
+    """The stamped step ``anchor`` (the iteration done, and when) carried on to the last
+    iteration printed, ``printed``, by the seconds each iteration after it states it took
+    (NeMo's "train_step_timing", Megatron's "elapsed time per iteration": a pace's error, times
+    the iterations counted, is an iteration or two over a hundred); unchanged where one
+    states none."""
+    step, shown = anchor
+    seconds: dict[int, float] = {}
+    for (_, b), s in data.node_iteration_seconds.items():
+        seconds[b] = max(s, seconds.get(b, 0.0))
+    took = 0.0
+    for b, span in sorted(data.iteration_spans.items()):
+        done = range(max(b, step + 1), min(b + max(span, 1), printed + 1))
+        if not done:
+            continue
+        if b not in seconds:
+            return anchor
+        took += seconds[b] * len(done)
+    covered = sum(
+        len(range(max(b, step + 1), min(b + max(span, 1), printed + 1)))
+        for b, span in data.iteration_spans.items()
+    )
+    if covered != printed - step:
+        return anchor
+    return printed, shown + took
 
 
 def _clocked(iteration: int, tid: str) -> tuple[ReportIteration, ...]:
@@ -469,6 +503,27 @@ def _began(data: JobData, clock: BarClock | None) -> BarClock | None:
             if begun < t <= shown:
                 begun = t
     return replace(clock, start=begun)
+
+
+def _pinned(data: JobData, clock: BarClock | None) -> BarClock | None:
+    """``clock`` started no later than a stamped line that states a step the bar showed, less
+    the time the bar had run at that frame (a checkpoint's save begins right after the step's
+    frame: "Scheduled async checkpoint save … step=279" at 14:43:43, the frame of global step
+    279 at 38:21), of the lines that first stated each step; the earliest such moment, where
+    it falls after the start the stamps before the frames allow (a bar's lines borrow the last
+    stamp before them, which may be a minute older than the bar)."""
+    if clock is None:
+        return None
+    shown = dict(clock.frames)
+    stated = stated_times(
+        (t, step) for t, m in data.step_lines if (step := stated_step(m)) is not None
+    )
+    bounds = [
+        first - shown[step]
+        for step, (first, _) in stated.items()
+        if step in shown and first - shown[step] >= clock.start
+    ]
+    return replace(clock, start=min(bounds)) if bounds else clock
 
 
 def _clock_reach(clock: BarClock) -> int:

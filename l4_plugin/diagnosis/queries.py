@@ -29,7 +29,7 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import replace
 from typing import Any
 
-from l4_plugin.analysis.clock import periodic_steps, stated_step
+from l4_plugin.analysis.clock import periodic_steps, stated_pace, stated_step, stated_times
 from l4_plugin.analysis.fusion import is_flagged
 from l4_plugin.analysis.tables import BaselinePool, Cell, JobAttempt, JobData, JobDoc, TemplateInfo
 from l4_plugin.analysis.temporal import progress_templates
@@ -530,9 +530,10 @@ def _read_steps(
     """``JobData.step_lines``, ``step_counts`` and ``step_pace``: the latest stamped lines of
     the templates that state a step, not the progress lines themselves
     (``temporal.progress_templates``); the steps of the lines of such a template the index kept
-    no copy of (``periodic_steps``); the seconds per step between the first and the last step
-    such a template states (one node's: every rank's copy of a line says nothing more), the
-    median over the templates."""
+    no copy of (``periodic_steps``); the seconds per step between the steps such templates
+    state (one node's: every rank's copy of a line says nothing more), the saves' own time left
+    out (``clock.stated_pace``; the templates that state the same steps, a save's first line
+    and its last, taken together), the median over such series."""
     progress = progress_templates(iteration_cells, spans)
     tids = [
         t for t, info in templates.items() if _STEP_STATED.search(info.text) and t not in progress
@@ -544,14 +545,24 @@ def _read_steps(
         if step is not None and math.isfinite(t):
             by_template.setdefault(tid, []).append((t, step))
     counts = []
-    paces = []
+    series: list[tuple[set[int], list[tuple[float, int]]]] = []
     for tid, seen in sorted(by_template.items()):
         on = [c for (_, t), c in cells.items() if t == tid]
-        if len(on) == 1 and (last := periodic_steps(seen, on[0])) is not None:
+        if len(on) != 1:
+            continue
+        if (last := periodic_steps(seen, on[0])) is not None:
             counts.append(last)
-        (t1, s1), (t2, s2) = min(seen), max(seen)
-        if len(on) == 1 and s2 > s1 and t2 > t1:
-            paces.append((t2 - t1) / (s2 - s1))
+            seen = [*seen, last]
+        # (the templates that state the same steps are one series of saves: its first line
+        # and its last; DeepSpeed's micro-steps are another)
+        steps = {s for _, s in seen}
+        joined = [g for g in series if g[0] & steps]
+        for g in joined:
+            series.remove(g)
+            steps |= g[0]
+            seen = [*seen, *g[1]]
+        series.append((steps, seen))
+    paces = [p for _, seen in series if (p := stated_pace(stated_times(seen))) is not None]
     return {
         "step_lines": tuple((t, m) for t, m, _ in read),
         "step_counts": tuple(counts),

@@ -138,11 +138,41 @@ def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
     assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (131, "last")
 
 
+def test_a_save_that_states_its_step_pins_the_bars_start() -> None:
+    # The bar's lines all borrowed a stamp printed 79 s before the bar began, and no frame 0 was
+    # kept: the stamps allow a start 156 s early, and the Xid 52 s after the last frame (130)
+    # seems 208 s after it, past the bar's reach. The save of step 100 began right after its
+    # frame (elapsed 770 s), at T0 + 770.5: the bar began by T0 + 0.5; the Xid struck 137.
+    from dataclasses import replace
+
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    bar = [("n1", "bar", None, T0 - 79.0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(
+            stage="training", events=[SimpleNamespace(template_id="oom")], iterations=[]
+        ),
+        slowdown=None,
+    )
+    data = _data(bar, T0 + 1001.0 + 52.0)
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (131, "last")
+    began = "Scheduled async checkpoint save for /ckpt/model-step=100-consumed=51200.0-last"
+    ended = "Async checkpoint save for step 101 (/ckpt/model-step=100-consumed=51200.0-last) done"
+    saved = ((T0 + 770.5, began), (T0 + 790.0, ended))
+    pinned = replace(data, step_lines=saved)
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, pinned)) == (137, "clock")
+    # a step line before the frame the stamps allow (another attempt's save of step 100): no pin
+    early = replace(data, step_lines=((T0 - 400.0, began),))
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, early)) == (131, "last")
+
+
 def test_a_stated_step_is_read_and_implausible_ones_are_left_out() -> None:
     from l4_plugin.analysis.clock import stated_step, step_anchor
 
+    # NeMo's end of a save names the count of steps done and the checkpoint, whose name numbers
+    # the step as the progress lines do ("global_step: 89"): the smaller
     fin = "Async checkpoint save for step 90 (/ckpt/model-step=89-consumed=46080.0-last) finalized"
-    assert stated_step(fin) == 90
+    assert stated_step(fin) == 89
     assert stated_step("[Torch] Checkpoint global_step60 is ready now!") == 60
     assert stated_step("Saving model checkpoint to /ckpt/14b/checkpoint-120") == 120
     assert stated_step("successfully saved checkpoint from iteration at iteration 100") == 100
@@ -152,14 +182,33 @@ def test_a_stated_step_is_read_and_implausible_ones_are_left_out() -> None:
         (T0 + 5.0, fin),
         (T0, "Scheduled async checkpoint save for /ckpt/model-step=89-consumed=46080.0-last"),
     ]
-    assert step_anchor(lines, last=91, reach=64) == (90, T0 + 5.0)
+    assert step_anchor(lines, last=91, reach=64) == (89, T0 + 5.0)
     assert step_anchor(lines[:1], last=91, reach=64) is None
+
+
+def test_the_pace_steps_state_leaves_the_saves_out() -> None:
+    # saves at steps 9, 19, 29 begin (Scheduled) and end (finalized) 40 s apart; between the
+    # end of one and the beginning of the next, 10 steps at 7.6 s: not the 11.6 s the saves'
+    # beginnings alone would say
+    from l4_plugin.analysis.clock import stated_pace, stated_times
+
+    points = []
+    for k in range(3):
+        began = T0 + 116.0 * k
+        points += [(began, 10 * k + 9), (began + 40.0, 10 * k + 9)]
+    times = stated_times(points)
+    assert times[19] == (T0 + 116.0, T0 + 156.0)
+    assert stated_pace(times) == 7.6
+    # one line per step: the interval between them
+    assert stated_pace(stated_times([(T0, 9), (T0 + 116.0, 19)])) == 11.6
+    assert stated_pace(stated_times([(T0, 9)])) is None
 
 
 def test_a_stamped_step_and_the_stated_pace_place_lost_progress() -> None:
     # NeMo's text progress on stdout, buffered: the last 18 steps never reached the file (91
-    # printed, no time of its own). Rank 0's stamped "save for step 90 … finalized" and the
-    # stated 7.5 s a step count to the Xid 144 s later: iteration 110.
+    # printed, no time of its own). Rank 0's stamped "save for step 90 (…step=89…) finalized"
+    # (step 89 done: the next began when the save ended) and the stated 7.5 s a step count to
+    # the Xid 144 s later: iteration 109.
     from dataclasses import replace
 
     from l4_plugin.diagnosis.iterations import report_iterations
@@ -178,15 +227,21 @@ def test_a_stamped_step_and_the_stated_pace_place_lost_progress() -> None:
         ),
         slowdown=None,
     )
-    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (110, "clock")
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (109, "clock")
     # a count that lands before what the job printed is no clock
     data.node_last_iteration = {"n1": 120}
     assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (121, "last")
-    # the save far behind what was printed (80 steps to the Xid, 33 past the last printed
-    # step): what the kill lost is counted from the last printed step, not from the save's
+    # the save far behind what was printed (80 steps to the Xid, 32 past the last printed
+    # step, 137): what the kill lost is counted from the last printed step, which the seconds
+    # each printed step states place (T0 + 5 + 48 × 7.5 s), not from the save's
     far = replace(data, cells={("n2", "oom"): Cell(1, T0 + 5.0 + 600.0, T0 + 5.0 + 600.0)})
     far.node_last_iteration = {"n1": 137}
-    assert next((i.iteration, i.why) for i in report_iterations(analysis, far)) == (170, "clock")
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, far)) == (169, "clock")
+    # the printed steps from 130 on state 10 s each: 137 came at T0 + 5 + 40 × 7.5 + 8 × 10 s,
+    # and 220 s more at the pace of the last buckets (7.5 s) make 30 steps
+    slower = {("n1", b): 10.0 if b >= 130 else 7.5 for b in range(0, 140, 10)}
+    far = replace(far, node_iteration_seconds=slower)
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, far)) == (167, "clock")
     far.node_last_iteration = {"n1": 100}  # 70 lost: a failure long after the job stopped
     assert next((i.iteration, i.why) for i in report_iterations(analysis, far)) == (101, "last")
 
