@@ -54,6 +54,10 @@ _WAITED = (
     (re.compile(r"\bfailed to pass monitoredBarrier in (\d+) ms\b"), 1e-3),
     (re.compile(r"\bwatchdog got stuck for (\d+) seconds\b"), 1.0),
     (re.compile(r"\bwait timeout after (\d+) ?ms\b"), 1e-3),
+    # the kernel's watchdogs: "BUG: soft lockup - CPU#21 stuck for 22s!", "INFO: task
+    # python3:2456 blocked for more than 120 seconds." (the task was stuck that long at least)
+    (re.compile(r"\bsoft lockup - CPU#\d+ stuck for (\d+)s\b"), 1.0),
+    (re.compile(r"\bblocked for more than (\d+) seconds\b"), 1.0),
 )
 
 
@@ -425,10 +429,12 @@ def iteration_at(
     which one, the job's pace says (seconds per iteration between its last iteration lines):
     a job that prints progress every 10 iterations and fails 3 iterations after its last line
     failed in iteration ``bucket + 3``. A line later than the next iteration line would have
-    come (a timeout that fired long after the job stopped) says only that the job got past
-    ``bucket``: ``bucket + 1``. Without a pace, ``bucket``. ``resumed``: when the job was
-    last seen going on within the bucket (the end of a checkpoint's save, a progress line
-    printed after the bucket's own): the iterations are counted from there.
+    come (a timeout that fired long after the job stopped, a line with no time of its own that
+    a later one lent its stamp) says only that the job stopped before that line: in one of the
+    interval's iterations, the middle one the best guess. Without a pace, ``bucket``.
+    ``resumed``: when the job was last seen going on within the bucket (the end of a
+    checkpoint's save, a progress line printed after the bucket's own): the iterations are
+    counted from there.
     """
     start = starts.get(bucket)
     if start is None or not math.isfinite(start) or not math.isfinite(t) or t <= start:
@@ -444,7 +450,7 @@ def iteration_at(
     # (at least one: a moment after the bucket's line is in a later iteration, even one that
     # comes before the last line seen of the bucket's own)
     steps = max(1, math.ceil((t - max(start, resumed)) / pace))
-    return bucket + steps if steps <= interval else bucket + 1
+    return bucket + steps if steps <= interval else bucket + (interval + 1) // 2
 
 
 def waited(message: str) -> float | None:

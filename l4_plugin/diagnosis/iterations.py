@@ -568,6 +568,6 @@ def _failure_moment(data: JobData, tid: str, after: float) -> float | None:
     the bar's last frame: it is not what stopped the job)."""
     firsts = [c.first_ts for (_, t), c in data.cells.items() if t == tid]
     waits = {t: w for t, info in data.templates.items() if (w := waited(info.message)) is not None}
-    stalls = [ts - waits[t] for (_, t), (ts, _) in data.iteration_cells.items() if t in waits]
+    stalls = [c.first_ts - waits[t] for (_, t), c in data.cells.items() if t in waits]
     moments = [m for m in (*firsts, *stalls) if math.isfinite(m) and m >= after]
     return min(moments) if moments else None

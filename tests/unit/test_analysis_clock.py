@@ -430,3 +430,14 @@ def test_a_job_without_progress_lines_is_placed_from_its_stated_steps() -> None:
     assert [(i.iteration, i.why) for i in report_iterations(analysis, data)] == [(42, "clock")]
     early = replace(data, cells={("n2", "oom"): Cell(1, T0 + 400.0, T0 + 400.0)})
     assert report_iterations(analysis, early) == ()
+    # the kernel's soft lockup, 36 s after the save: the CPU was stuck 22 s by then, so the
+    # job stopped 14 s after it (iteration 42), not 36 s (43)
+    from l4_plugin.analysis.tables import TemplateInfo
+
+    lockup = "watchdog: BUG: soft lockup - CPU#21 stuck for 22s! [python3:2456777]"
+    stuck = replace(
+        data,
+        cells={("n2", "oom"): Cell(1, T0 + 473.0 + 36.0, T0 + 473.0 + 36.0)},
+        templates={"oom": TemplateInfo("watchdog: BUG: soft lockup - <*>", message=lockup)},
+    )
+    assert [(i.iteration, i.why) for i in report_iterations(analysis, stuck)] == [(42, "clock")]

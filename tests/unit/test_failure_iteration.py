@@ -89,9 +89,10 @@ def test_a_timeout_places_the_failure_where_its_wait_began() -> None:
         templates={"wd": TemplateInfo("Watchdog caught …", message=msg)},
     )
     assert failure_iteration(data, _analysis("wd")) == (283, "wd")
-    # without what it says it waited, a late line says only that the job got past bucket 280
+    # without what it says it waited, a late line says only that the job stopped before 290's
+    # line was due: the middle of 281..290
     mute = replace(data, templates={"wd": TemplateInfo("Watchdog caught …", message="timeout")})
-    assert failure_iteration(mute, _analysis("wd")) == (281, "wd")
+    assert failure_iteration(mute, _analysis("wd")) == (285, "wd")
     # a rank's traceback on stderr, no time of its own: it took its iteration line's stamp,
     # which says only that it came after; where the others' wait began says when
     line = STARTS[280] + 0.674  # the iteration line's stamp, to the millisecond
@@ -131,6 +132,12 @@ def test_a_timeout_places_the_failure_where_its_wait_began() -> None:
             "/default_pg/0//cuda//0",
             300.0,
         ),
+        (
+            "Aug 25 01:07:35 gpu-r10-u03 kernel: [140883.411748] watchdog: BUG: soft lockup - "
+            "CPU#21 stuck for 22s! [python3:2456777]",
+            22.0,
+        ),
+        ("INFO: task python3:2456777 blocked for more than 120 seconds.", 120.0),
         ("Timeout(ms)=600000", None),
         ("NCCL error: remote process exited or there was a network error", None),
     ],
@@ -158,9 +165,10 @@ def test_iterations_after_a_checkpoint_count_from_its_end() -> None:
     }
     data = replace(_data(cells, STARTS), templates=templates)
     assert failure_iteration(data, _analysis("port")) == (284, "port")
-    # a save's first line alone: counted from it
+    # a save's first line alone: counted from it, the port error is past the next line's time
+    # (the save's length unknown): the middle of 281..290
     del cells[(280, "ready")]
-    assert failure_iteration(data, _analysis("port")) == (281, "port")
+    assert failure_iteration(data, _analysis("port")) == (285, "port")
     # the job failed while saving (the failure's stage): no iteration went on during the save,
     # which is of the iteration 280 completed
     saving = _analysis("port")
@@ -188,9 +196,9 @@ def test_a_suspect_iteration_is_placed_by_the_best_ranked_event_in_its_bucket() 
         slowdown=None,
     )
     assert [i.iteration for i in report_iterations(analysis, data)] == [283]
-    # the cancellation alone: past the next iteration line's time, only "after 280"
+    # the cancellation alone: past the next iteration line's time, the middle of 281..290
     analysis.fusion.events = _analysis("cancel").fusion.events
-    assert [i.iteration for i in report_iterations(analysis, data)] == [281]
+    assert [i.iteration for i in report_iterations(analysis, data)] == [285]
 
 
 def test_an_error_placed_nowhere_that_states_its_iteration_is_taken_at_its_word() -> None:
