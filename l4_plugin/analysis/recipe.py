@@ -491,9 +491,8 @@ def _slowdown_onset(data: JobData) -> tuple[Slowdown, list[int], list[float]] | 
             return None
     else:
         # No stated durations (torchtitan states tokens per second, a print() loop nothing):
-        # the job's clock alone, over two buckets (a line every 10 steps in buckets of 15
-        # makes every other bucket look twice as fast).
-        per = _bucket_medians(_clock_paces(data, stride=2)) if data.time_unit == "ts" else {}
+        # the job's clock alone, over the buckets that keep it steadiest (``_steady_paces``).
+        per = _steady_paces(data) if data.time_unit == "ts" else {}
         its = [b for b in sorted(data.iteration_spans) if b in per]
         if len(its) < 5:
             return None
@@ -628,6 +627,32 @@ def _clock_paces(data: JobData, stride: int = 1) -> dict[tuple[str, int], float]
             if t1 > t0 and b1 > b:
                 paces[(node, b)] = (t1 - t0) / (b1 - b)
     return paces
+
+
+#: Strides (in buckets) the clock's pace may be read over.
+_STRIDES = range(2, 7)
+
+
+def _steady_paces(data: JobData) -> dict[int, float]:
+    """Seconds per iteration by the job's clock alone (``_clock_paces``), per bucket, over the
+    stride whose paces go up and down least from one bucket to the next (their mean change,
+    relative to their median; the shorter of equals). A bucket starts with its first progress
+    line, which is not its first iteration: lines every 10 steps in buckets of 12 begin two
+    buckets 20 or 30 steps apart, and the pace over two alternates between 0.8 and 1.2 of the
+    truth, where five buckets hold six lines each time. A slowdown is one change, at any
+    stride; a longer one spreads it over more buckets."""
+    best: tuple[float, dict[int, float]] | None = None
+    for stride in _STRIDES:
+        per = _bucket_medians(_clock_paces(data, stride=stride))
+        values = [per[b] for b in sorted(per)]
+        if len(values) < 5:
+            break
+        middle = float(np.median(values))
+        changes = [abs(b - a) for a, b in itertools.pairwise(values)]
+        rough = float(np.mean(changes)) / middle if middle > 0 else math.inf
+        if best is None or rough < best[0]:
+            best = (rough, per)
+    return best[1] if best is not None else {}
 
 
 def _bucket_medians(per_node: dict[tuple[str, int], float]) -> dict[int, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -235,6 +236,41 @@ def test_a_kernel_line_of_its_own_starts_a_slowdown() -> None:
         _slowdown(replace(clock, node_iteration_start=steady), frozenset(), 4, DEFAULT_OPTIONS)
         is None
     )
+
+
+def test_a_clock_read_over_buckets_that_do_not_hold_whole_intervals_is_steady() -> None:
+    # torchtitan's line every 10 steps, 4.35 s a step, a 40 s save every 250, in buckets of 12
+    # (1, 13, 25, …): a bucket starts with its first line, 20 or 30 steps after the one two
+    # buckets before. Over two buckets the pace alternates 3.6 / 5.4 s, the saves lift a few,
+    # and a slowdown seems to begin at a save; over five (six lines each time) it is steady. A
+    # real one (6 s a step from step 400) still shows.
+    from l4_plugin.analysis.params import DEFAULT_OPTIONS
+    from l4_plugin.analysis.recipe import _slowdown
+
+    buckets = range(1, 770, 12)
+
+    def started(pace: Callable[[int], float]) -> dict[tuple[str, int], float]:
+        line = [0.0]
+        for step in range(1, 780):
+            line.append(line[-1] + pace(step))
+        return {("a", b): line[-(-b // 10) * 10] for b in buckets}
+
+    steady = started(lambda step: 4.35 + (40.0 if step % 250 == 0 else 0.0))
+    data = JobData(
+        job=JobDoc("j", "failed", "fp", ("a",), 100, 0.0, 4000.0),
+        time_unit="ts",
+        cells={},
+        templates={"step": TemplateInfo("step: <NUM> loss")},
+        stage_spans={},
+        iteration_cells={(b, "step"): (steady[("a", b)], 1) for b in buckets},
+        iteration_spans=dict.fromkeys(buckets, 12),
+        node_iteration_start=steady,
+        node_last_iteration={"a": 780},
+    )
+    assert _slowdown(data, frozenset(), 1, DEFAULT_OPTIONS) is None
+    slowed = started(lambda step: (4.35 if step < 400 else 6.0) + (40.0 if step % 250 == 0 else 0))
+    found = _slowdown(replace(data, node_iteration_start=slowed), frozenset(), 1, DEFAULT_OPTIONS)
+    assert found is not None and 340 <= found.first_iteration <= 400
 
 
 def test_only_the_roots_stack_names_the_stage() -> None:
