@@ -196,12 +196,20 @@ def periodic(data: JobData) -> frozenset[str]:
     return progress_templates(data.iteration_cells, data.iteration_spans)
 
 
+# NeMo 2's asynchronous save, scheduled and finalized (lightning/pytorch/callbacks/
+# model_checkpoint.py): no checkpointing stage (it runs beside training), but a moment the job
+# stood at a step, and a save the iterations may have waited for.
+_ASYNC_SAVE = re.compile(r"\b[Aa]sync checkpoint save for\b")
+
+
 def _saves(info: TemplateInfo) -> bool:
     """Whether a template's lines are a checkpoint's save: seen while saving, or a line that
     begins or completes one (``stages.yaml``; a rank that never printed the save's first line
-    prints its last in whatever stage it was in)."""
-    return info.stage == "checkpointing" or (
-        default_stage_rules().role(info.text).stage == "checkpointing"
+    prints its last in whatever stage it was in; an asynchronous save's, ``_ASYNC_SAVE``)."""
+    return (
+        info.stage == "checkpointing"
+        or default_stage_rules().role(info.text).stage == "checkpointing"
+        or _ASYNC_SAVE.search(info.text) is not None
     )
 
 
@@ -551,8 +559,9 @@ _PACE_BUCKETS = 5
 
 def _saving(data: JobData, after: float, before: float) -> bool:
     """Whether a line of a checkpoint's save (``_saves``) was printed between ``after`` and
-    ``before`` (a node's first or last of the template)."""
-    return any(after < t < before for t in _save_times(data))
+    ``before`` (a node's first or last of the template; at ``after`` too: a bar's clock pinned
+    by the save's first line puts its last frame there)."""
+    return any(after <= t < before for t in _save_times(data))
 
 
 def _save_times(data: JobData) -> list[float]:

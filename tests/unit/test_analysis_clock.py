@@ -164,6 +164,21 @@ def test_a_save_that_states_its_step_pins_the_bars_start() -> None:
     # a step line before the frame the stamps allow (another attempt's save of step 100): no pin
     early = replace(data, step_lines=((T0 - 400.0, began),))
     assert next((i.iteration, i.why) for i in report_iterations(analysis, early)) == (131, "last")
+    # NeMo's asynchronous save of the last frame's step, pinned there: the Xid struck while it
+    # ran, and how long the iterations waited for it, nothing says: after the last printed
+    from l4_plugin.analysis.tables import TemplateInfo
+
+    last = "Scheduled async checkpoint save for /ckpt/model-step=130-consumed=66560.0-last"
+    at_last = replace(
+        data,
+        step_lines=((T0 + 1001.5, last),),
+        cells=data.cells | {("n1", "sched"): Cell(1, T0 + 1001.5, T0 + 1001.5)},
+        templates={"sched": TemplateInfo("Scheduled async checkpoint save for <PATH>")},
+    )
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, at_last)) == (
+        131,
+        "last",
+    )
 
 
 def test_a_stated_step_is_read_and_implausible_ones_are_left_out() -> None:
