@@ -63,6 +63,7 @@ from l4_plugin.analysis.temporal import (
     SlowdownDetector,
     StageAnalyzer,
     StragglerDetector,
+    progress_templates,
 )
 from l4_plugin.analysis.versions import OddVersion, odd_versions
 from l4_plugin.records import PRE_TRAINING_STAGES, STAGE_ORDER
@@ -491,8 +492,12 @@ def _slowdown_onset(data: JobData) -> tuple[Slowdown, list[int], list[float]] | 
             return None
     else:
         # No stated durations (torchtitan states tokens per second, a print() loop nothing):
-        # the job's clock alone, over the buckets that keep it steadiest (``_steady_paces``).
-        per = _steady_paces(data) if data.time_unit == "ts" else {}
+        # the job's clock alone, over two buckets, per progress line (``_line_weights``).
+        per = (
+            _bucket_medians(_clock_paces(data, stride=2, weights=_line_weights(data)))
+            if data.time_unit == "ts"
+            else {}
+        )
         its = [b for b in sorted(data.iteration_spans) if b in per]
         if len(its) < 5:
             return None
@@ -613,9 +618,13 @@ def _averaged_away(its: list[int], rates: list[float]) -> bool:
     return len(own) >= 5 and SlowdownDetector().fit(own, its[1:]).result_ is None
 
 
-def _clock_paces(data: JobData, stride: int = 1) -> dict[tuple[str, int], float]:
+def _clock_paces(
+    data: JobData, stride: int = 1, weights: Mapping[int, float] | None = None
+) -> dict[tuple[str, int], float]:
     """Seconds per iteration by the job's clock, per (node, bucket): from the start of the bucket
-    to the start of the one ``stride`` buckets later, per iteration."""
+    to the start of the one ``stride`` buckets later, per iteration (``weights``: the
+    iterations each bucket's lines stand for, ``_line_weights``, where every bucket between
+    has one; else the buckets' numbers)."""
     per_node: dict[str, list[tuple[int, float]]] = {}
     for (node, b), ts in data.node_iteration_start.items():
         if math.isfinite(ts):
@@ -623,36 +632,33 @@ def _clock_paces(data: JobData, stride: int = 1) -> dict[tuple[str, int], float]
     paces: dict[tuple[str, int], float] = {}
     for node, starts in per_node.items():
         starts.sort()
-        for (b, t0), (b1, t1) in zip(starts, starts[stride:], strict=False):
-            if t1 > t0 and b1 > b:
-                paces[(node, b)] = (t1 - t0) / (b1 - b)
+        for k, ((b, t0), (b1, t1)) in enumerate(zip(starts, starts[stride:], strict=False)):
+            between = [bk for bk, _ in starts[k : k + stride]]
+            spent: float = b1 - b
+            if weights and all(bk in weights for bk in between):
+                spent = sum(weights[bk] for bk in between)
+            if t1 > t0 and spent > 0:
+                paces[(node, b)] = (t1 - t0) / spent
     return paces
 
 
-#: Strides (in buckets) the clock's pace may be read over.
-_STRIDES = range(2, 7)
-
-
-def _steady_paces(data: JobData) -> dict[int, float]:
-    """Seconds per iteration by the job's clock alone (``_clock_paces``), per bucket, over the
-    stride whose paces go up and down least from one bucket to the next (their mean change,
-    relative to their median; the shorter of equals). A bucket starts with its first progress
-    line, which is not its first iteration: lines every 10 steps in buckets of 12 begin two
-    buckets 20 or 30 steps apart, and the pace over two alternates between 0.8 and 1.2 of the
-    truth, where five buckets hold six lines each time. A slowdown is one change, at any
-    stride; a longer one spreads it over more buckets."""
-    best: tuple[float, dict[int, float]] | None = None
-    for stride in _STRIDES:
-        per = _bucket_medians(_clock_paces(data, stride=stride))
-        values = [per[b] for b in sorted(per)]
-        if len(values) < 5:
-            break
-        middle = float(np.median(values))
-        changes = [abs(b - a) for a, b in itertools.pairwise(values)]
-        rough = float(np.mean(changes)) / middle if middle > 0 else math.inf
-        if best is None or rough < best[0]:
-            best = (rough, per)
-    return best[1] if best is not None else {}
+def _line_weights(data: JobData) -> dict[int, float]:
+    """How many iterations each bucket's progress lines stand for: its share of the job's
+    progress lines (every rank's, of ``temporal.progress_templates``) times the iterations they
+    cover. A bucket starts with its first progress line, which is not its first iteration:
+    lines every 10 steps in buckets of 12 begin two buckets 20 or 30 steps apart, and the time
+    between them, over 24 iterations, alternates between 0.8 and 1.2 of the pace; over the
+    lines between them, it holds. Empty: no progress line."""
+    progress = progress_templates(data.iteration_cells, data.iteration_spans)
+    counts: dict[int, int] = {}
+    for (b, tid), (_, n) in data.iteration_cells.items():
+        if tid in progress and n > 0:
+            counts[b] = counts.get(b, 0) + n
+    covered = sum(max(data.iteration_spans.get(b, 1), 1) for b in counts)
+    total = sum(counts.values())
+    if not total:
+        return {}
+    return {b: n * covered / total for b, n in counts.items()}
 
 
 def _bucket_medians(per_node: dict[tuple[str, int], float]) -> dict[int, float]:

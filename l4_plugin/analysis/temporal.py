@@ -453,6 +453,16 @@ def iteration_at(
     return bucket + steps if steps <= interval else bucket + (interval + 1) // 2
 
 
+def iteration_after(starts: Mapping[int, float], spans: Mapping[int, int], bucket: int) -> int:
+    """The iteration of a moment known only to come after ``bucket``'s iteration line and
+    before the next one (``iteration_at`` of a moment past the interval): the middle of the
+    interval the job prints its progress at."""
+    start = starts.get(bucket)
+    if start is None or not math.isfinite(start):
+        return bucket
+    return iteration_at(starts, spans, bucket, math.nextafter(math.inf, 0.0))
+
+
 def waited(message: str) -> float | None:
     """The seconds a timeout's message says it waited before it fired (None: it says none).
     A collective that timed out began that long before the line: the moment the job stopped

@@ -29,7 +29,12 @@ from l4_plugin.analysis.clock import (
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.results import Slowdown
 from l4_plugin.analysis.tables import JobData, TemplateInfo
-from l4_plugin.analysis.temporal import iteration_at, progress_templates, waited
+from l4_plugin.analysis.temporal import (
+    iteration_after,
+    iteration_at,
+    progress_templates,
+    waited,
+)
 from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.report.model import ReportIteration
 
@@ -150,6 +155,9 @@ def _within(
         and first % 1 != 0
         and first in {t for (_, b), t in data.node_iteration_start.items() if b == bucket}
     )
+    if borrowed and not math.isfinite(stalled) and not saving:
+        # (after the iteration line, when: nothing says)
+        return iteration_after(starts, data.iteration_spans, bucket)
     moment = stalled if borrowed and math.isfinite(stalled) else min(first, stalled)
     alive = _resumed(data, bucket, first if math.isfinite(first) else moment)
     began = _save_began(data, bucket, moment) if saving else None
@@ -373,16 +381,19 @@ def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIt
         if clock is None
         else None
     )
-    points = [(clock.last, clock.last[0] + _clock_reach(clock))] if clock is not None else []
+    # (a bar's last frame may have been pinned to the very line that began a save; a stamped
+    # step is often a save's last line)
+    points = [(clock.last, clock.last[0] + _clock_reach(clock), 0.0)] if clock is not None else []
     # (a stamped step may lie far behind the progress printed: what a kill lost is counted
     # from the last iteration printed)
-    points += [] if anchor is None else [(_advanced(data, anchor, printed), printed + _CLOCK_STEPS)]
-    for (last, shown), reach in points:
+    if anchor is not None:
+        points.append((_advanced(data, anchor, printed), printed + _CLOCK_STEPS, _AFTER))
+    for (last, shown), reach, after in points:
         moment = _failure_moment(data, cell[1], shown)
         # A checkpoint's save after the point pauses the iterations for as long as it takes,
         # and whether it had ended when the job failed, no line says (the progress after it is
         # what is missing): the iteration after the last printed, then.
-        if moment is None or _saving(data, shown, moment):
+        if moment is None or _saving(data, shown + after, moment):
             continue
         steps = max(1, math.ceil((moment - shown) / pace))
         if printed < last + steps <= reach:
@@ -466,7 +477,7 @@ def _by_stated_steps(data: JobData, analysis: Analysis) -> tuple[ReportIteration
         return ()
     step, shown = anchor
     moment = _failure_moment(data, first.template_id, shown)
-    if moment is None or (stage == "training" and _saving(data, shown, moment)):
+    if moment is None or (stage == "training" and _saving(data, shown + _AFTER, moment)):
         return ()
     steps = 0 if stage == "checkpointing" else max(1, math.ceil((moment - shown) / pace))
     if steps > _CLOCK_STEPS:
@@ -557,10 +568,13 @@ def _stated_pace(data: JobData) -> float | None:
 _PACE_BUCKETS = 5
 
 
+#: Seconds after a stamped step within which a save's line is that step's own (the anchor).
+_AFTER = 1e-3
+
+
 def _saving(data: JobData, after: float, before: float) -> bool:
-    """Whether a line of a checkpoint's save (``_saves``) was printed between ``after`` and
-    ``before`` (a node's first or last of the template; at ``after`` too: a bar's clock pinned
-    by the save's first line puts its last frame there)."""
+    """Whether a line of a checkpoint's save (``_saves``) was printed from ``after`` to before
+    ``before`` (a node's first or last of the template)."""
     return any(after <= t < before for t in _save_times(data))
 
 

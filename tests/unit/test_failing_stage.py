@@ -242,8 +242,8 @@ def test_a_clock_read_over_buckets_that_do_not_hold_whole_intervals_is_steady() 
     # torchtitan's line every 10 steps, 4.35 s a step, a 40 s save every 250, in buckets of 12
     # (1, 13, 25, …): a bucket starts with its first line, 20 or 30 steps after the one two
     # buckets before. Over two buckets the pace alternates 3.6 / 5.4 s, the saves lift a few,
-    # and a slowdown seems to begin at a save; over five (six lines each time) it is steady. A
-    # real one (6 s a step from step 400) still shows.
+    # and a slowdown seems to begin at a save; per progress line between (the buckets' counts
+    # of them) it is steady. A real one (6 s a step from step 400) still shows.
     from l4_plugin.analysis.params import DEFAULT_OPTIONS
     from l4_plugin.analysis.recipe import _slowdown
 
@@ -262,7 +262,11 @@ def test_a_clock_read_over_buckets_that_do_not_hold_whole_intervals_is_steady() 
         cells={},
         templates={"step": TemplateInfo("step: <NUM> loss")},
         stage_spans={},
-        iteration_cells={(b, "step"): (steady[("a", b)], 1) for b in buckets},
+        # (the bucket's progress lines: one or two)
+        iteration_cells={
+            (b, "step"): (steady[("a", b)], len(range(-(-b // 10) * 10, b + 12, 10)))
+            for b in buckets
+        },
         iteration_spans=dict.fromkeys(buckets, 12),
         node_iteration_start=steady,
         node_last_iteration={"a": 780},

@@ -101,6 +101,10 @@ def test_a_timeout_places_the_failure_where_its_wait_began() -> None:
     starts = {**data.node_iteration_start, ("a", 280): line}
     traceback = replace(data, iteration_cells=err, templates=templates, node_iteration_start=starts)
     assert failure_iteration(traceback, _analysis("err")) == (283, "err")
+    # ... and where no wait says when: before the next line was due, the middle of 281..290
+    alone = {k: v for k, v in err.items() if k[1] != "wd"}
+    unsaid = replace(traceback, iteration_cells=alone)
+    assert failure_iteration(unsaid, _analysis("err")) == (285, "err")
     # a time of its own, just after the iteration line: it struck there
     stamped = {**err, (280, "err"): (line + 0.5, 1)}
     assert failure_iteration(replace(traceback, iteration_cells=stamped), _analysis("err")) == (
