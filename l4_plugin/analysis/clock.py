@@ -31,7 +31,8 @@ from l4_plugin.analysis.tables import Cell
 # tqdm's "440/862 [1:01:34<59:03, …": the iteration, the total, then the elapsed time (M:SS or
 # H:MM:SS).
 _FRAME = re.compile(r"(\d+)/(\d+) \[(?:(\d+):)?(\d{1,2}):(\d{2})<")
-_GLOBAL_STEP = re.compile(r"\bglobal_step=(\d+)")
+# (an exact one: tqdm's "global_step=1e+3" is the bar's batch count's business)
+_GLOBAL_STEP = re.compile(r"\bglobal_step=(\d+)(?:\.\d+)?(?=[,\]\s]|$)")
 _PACE_POINTS = 5  # the last frames whose elapsed times give the pace
 
 

@@ -43,8 +43,12 @@ class IterationRule:
     fallback: bool = False
 
     def number_of(self, raw: str) -> int | None:
+        """The iteration number: the first of ``number``'s groups that took part (a rule may
+        read its number from one place, else from another)."""
         m = self.number.search(raw)
-        return int(m.group(1)) if m else None
+        if m is None:
+            return None
+        return int(next((g for g in m.groups() if g is not None), m.group(1)))
 
     def seconds_of(self, raw: str) -> float | None:
         """The iteration's duration in seconds as the line states it, if it does."""
@@ -97,8 +101,11 @@ class IterationRule:
 
     def _spans_of(self, raw: str) -> _Spans:
         m = self.number.search(raw)
-        a, b = m.span(1) if m is not None else (-1, -1)
-        if m is not None and a < 0:  # the group did not take part: as number_of would
+        a, b = (-1, -1)
+        if m is not None:
+            taking = [i for i in range(1, self.number.groups + 1) if m.start(i) >= 0]
+            a, b = m.span(taking[0] if taking else 1)
+        if m is not None and a < 0:  # no group took part: as number_of would
             raise TypeError("int() argument must be a string, not 'NoneType'")
         for pattern, unit in self.seconds:
             s = pattern.search(raw)

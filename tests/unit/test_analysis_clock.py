@@ -29,6 +29,9 @@ def test_a_frame_reads_its_iteration_total_and_elapsed_time() -> None:
     # a line that holds several frames shows its last; a frame 0 has no rate yet
     assert frame_of(_frame(9, 70) + _frame(10, 77)) == (10, 525, 77.0)
     assert frame_of("  0%|          | 0/202 [00:00<?, ?it/s]") == (0, 202, 0.0)
+    # tqdm's scientific notation is no exact global step: the bar's batch
+    sci = "Epoch 0:  35%|█| 1001/2837 [2:08:49<3:37:42,  0.13it/s, global_step=1e+3, loss=2.1]"
+    assert frame_of(sci) == (1001, 2837, 7729.0)
     assert frame_of("{'loss': 8.2371, 'grad_norm': 1.626246, 'epoch': 0.58}") is None
 
 

@@ -33,6 +33,18 @@ def _body(raw: str) -> str:
         # a custom loop's print() behind torchrun's --tee label and mpirun's
         ("[default0]:step 17 loss 0.2758", 17),
         ("[1,0]<stdout>:step 9 | loss 2.31", 9),
+        # Lightning's bar: the trainer's global step; where tqdm shows it in scientific
+        # notation (shorter for 1000.0), the bar's batch
+        (
+            "Epoch 0:  82%|███ | 211/256 [30:10<06:26, 0.12it/s, v_num=4op4, "
+            "reduced_train_loss=7.19, global_step=210, consumed_samples=5.4e+4]",
+            210,
+        ),
+        (
+            "Epoch 0:  35%|███ | 1001/2837 [2:08:49<3:37:42,  0.13it/s, v_num=wv0r, "
+            "reduced_train_loss=1.853, global_step=1e+3, consumed_samples=2.56e+5]",
+            1001,
+        ),
     ],
 )
 def test_iteration_markers(rules: StageRules, raw: str, number: int) -> None:
