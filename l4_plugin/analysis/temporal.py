@@ -429,9 +429,9 @@ def iteration_at(
     which one, the job's pace says (seconds per iteration between its last iteration lines):
     a job that prints progress every 10 iterations and fails 3 iterations after its last line
     failed in iteration ``bucket + 3``. A line later than the next iteration line would have
-    come (a timeout that fired long after the job stopped, a line with no time of its own that
-    a later one lent its stamp) says only that the job stopped before that line: in one of the
-    interval's iterations, the middle one the best guess. Without a pace, ``bucket``.
+    come (a timeout that fired long after the job stopped) says only that the job got past
+    ``bucket``: ``bucket + 1`` (the middle of the interval was tried: the first is where more
+    failures struck). Without a pace, ``bucket``.
     ``resumed``: when the job was last seen going on within the bucket (the end of a
     checkpoint's save, a progress line printed after the bucket's own): the iterations are
     counted from there.
@@ -450,17 +450,7 @@ def iteration_at(
     # (at least one: a moment after the bucket's line is in a later iteration, even one that
     # comes before the last line seen of the bucket's own)
     steps = max(1, math.ceil((t - max(start, resumed)) / pace))
-    return bucket + steps if steps <= interval else bucket + (interval + 1) // 2
-
-
-def iteration_after(starts: Mapping[int, float], spans: Mapping[int, int], bucket: int) -> int:
-    """The iteration of a moment known only to come after ``bucket``'s iteration line and
-    before the next one (``iteration_at`` of a moment past the interval): the middle of the
-    interval the job prints its progress at."""
-    start = starts.get(bucket)
-    if start is None or not math.isfinite(start):
-        return bucket
-    return iteration_at(starts, spans, bucket, math.nextafter(math.inf, 0.0))
+    return bucket + steps if steps <= interval else bucket + 1
 
 
 def waited(message: str) -> float | None:

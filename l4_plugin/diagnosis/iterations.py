@@ -30,7 +30,6 @@ from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.results import Slowdown
 from l4_plugin.analysis.tables import JobData, TemplateInfo
 from l4_plugin.analysis.temporal import (
-    iteration_after,
     iteration_at,
     progress_templates,
     waited,
@@ -155,9 +154,6 @@ def _within(
         and first % 1 != 0
         and first in {t for (_, b), t in data.node_iteration_start.items() if b == bucket}
     )
-    if borrowed and not math.isfinite(stalled) and not saving:
-        # (after the iteration line, when: nothing says)
-        return iteration_after(starts, data.iteration_spans, bucket)
     moment = stalled if borrowed and math.isfinite(stalled) else min(first, stalled)
     alive = _resumed(data, bucket, first if math.isfinite(first) else moment)
     began = _save_began(data, bucket, moment) if saving else None
