@@ -270,7 +270,10 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
         # Progress lines with no time of their own: the lines' times place nothing; a bar's
         # clock says when the last one came, else the last one printed says where the job
         # stopped.
-        return (*(_by_the_clock(data, cell) or _after_the_last(data)), *iterations)
+        return (
+            *(_by_the_clock(data, cell, saving) or _after_the_last(data)),
+            *iterations,
+        )
     if slow is None:
         failed = _placed(data, starts, cell, saving)
         if failed is None:
@@ -355,16 +358,23 @@ def _after_the_last(data: JobData) -> tuple[ReportIteration, ...]:
 _CLOCK_STEPS = 64
 
 
-def _by_the_clock(data: JobData, cell: tuple[int, str] | None) -> tuple[ReportIteration, ...]:
+def _by_the_clock(
+    data: JobData, cell: tuple[int, str] | None, saving: bool = False
+) -> tuple[ReportIteration, ...]:
     """The iteration a failure struck by the job's clock (:mod:`l4_plugin.analysis.clock`):
     from a point the job is known to have reached at a known time, counted at the job's pace
     to the moment the failure began (``_failure_moment``): its progress bar's last frame
     (within the interval the bar's lines came at, ``_clock_reach``); a job without such a bar,
     the latest step a stamped line states (a checkpoint's; within ``_CLOCK_STEPS``). Empty
-    when neither places it after an iteration the job printed."""
+    when neither places it after an iteration the job printed. ``saving``: the job failed
+    while saving a checkpoint: in the iteration the last save begun before the failure states
+    (``_save_step``), where one does."""
     if cell is None or not data.node_last_iteration:
         return ()
     printed = max(data.node_last_iteration.values())
+    saved = _save_step(data, cell[1], printed) if saving else None
+    if saved is not None:
+        return _clocked(saved, cell[1])
     clock = _pinned(data, _began(data, bar_clock(data.progress_lines, periodic(data))))
     # (a bar's own elapsed times first: its rate is an average over saves and slow starts)
     pace = (_training_pace(data, clock) if clock is not None else None) or _stated_pace(data)
@@ -422,6 +432,29 @@ def _advanced(data: JobData, anchor: tuple[int, float], printed: int) -> tuple[i
     if covered != printed - step:
         return anchor
     return printed, shown + took
+
+
+def _save_step(data: JobData, tid: str, printed: int) -> int | None:
+    """The step the latest stamped save line before the failure (``tid``'s first time) states
+    ("Scheduled async checkpoint save for …step=459…": the step done when the save began), when
+    it lies from the last iteration printed to ``_CLOCK_STEPS`` past it (a bar's buffered
+    frames lost at the kill); None: none does."""
+    moment = _failure_moment(data, tid, -math.inf)
+    if moment is None:
+        return None
+    saved = [
+        (t, step)
+        for t, m in data.step_lines
+        if t <= moment
+        and _SAVE_LINE.search(m)
+        and (step := stated_step(m)) is not None
+        and printed <= step <= printed + _CLOCK_STEPS
+    ]
+    return max(saved)[1] if saved else None
+
+
+# A stamped line about a checkpoint's save (``step_lines`` hold every line stating a step).
+_SAVE_LINE = re.compile(r"(?i)checkpoint")
 
 
 def _clocked(iteration: int, tid: str) -> tuple[ReportIteration, ...]:

@@ -184,6 +184,31 @@ def test_a_save_that_states_its_step_pins_the_bars_start() -> None:
     )
 
 
+def test_a_failure_while_saving_is_in_the_saves_step() -> None:
+    # The bar's last frames (131..139) were lost at the kill; the save of step 139 began 70 s
+    # after frame 130 and the filesystem evicted the node 10 s into it: iteration 139, where a
+    # save that states no step leaves the iteration after the last printed.
+    from dataclasses import replace
+
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    bar = [("n1", "bar", None, T0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
+    bar.append(("n1", "bar0", None, T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(
+            stage="checkpointing", events=[SimpleNamespace(template_id="oom")], iterations=[]
+        ),
+        slowdown=None,
+    )
+    data = _data(bar, T0 + 1001.0 + 80.0)
+    save = "Scheduled async checkpoint save for /ckpt/model-step=139-consumed=71168.0-last"
+    saving = replace(data, step_lines=((T0 + 1001.0 + 70.0, save),))
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, saving)) == (139, "clock")
+    # the save began after the failure: not the failure's
+    late = replace(data, step_lines=((T0 + 1001.0 + 90.0, save),))
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, late))[0] != 139
+
+
 def test_a_stated_step_is_read_and_implausible_ones_are_left_out() -> None:
     from l4_plugin.analysis.clock import stated_step, step_anchor
 
