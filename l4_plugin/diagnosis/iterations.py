@@ -319,9 +319,12 @@ def _unplaced_progress(starts: dict[int, float]) -> bool:
     """Whether the job's progress lines have no time of their own (``starts``: when each bucket
     began, ``_job_iteration_starts``): most consecutive buckets start no later than the one
     before (a rank's stdout flushed at exit gives every step the same stamp; a bar on stderr
-    takes the last stamp before it, printed at start-up)."""
+    takes the last stamp before it, printed at start-up); or, in a short job, every one of at
+    least three buckets starts at one stamp."""
     times = [t for _, t in sorted(starts.items())]
     pairs = [b <= a for a, b in itertools.pairwise(times) if math.isfinite(a + b)]
+    if len(pairs) >= 2 and all(b == a for a, b in itertools.pairwise(times)):
+        return True
     return len(pairs) >= _FLAT_PAIRS and sum(pairs) * 2 >= len(pairs)
 
 

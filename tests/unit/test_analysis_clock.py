@@ -484,3 +484,14 @@ def test_a_job_without_progress_lines_is_placed_from_its_stated_steps() -> None:
         templates={"oom": TemplateInfo("watchdog: BUG: soft lockup - <*>", message=lockup)},
     )
     assert [(i.iteration, i.why) for i in report_iterations(analysis, stuck)] == [(42, "clock")]
+
+
+def test_three_buckets_at_one_stamp_are_progress_with_no_time_of_its_own() -> None:
+    # A short NeMo job's bar (frames 9, 19, 29 kept) all borrowed one start-up stamp: too few
+    # buckets for "most start no later than the one before", but every one at the same stamp
+    from l4_plugin.diagnosis.iterations import _unplaced_progress
+
+    assert _unplaced_progress({9: T0, 19: T0, 29: T0})
+    assert not _unplaced_progress({9: T0, 19: T0 + 55.0, 29: T0 + 110.0})
+    assert not _unplaced_progress({9: T0, 19: T0})  # two: no sign
+    assert not _unplaced_progress({9: T0, 19: T0, 29: T0 + 110.0})
