@@ -283,8 +283,9 @@ def _silence(
 ) -> SilenceResult:
     """Nodes whose own logging stopped while the job went on (:mod:`~l4_plugin.analysis.silence`),
     less those that ended with an error of their own (they died loudly: their error says why),
-    plus nodes the peers' failure evidence names that printed nothing from before it on: a node
-    lost seconds before its peers give up is as silent as one lost an hour before."""
+    plus nodes the peers' failure evidence names that printed nothing from before a witness
+    spoke on: a node lost seconds before its peers give up is as silent as one lost an hour
+    before."""
     result = _silence_detector(data, events, nodes)
     if data.time_unit != "ts":
         return result
@@ -306,7 +307,10 @@ def _silence(
             for t in named.templates
             if (w, t) in data.cells
         ]
-        if said and last[named.node] <= min(said):
+        # (a witness's NCCL warning has no stamp of its own: it takes its process's last one,
+        # the earliest it can have been printed; one witness after the node's last line shows
+        # the node had gone quiet by then)
+        if said and last[named.node] <= max(said):
             silent.append(
                 SilentNode(
                     node=named.node,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -85,3 +87,51 @@ def test_errors() -> None:
         SilenceDetector().fit(NODES[:2], None, [1.0, 2.0], [[1.0], [2.0]], ["t"])
     with pytest.raises(AnalysisError, match="call fit"):
         SilenceDetector().score_samples()
+
+
+def test_a_node_its_peers_name_is_silent_when_a_witness_spoke_after_its_last_line() -> None:
+    # A node crashed (a machine check) 30 s after its last step line. Its peers' NCCL warnings
+    # name its address; they have no stamp of their own and took each witness's last step
+    # line's, one a second before the dead node's own, the other two after it: a witness spoke
+    # after the node went quiet, and the node is as silent as one lost an hour before.
+    from l4_plugin.analysis.evidence import event_stats
+    from l4_plugin.analysis.params import DEFAULT_OPTIONS
+    from l4_plugin.analysis.peers import NamedNode, PeerResult
+    from l4_plugin.analysis.recipe import _silence
+    from l4_plugin.analysis.tables import Cell, JobData, JobDoc, TemplateInfo
+
+    t0 = 1_748_842_262.0
+    nodes = ["a", "b", "c", "dead"]
+    cells = {(n, "step"): Cell(12, t0 - 600.0, t0 + (1.0 if n != "dead" else 0.0)) for n in nodes}
+    for n, at in (("a", t0 - 1.3), ("b", t0 + 1.0), ("c", t0 + 2.3)):
+        cells[(n, "peer")] = Cell(1, at, at)
+        cells[(n, "wd")] = Cell(1, t0 + 38.0, t0 + 38.0)
+    data = JobData(
+        job=JobDoc("j", "failed", "fp", tuple(nodes), 100, t0 - 600.0, t0 + 40.0),
+        time_unit="ts",
+        cells=cells,
+        templates={
+            "step": TemplateInfo("step: <NUM> loss: <NUM>"),
+            "peer": TemplateInfo(
+                "NCCL WARN NET/IB : Got completion from peer <IP><<NUM>> with status=12"
+            ),
+            "wd": TemplateInfo("Process group watchdog thread terminated with exception"),
+        },
+        stage_spans={},
+        iteration_cells={},
+        iteration_spans={},
+        node_iteration_start={},
+        node_last_iteration={},
+    )
+    peers = PeerResult(
+        named=(NamedNode("dead", ("a", "b", "c"), ("peer",), 1.0),),
+        witnesses={"a": ("dead",), "b": ("dead",), "c": ("dead",)},
+        addresses=4,
+    )
+    events = event_stats(data)
+    result = _silence(data, events, nodes, frozenset(), peers, DEFAULT_OPTIONS)
+    assert [s.node for s in result.silent] == ["dead"]
+    # every witness before its last line: it went on after them, no sign it died
+    early = {k: (Cell(1, t0 - 5.0, t0 - 5.0) if k[1] == "peer" else c) for k, c in cells.items()}
+    quiet = _silence(replace(data, cells=early), events, nodes, frozenset(), peers, DEFAULT_OPTIONS)
+    assert "dead" not in [s.node for s in quiet.silent]
