@@ -58,6 +58,14 @@ _WAITED = (
     # python3:2456 blocked for more than 120 seconds." (the task was stuck that long at least)
     (re.compile(r"\bsoft lockup - CPU#\d+ stuck for (\d+)s\b"), 1.0),
     (re.compile(r"\bblocked for more than (\d+) seconds\b"), 1.0),
+    # Ray's GCS marks a node dead after missing its health checks: by default five failed
+    # probes three seconds apart, each waiting up to ten (health_check_failure_threshold,
+    # health_check_period_ms, health_check_timeout_ms), and the driver hears of it after: about
+    # half a minute. The line states no number: the defaults' wait.
+    (
+        re.compile(r"\bhas been marked dead because the detector has missed too many heartbeats"),
+        30.0,
+    ),
 )
 
 
@@ -460,7 +468,7 @@ def waited(message: str) -> float | None:
     for pattern, unit in _WAITED:
         found = pattern.search(message)
         if found is not None:
-            return int(found.group(1)) * unit
+            return int(found.group(1)) * unit if pattern.groups else unit
     return None
 
 

@@ -137,6 +137,13 @@ def test_a_timeout_places_the_failure_where_its_wait_began() -> None:
             22.0,
         ),
         ("INFO: task python3:2456777 blocked for more than 120 seconds.", 120.0),
+        # Ray's driver, a node's health checks missed: no number, its defaults' half minute
+        (
+            "WARNING worker.py:2253 -- The node with node id: 5b88 and address: 10.129.45.77 and "
+            "node name: 10.129.45.77 has been marked dead because the detector has missed too "
+            "many heartbeats from it.",
+            30.0,
+        ),
         ("Timeout(ms)=600000", None),
         ("NCCL error: remote process exited or there was a network error", None),
     ],
