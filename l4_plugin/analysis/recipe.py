@@ -440,7 +440,36 @@ def _stage(data: JobData) -> StageResult | None:
             spans.append(StageSpan(node, stage, fp, max(lp, fp)))
     if not spans:
         return None
+    spans += _saves_over(spans) if data.time_unit == "ts" else []
     return StageAnalyzer(order=STAGE_ORDER, default=STAGE_ORDER[0]).fit(spans).result_
+
+
+def _saves_over(spans: list[StageSpan]) -> list[StageSpan]:
+    """Training resumed after a save, for nodes whose last line was the save's: where another
+    node trained again after its own save, a save that ended before that is over (a save is
+    collective; DeepSpeed's "zero checkpoint saved" is the last line most Ray workers print
+    before the job fails an hour on). A node whose save outlasted every resumption is left
+    saving."""
+    by_node: dict[str, dict[str, StageSpan]] = {}
+    for span in spans:
+        by_node.setdefault(span.node, {})[span.stage] = span
+    resumed = [
+        own["training"].last
+        for own in by_node.values()
+        if "training" in own
+        and "checkpointing" in own
+        and own["checkpointing"].last < own["training"].last
+    ]
+    if not resumed:
+        return []
+    latest = max(resumed)
+    out = []
+    for node, own in by_node.items():
+        save = own.get("checkpointing")
+        if save is None or save.last >= latest or max(s.last for s in own.values()) > save.last:
+            continue
+        out.append(StageSpan(node, "training", save.last, math.nextafter(save.last, math.inf)))
+    return out
 
 
 def _iteration_buckets(data: JobData, options: AnalysisOptions) -> list[int]:

@@ -349,3 +349,37 @@ def test_a_rate_averaged_since_the_start_with_stalls_is_no_slowdown() -> None:
     assert not _averaged_away(its, averaged(slower))
     # per-step durations as stated (Megatron's elapsed time per iteration) are no average
     assert not _averaged_away(its, slower)
+
+
+def test_a_save_another_node_trained_after_is_over() -> None:
+    # Ray workers print DeepSpeed's "zero checkpoint saved" and then nothing of their own; the
+    # rank that prints progress trained on for an hour after the save: the save was over, the
+    # job failed in training, though most nodes' last stage line is the save's.
+    from l4_plugin.analysis.recipe import _stage
+
+    def spans(resumed: bool) -> dict[tuple[str, str], tuple[float, float, float, float]]:
+        out = {("a", "training"): (0.0, 3700.0 if resumed else 100.0, 0.0, 0.0)}
+        out[("a", "checkpointing")] = (101.0, 110.0, 0.0, 0.0)
+        for n in ("b", "c"):
+            out[(n, "training")] = (0.0, 100.0, 0.0, 0.0)
+            out[(n, "checkpointing")] = (101.0, 108.0, 0.0, 0.0)
+        return out
+
+    def data(stage_spans: dict[tuple[str, str], tuple[float, float, float, float]]) -> JobData:
+        return JobData(
+            job=JobDoc("j", "failed", "fp", ("a", "b", "c"), 100, 0.0, 3800.0),
+            time_unit="ts",
+            cells={},
+            templates={},
+            stage_spans=stage_spans,
+            iteration_cells={},
+            iteration_spans={},
+            node_iteration_start={},
+            node_last_iteration={},
+        )
+
+    result = _stage(data(spans(resumed=True)))
+    assert result is not None and result.stage == "training"
+    # no node trained after its save: the job stopped saving
+    result = _stage(data(spans(resumed=False)))
+    assert result is not None and result.stage == "checkpointing"
