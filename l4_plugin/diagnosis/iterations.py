@@ -29,11 +29,7 @@ from l4_plugin.analysis.clock import (
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.results import Slowdown
 from l4_plugin.analysis.tables import JobData, TemplateInfo
-from l4_plugin.analysis.temporal import (
-    iteration_at,
-    progress_templates,
-    waited,
-)
+from l4_plugin.analysis.temporal import iteration_at, progress_templates, waited
 from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.report.model import ReportIteration
 
@@ -420,7 +416,7 @@ def _advanced(data: JobData, anchor: tuple[int, float], printed: int) -> tuple[i
     seconds: dict[int, float] = {}
     for (_, b), s in data.node_iteration_seconds.items():
         seconds[b] = max(s, seconds.get(b, 0.0))
-    took = 0.0
+    took, covered = 0.0, 0
     for b, span in sorted(data.iteration_spans.items()):
         done = range(max(b, step + 1), min(b + max(span, 1), printed + 1))
         if not done:
@@ -428,10 +424,7 @@ def _advanced(data: JobData, anchor: tuple[int, float], printed: int) -> tuple[i
         if b not in seconds:
             return anchor
         took += seconds[b] * len(done)
-    covered = sum(
-        len(range(max(b, step + 1), min(b + max(span, 1), printed + 1)))
-        for b, span in data.iteration_spans.items()
-    )
+        covered += len(done)
     if covered != printed - step:
         return anchor
     return printed, shown + took
