@@ -87,6 +87,16 @@ def _data(bar: list[tuple[str, str, int | None, float, str]], lead_at: float) ->
     )
 
 
+def _oom_analysis(stage: str = "training") -> SimpleNamespace:
+    """An analysis whose best-ranked event is the template "oom", no slowdown, in ``stage``."""
+    return SimpleNamespace(
+        fusion=SimpleNamespace(
+            stage=stage, events=[SimpleNamespace(template_id="oom")], iterations=[]
+        ),
+        slowdown=None,
+    )
+
+
 def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
     # Ray forwards the bar in chunks of ten frames; the job was killed for memory 52 s after
     # the last frame (130) at 7.7 s an iteration: iteration 137, not 131.
@@ -94,12 +104,7 @@ def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
 
     bar = [("n1", "bar", None, T0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
     bar.append(("n1", "bar0", None, T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
-    analysis = SimpleNamespace(
-        fusion=SimpleNamespace(
-            stage="training", events=[SimpleNamespace(template_id="oom")], iterations=[]
-        ),
-        slowdown=None,
-    )
+    analysis = _oom_analysis()
     data = _data(bar, T0 + 1001.0 + 52.0)
     assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (137, "clock")
     # the event came before the bar's last frame (not what stopped the job), or hours after
@@ -151,12 +156,7 @@ def test_a_save_that_states_its_step_pins_the_bars_start() -> None:
     from l4_plugin.diagnosis.iterations import report_iterations
 
     bar = [("n1", "bar", None, T0 - 79.0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
-    analysis = SimpleNamespace(
-        fusion=SimpleNamespace(
-            stage="training", events=[SimpleNamespace(template_id="oom")], iterations=[]
-        ),
-        slowdown=None,
-    )
+    analysis = _oom_analysis()
     data = _data(bar, T0 + 1001.0 + 52.0)
     assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (131, "last")
     began = "Scheduled async checkpoint save for /ckpt/model-step=100-consumed=51200.0-last"
@@ -194,12 +194,7 @@ def test_a_failure_while_saving_is_in_the_saves_step() -> None:
 
     bar = [("n1", "bar", None, T0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
     bar.append(("n1", "bar0", None, T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
-    analysis = SimpleNamespace(
-        fusion=SimpleNamespace(
-            stage="checkpointing", events=[SimpleNamespace(template_id="oom")], iterations=[]
-        ),
-        slowdown=None,
-    )
+    analysis = _oom_analysis("checkpointing")
     data = _data(bar, T0 + 1001.0 + 80.0)
     save = "Scheduled async checkpoint save for /ckpt/model-step=139-consumed=71168.0-last"
     saving = replace(data, step_lines=((T0 + 1001.0 + 70.0, save),))
@@ -264,12 +259,7 @@ def test_a_stamped_step_and_the_stated_pace_place_lost_progress() -> None:
         node_iteration_seconds={("n1", b): 7.5 for b in range(0, 140, 10)},
     )
     data.node_last_iteration = {"n1": 91}
-    analysis = SimpleNamespace(
-        fusion=SimpleNamespace(
-            stage="training", events=[SimpleNamespace(template_id="oom")], iterations=[]
-        ),
-        slowdown=None,
-    )
+    analysis = _oom_analysis()
     assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (109, "clock")
     # a count that lands before what the job printed is no clock
     data.node_last_iteration = {"n1": 120}
@@ -464,12 +454,7 @@ def test_a_job_without_progress_lines_is_placed_from_its_stated_steps() -> None:
         step_counts=((T0 + 473.0, 40),),
         step_pace=12.4,
     )
-    analysis = SimpleNamespace(
-        fusion=SimpleNamespace(
-            stage="training", events=[SimpleNamespace(template_id="oom")], iterations=[]
-        ),
-        slowdown=None,
-    )
+    analysis = _oom_analysis()
     assert [(i.iteration, i.why) for i in report_iterations(analysis, data)] == [(42, "clock")]
     early = replace(data, cells={("n2", "oom"): Cell(1, T0 + 400.0, T0 + 400.0)})
     assert report_iterations(analysis, early) == ()
