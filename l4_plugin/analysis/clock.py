@@ -131,13 +131,34 @@ def _clock(node: str, frames: dict[int, tuple[float, float]]) -> BarClock | None
 _STATED_STEP = re.compile(r"(?:\bstep[= ]|global_step|checkpoint-|\b(?:at|for) iteration )(\d+)\b")
 
 
+# A run that begins training at a step it names, the steps before it done (a resumed run's, or
+# a fresh one's step 0): torchtitan's "Training starts at step 61" (the step about to run: 60
+# done), transformers' Trainer "Continuing training from global step 60", Megatron-LM's
+# "successfully loaded checkpoint from … at iteration 60" (the steps done).
+_STARTS_AT = re.compile(r"\b[Tt]raining starts at step (\d+)\b")
+_RESUMED = re.compile(
+    r"\bContinuing training from global step \d+|\bsuccessfully loaded checkpoint from .* at "
+    r"iteration \d+|\b[Tt]raining starts at step \d+"
+)
+
+
 def stated_step(message: str) -> int | None:
     """The step a line states, None when it names none. A line that names two (NeMo's "save
     for step 80 (…step=79-…) finalized": the count of steps done, and the checkpoint's name,
     numbered as the progress lines number them, "global_step: 79") states the smaller: the
-    last iteration done, as a progress line would number it."""
+    last iteration done, as a progress line would number it. A run's start names the step it
+    is about to run: the one before it is done."""
+    starts = _STARTS_AT.search(message)
+    if starts is not None:
+        return int(starts.group(1)) - 1
     steps = [int(found.group(1)) for found in _STATED_STEP.finditer(message)]
     return min(steps) if steps else None
+
+
+def resumed_step(message: str) -> int | None:
+    """The last step done when a line says training begins (or resumes) right after it (the
+    lines ``_RESUMED`` knows); None for any other line."""
+    return stated_step(message) if _RESUMED.search(message) else None
 
 
 def stated_times(points: Iterable[tuple[float, int]]) -> dict[int, tuple[float, float]]:

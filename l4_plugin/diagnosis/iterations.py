@@ -21,6 +21,7 @@ import numpy as np
 from l4_plugin.analysis.clock import (
     BarClock,
     bar_clock,
+    resumed_step,
     slowed_from,
     stated_step,
     stated_times,
@@ -494,13 +495,15 @@ def _by_stated_steps(data: JobData, analysis: Analysis) -> tuple[ReportIteration
     ``_CLOCK_STEPS`` on. Empty when nothing says (the failure began before that step)."""
     pace = data.step_pace
     stage = analysis.fusion.stage
-    if pace is None or data.time_unit != "ts" or stage not in ("training", "checkpointing"):
+    if data.time_unit != "ts" or stage not in ("training", "checkpointing"):
         return ()
     anchor = step_anchor(data.step_lines, None, 0, data.step_counts)
     first = next(iter(analysis.fusion.events), None)
     if anchor is None or first is None:
         return ()
     step, shown = anchor
+    if pace is None:
+        return _first_step(data, step, shown, first.template_id)
     moment = _failure_moment(data, first.template_id, shown)
     if moment is None or (stage == "training" and _saving(data, shown + _AFTER, moment)):
         return ()
@@ -508,6 +511,20 @@ def _by_stated_steps(data: JobData, analysis: Analysis) -> tuple[ReportIteration
     if steps > _CLOCK_STEPS:
         return ()
     return _clocked(step + steps, first.template_id)
+
+
+def _first_step(data: JobData, step: int, shown: float, tid: str) -> tuple[ReportIteration, ...]:
+    """A run that printed no progress and keeps no pace: when the latest stated step is where
+    training began (``clock.resumed_step``: "Training starts at step 61") and the failure came
+    after it, the job failed in the first step it ran; nothing says it got further. Empty
+    otherwise."""
+    began = any(
+        t == shown and resumed_step(m) == step for t, m in data.step_lines if math.isfinite(t)
+    )
+    moment = _failure_moment(data, tid, shown)
+    if not began or moment is None or moment < shown:
+        return ()
+    return _clocked(step + 1, tid)
 
 
 def _slowed_by_the_clock(data: JobData, slow: Slowdown, starts: dict[int, float]) -> int | None:

@@ -29,7 +29,13 @@ from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, S
 from dataclasses import replace
 from typing import Any
 
-from l4_plugin.analysis.clock import periodic_steps, stated_pace, stated_step, stated_times
+from l4_plugin.analysis.clock import (
+    periodic_steps,
+    resumed_step,
+    stated_pace,
+    stated_step,
+    stated_times,
+)
 from l4_plugin.analysis.fusion import is_flagged
 from l4_plugin.analysis.tables import BaselinePool, Cell, JobAttempt, JobData, JobDoc, TemplateInfo
 from l4_plugin.analysis.temporal import progress_templates
@@ -539,6 +545,15 @@ def _read_steps(
         t for t, info in templates.items() if _STEP_STATED.search(info.text) and t not in progress
     ]
     read = lines.latest_lines(sorted(tids), _STEP_LINES)
+    # A run's start printed by every rank (a template the baselines print too, its lines not
+    # kept): its exemplar, at its earliest time, says where training began.
+    have = {tid for _, _, tid in read}
+    for tid in tids:
+        info = templates[tid]
+        if tid not in have and resumed_step(info.message) is not None:
+            first = min((c.first_ts for (_, t), c in cells.items() if t == tid), default=math.inf)
+            if math.isfinite(first):
+                read.append((first, info.message, tid))
     by_template: dict[str, list[tuple[float, int]]] = {}
     for t, message, tid in read:
         step = stated_step(message)

@@ -234,6 +234,11 @@ def assign(files: list[LogFile], limits: ReadLimits | None = None) -> list[LogFi
         if k is not None or len(mine) <= 1:
             out.append(replace(f, attempt=k if k is not None else (mine[0] if mine else None)))
             continue
+        if f.kind == "system" and _first_time(f, year, limits) is None:
+            # A kernel log that states no wall-clock time (dmesg's seconds since boot): no
+            # time says which attempt printed a line, so it is every attempt's.
+            out.append(f)
+            continue
         split = Split(tuple(clock.starts.get(f.node, ())), year)
         lines = None if f.lines is None else f.lines // len(mine)
         out.extend(replace(f, attempt=a, split=split, lines=lines) for a in mine)
