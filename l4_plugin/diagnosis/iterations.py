@@ -32,6 +32,7 @@ from l4_plugin.analysis.results import Slowdown
 from l4_plugin.analysis.tables import JobData, TemplateInfo
 from l4_plugin.analysis.temporal import iteration_at, progress_templates, waited
 from l4_plugin.ingest.stages import default_stage_rules
+from l4_plugin.records import Level
 from l4_plugin.report.model import ReportIteration
 
 
@@ -275,10 +276,14 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
         failed = _placed(data, starts, cell, saving)
         if failed is None:
             return tuple(iterations) or _after_the_last(data)
+        it, tid = failed
+        if _borrowed(data, starts, cell):
+            clocked = _by_the_clock(data, cell, saving)
+            if clocked:
+                return (*clocked, *iterations)
         # Where the failure began, when no iteration departs from its predecessors (a hang's
         # last iteration, a crash in an iteration like the others); after them otherwise: the
         # best-ranked event may have begun earlier than the failure (a flapping link).
-        it, tid = failed
         if any(s.iteration == it for s in iterations):
             return tuple(iterations)
         began = ReportIteration(
@@ -325,6 +330,20 @@ def _unplaced_progress(starts: dict[int, float]) -> bool:
     return len(pairs) >= _FLAT_PAIRS and sum(pairs) * 2 >= len(pairs)
 
 
+def _borrowed(data: JobData, starts: dict[int, float], cell: tuple[int, str] | None) -> bool:
+    """Whether the failure (``cell``: its bucket and template) sits in the last bucket printed
+    with no time of its own in it: its first line is no later than the bucket's first (a
+    worker's unstamped traceback took the stamp of the driver's line before it), so the
+    bucket's start says nothing of when it struck."""
+    if cell is None or not starts:
+        return False
+    bucket, tid = cell
+    if bucket != max(starts):
+        return False
+    first = min((c.first_ts for (_, t), c in data.cells.items() if t == tid), default=math.inf)
+    return math.isfinite(first) and first <= starts[bucket]
+
+
 def _states_its_iteration(data: JobData, cell: tuple[int, str] | None) -> bool:
     """Whether the best-ranked event with a bucket (``cell``: its bucket and template) states
     the iteration it struck."""
@@ -356,6 +375,8 @@ def _after_the_last(data: JobData) -> tuple[ReportIteration, ...]:
 # what its buffer held at a kill: a few dozen frames); further is a failure long after the job
 # stopped going on (a hang that a later error ended), placed after the last frame instead.
 _CLOCK_STEPS = 64
+#: Iterations a job may take to notice a failure (Ray's driver hearing a worker died).
+_NOTICING = 2
 
 
 def _by_the_clock(
@@ -396,12 +417,21 @@ def _by_the_clock(
         points.append((_advanced(data, anchor, printed), printed + _CLOCK_STEPS, _AFTER))
     for (last, shown), reach, after in points:
         moment = _failure_moment(data, cell[1], shown)
+        # (else when the job noticed it: the failure came no later, nor past the point the
+        # next progress line would have shown)
+        bound = moment is None and (moment := _noticed(data, shown)) is not None
         # A checkpoint's save after the point pauses the iterations for as long as it takes,
         # and whether it had ended when the job failed, no line says (the progress after it is
         # what is missing): the iteration after the last printed, then.
         if moment is None or _saving(data, shown + after, moment):
             continue
         steps = max(1, math.ceil((moment - shown) / pace))
+        if bound:
+            # (noticed within the iterations the next line would have shown, and the few
+            # seconds a driver takes to hear of it; later, it says nothing)
+            if steps > reach - last + _NOTICING:
+                continue
+            steps = min(steps, reach - last)
         if printed < last + steps <= reach:
             return _clocked(last + steps, cell[1])
     return ()
@@ -636,3 +666,21 @@ def _failure_moment(data: JobData, tid: str, after: float) -> float | None:
     stalls = [c.first_ts - waits[t] for (_, t), c in data.cells.items() if t in waits]
     moments = [m for m in (*firsts, *stalls) if math.isfinite(m) and m >= after]
     return min(moments) if moments else None
+
+
+def _noticed(data: JobData, after: float) -> float | None:
+    """When the job noticed a failure whose own line has no time after ``after`` (a worker's
+    traceback on stderr, unstamped, copied into a driver's log): the first line of an error
+    the job printed nowhere before ``after`` (Ray Tune's "Trial task failed", a launcher's
+    "failed (exitcode: 1)"); the failure came no later. None: no such line."""
+    firsts: dict[str, float] = {}
+    for (_, t), c in data.cells.items():
+        firsts[t] = min(c.first_ts, firsts.get(t, math.inf))
+    noticed = [
+        ts
+        for t, ts in firsts.items()
+        if after <= ts < math.inf
+        and (level := Level.parse(data.templates[t].level)) is not None
+        and level.is_error
+    ]
+    return min(noticed) if noticed else None

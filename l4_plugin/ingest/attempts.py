@@ -207,7 +207,8 @@ def assign(files: list[LogFile], limits: ReadLimits | None = None) -> list[LogFi
     """The job's files with their attempts (``LogFile.attempt``), for a job whose paths name
     two attempts or more; else as they are. A file of a node with attempts whose path names
     none (the launcher agent's log, the node's kernel log) becomes one stream per attempt of
-    its node (``split``); a file of a node without any (the job's own files) stays the whole
+    its node (``split``); a file of a node without any (the job's own files), and a kernel log
+    whose first lines state no wall-clock time (dmesg's seconds since boot), stays the whole
     job's."""
     by_path = path_attempts(f.relative for f in files)
     if len(set(by_path.values())) < 2:

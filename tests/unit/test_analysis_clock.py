@@ -480,3 +480,119 @@ def test_three_buckets_at_one_stamp_are_progress_with_no_time_of_its_own() -> No
     assert not _unplaced_progress({9: T0, 19: T0 + 55.0, 29: T0 + 110.0})
     assert not _unplaced_progress({9: T0, 19: T0})  # two: no sign
     assert not _unplaced_progress({9: T0, 19: T0, 29: T0 + 110.0})
+
+
+def test_a_runs_start_states_the_step_before_it() -> None:
+    from l4_plugin.analysis.clock import resumed_step, stated_step
+
+    assert (
+        stated_step("[titan] 2025-05-24 12:01:40,265 - root - INFO - Training starts at step 61")
+        == 60
+    )
+    assert resumed_step("Training starts at step 61, with local batch size 4") == 60
+    assert resumed_step("  Continuing training from global step 120") == 120
+    assert (
+        resumed_step(" successfully loaded checkpoint from /ckpt [ t 0, p 0 ] at iteration 500")
+        == 500
+    )
+    assert resumed_step("Saving the checkpoint at step 60.") is None
+    assert stated_step("Saving the checkpoint at step 60.") == 60
+
+
+def test_a_resumed_run_without_progress_failed_in_its_first_step() -> None:
+    # A restarted attempt loaded step 60 and said "Training starts at step 61"; its GPU failed
+    # 16 s later, before any progress line and with no pace to count by: step 61. A failure
+    # before that line, or a latest step line that is a save (not where training began), says
+    # nothing.
+    from dataclasses import replace
+
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    start = (
+        T0 + 100.0,
+        "[titan] 2025-05-24 12:01:40,265 - root - INFO - Training starts at step 61",
+    )
+    data = replace(
+        _data([], T0 + 116.0),
+        iteration_cells={},
+        iteration_spans={},
+        node_iteration_start={},
+        node_last_iteration={},
+        step_lines=(start,),
+        step_pace=None,
+    )
+    analysis = _oom_analysis()
+    assert [(i.iteration, i.why) for i in report_iterations(analysis, data)] == [(61, "clock")]
+    early = replace(data, cells={("n2", "oom"): Cell(1, T0 + 90.0, T0 + 90.0)})
+    assert report_iterations(analysis, early) == ()
+    saved = replace(data, step_lines=((T0 + 100.0, "Finished saving the checkpoint at step 60"),))
+    assert report_iterations(analysis, saved) == ()
+    assert report_iterations(_oom_analysis("model_loading"), data) == ()
+
+
+def _noticing(lead_at: float, noticed_at: float) -> JobData:
+    """The bar of ``test_a_flat_timeline_places_the_failure_by_the_bars_clock``, the failure's
+    own line at ``lead_at`` and the driver's report of it (an error) at ``noticed_at``."""
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+
+    bar = [("n1", "bar", None, T0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
+    bar.append(("n1", "bar0", None, T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
+    data = _data(bar, lead_at)
+    return replace(
+        data,
+        cells=data.cells | {("n0", "trial"): Cell(1, noticed_at, noticed_at)},
+        templates={
+            "oom": TemplateInfo("what(): CUDA error: unknown error"),
+            "trial": TemplateInfo(
+                "ERROR tune_controller.py:<NUM> -- Trial task failed for trial <*>",
+                levels={"ERROR": 1},
+            ),
+        },
+    )
+
+
+def test_a_failure_without_a_time_of_its_own_is_placed_by_when_the_job_noticed_it() -> None:
+    # A worker's traceback, unstamped, took the stamp of the driver's line before it (before
+    # the bar's last frame, 130 at T0 + 1001): Ray's driver reported the trial failed 52 s after
+    # that frame, at 7.7 s an iteration: iteration 137, not 131. Noticed 12 iterations on (the
+    # next chunk of ten frames would have shown 140): 140 at most. Noticed an hour on: it says
+    # nothing, after the last printed.
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    analysis = _oom_analysis()
+    first = lambda data: next((i.iteration, i.why) for i in report_iterations(analysis, data))  # noqa: E731
+    assert first(_noticing(T0, T0 + 1001.0 + 52.0)) == (137, "clock")
+    assert first(_noticing(T0, T0 + 1001.0 + 12 * 7.7 - 1.0)) == (140, "clock")
+    assert first(_noticing(T0, T0 + 1001.0 + 3600.0)) == (131, "last")
+    # an error line the job printed before the last frame too is no report of this failure
+    from dataclasses import replace
+
+    early = _noticing(T0, T0 + 1001.0 + 52.0)
+    early = replace(early, cells=early.cells | {("n3", "trial"): Cell(1, T0 + 500.0, T0 + 500.0)})
+    assert first(early) == (131, "last")
+
+
+def test_a_failure_in_the_last_bucket_with_a_borrowed_time_is_placed_by_the_clock() -> None:
+    # The buckets have times (each chunk of the bar took the stamp of a line 16 s before it),
+    # so the progress is placed; the failure's line took the last bucket's stamp too: the
+    # bucket's start says nothing of when it struck, the bar's clock and the driver's report do.
+    from dataclasses import replace
+
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    data = _noticing(T0 + 985.0, T0 + 1001.0 + 52.0)
+    starts = {10 * k: T0 + 77.0 * k - 16.0 for k in range(14)}
+    data = replace(
+        data,
+        iteration_cells={(b, "bar"): (t, 1) for b, t in starts.items()}
+        | {(130, "oom"): (T0 + 985.0, 1)},
+        node_iteration_start={("n1", b): t for b, t in starts.items()},
+    )
+    analysis = _oom_analysis()
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (137, "clock")
+    # a line with a time of its own later in the bucket: where its time says
+    own = replace(data, cells=data.cells | {("n2", "oom"): Cell(1, T0 + 1020.0, T0 + 1020.0)})
+    own = replace(own, iteration_cells=own.iteration_cells | {(130, "oom"): (T0 + 1020.0, 1)})
+    assert next(i.why for i in report_iterations(analysis, own)) != "clock"

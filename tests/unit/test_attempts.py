@@ -132,3 +132,36 @@ def test_assign_splits_the_files_of_nodes_with_attempts(tmp_path: Path) -> None:
     # One attempt only: nothing changes.
     one = [f for f in files if "attempt_1" not in f.relative]
     assert assign(one) == one
+
+
+def test_a_kernel_log_without_a_wall_clock_time_is_every_attempts(tmp_path: Path) -> None:
+    # dmesg's seconds since boot say nothing of which attempt printed a line: the file stays
+    # whole (no attempt), read into every attempt's diagnosis; a kernel log with syslog's
+    # stamps is split by time like the agent's log.
+    job = tmp_path / "job"
+    stamp = "[W1127 10:00:{:02d}.000000 socket.cpp:207] hello"
+    for k, sec in ((0, 1), (1, 40)):
+        d = job / "n1" / "run" / f"attempt_{k}" / "0"
+        d.mkdir(parents=True)
+        (d / "stderr.log").write_text(stamp.format(sec) + "\n")
+    (job / "n1" / "dmesg.txt").write_text(
+        "[    0.197311] Linux version 6.8.0\n[396997.295990] NVRM: Xid (PCI:0000:bd:00): 48, x\n"
+    )
+    (job / "n1" / "kern.log").write_text(
+        "Nov 27 10:00:30 n1 kernel: [28059.1] NVRM: Xid (PCI:0000:bd:00): 79, x\n"
+    )
+    files = [
+        LogFile(
+            p,
+            p.relative_to(job).as_posix(),
+            "n1",
+            None,
+            "system" if p.parent.name == "n1" else "rank",
+        )
+        for p in sorted(job.rglob("*"))
+        if p.is_file()
+    ]
+    out = sorted((f.relative, f.attempt, f.split is not None) for f in assign(files))
+    assert ("n1/dmesg.txt", None, False) in out
+    assert [a for r, a, _ in out if r == "n1/dmesg.txt"] == [None]
+    assert [(a, s) for r, a, s in out if r == "n1/kern.log"] == [(0, True), (1, True)]
