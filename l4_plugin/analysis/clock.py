@@ -265,8 +265,12 @@ def slowed_from(frames: Sequence[tuple[int, float]], reference: float, after: in
         if i1 > after or paces[k] <= half:
             continue
         following = paces[k + 1 : k + 1 + _STAYS]
-        if following and sum(p > half for p in following) * 2 <= len(following):
-            continue  # one slow interval: a checkpoint's save, not the slowdown
+        if following and (
+            following[0] <= half or sum(p > half for p in following) * 2 <= len(following)
+        ):
+            # one slow interval: a checkpoint's save, not the slowdown (which stays: the
+            # interval after it is slow too, even when it began soon after the save)
+            continue
         if k > 0 and paces[k - 1] > reference + (slow - reference) / 10:
             i1, i2, d = steps[k - 1]  # it began late in the interval before: slower already
         # iterations i1+1..j at the reference pace, j+1..i2 at the slow one

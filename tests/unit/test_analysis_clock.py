@@ -596,3 +596,17 @@ def test_a_failure_in_the_last_bucket_with_a_borrowed_time_is_placed_by_the_cloc
     own = replace(data, cells=data.cells | {("n2", "oom"): Cell(1, T0 + 1020.0, T0 + 1020.0)})
     own = replace(own, iteration_cells=own.iteration_cells | {(130, "oom"): (T0 + 1020.0, 1)})
     assert next(i.why for i in report_iterations(analysis, own)) != "clock"
+
+
+def test_a_save_just_before_a_slowdown_is_not_where_it_began() -> None:
+    # Frames every ten iterations at 4.5 s: a save held up 109 → 119 (89 s), the interval after
+    # it ran at the old pace, and the job slowed to 8.5 s an iteration from 136. Three of the
+    # five intervals after the save are slow, but the one right after it is not: the save is
+    # one slow interval; the slowdown began at 136.
+    from l4_plugin.analysis.clock import slowed_from
+
+    frames = [(9 + 10 * k, 44.0 + 45.0 * k) for k in range(11)]  # 9 … 109 at 4.5 s
+    frames += [(119, 581.0), (129, 626.0), (139, 687.0)]
+    frames += [(139 + 10 * k, 687.0 + 85.0 * k) for k in range(1, 20)]
+    assert slowed_from(frames, 4.5, 137) is None  # (the onset's stated rates say 137)
+    assert slowed_from(frames, 4.5, 140) == 136
