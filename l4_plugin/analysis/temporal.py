@@ -428,6 +428,7 @@ def iteration_at(
     bucket: int,
     t: float,
     resumed: float = -math.inf,
+    pace: float | None = None,
 ) -> int:
     """The iteration a moment ``t`` of the iteration bucket ``bucket`` fell in.
 
@@ -442,7 +443,8 @@ def iteration_at(
     failures struck). Without a pace, ``bucket``.
     ``resumed``: when the job was last seen going on within the bucket (the end of a
     checkpoint's save, a progress line printed after the bucket's own): the iterations are
-    counted from there.
+    counted from there, at ``pace`` seconds an iteration when given (the pace of training
+    alone, the saves left out), else the buckets' own.
     """
     start = starts.get(bucket)
     if start is None or not math.isfinite(start) or not math.isfinite(t) or t <= start:
@@ -453,7 +455,8 @@ def iteration_at(
     pairs = [(n, secs) for n, secs in pairs if n > 0 and secs > 0]
     if not pairs:
         return bucket
-    pace = float(np.median([secs / n for n, secs in pairs]))
+    if pace is None or not pace > 0:
+        pace = float(np.median([secs / n for n, secs in pairs]))
     interval = max(spans.get(bucket, 1), int(np.median([n for n, _ in pairs])))
     # (at least one: a moment after the bucket's line is in a later iteration, even one that
     # comes before the last line seen of the bucket's own)

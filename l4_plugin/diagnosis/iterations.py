@@ -158,7 +158,11 @@ def _within(
     if began is not None:
         # (a line after the bucket's is in a later iteration: the save's is the one before)
         return max(bucket, iteration_at(starts, data.iteration_spans, bucket, began) - 1)
-    return iteration_at(starts, data.iteration_spans, bucket, moment, alive)
+    # (counted from the end of a save, at the pace of training alone where the stated steps
+    # give it: the buckets' own pace holds the saves)
+    start = starts.get(bucket, math.inf)
+    pace = data.step_pace if alive > start else None
+    return iteration_at(starts, data.iteration_spans, bucket, moment, alive, pace)
 
 
 def _save_began(data: JobData, bucket: int, until: float) -> float | None:
@@ -190,6 +194,13 @@ def _resumed(data: JobData, bucket: int, until: float) -> float:
             info = data.templates.get(tid)
             if tid in progress or (info is not None and _saves(info)):
                 resumed = ts
+    # (a save's last line, when it came in the bucket: the iterations went on after it)
+    begun = data.node_iteration_start
+    start = min((t for (_, b), t in begun.items() if b == bucket), default=math.inf)
+    for (_, tid), cell in data.cells.items():
+        info = data.templates.get(tid)
+        if start <= cell.last_ts < until and cell.last_ts > resumed and info and _saves(info):
+            resumed = cell.last_ts
     return resumed
 
 

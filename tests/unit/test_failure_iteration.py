@@ -181,6 +181,37 @@ def test_iterations_after_a_checkpoint_count_from_its_end() -> None:
     assert failure_iteration(data, saving) == (280, "port")
 
 
+def test_a_saves_last_line_and_the_pace_of_training_alone_count_the_iterations() -> None:
+    # The save's template came first in bucket 280 at +5 (the last save's "ready" line, late),
+    # and this save's own "ready" line, its node's last, at +65: a port error at +83 came 18 s
+    # after the save ended. The buckets' pace holds a save each (5 s an iteration); training
+    # alone, between the saves the stated steps mark, 2.5 s: iteration 288 (284 at the
+    # buckets' pace; 281 counted from the template's first line, too far for the bucket).
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import Cell, TemplateInfo
+
+    cells = {
+        (280, "ready"): (STARTS[280] + 5.0, 2),
+        (280, "port"): (STARTS[280] + 83.0, 1),
+    }
+    templates = {
+        "ready": TemplateInfo("[Torch] Checkpoint global_step0 is ready now!", {}, {"training": 8}),
+        "port": TemplateInfo("NET/IB : mlx0_<NUM>:<NUM> Got async event : port error"),
+    }
+    last = Cell(count=30, first_ts=50.0, last_ts=STARTS[280] + 65.0)
+    data = replace(
+        _data(cells, STARTS), templates=templates, cells={("a", "ready"): last}, step_pace=2.5
+    )
+    assert failure_iteration(data, _analysis("port")) == (288, "port")
+    assert failure_iteration(replace(data, step_pace=None), _analysis("port")) == (284, "port")
+    early = replace(data, cells={("a", "ready"): replace(last, last_ts=STARTS[280] + 5.0)})
+    assert failure_iteration(early, _analysis("port")) == (281, "port")
+    # no save in the bucket: the buckets' own pace, whatever the steps state
+    plain = replace(data, cells={}, iteration_cells={(280, "port"): (STARTS[280] + 12.0, 1)})
+    assert failure_iteration(plain, _analysis("port")) == (283, "port")
+
+
 def test_a_suspect_iteration_is_placed_by_the_best_ranked_event_in_its_bucket() -> None:
     # DTW finds bucket 280 new for the scheduler's cancellation, printed long after; the
     # best-ranked event of that bucket, 12 s past its start, says where the failure struck.
