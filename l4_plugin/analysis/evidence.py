@@ -463,6 +463,15 @@ def teardown(terms: Mapping[str, Term]) -> frozenset[str]:
     )
 
 
+def named_causes(terms: Mapping[str, Term]) -> dict[str, float]:
+    """Templates whose words (``record_terms``) the lexicon names a cause by (not a
+    consequence, not background), with the weight of its words: between lines the
+    comparisons score alike, the one that says what happened ("OSError: [Errno 28] No space
+    left on device", 0.95) before one that says only its exception's class ("RuntimeError:
+    … unexpected pos 1580172082 vs 3189773315", 0.5) or nothing the lexicon knows."""
+    return {t: term.weight for t, term in terms.items() if not term.cascade and not term.benign}
+
+
 def lexicon_priors(
     terms: Mapping[str, Term], options: AnalysisOptions = DEFAULT_OPTIONS
 ) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:

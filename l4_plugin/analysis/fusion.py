@@ -167,6 +167,7 @@ class Fusion:
         hang: Mapping[str, tuple[float, tuple[str, ...]]] | None = None,
         teardown: frozenset[str] = frozenset(),
         stack: Mapping[str, str] | None = None,
+        named: Mapping[str, float] | None = None,
     ) -> Fusion:
         """Rank events and nodes from whatever analyses ran (None = that analysis did not run).
 
@@ -176,7 +177,9 @@ class Fusion:
         words). ``ordering`` maps a template to ``(factor, reason)`` that only orders the set (a
         consequence after what explains it). ``hang`` maps a node the ranks' dumps name to
         ``(weight, reasons)``; ``stack`` a node running other versions than the job to why;
-        ``teardown`` templates (a launcher tearing the job down) are never a culprit's own."""
+        ``teardown`` templates (a launcher tearing the job down) are never a culprit's own;
+        ``named`` maps a template whose words the lexicon names a cause by to their weight: the
+        weightier first among equals."""
         self._check(events)
         all_nodes = _all_nodes(events, nodes, spatial, silence)
         n_nodes, job_stage = max(len(all_nodes), 1), stage.stage if stage is not None else None
@@ -188,7 +191,7 @@ class Fusion:
         earliest = self._earliest(_causes(pre, ordering, discounts), by_id, job_stage, n_nodes)
         self._mark_cascade(reasons, by_id, earliest, n_nodes)
         order = _ordering(reasons, discounts, ordering)
-        candidates = self._sorted(reasons, by_id, factor, order)
+        candidates = self._sorted(reasons, by_id, factor, order, named=named or {})
         selected = self._select(candidates, order)
 
         def rank_nodes(chosen: Sequence[RankedEvent]) -> tuple[RankedNode, ...]:
@@ -215,7 +218,7 @@ class Fusion:
             _credit_culprit(culprit, own, heard, reasons, order)
             _credit_hang(culprit, own, hang, reasons)
             if own or heard:
-                candidates = self._sorted(reasons, by_id, factor, order, culprit)
+                candidates = self._sorted(reasons, by_id, factor, order, culprit, named or {})
                 selected = self._select(candidates, order)
                 ranked_nodes = rank_nodes(selected)
         self.result_ = FusionResult(
@@ -277,10 +280,12 @@ class Fusion:
         factor: Mapping[str, float],
         order: Mapping[str, float],
         culprit: str | None = None,
+        named: Mapping[str, float] | None = None,
     ) -> list[RankedEvent]:
-        """Candidates best first; ties by first time, then by the order the culprit printed
-        them (one moment's lines: the first printed is the one that says what happened), and
-        lines without a wall-clock time (dmesg's) by the order their node printed them."""
+        """Candidates best first; ties by the weight of the cause the lexicon names in their
+        words (``named``), by first time, then by the order the culprit printed them (one moment's
+        lines: the first printed is the one that says what happened), and lines without a
+        wall-clock time (dmesg's) by the order their node printed them."""
 
         def at(t: str) -> float:
             positions = by_id[t].positions
@@ -299,6 +304,7 @@ class Fusion:
         ranked.sort(
             key=lambda x: (
                 -x[0].score,
+                -(named or {}).get(x[0].template_id, 0.0),
                 x[0].first_seen if x[0].first_seen is not None else 0.0,
                 x[1],
                 x[0].template_id,

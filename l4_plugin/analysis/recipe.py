@@ -26,6 +26,7 @@ from l4_plugin.analysis.evidence import (
     event_stats,
     killed_on,
     lexicon_priors,
+    named_causes,
     record_terms,
     symptoms,
     teardown,
@@ -871,6 +872,7 @@ def analyze(
             stack={o.node: o.why for o in odd},
             hang=hang.evidence if hang is not None else None,
             teardown=teardown(terms),
+            named=named_causes(terms),
         )
         .result_
     )

@@ -273,6 +273,27 @@ def test_lines_without_a_clock_tie_in_the_order_their_node_printed_them() -> Non
     assert [e.template_id for e in ranked][:2] == ["soft-lockup", "hung-task"]
 
 
+def test_among_equals_the_line_that_names_a_cause_leads() -> None:
+    # A chained traceback's two exceptions, one moment, scored alike: the one whose words name
+    # a cause (errno 28, 0.95) before the earlier one that names only its class (0.5), and
+    # that before a line the lexicon knows nothing of. A better-scored line stays first.
+    events = [
+        EventStat("pos", "ERROR", {"k": 10.000001}, {"k": 1}),
+        EventStat("handling", "ERROR", {"k": 10.000002}, {"k": 1}),
+        EventStat("nospace", "ERROR", {"k": 10.000003}, {"k": 1}),
+    ]
+    stats = [JobTemplateStat(e.template_id, e.count, len(e.counts), 1.0) for e in events]
+    filt = CrossJobFilter().fit({}).transform(stats)
+    named = {"nospace": 0.95, "pos": 0.5}
+    ranked = Fusion().fit(events, ["k", "j"], crossjob=filt, named=named).result_.events
+    assert [e.template_id for e in ranked][:3] == ["nospace", "pos", "handling"]
+    ranked = Fusion().fit(events, ["k", "j"], crossjob=filt).result_.events
+    assert [e.template_id for e in ranked][:3] == ["pos", "handling", "nospace"]
+    louder = [*events[:2], EventStat("nospace", "WARN", {"k": 10.000003}, {"k": 1})]
+    ranked = Fusion().fit(louder, ["k", "j"], crossjob=filt, named=named).result_.events
+    assert ranked[0].template_id == "pos"
+
+
 def test_a_consequence_printed_first_is_no_evidence_and_a_driver_copy_no_second_node() -> None:
     # Ray: the teardown's "*** SIGTERM received" reaches three workers before the failing
     # worker's traceback is stamped; the driver's log repeats that traceback. The SIGTERM is
