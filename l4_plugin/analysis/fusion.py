@@ -213,7 +213,9 @@ class Fusion:
         ranked_nodes = rank_nodes(selected)
         culprit = _culprit(ranked_nodes)
         if culprit is not None and (peers is not None or hang):
-            own = self._culprit_evidence(culprit, pre, by_id, job_stage, teardown)
+            own = self._culprit_evidence(
+                culprit, pre, by_id, job_stage, teardown, _consequences(ordering)
+            )
             heard = _witness_statements(culprit, peers, reasons, by_id) if peers else set()
             _credit_culprit(culprit, own, heard, reasons, order)
             _credit_hang(culprit, own, hang, reasons)
@@ -319,11 +321,14 @@ class Fusion:
         by_id: Mapping[str, EventStat],
         job_stage: str | None,
         teardown: frozenset[str] = frozenset(),
+        said: frozenset[str] = frozenset(),
     ) -> set[str]:
         """What the culprit itself printed first: the warning-or-worse candidate of the failing
         stage that came first on it (by time, then by its position in the node's logs: a
         timeless NCCL warning printed just before the stamped error it led to comes first),
-        never the launcher's teardown."""
+        never the launcher's teardown, and a line whose words are a consequence (``said``: a
+        peer's reset, what one of its processes saw of another's death) only when it printed
+        nothing else."""
         pool = [
             t
             for t, s in pre.items()
@@ -333,6 +338,7 @@ class Fusion:
             and is_flagged(by_id[t].level)
             and (job_stage is None or by_id[t].stage in (None, job_stage))
         ]
+        pool = [t for t in pool if t not in said] or pool
         if not pool:
             return set()
 
@@ -705,6 +711,11 @@ def _causes(
     """The candidates that may be the evidence everything else followed: not a consequence's
     words (a teardown's SIGTERM, the launcher's report), however early it was printed, nor a
     fault that went away before the failure (a link that flapped and came back)."""
-    said = {t for t, (_, why) in (ordering or {}).items() if why == "consequence-words"}
+    said = _consequences(ordering)
     said |= {t for t, (_, why) in (discounts or {}).items() if why == "recovered-before-failure"}
     return {t: s for t, s in pre.items() if t not in said}
+
+
+def _consequences(ordering: Mapping[str, tuple[float, str]] | None) -> frozenset[str]:
+    """The templates whose words are a consequence's (``ordering``'s "consequence-words")."""
+    return frozenset(t for t, (_, why) in (ordering or {}).items() if why == "consequence-words")
