@@ -131,6 +131,20 @@ def _clock(node: str, frames: dict[int, tuple[float, float]]) -> BarClock | None
 _STATED_STEP = re.compile(r"(?:\bstep[= ]|global_step|checkpoint-|\b(?:at|for) iteration )(\d+)\b")
 
 
+def _unheld(start: float, end: float, least: float, held: Sequence[tuple[float, float]]) -> float:
+    """The seconds from ``start`` to ``end`` less the parts the ``held`` spans cover, no less
+    than ``least`` (nor than nothing held)."""
+    covered = 0.0
+    cursor = start
+    for a, b in sorted(held):
+        a, b = max(a, cursor), min(b, end)
+        if b > a:
+            covered += b - a
+            cursor = b
+    took = end - start
+    return took if not covered else max(took - covered, min(least, took))
+
+
 # A run that begins training at a step it names, the steps before it done (a resumed run's, or
 # a fresh one's step 0): torchtitan's "Training starts at step 61" (the step about to run: 60
 # done), transformers' Trainer "Continuing training from global step 60", Megatron-LM's
@@ -238,7 +252,12 @@ def periodic_steps(seen: Sequence[tuple[float, int]], cell: Cell) -> tuple[float
 _STAYS = 5  # intervals after a slow one that must mostly be slow too (a save is one slow interval)
 
 
-def slowed_from(frames: Sequence[tuple[int, float]], reference: float, after: int) -> int | None:
+def slowed_from(
+    frames: Sequence[tuple[int, float]],
+    reference: float,
+    after: int,
+    held: Sequence[tuple[float, float]] = (),
+) -> int | None:
     """The first slow iteration by a clock's ``frames`` ((iteration, seconds), each drawn when
     its iteration completed: a bar's own, or the times of the job's iteration lines), for a
     job that slowed down from ``reference`` seconds per iteration and stayed slow past
@@ -247,9 +266,11 @@ def slowed_from(frames: Sequence[tuple[int, float]], reference: float, after: in
 
     The slow pace is the median between the frames past ``after``; the first interval between
     two frames slower than halfway, followed by mostly slow ones, holds the onset: within it,
-    the iteration from which the frames' elapsed time is the slow pace's (none: None)."""
+    the iteration from which the frames' elapsed time is the slow pace's (none: None).
+    ``held``: spans (on the frames' clock) a checkpoint's save held the iterations up: an
+    interval's time less what of it they cover (no less than its iterations at ``reference``)."""
     steps = [
-        (i1, i2, e2 - e1)
+        (i1, i2, _unheld(e1, e2, (i2 - i1) * reference, held))
         for (i1, e1), (i2, e2) in itertools.pairwise(frames)
         if i2 > i1 and e2 >= e1
     ]

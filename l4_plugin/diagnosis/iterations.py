@@ -576,15 +576,28 @@ def _slowed_by_the_clock(data: JobData, slow: Slowdown, starts: dict[int, float]
     slowed, the time the bucket took says). None: neither says."""
     clock = bar_clock(data.progress_lines, periodic(data))
     if clock is not None:
-        found = slowed_from(clock.frames, slow.reference, slow.first_iteration)
+        held = [(a - clock.start, b - clock.start) for a, b in _held(data)]
+        found = slowed_from(clock.frames, slow.reference, slow.first_iteration, held)
         return found if found is not None and found <= slow.first_iteration else None
     if data.time_unit != "ts" or data.iteration_spans.get(slow.first_iteration, 1) <= 1:
         return None  # (a bucket of one iteration: its stated rate says where)
     frames = sorted((b, t) for b, t in starts.items() if math.isfinite(t))
-    found = slowed_from(frames, slow.reference, slow.first_iteration)
+    found = slowed_from(frames, slow.reference, slow.first_iteration, _held(data))
     after = [b for b in data.iteration_spans if b > slow.first_iteration]
     end = min(after) if after else math.inf
     return found if found is not None and slow.first_iteration <= found <= end else None
+
+
+def _held(data: JobData) -> list[tuple[float, float]]:
+    """The spans checkpoints' saves held the iterations up: from the first to the last stamped
+    line stating a save's step (``clock.stated_times``: "Scheduled … step=89", "save for step
+    90 (…step=89…) finalized")."""
+    points = [
+        (t, step)
+        for t, m in data.step_lines
+        if _SAVE_LINE.search(m) and (step := stated_step(m)) is not None
+    ]
+    return [(a, b) for a, b in stated_times(points).values() if b > a]
 
 
 def _began(data: JobData, clock: BarClock | None) -> BarClock | None:

@@ -610,3 +610,33 @@ def test_a_save_just_before_a_slowdown_is_not_where_it_began() -> None:
     frames += [(139 + 10 * k, 687.0 + 85.0 * k) for k in range(1, 20)]
     assert slowed_from(frames, 4.5, 137) is None  # (the onset's stated rates say 137)
     assert slowed_from(frames, 4.5, 140) == 136
+
+
+def test_a_saves_hold_is_taken_out_of_the_interval_where_a_slowdown_began() -> None:
+    # Frames every ten iterations at 8.5 s; a save held 89 → 99 up for 79 s (its first and last
+    # lines state step 89), and the job slowed to 16.3 s from 93: the interval took 220 s.
+    # Taken whole, the slow part would begin before the save (90); less the save's 79 s, at 93.
+    from l4_plugin.analysis.clock import slowed_from
+
+    frames = [(9 + 10 * k, 85.0 + 85.0 * k) for k in range(9)]  # 9 … 89 at 8.5 s
+    frames += [(99, 765.0 + 220.0)]
+    frames += [(99 + 10 * k, 985.0 + 163.0 * k) for k in range(1, 20)]
+    assert slowed_from(frames, 8.5, 97) == 90
+    assert slowed_from(frames, 8.5, 97, held=[(765.0, 844.0)]) == 93
+    # a span longer than the interval's excess takes it no lower than the reference pace
+    assert slowed_from(frames, 8.5, 97, held=[(765.0, 985.0)]) is None
+
+
+def test_the_spans_saves_held_come_from_the_lines_stating_their_steps() -> None:
+    from dataclasses import replace
+
+    from l4_plugin.diagnosis.iterations import _held
+
+    lines = (
+        (T0 + 768.0, "Scheduled async checkpoint save for /ckpt/model-step=89-consumed=9.0-last"),
+        (T0 + 847.0, "Async checkpoint save for step 90 (/ckpt/model-step=89-last) finalized"),
+        (T0 + 900.0, "step 95 | loss 2.1"),  # no save's line: no span
+        (T0 + 1500.0, "Saving checkpoint at step 179"),  # a lone line: no span
+    )
+    data = replace(_data([], T0), step_lines=lines)
+    assert _held(data) == [(T0 + 768.0, T0 + 847.0)]
