@@ -429,6 +429,7 @@ def iteration_at(
     t: float,
     resumed: float = -math.inf,
     pace: float | None = None,
+    slack: int = 0,
 ) -> int:
     """The iteration a moment ``t`` of the iteration bucket ``bucket`` fell in.
 
@@ -444,7 +445,9 @@ def iteration_at(
     ``resumed``: when the job was last seen going on within the bucket (the end of a
     checkpoint's save, a progress line printed after the bucket's own): the iterations are
     counted from there, at ``pace`` seconds an iteration when given (the pace of training
-    alone, the saves left out), else the buckets' own.
+    alone, the saves left out), else the buckets' own. ``slack``: iterations past the next
+    line that still place ``t`` (when it bounds the moment from above, a report that came
+    after it), in the iteration before the one it came in, no later than the next line's.
     """
     start = starts.get(bucket)
     if start is None or not math.isfinite(start) or not math.isfinite(t) or t <= start:
@@ -461,6 +464,10 @@ def iteration_at(
     # (at least one: a moment after the bucket's line is in a later iteration, even one that
     # comes before the last line seen of the bucket's own)
     steps = max(1, math.ceil((t - max(start, resumed)) / pace))
+    if slack and steps <= interval + slack:
+        # (the report came after the failure: a driver hearing of a dead worker, a transport
+        # giving up after its retries; about an iteration of such a job)
+        return bucket + min(max(1, steps - 1), interval)
     return bucket + steps if steps <= interval else bucket + 1
 
 

@@ -153,6 +153,10 @@ def _within(
         and first in {t for (_, b), t in data.node_iteration_start.items() if b == bucket}
     )
     moment = stalled if borrowed and math.isfinite(stalled) else min(first, stalled)
+    # (a borrowed time and no timeout's wait: when the job noticed it, the failure came no
+    # later, nor past the next progress line, which never came)
+    noticed = _noticed(data, first) if borrowed and not math.isfinite(stalled) else None
+    moment = noticed if noticed is not None else moment
     alive = _resumed(data, bucket, first if math.isfinite(first) else moment)
     began = _save_began(data, bucket, moment) if saving else None
     if began is not None:
@@ -162,7 +166,8 @@ def _within(
     # give it: the buckets' own pace holds the saves)
     start = starts.get(bucket, math.inf)
     pace = data.step_pace if alive > start else None
-    return iteration_at(starts, data.iteration_spans, bucket, moment, alive, pace)
+    slack = _NOTICING if noticed is not None else 0
+    return iteration_at(starts, data.iteration_spans, bucket, moment, alive, pace, slack)
 
 
 def _save_began(data: JobData, bucket: int, until: float) -> float | None:
@@ -442,7 +447,7 @@ def _by_the_clock(
             # seconds a driver takes to hear of it; later, it says nothing)
             if steps > reach - last + _NOTICING:
                 continue
-            steps = min(steps, reach - last)
+            steps = min(max(1, steps - 1), reach - last)  # (as ``iteration_at``'s slack)
         if printed < last + steps <= reach:
             return _clocked(last + steps, cell[1])
     return ()
@@ -694,17 +699,18 @@ def _failure_moment(data: JobData, tid: str, after: float) -> float | None:
 
 def _noticed(data: JobData, after: float) -> float | None:
     """When the job noticed a failure whose own line has no time after ``after`` (a worker's
-    traceback on stderr, unstamped, copied into a driver's log): the first line of an error
-    the job printed nowhere before ``after`` (Ray Tune's "Trial task failed", a launcher's
-    "failed (exitcode: 1)"); the failure came no later. None: no such line."""
+    traceback on stderr, unstamped, copied into a driver's log): the first line of a warning
+    or an error the job printed nowhere before ``after`` (Ray Tune's "Trial task failed", the
+    launcher agent's "Sending process 2932826 closing signal SIGTERM"); the failure came no
+    later. None: no such line."""
     firsts: dict[str, float] = {}
     for (_, t), c in data.cells.items():
         firsts[t] = min(c.first_ts, firsts.get(t, math.inf))
     noticed = [
         ts
         for t, ts in firsts.items()
-        if after <= ts < math.inf
+        if after < ts < math.inf
         and (level := Level.parse(data.templates[t].level)) is not None
-        and level.is_error
+        and level.is_flagged
     ]
     return min(noticed) if noticed else None

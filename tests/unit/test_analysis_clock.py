@@ -556,14 +556,15 @@ def _noticing(lead_at: float, noticed_at: float) -> JobData:
 def test_a_failure_without_a_time_of_its_own_is_placed_by_when_the_job_noticed_it() -> None:
     # A worker's traceback, unstamped, took the stamp of the driver's line before it (before
     # the bar's last frame, 130 at T0 + 1001): Ray's driver reported the trial failed 52 s after
-    # that frame, at 7.7 s an iteration: iteration 137, not 131. Noticed 12 iterations on (the
-    # next chunk of ten frames would have shown 140): 140 at most. Noticed an hour on: it says
-    # nothing, after the last printed.
+    # that frame, at 7.7 s an iteration, in 137: the failure came about an iteration before
+    # the report, 136, not 131. Noticed 12 iterations on (the next chunk of ten frames would
+    # have shown 140): 140 at most. Noticed an hour on: it says nothing, after the last
+    # printed.
     from l4_plugin.diagnosis.iterations import report_iterations
 
     analysis = _oom_analysis()
     first = lambda data: next((i.iteration, i.why) for i in report_iterations(analysis, data))  # noqa: E731
-    assert first(_noticing(T0, T0 + 1001.0 + 52.0)) == (137, "clock")
+    assert first(_noticing(T0, T0 + 1001.0 + 52.0)) == (136, "clock")
     assert first(_noticing(T0, T0 + 1001.0 + 12 * 7.7 - 1.0)) == (140, "clock")
     assert first(_noticing(T0, T0 + 1001.0 + 3600.0)) == (131, "last")
     # an error line the job printed before the last frame too is no report of this failure
@@ -591,7 +592,7 @@ def test_a_failure_in_the_last_bucket_with_a_borrowed_time_is_placed_by_the_cloc
         node_iteration_start={("n1", b): t for b, t in starts.items()},
     )
     analysis = _oom_analysis()
-    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (137, "clock")
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (136, "clock")
     # a line with a time of its own later in the bucket: where its time says
     own = replace(data, cells=data.cells | {("n2", "oom"): Cell(1, T0 + 1020.0, T0 + 1020.0)})
     own = replace(own, iteration_cells=own.iteration_cells | {(130, "oom"): (T0 + 1020.0, 1)})

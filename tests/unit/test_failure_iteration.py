@@ -212,6 +212,40 @@ def test_a_saves_last_line_and_the_pace_of_training_alone_count_the_iterations()
     assert failure_iteration(plain, _analysis("port")) == (283, "port")
 
 
+def test_a_borrowed_time_is_placed_by_when_the_job_noticed_the_failure() -> None:
+    # A node crashed; its peers' NCCL warning has no stamp of its own and took their last
+    # progress line's (280, to the millisecond); no timeout states a wait. The agent's
+    # "Sending process … closing signal SIGTERM" (a warning first seen then) came 33 s on, at
+    # 5 s an iteration in 287: the failure came about an iteration before, in 286. Noticed
+    # past the next progress line (290) by no more than two iterations: 290 at most; later:
+    # it says nothing more than "after 280".
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import Cell, TemplateInfo
+
+    at = STARTS[280] + 0.679
+    starts = {**STARTS, 280: at}
+    cells = {(280, "ib"): (at, 3)}
+    templates = {
+        "ib": TemplateInfo("NCCL WARN NET/IB : Got completion from peer <IP> with status=<NUM>"),
+        "term": TemplateInfo("Sending process <NUM> closing signal SIGTERM", levels={"WARNING": 1}),
+    }
+
+    def noticed(after: float) -> Any:
+        return replace(
+            _data(cells, starts),
+            templates=templates,
+            cells={("a", "term"): Cell(1, at + after, at + after)},
+        )
+
+    assert failure_iteration(noticed(33.0), _analysis("ib")) == (286, "ib")
+    assert failure_iteration(noticed(58.0), _analysis("ib")) == (290, "ib")
+    assert failure_iteration(noticed(300.0), _analysis("ib")) == (281, "ib")
+    # a warning the job printed before (its first line earlier) is no report of this
+    early = replace(noticed(33.0), cells={("a", "term"): Cell(2, 40.0, at + 33.0)})
+    assert failure_iteration(early, _analysis("ib")) == (280, "ib")
+
+
 def test_a_suspect_iteration_is_placed_by_the_best_ranked_event_in_its_bucket() -> None:
     # DTW finds bucket 280 new for the scheduler's cancellation, printed long after; the
     # best-ranked event of that bucket, 12 s past its start, says where the failure struck.
