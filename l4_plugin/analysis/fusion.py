@@ -194,21 +194,10 @@ class Fusion:
         candidates = self._sorted(reasons, by_id, factor, order, named=named or {})
         selected = self._select(candidates, order)
 
+        seen = (spatial, silence, stage, stragglers, earliest, by_id, slowdown, peers, hang, stack)
+
         def rank_nodes(chosen: Sequence[RankedEvent]) -> tuple[RankedNode, ...]:
-            return self._nodes(
-                all_nodes,
-                chosen,
-                spatial,
-                silence,
-                stage,
-                stragglers,
-                earliest,
-                by_id,
-                slowdown,
-                peers,
-                hang,
-                stack,
-            )
+            return self._nodes(all_nodes, chosen, *seen)
 
         ranked_nodes = rank_nodes(selected)
         culprit = _culprit(ranked_nodes)

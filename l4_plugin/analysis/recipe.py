@@ -882,9 +882,7 @@ def analyze(
     printed_in = {e.template_id: e.stage for e in events}
     failing = _failing_records(fusion, events, kept)
     reported = failing_stage(data, stage, failing, stages, printed_in)
-    stuck = _stage_of_hang(hang, stages)
-    if stuck is not None:
-        reported = stuck
+    reported = _stage_of_hang(hang, stages) or reported
     if reported is not None and reported != fusion.stage:
         fusion = replace(fusion, stage=reported)
     return Analysis(
