@@ -524,6 +524,7 @@ def _read_variants(
 # "for step <NUM>", "global_step<NUM>", a path's "checkpoint-<NUM>", "at iteration <NUM>".
 _STEP_STATED = re.compile(r"\bstep\b|global_step|[Cc]heckpoint|\biteration\b")
 _STEP_LINES = 64  # the latest lines read
+_STEP_REACH = 64  # steps past the last iteration printed a stated step may lie
 
 
 def _read_steps(
@@ -561,9 +562,12 @@ def _read_steps(
             by_template.setdefault(tid, []).append((t, step))
     counts = []
     series: list[tuple[set[int], list[tuple[float, int]]]] = []
+    # (a template numbered past the iterations the job printed counts something else:
+    # DeepSpeed's micro-steps, "step=10400" in iteration 1300)
+    printed = max((b + max(n, 1) for b, n in spans.items()), default=math.inf)
     for tid, seen in sorted(by_template.items()):
         on = [c for (_, t), c in cells.items() if t == tid]
-        if len(on) != 1:
+        if len(on) != 1 or max(s for _, s in seen) > printed + _STEP_REACH:
             continue
         if (last := periodic_steps(seen, on[0])) is not None:
             counts.append(last)
