@@ -447,7 +447,8 @@ def iteration_at(
     counted from there, at ``pace`` seconds an iteration when given (the pace of training
     alone, the saves left out), else the buckets' own. ``slack``: iterations past the next
     line that still place ``t`` (when it bounds the moment from above, a report that came
-    after it), in the iteration before the one it came in, no later than the next line's.
+    after it), in the iteration before the one it came in, no later than the next line's;
+    later than that, it says nothing: ``bucket``.
     """
     start = starts.get(bucket)
     if start is None or not math.isfinite(start) or not math.isfinite(t) or t <= start:
@@ -464,10 +465,10 @@ def iteration_at(
     # (at least one: a moment after the bucket's line is in a later iteration, even one that
     # comes before the last line seen of the bucket's own)
     steps = max(1, math.ceil((t - max(start, resumed)) / pace))
-    if slack and steps <= interval + slack:
+    if slack:
         # (the report came after the failure: a driver hearing of a dead worker, a transport
         # giving up after its retries; about an iteration of such a job)
-        return bucket + min(max(1, steps - 1), interval)
+        return bucket + min(max(1, steps - 1), interval) if steps <= interval + slack else bucket
     return bucket + steps if steps <= interval else bucket + 1
 
 

@@ -156,7 +156,13 @@ def _within(
     # (a borrowed time and no timeout's wait: when the job noticed it, the failure came no
     # later, nor past the next progress line, which never came)
     noticed = _noticed(data, first) if borrowed and not math.isfinite(stalled) else None
-    moment = noticed if noticed is not None else moment
+    if noticed is not None and _saving(data, first, noticed):
+        noticed = None  # (a save begun meanwhile held the iterations up for how long?)
+    if noticed is not None:
+        spans = data.iteration_spans
+        placed = iteration_at(starts, spans, bucket, noticed, -math.inf, None, _NOTICING)
+        if placed > bucket:  # (a report long after the next line was due says nothing)
+            return placed
     alive = _resumed(data, bucket, first if math.isfinite(first) else moment)
     began = _save_began(data, bucket, moment) if saving else None
     if began is not None:
@@ -166,8 +172,7 @@ def _within(
     # give it: the buckets' own pace holds the saves)
     start = starts.get(bucket, math.inf)
     pace = data.step_pace if alive > start else None
-    slack = _NOTICING if noticed is not None else 0
-    return iteration_at(starts, data.iteration_spans, bucket, moment, alive, pace, slack)
+    return iteration_at(starts, data.iteration_spans, bucket, moment, alive, pace)
 
 
 def _save_began(data: JobData, bucket: int, until: float) -> float | None:
@@ -293,7 +298,9 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
         if failed is None:
             return tuple(iterations) or _after_the_last(data)
         it, tid = failed
-        if _borrowed(data, starts, cell):
+        # (a bar's own clock places it; a stamped step carried on is no better than the
+        # buckets' own stamps)
+        if _borrowed(data, starts, cell) and bar_clock(data.progress_lines, periodic(data)):
             clocked = _by_the_clock(data, cell, saving)
             if clocked:
                 return (*clocked, *iterations)
@@ -348,16 +355,19 @@ def _unplaced_progress(starts: dict[int, float]) -> bool:
 
 def _borrowed(data: JobData, starts: dict[int, float], cell: tuple[int, str] | None) -> bool:
     """Whether the failure (``cell``: its bucket and template) sits in the last bucket printed
-    with no time of its own in it: its first line is no later than the bucket's first (a
-    worker's unstamped traceback took the stamp of the driver's line before it), so the
-    bucket's start says nothing of when it struck."""
+    with no time of its own in it: its first line's time is, to the millisecond, the
+    bucket's line's or earlier (a worker's unstamped traceback took the stamp of the driver's
+    line before it), so the bucket's start says nothing of when it struck."""
     if cell is None or not starts:
         return False
     bucket, tid = cell
     if bucket != max(starts):
         return False
     first = min((c.first_ts for (_, t), c in data.cells.items() if t == tid), default=math.inf)
-    return math.isfinite(first) and first <= starts[bucket]
+    # (to the millisecond, as ``_within`` tells a borrowed stamp: two lines of one whole
+    # second are no sign of it)
+    lines = {t for (_, b), t in data.node_iteration_start.items() if b == bucket}
+    return math.isfinite(first) and first % 1 != 0 and (first < starts[bucket] or first in lines)
 
 
 def _states_its_iteration(data: JobData, cell: tuple[int, str] | None) -> bool:
@@ -433,13 +443,19 @@ def _by_the_clock(
         points.append((_advanced(data, anchor, printed), printed + _CLOCK_STEPS, _AFTER))
     for (last, shown), reach, after in points:
         moment = _failure_moment(data, cell[1], shown)
-        # (else when the job noticed it: the failure came no later, nor past the point the
-        # next progress line would have shown)
-        bound = moment is None and (moment := _noticed(data, shown)) is not None
+        # (else, by a bar's frames, when the job noticed it: the failure came no later, nor
+        # past the point the bar's next line would have shown)
+        bound = (
+            moment is None
+            and after == 0.0
+            and clock is not None
+            and (moment := _noticed(data, shown)) is not None
+        )
         # A checkpoint's save after the point pauses the iterations for as long as it takes,
         # and whether it had ended when the job failed, no line says (the progress after it is
-        # what is missing): the iteration after the last printed, then.
-        if moment is None or _saving(data, shown + after, moment):
+        # what is missing): the iteration after the last printed, then. (A report's moment:
+        # a save begun with the point's own line, too.)
+        if moment is None or _saving(data, shown + (0.0 if bound else after), moment):
             continue
         steps = max(1, math.ceil((moment - shown) / pace))
         if bound:

@@ -576,23 +576,32 @@ def test_a_failure_without_a_time_of_its_own_is_placed_by_when_the_job_noticed_i
 
 
 def test_a_failure_in_the_last_bucket_with_a_borrowed_time_is_placed_by_the_clock() -> None:
-    # The buckets have times (each chunk of the bar took the stamp of a line 16 s before it),
+    # The buckets have times (each chunk of the bar took the stamp of a line 15.5 s before it),
     # so the progress is placed; the failure's line took the last bucket's stamp too: the
     # bucket's start says nothing of when it struck, the bar's clock and the driver's report do.
     from dataclasses import replace
 
     from l4_plugin.diagnosis.iterations import report_iterations
 
-    data = _noticing(T0 + 985.0, T0 + 1001.0 + 52.0)
-    starts = {10 * k: T0 + 77.0 * k - 16.0 for k in range(14)}
+    data = _noticing(T0 + 985.5, T0 + 1001.0 + 52.0)
+    starts = {10 * k: T0 + 77.0 * k - 15.5 for k in range(14)}
     data = replace(
         data,
         iteration_cells={(b, "bar"): (t, 1) for b, t in starts.items()}
-        | {(130, "oom"): (T0 + 985.0, 1)},
+        | {(130, "oom"): (T0 + 985.5, 1)},
         node_iteration_start={("n1", b): t for b, t in starts.items()},
     )
     analysis = _oom_analysis()
     assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (136, "clock")
+    # in whole seconds, one second's lines are no sign of a borrowed stamp
+    whole = replace(
+        data,
+        cells=data.cells | {("n2", "oom"): Cell(1, T0 + 985.0, T0 + 985.0)},
+        iteration_cells=data.iteration_cells | {(130, "oom"): (T0 + 985.0, 1)},
+        node_iteration_start=dict.fromkeys([("n1", 130)], T0 + 985.0)
+        | {k: v for k, v in data.node_iteration_start.items() if k != ("n1", 130)},
+    )
+    assert next(i.why for i in report_iterations(analysis, whole)) != "clock"
     # a line with a time of its own later in the bucket: where its time says
     own = replace(data, cells=data.cells | {("n2", "oom"): Cell(1, T0 + 1020.0, T0 + 1020.0)})
     own = replace(own, iteration_cells=own.iteration_cells | {(130, "oom"): (T0 + 1020.0, 1)})

@@ -217,8 +217,8 @@ def test_a_borrowed_time_is_placed_by_when_the_job_noticed_the_failure() -> None
     # progress line's (280, to the millisecond); no timeout states a wait. The agent's
     # "Sending process … closing signal SIGTERM" (a warning first seen then) came 33 s on, at
     # 5 s an iteration in 287: the failure came about an iteration before, in 286. Noticed
-    # past the next progress line (290) by no more than two iterations: 290 at most; later:
-    # it says nothing more than "after 280".
+    # past the next progress line (290) by no more than two iterations: 290 at most; later, it
+    # says nothing: 280, where the borrowed time puts it.
     from dataclasses import replace
 
     from l4_plugin.analysis.tables import Cell, TemplateInfo
@@ -240,7 +240,7 @@ def test_a_borrowed_time_is_placed_by_when_the_job_noticed_the_failure() -> None
 
     assert failure_iteration(noticed(33.0), _analysis("ib")) == (286, "ib")
     assert failure_iteration(noticed(58.0), _analysis("ib")) == (290, "ib")
-    assert failure_iteration(noticed(300.0), _analysis("ib")) == (281, "ib")
+    assert failure_iteration(noticed(300.0), _analysis("ib")) == (280, "ib")
     # a warning the job printed before (its first line earlier) is no report of this
     early = replace(noticed(33.0), cells={("a", "term"): Cell(2, 40.0, at + 33.0)})
     assert failure_iteration(early, _analysis("ib")) == (280, "ib")
