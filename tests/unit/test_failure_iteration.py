@@ -239,6 +239,11 @@ def test_a_borrowed_time_is_placed_by_when_the_job_noticed_the_failure() -> None
         )
 
     assert failure_iteration(noticed(33.0), _analysis("ib")) == (286, "ib")
+    # the borrowed warning itself (a warning, first seen at the borrowed time) is no report
+    itself = noticed(33.0)
+    itself.templates["ib"] = replace(itself.templates["ib"], levels={"WARNING": 3})
+    itself.cells[("b", "ib")] = Cell(3, at, at)
+    assert failure_iteration(itself, _analysis("ib")) == (286, "ib")
     assert failure_iteration(noticed(58.0), _analysis("ib")) == (290, "ib")
     assert failure_iteration(noticed(300.0), _analysis("ib")) == (280, "ib")
     # a warning the job printed before (its first line earlier) is no report of this
