@@ -294,23 +294,20 @@ def test_among_equals_the_line_that_names_a_cause_leads() -> None:
     assert ranked[0].template_id == "pos"
 
 
-def test_the_culprits_own_evidence_is_not_a_consequence_when_it_printed_a_cause() -> None:
-    # Rank 3's error file (whole seconds: 55.000) says its peer reset the connection; the
-    # agent says rank 2 was killed outright (55.975). The reset is what rank 3 saw of rank 2's
-    # death: the kill is the culprit's own evidence. A culprit that printed only consequences
-    # keeps them.
+def test_a_time_in_whole_seconds_is_no_earlier_than_its_seconds_other_lines() -> None:
+    # Rank 3's error file says its peer reset the connection, stamped in whole seconds (55.000:
+    # torch writes int(time.time())); the agent says rank 2 was killed outright at 55.975. The
+    # error file's line came some time within second 55: not before the kill's. A whole second
+    # earlier it is earlier.
     events = [
         EventStat("reset", "ERROR", {"k": 55.0}, {"k": 1}, "training"),
         EventStat("killed", "ERROR", {"k": 55.975}, {"k": 1}, "training"),
     ]
     pre = {"reset": 0.9, "killed": 0.8}
     by_id = {e.template_id: e for e in events}
-    fusion = Fusion()
-    said = frozenset({"reset"})
-    assert fusion._culprit_evidence("k", pre, by_id, "training", said=said) == {"killed"}
-    assert fusion._culprit_evidence("k", pre, by_id, "training") == {"reset"}
-    alone = {"reset": 0.9}
-    assert fusion._culprit_evidence("k", alone, by_id, "training", said=said) == {"reset"}
+    assert Fusion()._culprit_evidence("k", pre, by_id, "training") == {"killed"}
+    earlier = {**by_id, "reset": EventStat("reset", "ERROR", {"k": 54.0}, {"k": 1}, "training")}
+    assert Fusion()._culprit_evidence("k", pre, earlier, "training") == {"reset"}
 
 
 def test_a_consequence_printed_first_is_no_evidence_and_a_driver_copy_no_second_node() -> None:
