@@ -158,21 +158,53 @@ def _within(
     noticed = _noticed(data, first) if borrowed and not math.isfinite(stalled) else None
     if noticed is not None and _saving(data, first, noticed):
         noticed = None  # (a save begun meanwhile held the iterations up for how long?)
+    # (from the iteration the bucket's first line states: a bucket of 15 whose first line is
+    # "step: 400" began at 400, not at 391)
+    starts, spans, key = _line_numbered(data, starts, bucket)
     if noticed is not None:
-        spans = data.iteration_spans
-        placed = iteration_at(starts, spans, bucket, noticed, -math.inf, None, _NOTICING)
-        if placed > bucket:  # (a report long after the next line was due says nothing)
+        placed = iteration_at(starts, spans, key, noticed, -math.inf, None, _NOTICING)
+        if placed > key:  # (a report long after the next line was due says nothing)
             return placed
     alive = _resumed(data, bucket, first if math.isfinite(first) else moment)
     began = _save_began(data, bucket, moment) if saving else None
     if began is not None:
         # (a line after the bucket's is in a later iteration: the save's is the one before)
-        return max(bucket, iteration_at(starts, data.iteration_spans, bucket, began) - 1)
+        return max(bucket, iteration_at(starts, spans, key, began) - 1)
     # (counted from the end of a save, at the pace of training alone where the stated steps
     # give it: the buckets' own pace holds the saves)
-    start = starts.get(bucket, math.inf)
+    start = starts.get(key, math.inf)
     pace = data.step_pace if alive > start else None
-    return iteration_at(starts, data.iteration_spans, bucket, moment, alive, pace)
+    return iteration_at(starts, spans, key, moment, alive, pace)
+
+
+def _line_numbered(
+    data: JobData, starts: dict[int, float], bucket: int
+) -> tuple[dict[int, float], dict[int, int], int]:
+    """``starts`` and the buckets' spans keyed by the iteration each bucket's first progress
+    line states, where the job's progress lines say it (``JobData.progress_lines``: that line,
+    at the bucket's start), and ``bucket``'s key among them. The index buckets iterations in
+    spans of its own; a job that prints every ten iterations begins a bucket of fifteen at
+    whatever step it printed first in it."""
+    rules = default_stage_rules()
+    stated: dict[int, tuple[float, int]] = {}
+    for _, tid, it, ts, message in data.progress_lines:
+        if it is None or it not in starts or ts != starts[it]:
+            continue
+        info = data.templates.get(tid)
+        rule = rules.role(info.text).iteration if info is not None else None
+        number = rule.number_of(message) if rule is not None else None
+        span = max(data.iteration_spans.get(it, 1), 1)
+        if number is not None and it <= number < it + span:
+            stated[it] = min(stated.get(it, (math.inf, number)), (ts, number))
+    if not stated:
+        return starts, data.iteration_spans, bucket
+    keyed: dict[int, float] = {}
+    spans: dict[int, int] = {}
+    for b, t in starts.items():
+        k = stated[b][1] if b in stated else b
+        keyed[k] = t
+        spans[k] = max(max(data.iteration_spans.get(b, 1), 1) - (k - b), 1)
+    return keyed, spans, stated[bucket][1] if bucket in stated else bucket
 
 
 def _save_began(data: JobData, bucket: int, until: float) -> float | None:

@@ -251,6 +251,39 @@ def test_a_borrowed_time_is_placed_by_when_the_job_noticed_the_failure() -> None
     assert failure_iteration(early, _analysis("ib")) == (280, "ib")
 
 
+def test_a_bucket_counts_from_the_iteration_its_first_progress_line_states() -> None:
+    # The index buckets iterations by 15; the job prints "step: N  loss: …" every 10 at 5 s an
+    # iteration, so bucket 375 begins with step 380 and bucket 405 with step 410. An error
+    # 12 s after step 410's line struck 413 (counted from bucket 405's key at the buckets'
+    # uneven pace, 407).
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+
+    lines = {360: 1800.0, 375: 1900.0, 390: 1950.0, 405: 2050.0}
+    stated = {360: 360, 375: 380, 390: 390, 405: 410}
+    cells = {(b, "step"): (t, 1) for b, t in lines.items()} | {(405, "boom"): (2062.0, 1)}
+    data = replace(
+        _data(cells, lines),
+        iteration_spans=dict.fromkeys(lines, 15),
+        templates={"step": TemplateInfo("step: <NUM>  loss: <NUM>")},
+        progress_lines=tuple(
+            ("a", "step", b, t, f"step: {stated[b]}  loss: 3.2") for b, t in lines.items()
+        ),
+    )
+    assert failure_iteration(data, _analysis("boom")) == (413, "boom")
+    # without the lines' words, from the buckets' keys
+    assert failure_iteration(replace(data, progress_lines=()), _analysis("boom")) == (407, "boom")
+    # a line stating a number outside its bucket is no bucket's first
+    odd = replace(
+        data,
+        progress_lines=tuple(
+            ("a", "step", b, t, f"step: {stated[b] + 100}  loss: 3.2") for b, t in lines.items()
+        ),
+    )
+    assert failure_iteration(odd, _analysis("boom")) == (407, "boom")
+
+
 def test_a_suspect_iteration_is_placed_by_the_best_ranked_event_in_its_bucket() -> None:
     # DTW finds bucket 280 new for the scheduler's cancellation, printed long after; the
     # best-ranked event of that bucket, 12 s past its start, says where the failure struck.
