@@ -261,15 +261,20 @@ def _reported_dead(data: JobData, last: dict[str, float], options: AnalysisOptio
     stopped printing (within ``loud_end_seconds`` of ``last``): they died loudly, whatever time
     their own last words took (a rank's abort on stderr with no stamp of its own takes the
     stamp before it, printed at start-up). A hung rank's agent reports it only when the job is
-    torn down, long after."""
+    torn down, long after, with every other node's agent; an agent that reported its worker's
+    death well before the other nodes' agents did (by more than ``loud_end_seconds``) saw it
+    die on its own, before any teardown, however long its ranks had been quiet (a rank that
+    prints no progress of its own)."""
     reports = {t for t, info in data.templates.items() if _AGENT_REPORT.search(info.text)}
-    out: set[str] = set()
+    first: dict[str, float] = {}
     for (node, tid), cell in data.cells.items():
-        if (
-            tid in reports
-            and node in last
-            and cell.first_ts <= last[node] + options.loud_end_seconds
-        ):
+        if tid in reports and node in last and math.isfinite(cell.first_ts):
+            first[node] = min(cell.first_ts, first.get(node, math.inf))
+    out: set[str] = set()
+    for node, at in first.items():
+        others = [t for n, t in first.items() if n != node]
+        teardown = float(np.median(others)) if others else math.inf
+        if at <= last[node] + options.loud_end_seconds or at + options.loud_end_seconds < teardown:
             out.add(node)
     return out
 

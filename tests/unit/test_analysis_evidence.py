@@ -389,6 +389,24 @@ def test_a_node_whose_agent_reported_its_workers_death_is_not_silent() -> None:
     assert _reported_dead(data, last, AnalysisOptions()) == {"a"}
 
 
+def test_an_agent_that_reported_a_death_before_the_teardown_saw_it_die() -> None:
+    # a's ranks print no progress: their last stamped line (a checkpoint's) was at 100; its GPU
+    # failed at 620 and its agent reported the death at 626, half an hour before the other
+    # nodes' agents reported theirs at the job's teardown (2,426): a died loudly. Had every
+    # agent reported at once, a's quiet ranks would say nothing.
+    from l4_plugin.analysis.params import AnalysisOptions
+    from l4_plugin.analysis.recipe import _reported_dead
+
+    texts = {"failed": "failed (exitcode: <NUM>) local_rank: <NUM> (pid: <NUM>) of binary: <PATH>"}
+    cells = {("a", "failed"): Cell(1, 626.0, 626.0, 0.0)}
+    cells |= {(n, "failed"): Cell(1, 2426.0 + k, 2426.0 + k, 0.0) for k, n in enumerate("bcd")}
+    data = _data(cells, {}, texts)
+    last = {"a": 100.0, "b": 2300.0, "c": 2300.0, "d": 2300.0}
+    assert _reported_dead(data, last, AnalysisOptions()) == {"a"}
+    together = {**cells, ("a", "failed"): Cell(1, 2425.0, 2425.0, 0.0)}
+    assert _reported_dead(_data(together, {}, texts), last, AnalysisOptions()) == set()
+
+
 def test_the_schedulers_own_reason_is_evidence_even_against_baselines() -> None:
     # kube-scheduler's "Preempted by pod … on node …" is an INFO ("Normal") event: where the
     # baselines are compared the lexicon's words are no evidence, except decisive ones.
