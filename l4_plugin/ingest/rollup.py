@@ -1027,8 +1027,9 @@ def kept_cap(kind: LineKind) -> int:
 
 
 #: A launcher's label a shipper's stamp may precede (``kubectl logs --timestamps`` of a pod whose
-#: ranks torchrun prefixes): ``[rank3]: ``, ``[default3]:``, mpirun's ``[1,3]<stderr>:``.
-_LABEL_AFTER_STAMP = re.compile(r"\[(?:rank|default)?\d+\]: ?|\[\d+,\d+\]<std(?:out|err)>: ?")
+#: ranks torchrun prefixes): ``[rank3]: ``, ``[default3]:``, mpirun's ``[1,3]<stderr>:``, or two
+#: of them (``--tee``'s copy of a rank's own ``[default1]:[rank25]: ``).
+_LABEL_AFTER_STAMP = re.compile(r"(?:\[(?:rank|default)?\d+\]: ?|\[\d+,\d+\]<std(?:out|err)>: ?)+")
 
 
 def _stamped_indent(raw: str, prefix_end: int) -> bool:

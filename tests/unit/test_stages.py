@@ -593,6 +593,23 @@ def test_a_pod_logs_stamps_keep_a_traceback_one_record(rules: StageRules) -> Non
     assert records[0][0].startswith("torch.distributed.elastic.multiprocessing.errors"), records
 
 
+def test_a_pod_logs_stamps_and_two_launcher_labels_keep_a_traceback_one_record(
+    rules: StageRules,
+) -> None:
+    # kubectl logs --timestamps of torchrun --tee's copy of a rank's own output: the kubelet's
+    # time, then "[default1]:" and the rank's "[rank25]: " before each frame's indent.
+    stamp = "2025-10-10T19:22:26.3808{:02d}Z [default1]:[rank25]: "
+    body = [
+        "Traceback (most recent call last):",
+        '  File "/usr/local/lib/python3.10/dist-packages/torch/_utils.py", line 715, in reraise',
+        "    raise exception",
+        "pyarrow.lib.ArrowInvalid: Caught ArrowInvalid in DataLoader worker process 1.",
+    ]
+    records = _records(rules, [stamp.format(i) + line for i, line in enumerate(body)])
+    assert len(records) == 1, records
+    assert "Caught ArrowInvalid" in records[0][0], records
+
+
 _OOM_REPORT = [
     "Mar  7 13:02:08 gpu-7 kernel: [201754.848222] Tasks state (memory values in pages):",
     "Mar  7 13:02:08 gpu-7 kernel: [201754.849222] [  pid  ]   uid  tgid total_vm      rss "
