@@ -446,8 +446,32 @@ def _stage(data: JobData) -> StageResult | None:
             spans.append(StageSpan(node, stage, fp, max(lp, fp)))
     if not spans:
         return None
-    spans += _saves_over(spans) if data.time_unit == "ts" else []
+    spans += [*_saves_over(spans), *_started_over(spans)] if data.time_unit == "ts" else []
     return StageAnalyzer(order=STAGE_ORDER, default=STAGE_ORDER[0]).fit(spans).result_
+
+
+#: Start-up stages a node's last marker may be while the job trained on (its ranks print no
+#: progress of their own).
+_START_UP = ("init", "model_loading")
+
+
+def _started_over(spans: list[StageSpan]) -> list[StageSpan]:
+    """Training, for nodes whose last marker was a start-up stage's (``_START_UP``: Ray
+    workers' "Loading checkpoint shards") before another node trained on: the job trained with
+    them (a rank with no progress line of its own is not still starting up)."""
+    trained = [s.last for s in spans if s.stage == "training"]
+    if not trained:
+        return []
+    latest = max(trained)
+    last: dict[str, StageSpan] = {}
+    for span in spans:
+        if span.node not in last or span.last > last[span.node].last:
+            last[span.node] = span
+    return [
+        StageSpan(node, "training", span.last, math.nextafter(span.last, math.inf))
+        for node, span in last.items()
+        if span.stage in _START_UP and span.last < latest
+    ]
 
 
 def _saves_over(spans: list[StageSpan]) -> list[StageSpan]:

@@ -383,3 +383,31 @@ def test_a_save_another_node_trained_after_is_over() -> None:
     # no node trained after its save: the job stopped saving
     result = _stage(data(spans(resumed=False)))
     assert result is not None and result.stage == "checkpointing"
+
+
+def test_nodes_whose_last_marker_is_start_up_trained_with_the_node_that_printed_progress() -> None:
+    # Ray: only the first node's worker draws the bar; the others' last marker is "Loading
+    # checkpoint shards" (model loading) at 50. The job trained until 900: so did they. With
+    # no node training after their start-up, the job was starting up.
+    from l4_plugin.analysis.recipe import _stage
+
+    def data(trained: bool) -> JobData:
+        spans = {(n, "model_loading"): (10.0, 50.0, 0.0, 0.0) for n in ("a", "b", "c")}
+        if trained:
+            spans[("a", "training")] = (60.0, 900.0, 0.0, 0.0)
+        return JobData(
+            job=JobDoc("j", "failed", "fp", ("a", "b", "c"), 100, 0.0, 1000.0),
+            time_unit="ts",
+            cells={},
+            templates={},
+            stage_spans=spans,
+            iteration_cells={},
+            iteration_spans={},
+            node_iteration_start={},
+            node_last_iteration={},
+        )
+
+    result = _stage(data(trained=True))
+    assert result is not None and result.stage == "training" and not result.lagging
+    result = _stage(data(trained=False))
+    assert result is not None and result.stage == "model_loading"
