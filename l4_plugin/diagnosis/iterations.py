@@ -491,11 +491,13 @@ def _by_the_clock(
             continue
         steps = max(1, math.ceil((moment - shown) / pace))
         if bound:
-            # (noticed within the iterations the next line would have shown, and the few
-            # seconds a driver takes to hear of it; later, it says nothing)
-            if steps > reach - last + _NOTICING:
-                continue
-            steps = min(max(1, steps - 1), reach - last)  # (as ``iteration_at``'s slack)
+            steps -= 1  # (the report came about an iteration after: as ``iteration_at``'s)
+        # (a moment the next line would have shown, or a little past it — the error is
+        # printed after the failure, a report after the error: no later than that line; past
+        # it, the moment says nothing)
+        if steps > reach - last + _NOTICING:
+            continue
+        steps = min(max(1, steps), reach - last)
         if printed < last + steps <= reach:
             return _clocked(last + steps, cell[1])
     return ()

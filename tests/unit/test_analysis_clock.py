@@ -107,6 +107,10 @@ def test_a_flat_timeline_places_the_failure_by_the_bars_clock() -> None:
     analysis = _oom_analysis()
     data = _data(bar, T0 + 1001.0 + 52.0)
     assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (137, "clock")
+    # an error printed a few seconds past the point the bar's next line (140) was due: the
+    # failure came before its error, no later than 140
+    data = _data(bar, T0 + 1001.0 + 10 * 7.7 + 5.0)
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (140, "clock")
     # the event came before the bar's last frame (not what stopped the job), or hours after
     # it: after the last iteration printed
     for at in (T0 + 900.0, T0 + 1001.0 + 3600.0):
