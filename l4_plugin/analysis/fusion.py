@@ -202,7 +202,8 @@ class Fusion:
         ranked_nodes = rank_nodes(selected)
         culprit = _culprit(ranked_nodes)
         if culprit is not None and (peers is not None or hang):
-            own = self._culprit_evidence(culprit, pre, by_id, job_stage, teardown)
+            said = _consequences(ordering)
+            own = self._culprit_evidence(culprit, pre, by_id, job_stage, teardown, said)
             heard = _witness_statements(culprit, peers, reasons, by_id) if peers else set()
             _credit_culprit(culprit, own, heard, reasons, order)
             _credit_hang(culprit, own, hang, reasons)
@@ -308,11 +309,13 @@ class Fusion:
         by_id: Mapping[str, EventStat],
         job_stage: str | None,
         teardown: frozenset[str] = frozenset(),
+        said: frozenset[str] = frozenset(),
     ) -> set[str]:
         """What the culprit itself printed first: the warning-or-worse candidate of the failing
         stage that came first on it (by time, then by its position in the node's logs: a
         timeless NCCL warning printed just before the stamped error it led to comes first),
-        never the launcher's teardown."""
+        never the launcher's teardown. Within a second a line stamped in whole seconds shares
+        with others, those whose words (``said``) are a consequence's come after."""
         pool = [
             t
             for t, s in pre.items()
@@ -325,13 +328,16 @@ class Fusion:
         if not pool:
             return set()
 
-        def when(t: str) -> tuple[float, float]:
-            # (a time in whole seconds, an error file's "timestamp", is that second's
-            # truncation: the line came at some moment within it, not before the second's
-            # other lines)
+        # (a time in whole seconds, an error file's "timestamp", is that second's truncation:
+        # the line came at some moment within it, no earlier nor later than that second's
+        # other lines; between them, the line whose words are not a consequence's)
+        whole = {math.floor(at) for t in pool if (at := by_id[t].first_seen[culprit]) % 1 == 0}
+
+        def when(t: str) -> tuple[float, bool, float, float]:
             e = by_id[t]
             at = e.first_seen[culprit]
-            return (at + _WHOLE if at % 1 == 0 else at, e.positions.get(culprit, math.inf))
+            second = float(math.floor(at)) if math.floor(at) in whole else at
+            return (second, t in said, at, e.positions.get(culprit, math.inf))
 
         first = min(when(t) for t in pool)
         return {t for t in pool if when(t) == first}
@@ -688,11 +694,6 @@ def _credit_culprit(
 def _hosts(nodes: Iterable[str]) -> list[str]:
     """The hosts among an event's nodes, not the job's own files."""
     return [n for n in nodes if not is_job_node(n)]
-
-
-#: Where in its second a line stamped in whole seconds is taken to have come (the second's end:
-#: no earlier than a line stamped within it).
-_WHOLE = 0.999
 
 
 def _causes(

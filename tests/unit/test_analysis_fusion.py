@@ -294,20 +294,35 @@ def test_among_equals_the_line_that_names_a_cause_leads() -> None:
     assert ranked[0].template_id == "pos"
 
 
-def test_a_time_in_whole_seconds_is_no_earlier_than_its_seconds_other_lines() -> None:
+def test_within_a_whole_seconds_stamp_the_line_that_is_no_consequence_leads() -> None:
     # Rank 3's error file says its peer reset the connection, stamped in whole seconds (55.000:
     # torch writes int(time.time())); the agent says rank 2 was killed outright at 55.975. The
-    # error file's line came some time within second 55: not before the kill's. A whole second
-    # earlier it is earlier.
+    # error file's line came some time within second 55: the second's lines are a tie, and the
+    # kill, whose words are no consequence's, leads. An error file's own cause ("division by
+    # zero", 12.000) leads a peer's consequence at 12.5 likewise; a second apart, time decides.
     events = [
         EventStat("reset", "ERROR", {"k": 55.0}, {"k": 1}, "training"),
         EventStat("killed", "ERROR", {"k": 55.975}, {"k": 1}, "training"),
     ]
     pre = {"reset": 0.9, "killed": 0.8}
     by_id = {e.template_id: e for e in events}
-    assert Fusion()._culprit_evidence("k", pre, by_id, "training") == {"killed"}
+    said = frozenset({"reset"})
+    fusion = Fusion()
+    assert fusion._culprit_evidence("k", pre, by_id, "training", said=said) == {"killed"}
+    assert fusion._culprit_evidence("k", pre, by_id, "training") == {"reset"}
+    cause = {
+        "zero": EventStat("zero", "ERROR", {"k": 12.0}, {"k": 1}, "training"),
+        "peer": EventStat("peer", "ERROR", {"k": 12.5}, {"k": 1}, "training"),
+    }
+    got = fusion._culprit_evidence(
+        "k", {"zero": 0.9, "peer": 0.9}, cause, "training", said=frozenset({"peer"})
+    )
+    assert got == {"zero"}
     earlier = {**by_id, "reset": EventStat("reset", "ERROR", {"k": 54.0}, {"k": 1}, "training")}
-    assert Fusion()._culprit_evidence("k", pre, earlier, "training") == {"reset"}
+    assert fusion._culprit_evidence("k", pre, earlier, "training", said=said) == {"reset"}
+    # stamps within the second (no whole-second one): time decides, whatever the words
+    fine = {**by_id, "reset": EventStat("reset", "ERROR", {"k": 55.5}, {"k": 1}, "training")}
+    assert fusion._culprit_evidence("k", pre, fine, "training", said=said) == {"reset"}
 
 
 def test_a_consequence_printed_first_is_no_evidence_and_a_driver_copy_no_second_node() -> None:
