@@ -331,12 +331,16 @@ class Fusion:
         # (a time in whole seconds, an error file's "timestamp", is that second's truncation:
         # the line came at some moment within it, no earlier nor later than that second's
         # other lines; between them, the line whose words are not a consequence's)
-        whole = {math.floor(at) for t in pool if (at := by_id[t].first_seen[culprit]) % 1 == 0}
+        whole = {
+            math.floor(at)
+            for t in pool
+            if math.isfinite(at := by_id[t].first_seen[culprit]) and at % 1 == 0
+        }
 
         def when(t: str) -> tuple[float, bool, float, float]:
             e = by_id[t]
             at = e.first_seen[culprit]
-            second = float(math.floor(at)) if math.floor(at) in whole else at
+            second = float(math.floor(at)) if math.isfinite(at) and math.floor(at) in whole else at
             return (second, t in said, at, e.positions.get(culprit, math.inf))
 
         first = min(when(t) for t in pool)

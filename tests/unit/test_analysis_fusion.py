@@ -320,6 +320,9 @@ def test_within_a_whole_seconds_stamp_the_line_that_is_no_consequence_leads() ->
     assert got == {"zero"}
     earlier = {**by_id, "reset": EventStat("reset", "ERROR", {"k": 54.0}, {"k": 1}, "training")}
     assert fusion._culprit_evidence("k", pre, earlier, "training", said=said) == {"reset"}
+    # a line without a time (dmesg's) among them: by its position, as before
+    nan = {**by_id, "reset": EventStat("reset", "ERROR", {"k": math.inf}, {"k": 1}, "training")}
+    assert fusion._culprit_evidence("k", pre, nan, "training", said=said) == {"killed"}
     # stamps within the second (no whole-second one): time decides, whatever the words
     fine = {**by_id, "reset": EventStat("reset", "ERROR", {"k": 55.5}, {"k": 1}, "training")}
     assert fusion._culprit_evidence("k", pre, fine, "training", said=said) == {"reset"}
