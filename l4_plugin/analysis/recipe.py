@@ -271,12 +271,21 @@ def _reported_dead(data: JobData, last: dict[str, float], options: AnalysisOptio
         if tid in reports and node in last and math.isfinite(cell.first_ts):
             first[node] = min(cell.first_ts, first.get(node, math.inf))
     out: set[str] = set()
+    # (the others' median, leaving the node out where there are few; among many, every node's)
+    everyone = float(np.median(list(first.values()))) if first else math.inf
     for node, at in first.items():
-        others = [t for n, t in first.items() if n != node]
-        teardown = float(np.median(others)) if others else math.inf
+        if len(first) > _FEW_REPORTS:
+            teardown = everyone
+        else:
+            others = [t for n, t in first.items() if n != node]
+            teardown = float(np.median(others)) if others else math.inf
         if at <= last[node] + options.loud_end_seconds or at + options.loud_end_seconds < teardown:
             out.add(node)
     return out
+
+
+#: Agents' reports below which a node's own is left out of the others' median.
+_FEW_REPORTS = 50
 
 
 def _silence(
