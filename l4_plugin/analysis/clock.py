@@ -34,6 +34,11 @@ _FRAME = re.compile(r"(\d+)/(\d+) \[(?:(\d+):)?(\d{1,2}):(\d{2})<")
 # (an exact one: tqdm's "global_step=1e+3" is the bar's batch count's business)
 _GLOBAL_STEP = re.compile(r"\bglobal_step=(\d+)(?:\.\d+)?(?=[,\]\s]|$)")
 _PACE_POINTS = 5  # the last frames whose elapsed times give the pace
+#: Steps past the last iteration a job printed that a stated step may lie and still count the
+#: job's iterations (a bar on stdout loses what its buffer held at a kill: a few dozen frames);
+#: further, it counts something else (DeepSpeed's micro-steps) or a failure long after the job
+#: stopped going on.
+CLOCK_STEPS = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +157,7 @@ def _unheld(start: float, end: float, least: float, held: Sequence[tuple[float, 
 _STARTS_AT = re.compile(r"\b[Tt]raining starts at step (\d+)\b")
 _RESUMED = re.compile(
     r"\bContinuing training from global step \d+|\bsuccessfully loaded checkpoint from .* at "
-    r"iteration \d+|\b[Tt]raining starts at step \d+"
+    r"iteration \d+|" + _STARTS_AT.pattern
 )
 
 

@@ -191,7 +191,7 @@ class Fusion:
         earliest = self._earliest(_causes(pre, ordering, discounts), by_id, job_stage, n_nodes)
         self._mark_cascade(reasons, by_id, earliest, n_nodes)
         order = _ordering(reasons, discounts, ordering)
-        candidates = self._sorted(reasons, by_id, factor, order, named=named or {})
+        candidates = self._sorted(reasons, by_id, factor, order, named=named)
         selected = self._select(candidates, order)
 
         seen = (spatial, silence, stage, stragglers, earliest, by_id, slowdown, peers, hang, stack)
@@ -208,7 +208,7 @@ class Fusion:
             _credit_culprit(culprit, own, heard, reasons, order)
             _credit_hang(culprit, own, hang, reasons)
             if own or heard:
-                candidates = self._sorted(reasons, by_id, factor, order, culprit, named or {})
+                candidates = self._sorted(reasons, by_id, factor, order, culprit, named)
                 selected = self._select(candidates, order)
                 ranked_nodes = rank_nodes(selected)
         self.result_ = FusionResult(
@@ -286,6 +286,7 @@ class Fusion:
                 return min(positions.values(), default=math.inf)
             return math.inf
 
+        weight = named or {}
         ranked = [
             (self._ranked(by_id[t], r, factor.get(t, 1.0) * order.get(t, 1.0)), at(t))
             for t, r in reasons.items()
@@ -294,7 +295,7 @@ class Fusion:
         ranked.sort(
             key=lambda x: (
                 -x[0].score,
-                -(named or {}).get(x[0].template_id, 0.0),
+                -weight.get(x[0].template_id, 0.0),
                 x[0].first_seen if x[0].first_seen is not None else 0.0,
                 x[1],
                 x[0].template_id,

@@ -19,6 +19,7 @@ from dataclasses import replace
 import numpy as np
 
 from l4_plugin.analysis.clock import (
+    CLOCK_STEPS,
     BarClock,
     bar_clock,
     resumed_step,
@@ -144,14 +145,7 @@ def _within(
     cells = data.iteration_cells
     first = min((cells[(bucket, t)][0] for t in tids if (bucket, t) in cells), default=math.inf)
     stalled = _stalled(data, bucket)
-    # A line with the very time of a node's iteration line in the bucket, to the millisecond,
-    # took that line's stamp (a traceback on stderr has none of its own): it says only that it
-    # came after. (In whole seconds, two lines of one second are no sign of that.)
-    borrowed = (
-        failing
-        and first % 1 != 0
-        and first in {t for (_, b), t in data.node_iteration_start.items() if b == bucket}
-    )
+    borrowed = failing and _lent(data, bucket, first)
     moment = stalled if borrowed and math.isfinite(stalled) else min(first, stalled)
     # (a borrowed time and no timeout's wait: when the job noticed it, the failure came no
     # later, nor past the next progress line, which never came)
@@ -396,10 +390,18 @@ def _borrowed(data: JobData, starts: dict[int, float], cell: tuple[int, str] | N
     if bucket != max(starts):
         return False
     first = min((c.first_ts for (_, t), c in data.cells.items() if t == tid), default=math.inf)
-    # (to the millisecond, as ``_within`` tells a borrowed stamp: two lines of one whole
-    # second are no sign of it)
-    lines = {t for (_, b), t in data.node_iteration_start.items() if b == bucket}
-    return math.isfinite(first) and first % 1 != 0 and (first < starts[bucket] or first in lines)
+    earlier = math.isfinite(first) and first % 1 != 0 and first < starts[bucket]
+    return earlier or _lent(data, bucket, first)
+
+
+def _lent(data: JobData, bucket: int, first: float) -> bool:
+    """Whether a line first seen at ``first`` took the stamp of a node's iteration line in
+    ``bucket``: the very time, to the millisecond (a traceback on stderr has none of its own):
+    it says only that it came after. (In whole seconds, two lines of one second are no sign of
+    that.)"""
+    if first % 1 == 0:
+        return False
+    return first in {t for (_, b), t in data.node_iteration_start.items() if b == bucket}
 
 
 def _states_its_iteration(data: JobData, cell: tuple[int, str] | None) -> bool:
@@ -429,10 +431,6 @@ def _after_the_last(data: JobData) -> tuple[ReportIteration, ...]:
     )
 
 
-# Iterations past the bar's last frame the clock may place a failure (a bar on stdout loses
-# what its buffer held at a kill: a few dozen frames); further is a failure long after the job
-# stopped going on (a hang that a later error ended), placed after the last frame instead.
-_CLOCK_STEPS = 64
 #: Iterations a job may take to notice a failure (Ray's driver hearing a worker died).
 _NOTICING = 2
 
@@ -444,7 +442,7 @@ def _by_the_clock(
     from a point the job is known to have reached at a known time, counted at the job's pace
     to the moment the failure began (``_failure_moment``): its progress bar's last frame
     (within the interval the bar's lines came at, ``_clock_reach``); a job without such a bar,
-    the latest step a stamped line states (a checkpoint's; within ``_CLOCK_STEPS``). Empty
+    the latest step a stamped line states (a checkpoint's; within ``CLOCK_STEPS``). Empty
     when neither places it after an iteration the job printed. ``saving``: the job failed
     while saving a checkpoint: in the iteration the last save begun before the failure states
     (``_save_step``), where one does."""
@@ -462,7 +460,7 @@ def _by_the_clock(
     # (a bar's frames say where the job stood better than a checkpoint's step does: where
     # there is a bar, the steps its lines state are left alone)
     anchor = (
-        step_anchor(data.step_lines, printed, _CLOCK_STEPS, data.step_counts)
+        step_anchor(data.step_lines, printed, CLOCK_STEPS, data.step_counts)
         if clock is None
         else None
     )
@@ -472,7 +470,7 @@ def _by_the_clock(
     # (a stamped step may lie far behind the progress printed: what a kill lost is counted
     # from the last iteration printed)
     if anchor is not None:
-        points.append((_advanced(data, anchor, printed), printed + _CLOCK_STEPS, _AFTER))
+        points.append((_advanced(data, anchor, printed), printed + CLOCK_STEPS, _AFTER))
     for (last, shown), reach, after in points:
         moment = _failure_moment(data, cell[1], shown)
         # (else, by a bar's frames, when the job noticed it: the failure came no later, nor
@@ -530,24 +528,30 @@ def _advanced(data: JobData, anchor: tuple[int, float], printed: int) -> tuple[i
 def _save_step(data: JobData, tid: str, printed: int) -> int | None:
     """The step the latest stamped save line before the failure (``tid``'s first time) states
     ("Scheduled async checkpoint save for …step=459…": the step done when the save began), when
-    it lies from the last iteration printed to ``_CLOCK_STEPS`` past it (a bar's buffered
+    it lies from the last iteration printed to ``CLOCK_STEPS`` past it (a bar's buffered
     frames lost at the kill); None: none does."""
     moment = _failure_moment(data, tid, -math.inf)
     if moment is None:
         return None
     saved = [
         (t, step)
-        for t, m in data.step_lines
-        if t <= moment
-        and _SAVE_LINE.search(m)
-        and (step := stated_step(m)) is not None
-        and printed <= step <= printed + _CLOCK_STEPS
+        for t, step in _save_points(data)
+        if t <= moment and printed <= step <= printed + CLOCK_STEPS
     ]
     return max(saved)[1] if saved else None
 
 
 # A stamped line about a checkpoint's save (``step_lines`` hold every line stating a step).
 _SAVE_LINE = re.compile(r"(?i)checkpoint")
+
+
+def _save_points(data: JobData) -> list[tuple[float, int]]:
+    """``(time, step)`` of the stamped lines about a checkpoint's save that state a step."""
+    return [
+        (t, step)
+        for t, m in data.step_lines
+        if _SAVE_LINE.search(m) and (step := stated_step(m)) is not None
+    ]
 
 
 def _clocked(iteration: int, tid: str) -> tuple[ReportIteration, ...]:
@@ -588,7 +592,7 @@ def _by_stated_steps(data: JobData, analysis: Analysis) -> tuple[ReportIteration
     a stamped line states (a checkpoint's save, ``clock.step_anchor``), counted at the pace the
     step lines keep (``JobData.step_pace``) to the moment the failure began (the best-ranked
     event's first time, or where a timeout's wait began: ``_failure_moment``), no more than
-    ``_CLOCK_STEPS`` on. Empty when nothing says (the failure began before that step)."""
+    ``CLOCK_STEPS`` on. Empty when nothing says (the failure began before that step)."""
     pace = data.step_pace
     stage = analysis.fusion.stage
     if data.time_unit != "ts" or stage not in ("training", "checkpointing"):
@@ -604,7 +608,7 @@ def _by_stated_steps(data: JobData, analysis: Analysis) -> tuple[ReportIteration
     if moment is None or (stage == "training" and _saving(data, shown + _AFTER, moment)):
         return ()
     steps = 0 if stage == "checkpointing" else max(1, math.ceil((moment - shown) / pace))
-    if steps > _CLOCK_STEPS:
+    if steps > CLOCK_STEPS:
         return ()
     return _clocked(step + steps, first.template_id)
 
@@ -647,12 +651,7 @@ def _held(data: JobData) -> list[tuple[float, float]]:
     """The spans checkpoints' saves held the iterations up: from the first to the last stamped
     line stating a save's step (``clock.stated_times``: "Scheduled … step=89", "save for step
     90 (…step=89…) finalized")."""
-    points = [
-        (t, step)
-        for t, m in data.step_lines
-        if _SAVE_LINE.search(m) and (step := stated_step(m)) is not None
-    ]
-    return [(a, b) for a, b in stated_times(points).values() if b > a]
+    return [(a, b) for a, b in stated_times(_save_points(data)).values() if b > a]
 
 
 def _began(data: JobData, clock: BarClock | None) -> BarClock | None:

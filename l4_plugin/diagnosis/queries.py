@@ -30,6 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from l4_plugin.analysis.clock import (
+    CLOCK_STEPS,
     periodic_steps,
     resumed_step,
     stated_pace,
@@ -524,7 +525,6 @@ def _read_variants(
 # "for step <NUM>", "global_step<NUM>", a path's "checkpoint-<NUM>", "at iteration <NUM>".
 _STEP_STATED = re.compile(r"\bstep\b|global_step|[Cc]heckpoint|\biteration\b")
 _STEP_LINES = 64  # the latest lines read
-_STEP_REACH = 64  # steps past the last iteration printed a stated step may lie
 
 
 def _read_steps(
@@ -567,7 +567,7 @@ def _read_steps(
     printed = max((b + max(n, 1) for b, n in spans.items()), default=math.inf)
     for tid, seen in sorted(by_template.items()):
         on = [c for (_, t), c in cells.items() if t == tid]
-        if len(on) != 1 or max(s for _, s in seen) > printed + _STEP_REACH:
+        if len(on) != 1 or max(s for _, s in seen) > printed + CLOCK_STEPS:
             continue
         if (last := periodic_steps(seen, on[0])) is not None:
             counts.append(last)

@@ -87,6 +87,19 @@ def _data(bar: list[tuple[str, str, int | None, float, str]], lead_at: float) ->
     )
 
 
+def _no_progress(lead_at: float) -> JobData:
+    """``_data``'s job with no progress printed at all: no bar, no iteration buckets."""
+    from dataclasses import replace
+
+    return replace(
+        _data([], lead_at),
+        iteration_cells={},
+        iteration_spans={},
+        node_iteration_start={},
+        node_last_iteration={},
+    )
+
+
 def _oom_analysis(stage: str = "training") -> SimpleNamespace:
     """An analysis whose best-ranked event is the template "oom", no slowdown, in ``stage``."""
     return SimpleNamespace(
@@ -449,11 +462,7 @@ def test_a_job_without_progress_lines_is_placed_from_its_stated_steps() -> None:
     from l4_plugin.diagnosis.iterations import report_iterations
 
     data = replace(
-        _data([], T0 + 489.0),
-        iteration_cells={},
-        iteration_spans={},
-        node_iteration_start={},
-        node_last_iteration={},
+        _no_progress(T0 + 489.0),
         step_lines=((T0 + 353.0, "Async checkpoint save for step 30 (/ckpt/x) finalized"),),
         step_counts=((T0 + 473.0, 40),),
         step_pace=12.4,
@@ -517,11 +526,7 @@ def test_a_resumed_run_without_progress_failed_in_its_first_step() -> None:
         "[titan] 2025-05-24 12:01:40,265 - root - INFO - Training starts at step 61",
     )
     data = replace(
-        _data([], T0 + 116.0),
-        iteration_cells={},
-        iteration_spans={},
-        node_iteration_start={},
-        node_last_iteration={},
+        _no_progress(T0 + 116.0),
         step_lines=(start,),
         step_pace=None,
     )

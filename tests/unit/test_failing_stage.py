@@ -365,23 +365,10 @@ def test_a_save_another_node_trained_after_is_over() -> None:
             out[(n, "checkpointing")] = (101.0, 108.0, 0.0, 0.0)
         return out
 
-    def data(stage_spans: dict[tuple[str, str], tuple[float, float, float, float]]) -> JobData:
-        return JobData(
-            job=JobDoc("j", "failed", "fp", ("a", "b", "c"), 100, 0.0, 3800.0),
-            time_unit="ts",
-            cells={},
-            templates={},
-            stage_spans=stage_spans,
-            iteration_cells={},
-            iteration_spans={},
-            node_iteration_start={},
-            node_last_iteration={},
-        )
-
-    result = _stage(data(spans(resumed=True)))
+    result = _stage(_spans_only(spans(resumed=True), 3800.0))
     assert result is not None and result.stage == "training"
     # no node trained after its save: the job stopped saving
-    result = _stage(data(spans(resumed=False)))
+    result = _stage(_spans_only(spans(resumed=False), 3800.0))
     assert result is not None and result.stage == "checkpointing"
 
 
@@ -395,19 +382,26 @@ def test_nodes_whose_last_marker_is_start_up_trained_with_the_node_that_printed_
         spans = {(n, "model_loading"): (10.0, 50.0, 0.0, 0.0) for n in ("a", "b", "c")}
         if trained:
             spans[("a", "training")] = (60.0, 900.0, 0.0, 0.0)
-        return JobData(
-            job=JobDoc("j", "failed", "fp", ("a", "b", "c"), 100, 0.0, 1000.0),
-            time_unit="ts",
-            cells={},
-            templates={},
-            stage_spans=spans,
-            iteration_cells={},
-            iteration_spans={},
-            node_iteration_start={},
-            node_last_iteration={},
-        )
+        return _spans_only(spans, 1000.0)
 
     result = _stage(data(trained=True))
     assert result is not None and result.stage == "training" and not result.lagging
     result = _stage(data(trained=False))
     assert result is not None and result.stage == "model_loading"
+
+
+def _spans_only(
+    stage_spans: dict[tuple[str, str], tuple[float, float, float, float]], end: float
+) -> JobData:
+    """A job of nodes a, b and c ending at ``end`` with only its stages' spans."""
+    return JobData(
+        job=JobDoc("j", "failed", "fp", ("a", "b", "c"), 100, 0.0, end),
+        time_unit="ts",
+        cells={},
+        templates={},
+        stage_spans=stage_spans,
+        iteration_cells={},
+        iteration_spans={},
+        node_iteration_start={},
+        node_last_iteration={},
+    )
