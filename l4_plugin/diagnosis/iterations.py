@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import statistics
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -87,10 +88,15 @@ def _stated_bucket(data: JobData, tid: str) -> int | None:
     return max(below) if below else None
 
 
-def _onset(data: JobData, starts: dict[int, float], bucket: int, tids: Sequence[str]) -> int:
+def _onset(data: JobData, starts: dict[int, float], slow: Slowdown) -> int | None:
     """The iteration a slowdown began in: where the first of the lines that started with it
     was printed, when that falls in its onset bucket or the next (the pace is judged over
-    whole buckets; the line says when), else the onset bucket."""
+    whole buckets; the line says when; None: none came there). The line came once the first
+    slow iteration had run (a throttle counter, a slow-step warning report what they
+    measured): the iterations before that one ran at the pace the job had (a kernel's
+    throttling line two minutes after an iteration line, at one minute an iteration that is
+    now two, came in the second iteration after it, not the third)."""
+    bucket, tids = slow.first_iteration, slow.events
     spans = data.iteration_spans
     after = sorted(b for b in spans if b > bucket)[:2]
     end = after[-1] + max(spans.get(after[-1], 1), 1) if after else math.inf
@@ -104,8 +110,9 @@ def _onset(data: JobData, starts: dict[int, float], bucket: int, tids: Sequence[
         ):
             first = (ts, it, tid)
     if first is None:
-        return bucket
-    return max(bucket, _within(data, starts, first[1], (first[2],), failing=False))
+        return None
+    lag = slow.reference * slow.ratio if slow.ratio > 1 and data.time_unit == "ts" else 0.0
+    return max(bucket, _within(data, starts, first[1], (first[2],), failing=False, lag=lag))
 
 
 def _job_iteration_starts(data: JobData) -> dict[int, float]:
@@ -128,13 +135,16 @@ def _within(
     tids: Sequence[str],
     saving: bool = False,
     failing: bool = True,
+    lag: float = 0.0,
 ) -> int:
     """The iteration of ``bucket`` its events ``tids`` began in: the one an error among them
     states when it falls before the next bucket (its own words are exact), else by the job's
     pace (``temporal.iteration_at``). ``saving``: the job failed while saving a checkpoint;
     the save whose line last came before the failure is of the iteration completed when it
     began, and no iteration went on while it ran. ``failing`` False: the events are not the
-    failure's (where a slowdown began): a stamp they share with an iteration line is theirs."""
+    failure's (where a slowdown began): a stamp they share with an iteration line is theirs.
+    ``lag``: seconds before them that the iteration they tell of took (a slowdown's first
+    line: its first slow iteration, at the slow pace)."""
     after = [b for b in data.iteration_spans if b > bucket]
     limit = min(after) if after else bucket + max(data.iteration_spans.get(bucket, 1), 1) * 100
     for t in tids:
@@ -168,7 +178,52 @@ def _within(
     # give it: the buckets' own pace holds the saves)
     start = starts.get(key, math.inf)
     pace = data.step_pace if alive > start else None
+    held = _held_within(data, bucket, start, alive)
+    if held > 0:
+        # (a save in the middle of the bucket: the iterations before it count too)
+        alive, moment = -math.inf, moment - held
+    if lag > 0 and moment > max(start, alive):
+        moment = max(moment - lag, max(start, alive) + _AFTER)
     return iteration_at(starts, spans, key, moment, alive, pace)
+
+
+def _held_within(data: JobData, bucket: int, start: float, alive: float) -> float:
+    """The seconds a checkpoint's save held the iterations of ``bucket`` up, when the job was
+    last seen going on (``alive``, ``_resumed``) at that save's end and it began after the
+    bucket's first line (``start``): from its first line there to ``alive``; 0: none did (a
+    save at the bucket's first line, or one begun in the bucket before). A job that prints
+    every ten iterations and saves every 320 may save in the middle of a bucket of 66: the
+    iterations before the save count as much as those after it. Only a save the bucket holds
+    once: one of a template printed in most buckets (``periodic``), or printed there half as
+    often again as in most buckets that hold it, may be several saves (a save whose ranks'
+    lines fell in two buckets is in each fewer times)."""
+    if not start < alive < math.inf:
+        return 0.0
+    progress = periodic(data)
+    counts: dict[str, list[int]] = {}
+    for (_, tid), (_, n) in data.iteration_cells.items():
+        counts.setdefault(tid, []).append(n)
+    # (the save's first line is another template's than its last: a template's first line in
+    # the bucket and its last may be two saves', a late line of the one before)
+    ending = {
+        t for (it, t), (ts, _) in data.iteration_cells.items() if it == bucket and ts == alive
+    }
+    ending |= {t for (_, t), c in data.cells.items() if c.last_ts == alive}
+    if any(t in progress for t in ending):
+        return 0.0  # (the job went on after the save: it was seen there last)
+    began = math.inf
+    for (it, tid), (ts, n) in data.iteration_cells.items():
+        if it != bucket or not start < ts <= alive or tid in ending or tid in progress:
+            continue
+        info = data.templates.get(tid)
+        if info is not None and _saves(info):
+            if n > 1.5 * statistics.median(counts[tid]):
+                return 0.0
+            began = min(began, ts)
+    cells = data.iteration_cells.items()
+    if any(it == bucket and began < ts < alive and t in progress for (it, t), (ts, _) in cells):
+        return 0.0  # (iterations went on between: two saves' lines)
+    return alive - began if began < alive else 0.0
 
 
 def _line_numbered(
@@ -197,7 +252,10 @@ def _line_numbered(
     for b, t in starts.items():
         k = stated[b][1] if b in stated else b
         keyed[k] = t
-        spans[k] = max(max(data.iteration_spans.get(b, 1), 1) - (k - b), 1)
+        # (up to the number the next bucket's first line states: "step: 660" ends a bucket
+        # of 628-660, "step: 670" begins the next, 661-693; 661-669 are this one's)
+        end = b + max(data.iteration_spans.get(b, 1), 1)
+        spans[k] = max((stated[end][1] if end in stated else end) - k, 1)
     return keyed, spans, stated[bucket][1] if bucket in stated else bucket
 
 
@@ -349,8 +407,10 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
     # the slowed job finally failed.
     iterations = [it for it in iterations if it.iteration != slow.first_iteration] or iterations
     first = ReportIteration(
-        iteration=_slowed_by_the_clock(data, slow, starts)
-        or _onset(data, starts, slow.first_iteration, slow.events),
+        iteration=_slowed_by_the_bar(data, slow)
+        or _onset(data, starts, slow)
+        or _slowed_by_the_buckets(data, slow, starts)
+        or slow.first_iteration,
         score=1.0,
         why="slowdown",
         distance=None,
@@ -627,17 +687,23 @@ def _first_step(data: JobData, step: int, shown: float, tid: str) -> tuple[Repor
     return _clocked(step + 1, tid)
 
 
-def _slowed_by_the_clock(data: JobData, slow: Slowdown, starts: dict[int, float]) -> int | None:
-    """The first slow iteration by the job's clock (``clock.slowed_from``): its progress bar's
-    frames, when that falls no later than the onset the stated rates gave; without a bar, the
-    times its iteration buckets began (``starts``), when that falls within the onset's bucket
-    (the rates are judged over whole buckets: where in a bucket of eleven iterations the job
-    slowed, the time the bucket took says). None: neither says."""
+def _slowed_by_the_bar(data: JobData, slow: Slowdown) -> int | None:
+    """The first slow iteration by the job's progress bar's frames (``clock.slowed_from``),
+    when that falls no later than the onset the stated rates gave (None: no bar, or it does
+    not say)."""
     clock = bar_clock(data.progress_lines, periodic(data))
-    if clock is not None:
-        held = [(a - clock.start, b - clock.start) for a, b in _held(data)]
-        found = slowed_from(clock.frames, slow.reference, slow.first_iteration, held)
-        return found if found is not None and found <= slow.first_iteration else None
+    if clock is None:
+        return None
+    held = [(a - clock.start, b - clock.start) for a, b in _held(data)]
+    found = slowed_from(clock.frames, slow.reference, slow.first_iteration, held)
+    return found if found is not None and found <= slow.first_iteration else None
+
+
+def _slowed_by_the_buckets(data: JobData, slow: Slowdown, starts: dict[int, float]) -> int | None:
+    """The first slow iteration by the times the job's iteration buckets began (``starts``,
+    ``clock.slowed_from``), when that falls within the onset's bucket (the rates are judged
+    over whole buckets: where in a bucket of eleven iterations the job slowed, the time the
+    bucket took says). None: it does not say."""
     if data.time_unit != "ts" or data.iteration_spans.get(slow.first_iteration, 1) <= 1:
         return None  # (a bucket of one iteration: its stated rate says where)
     frames = sorted((b, t) for b, t in starts.items() if math.isfinite(t))

@@ -416,6 +416,51 @@ def test_a_slowdown_within_a_coarse_bucket_begins_where_the_buckets_times_say() 
     assert next(i.iteration for i in report_iterations(analysis, late)) != 249
 
 
+def test_a_slowdowns_first_line_places_it_past_a_save_in_its_bucket() -> None:
+    # As above, but a save (torchtitan's "Saving the checkpoint …" to "Finished saving …",
+    # no step stated) held the bucket of 243 up 20 s after step 245. The buckets' times put
+    # the onset early (the save's pause looks slow); the thermal line 0.5 s after 249's line
+    # came once the first slow iteration had run: the iterations before it, the save's time
+    # left out, at the old pace.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.results import Slowdown
+    from l4_plugin.analysis.tables import TemplateInfo
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    t, times = T0, {}
+    for it in range(1, 300):
+        t += (7.0 if it >= 249 else 3.5) + (20.0 if it == 246 else 0.0)
+        times[it] = t
+    buckets = list(range(1, 300, 11))
+    saving = "Saving the checkpoint (or staging if async is enabled)."
+    saved = "Finished saving the checkpoint (or staging if async is enabled)in <DUR>."
+    data = replace(
+        _data([], times[249] + 0.5),
+        templates={"saving": TemplateInfo(saving), "saved": TemplateInfo(saved)},
+        iteration_cells={(b, "it"): (times[b], 11) for b in buckets}
+        | {
+            (243, "hot"): (times[249] + 0.5, 1),
+            (243, "saving"): (times[245] + 0.2, 8),
+            (243, "saved"): (times[245] + 19.8, 8),
+        },
+        iteration_spans=dict.fromkeys(buckets, 11),
+        node_iteration_start={("n1", b): times[b] for b in buckets},
+        node_last_iteration={"n1": 298},
+    )
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(stage="training", events=[], iterations=[]),
+        slowdown=Slowdown(first_iteration=243, reference=3.5, ratio=2.0, events=("hot",)),
+    )
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (
+        249,
+        "slowdown",
+    )
+    # the save's lines unread (no template says it saves): the pause is counted as iterations
+    unread = replace(data, templates={})
+    assert next(i.iteration for i in report_iterations(analysis, unread)) > 250
+
+
 def test_the_bars_pace_leaves_out_the_intervals_a_save_held_up() -> None:
     # A frame every 10 iterations at 5.1 s an iteration; the saves at 30 and 60 each held one
     # interval up 40 s. The iterations after the last frame go at the training pace.

@@ -154,23 +154,41 @@ def test_what_a_timeout_says_it_waited(message: str, seconds: float | None) -> N
 
 def test_iterations_after_a_checkpoint_count_from_its_end() -> None:
     # Bucket 280 saved a checkpoint for 60 s (DeepSpeed's engine: its last line says it is
-    # ready); a port error 20 s after it struck 4 iterations past 280, not "some time later".
+    # ready); a port error 18 s after it struck 4 iterations past 280, not "some time later".
     from dataclasses import replace
 
     from l4_plugin.analysis.tables import TemplateInfo
 
     cells = {
-        (280, "save"): (STARTS[280] + 5.0, 1),
+        (280, "save"): (STARTS[280] + 0.5, 1),
         (280, "ready"): (STARTS[280] + 65.0, 1),
         (280, "port"): (STARTS[280] + 83.0, 1),
     }
     templates = {
         "save": TemplateInfo("Saving model checkpoint to <PATH>", stages={"checkpointing": 1}),
+        "loss": TemplateInfo("{'loss': <NUM>, 'grad_norm': <NUM>}"),
         "ready": TemplateInfo("[Torch] Checkpoint global_step0 is ready now!", {}, {"training": 8}),
         "port": TemplateInfo("NET/IB : mlx0_<NUM>:<NUM> Got async event : port error"),
     }
     data = replace(_data(cells, STARTS), templates=templates)
     assert failure_iteration(data, _analysis("port")) == (284, "port")
+    # a save begun an iteration into the bucket (iteration 281 ran first): 285
+    cells[(280, "save")] = (STARTS[280] + 5.5, 1)
+    assert failure_iteration(data, _analysis("port")) == (285, "port")
+    # the save template printed twice as often there as elsewhere: two saves, perhaps, with
+    # iterations between them; counted from the end of the last
+    cells[(140, "save")] = cells[(200, "save")] = (STARTS[200] + 1.0, 1)
+    cells[(280, "save")] = (STARTS[280] + 5.5, 2)
+    assert failure_iteration(data, _analysis("port")) == (284, "port")
+    # a progress line after the save (HF's loss line, printed every interval): counted from
+    # it, as before
+    cells[(280, "save")] = (STARTS[280] + 5.5, 1)
+    cells.update({(b, "loss"): (t + 1.0, 1) for b, t in STARTS.items()})
+    cells[(280, "loss")] = (STARTS[280] + 66.0, 1)
+    assert failure_iteration(data, _analysis("port")) == (284, "port")
+    for b in STARTS:
+        del cells[(b, "loss")]
+    cells[(280, "save")] = (STARTS[280] + 0.5, 1)
     # a save's first line alone: counted from it
     del cells[(280, "ready")]
     assert failure_iteration(data, _analysis("port")) == (281, "port")
@@ -272,6 +290,11 @@ def test_a_bucket_counts_from_the_iteration_its_first_progress_line_states() -> 
         ),
     )
     assert failure_iteration(data, _analysis("boom")) == (413, "boom")
+    # bucket 390 (step 390's line) holds 390-404; the next line the job prints is step 410's:
+    # an error 90 s on, in 408, is still the bucket's (not "past it": 391)
+    late = replace(data, iteration_cells={**cells, (390, "boom"): (2040.0, 1)})
+    late.iteration_cells.pop((405, "boom"))
+    assert failure_iteration(late, _analysis("boom")) == (408, "boom")
     # without the lines' words, from the buckets' keys
     assert failure_iteration(replace(data, progress_lines=()), _analysis("boom")) == (407, "boom")
     # a line stating a number outside its bucket is no bucket's first
