@@ -43,6 +43,8 @@ class AttemptOutcome:
     trained: bool = False
     #: Whether it printed anything (an attempt whose workers died at once left empty files).
     printed: bool = True
+    #: The iteration its own diagnosis places the failure in (None: none).
+    iteration: int | None = None
 
     @property
     def started(self) -> bool:
@@ -123,3 +125,24 @@ def _bound(ordered: Sequence[AttemptOutcome]) -> tuple[tuple[str, ...], str]:
         return nodes, f"{', '.join(nodes)} is the culprit in every attempt ({attempts})"
     per = "; ".join(f"attempt {o.attempt}: {', '.join(o.culprits)}" for o in named)
     return (), f"not bound to a node: each attempt names another ({per})"
+
+
+def first_struck(
+    found: AcrossAttempts, outcomes: Sequence[AttemptOutcome], category: str
+) -> AttemptOutcome | None:
+    """The earlier attempt where the failure the report leads with first struck: a fault
+    bound to a node (``found.bound``) that failed the same way (``category``, the lead's
+    verdict) in an attempt that got past start-up before the lead; the earliest such, with an
+    iteration (None: none did). A restart resumes from the last checkpoint and meets the same
+    fault again, often at once: where the job first failed is the earlier attempt's
+    iteration, not the replay's."""
+    earlier = [
+        o
+        for o in outcomes
+        if o.attempt < found.lead
+        and o.started
+        and o.iteration is not None
+        and o.category == category
+        and set(found.bound) & set(o.culprits)
+    ]
+    return min(earlier, key=lambda o: o.attempt) if found.bound and earlier else None

@@ -13,14 +13,19 @@ import math
 from collections.abc import Sequence
 from dataclasses import replace
 
-from l4_plugin.analysis.attempts import BOUND_CONFIDENCE, AcrossAttempts, AttemptOutcome
+from l4_plugin.analysis.attempts import (
+    BOUND_CONFIDENCE,
+    AcrossAttempts,
+    AttemptOutcome,
+    first_struck,
+)
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.tables import JobData, JobDoc
 from l4_plugin.analysis.verdict import VerdictNode, culprits
 from l4_plugin.diagnosis.assembly import iso
 from l4_plugin.records import Verdict
 from l4_plugin.report.attempts import ReportAttempt, ReportAttempts
-from l4_plugin.report.model import Report
+from l4_plugin.report.model import Report, ReportIteration
 
 #: How much a verdict's confidence drops when each attempt names another node.
 UNBOUND_FACTOR = 0.8
@@ -40,6 +45,7 @@ def outcome(data: JobData, analysis: Analysis, report: Report) -> AttemptOutcome
         last_ts=data.job.end_ts,
         nodes=tuple(data.nodes),
         trained=span is not None and span.trained,
+        iteration=report.iterations[0].iteration if report.iterations else None,
     )
 
 
@@ -73,7 +79,21 @@ def with_attempts(
         )
     section = ReportAttempts(found.lead, found.why, found.bound, found.note, tuple(rows))
     notes = (f"attempt {found.lead} leads: {found.why}", *report.notes)
-    return replace(report, attempts=section, verdict=_verdict(report.verdict, found), notes=notes)
+    category = report.verdict.category if report.verdict is not None else "unknown"
+    first = first_struck(found, outcomes, category)
+    iterations = report.iterations
+    if first is not None and first.iteration is not None:
+        # (where the fault bound to its node first struck leads; the lead attempt's own follow)
+        began = ReportIteration(first.iteration, 1.0, "attempt", None, None, (), ())
+        iterations = (began, *(i for i in iterations if i.iteration != first.iteration))
+        notes = (*notes, f"the failure first struck in attempt {first.attempt}")
+    return replace(
+        report,
+        attempts=section,
+        verdict=_verdict(report.verdict, found),
+        notes=notes,
+        iterations=iterations,
+    )
 
 
 def _iso(ts: float | None) -> str | None:

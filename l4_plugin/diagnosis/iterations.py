@@ -194,9 +194,10 @@ def _held_within(data: JobData, bucket: int, start: float, alive: float) -> floa
     save at the bucket's first line, or one begun in the bucket before). A job that prints
     every ten iterations and saves every 320 may save in the middle of a bucket of 66: the
     iterations before the save count as much as those after it. Only a save the bucket holds
-    once: one of a template printed in most buckets (``periodic``), or printed there half as
-    often again as in most buckets that hold it, may be several saves (a save whose ranks'
-    lines fell in two buckets is in each fewer times)."""
+    once and whole: one of a template printed in most buckets (``periodic``), or whose first
+    line there is of a template printed there half as often again as in most buckets that
+    hold it, may be several saves; printed there less often, the save's lines fell in two
+    buckets, and it began in the one before (its ranks' lines each where their node was)."""
     if not start < alive < math.inf:
         return 0.0
     progress = periodic(data)
@@ -216,10 +217,11 @@ def _held_within(data: JobData, bucket: int, start: float, alive: float) -> floa
         if it != bucket or not start < ts <= alive or tid in ending or tid in progress:
             continue
         info = data.templates.get(tid)
-        if info is not None and _saves(info):
-            if n > 1.5 * statistics.median(counts[tid]):
+        if info is not None and _saves(info) and ts < began:
+            usual = statistics.median(counts[tid])
+            if not usual <= n <= 1.5 * usual:
                 return 0.0
-            began = min(began, ts)
+            began = ts
     cells = data.iteration_cells.items()
     if any(it == bucket and began < ts < alive and t in progress for (it, t), (ts, _) in cells):
         return 0.0  # (iterations went on between: two saves' lines)
@@ -230,14 +232,17 @@ def _line_numbered(
     data: JobData, starts: dict[int, float], bucket: int
 ) -> tuple[dict[int, float], dict[int, int], int]:
     """``starts`` and the buckets' spans keyed by the iteration each bucket's first progress
-    line states, where the job's progress lines say it (``JobData.progress_lines``: that line,
-    at the bucket's start), and ``bucket``'s key among them. The index buckets iterations in
-    spans of its own; a job that prints every ten iterations begins a bucket of fifteen at
-    whatever step it printed first in it."""
+    line states, where the job's progress lines say it (``JobData.progress_lines``: a node's
+    line at its start of the bucket), and ``bucket``'s key among them. The index buckets
+    iterations in spans of its own; a job that prints every ten iterations begins a bucket of
+    fifteen at whatever step it printed first in it."""
     rules = default_stage_rules()
     stated: dict[int, tuple[float, int]] = {}
-    for _, tid, it, ts, message in data.progress_lines:
-        if it is None or it not in starts or ts != starts[it]:
+    # (a node's first line in the bucket: every rank that prints progress states the same
+    # iteration at about the same time; the job's first may be a node whose lines were not read)
+    begun = data.node_iteration_start
+    for node, tid, it, ts, message in data.progress_lines:
+        if it is None or it not in starts or ts != begun.get((node, it)):
             continue
         info = data.templates.get(tid)
         rule = rules.role(info.text).iteration if info is not None else None
@@ -541,13 +546,14 @@ def _by_the_clock(
             and clock is not None
             and (moment := _noticed(data, shown)) is not None
         )
-        # A checkpoint's save after the point pauses the iterations for as long as it takes,
-        # and whether it had ended when the job failed, no line says (the progress after it is
-        # what is missing): the iteration after the last printed, then. (A report's moment:
-        # a save begun with the point's own line, too.)
-        if moment is None or _saving(data, shown + (0.0 if bound else after), moment):
+        # A checkpoint's save after the point pauses the iterations for as long as it takes
+        # (``_saved_between``); where no line says whether it had ended when the job failed
+        # (the progress after it is what is missing): the iteration after the last printed.
+        # (A report's moment: a save begun with the point's own line, too.)
+        held = _saved_between(data, shown + (0.0 if bound else after), moment)
+        if moment is None or held is None:
             continue
-        steps = max(1, math.ceil((moment - shown) / pace))
+        steps = max(1, math.ceil((moment - shown - held) / pace))
         if bound:
             steps -= 1  # (the report came about an iteration after: as ``iteration_at``'s)
         # (a moment the next line would have shown, or a little past it — the error is
@@ -786,6 +792,30 @@ _PACE_BUCKETS = 5
 
 #: Seconds after a stamped step within which a save's line is that step's own (the anchor).
 _AFTER = 1e-3
+
+
+def _saved_between(data: JobData, after: float, before: float | None) -> float | None:
+    """The seconds a checkpoint's save held the iterations up from ``after`` to ``before``:
+    0 when no save's line came then; from its first line to its last when a line of another
+    template than the first ended it (NeMo's "Scheduled async checkpoint save …" to "…
+    finalized", torchtitan's "Saving the checkpoint" to "Finished saving …": the iterations
+    waited, no progress line shows how long); None: a save under way (its first line, or a
+    later save's, came last), or one whose end no line shows."""
+    if before is None:
+        return None
+    saves = {t for t, info in data.templates.items() if _saves(info)}
+    lines = sorted(
+        (x, t)
+        for (_, t), c in data.cells.items()
+        if t in saves
+        for x in (c.first_ts, c.last_ts)
+        if after <= x < before
+    )
+    if not lines:
+        return 0.0
+    if lines[0][1] == lines[-1][1]:
+        return None
+    return lines[-1][0] - lines[0][0]
 
 
 def _saving(data: JobData, after: float, before: float) -> bool:

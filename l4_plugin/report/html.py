@@ -331,6 +331,8 @@ def _iteration_table(reported: Sequence[ReportIteration]) -> str:
             why = "after the last iteration printed"
         elif it.why == "clock":
             why = "by the progress bar's clock"
+        elif it.why == "attempt":
+            why = "the same failure, first, in an earlier attempt"
         else:
             why = f"DTW {fmt(_num(it.distance))} > {fmt(_num(it.threshold))}"
         html.append(

@@ -180,7 +180,8 @@ class ReportIteration:
     ``dtw`` (departs from its predecessors), ``slowdown`` (where the job began to slow down) or
     ``last`` (the one after the last iteration printed, when nothing placed the failure) or
     ``clock`` (placed by a progress bar's clock when the progress lines have no time of their
-    own, ``analysis.clock``).
+    own, ``analysis.clock``) or ``attempt`` (a restarted job: where the same failure, bound to
+    its node, first struck in an earlier attempt; ``analysis.attempts.first_struck``).
 
     ``slowdown`` (the job's slowdown ratio) is set, and written, only for a ``slowdown`` entry;
     ``distance`` and ``threshold`` are ``None`` there.

@@ -99,8 +99,10 @@ def test_the_same_node_each_time_is_evicted_with_high_confidence(
     assert all(a.culprits == ("n2",) for a in report.attempts.attempts)
     assert report.verdict is not None and "n2" in report.verdict.evict
     assert report.verdict.confidence >= 0.95
-    # The lead attempt's iterations only: it resumed at step 11.
-    assert report.iterations == () or min(i.iteration for i in report.iterations) >= 11
+    # The lead attempt's iterations (it resumed at step 11), after where the failure first
+    # struck, in attempt 0 (after step 20: 21).
+    assert [(i.iteration, i.why) for i in report.iterations] == [(21, "attempt"), (16, "failure")]
+    assert "the failure first struck in attempt 0" in report.notes
     text = io.StringIO()
     render_terminal(report, Console(file=text, width=200, color_system=None))
     assert "Attempts (2): this report is attempt 1's" in text.getvalue()

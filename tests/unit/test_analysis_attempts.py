@@ -74,3 +74,28 @@ def test_the_same_fault_seen_again_without_a_culprit_leads_with_the_attempt_that
     other = AttemptOutcome(1, "training", (), "user/code", trained=True)
     found = across([outcome(0, "training", ("n2",)), other])
     assert found is not None and found.lead == 1
+
+
+def test_a_fault_bound_to_its_node_first_struck_in_the_earlier_attempt() -> None:
+    # gen3's restarts: attempt 0 failed on n2's bad GPU in iteration 101; attempt 1 resumed
+    # from the checkpoint of 80 and failed on n2 again at once (81). The failure first struck
+    # in 101.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.attempts import first_struck
+
+    first = replace(outcome(0, "training", ("n2",)), iteration=101)
+    again = replace(outcome(1, "training", ("n2",)), iteration=81)
+    found = across([first, again])
+    assert found is not None and found.lead == 1
+    assert first_struck(found, [first, again], "hardware/node") == first
+    # another kind of failure the first time, or another node each time: the lead's own
+    assert first_struck(found, [first, again], "hardware/network") is None
+    other = replace(first, culprits=("n7",))
+    unbound = across([other, again])
+    assert unbound is not None and first_struck(unbound, [other, again], "hardware/node") is None
+    # an earlier attempt that placed nothing, or one that failed while starting: none
+    unplaced = replace(first, iteration=None)
+    assert first_struck(found, [unplaced, again], "hardware/node") is None
+    starting = replace(first, stage="init", trained=False)
+    assert first_struck(found, [starting, again], "hardware/node") is None

@@ -199,6 +199,22 @@ def test_a_save_that_states_its_step_pins_the_bars_start() -> None:
         131,
         "last",
     )
+    # its end came 30 s on ("… finalized"), the Xid 52 s after that, in training: the
+    # iterations waited for the save, then went on at the bar's pace: 137
+    fin = "Async checkpoint save for step <NUM> (<PATH>) finalized"
+    ended = replace(
+        at_last,
+        cells=at_last.cells
+        | {
+            ("n1", "fin"): Cell(1, T0 + 1031.5, T0 + 1031.5),
+            ("n2", "oom"): Cell(1, *[T0 + 1083.5] * 2),
+        },
+        templates={**at_last.templates, "fin": TemplateInfo(fin)},
+    )
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, ended)) == (137, "clock")
+    # a later save begun before the Xid: under way, for how long nothing says
+    later = replace(ended, cells=ended.cells | {("n1", "sched"): Cell(2, T0 + 1001.5, T0 + 1070.0)})
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, later)) == (131, "last")
 
 
 def test_a_failure_while_saving_is_in_the_saves_step() -> None:

@@ -180,6 +180,11 @@ def test_iterations_after_a_checkpoint_count_from_its_end() -> None:
     cells[(140, "save")] = cells[(200, "save")] = (STARTS[200] + 1.0, 1)
     cells[(280, "save")] = (STARTS[280] + 5.5, 2)
     assert failure_iteration(data, _analysis("port")) == (284, "port")
+    # printed there less often than elsewhere: the save's lines fell in two buckets, it began
+    # in the one before (these are its late ranks'); counted from its end
+    cells[(140, "save")] = cells[(200, "save")] = (STARTS[200] + 1.0, 4)
+    assert failure_iteration(data, _analysis("port")) == (284, "port")
+    cells[(140, "save")] = cells[(200, "save")] = (STARTS[200] + 1.0, 1)
     # a progress line after the save (HF's loss line, printed every interval): counted from
     # it, as before
     cells[(280, "save")] = (STARTS[280] + 5.5, 1)
@@ -290,6 +295,13 @@ def test_a_bucket_counts_from_the_iteration_its_first_progress_line_states() -> 
         ),
     )
     assert failure_iteration(data, _analysis("boom")) == (413, "boom")
+    # every rank prints it, and the job's first line of each bucket is a node whose lines
+    # were not read (node b, a second earlier): its node's first line says as much
+    early = {("b", b): t - 1.0 for b, t in lines.items()}
+    assert failure_iteration(
+        replace(data, node_iteration_start={**data.node_iteration_start, **early}),
+        _analysis("boom"),
+    ) == (413, "boom")
     # bucket 390 (step 390's line) holds 390-404; the next line the job prints is step 410's:
     # an error 90 s on, in 408, is still the bucket's (not "past it": 391)
     late = replace(data, iteration_cells={**cells, (390, "boom"): (2040.0, 1)})
