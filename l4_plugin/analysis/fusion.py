@@ -38,6 +38,7 @@ from l4_plugin.analysis.results import (
     FilterResult,
     FusionResult,
     IterationResult,
+    NodeScore,
     RankedEvent,
     RankedNode,
     SilenceResult,
@@ -194,7 +195,22 @@ class Fusion:
         candidates = self._sorted(reasons, by_id, factor, order, named=named)
         selected = self._select(candidates, order)
 
-        seen = (spatial, silence, stage, stragglers, earliest, by_id, slowdown, peers, hang, stack)
+        back = frozenset(
+            t for t, (_, why) in (discounts or {}).items() if why == "recovered-before-failure"
+        )
+        seen = (
+            spatial,
+            silence,
+            stage,
+            stragglers,
+            earliest,
+            by_id,
+            slowdown,
+            peers,
+            hang,
+            stack,
+            back,
+        )
 
         def rank_nodes(chosen: Sequence[RankedEvent]) -> tuple[RankedNode, ...]:
             return self._nodes(all_nodes, chosen, *seen)
@@ -422,6 +438,7 @@ class Fusion:
         peers: PeerResult | None = None,
         hang: Mapping[str, tuple[float, tuple[str, ...]]] | None = None,
         stack: Mapping[str, str] | None = None,
+        back: frozenset[str] = frozenset(),
     ) -> tuple[RankedNode, ...]:
         spatial_score = {}
         attributions: dict[str, list[str]] = {}
@@ -429,8 +446,10 @@ class Fusion:
         if spatial is not None and spatial.defined:
             suspects = set(spatial.suspects)
             for ns in spatial.nodes:
-                spatial_score[ns.node] = ns.score
+                spatial_score[ns.node] = ns.score * _still_apart(ns, back)
                 attributions[ns.node] = [a.template_id for a in ns.attributions]
+                if spatial_score[ns.node] < _APART * ns.score:
+                    suspects.discard(ns.node)
         silent = {s.node: s.score for s in silence.silent} if silence is not None else {}
         lagging = set(stage.lagging) if stage is not None else set()
         slow = {s.node: s.first_iteration for s in stragglers.stragglers} if stragglers else {}
@@ -485,6 +504,24 @@ class Fusion:
             )
         out.sort(key=lambda n: (-n.score, n.node))
         return tuple(out)
+
+
+def _still_apart(ns: NodeScore, back: frozenset[str]) -> float:
+    """The share of what sets a node apart (its attributions' weight) that is not a fault that
+    went away before the failure (``back``: a link that flapped and came back, printed more
+    there): a node that stands out by a flap the job trained on past for hours stands out by
+    nothing that ended it. 1 without attributions."""
+    total = sum(a.weight for a in ns.attributions)
+    if total <= 0:
+        return 1.0
+    gone = sum(
+        a.weight for a in ns.attributions if a.direction == "excess" and a.template_id in back
+    )
+    return (total - gone) / total
+
+
+# A spatial suspect whose evidence is mostly gone (``_still_apart`` below half) is none.
+_APART = 0.5
 
 
 def _factor(

@@ -378,6 +378,48 @@ def test_a_link_that_came_back_is_no_earliest_evidence_for_its_node() -> None:
     assert "earliest-evidence" in {e.template_id: e.reasons for e in res.candidates}["flap"]
 
 
+def test_a_node_apart_only_by_a_link_that_came_back_is_no_spatial_suspect() -> None:
+    # gen3's decoy: node b stands apart by its flap (and the time limit's "sending signal
+    # TERM", printed on the host that ran it); node a by its degraded PCIe link, the cause.
+    from l4_plugin.analysis.results import Attribution, NodeScore
+
+    nodes = ["a", "b", "c", "d"]
+    events = [
+        EventStat("flap", "WARN", {"b": 50.0}, {"b": 2}, "training"),
+        EventStat("term", "WARN", {"b": 900.0}, {"b": 1}, "training"),
+        EventStat("pcie", "INFO", {"a": 1.0}, {"a": 1}, "init"),
+    ]
+
+    def apart(node: str, score: float, *tids: tuple[str, float]) -> NodeScore:
+        return NodeScore(
+            node,
+            score,
+            score,
+            score,
+            tuple(Attribution(t, w, 1.0, 0.0, "excess", 1) for t, w in tids),
+        )
+
+    spatial = SpatialResult(
+        (
+            apart("b", 0.9, ("flap", 6.2), ("term", 3.9)),
+            apart("a", 0.7, ("pcie", 3.9)),
+            apart("c", 0.0),
+            apart("d", 0.0),
+        ),
+        ("b", "a"),
+        "combined",
+        True,
+    )
+    recovered = {"flap": (0.5, "recovered-before-failure")}
+    res = Fusion().fit(events, nodes, spatial=spatial, discounts=recovered).result_
+    ranked = {n.node: n for n in res.nodes}
+    assert res.nodes[0].node == "a" and "spatial-outlier" in ranked["a"].reasons
+    assert "spatial-outlier" not in ranked["b"].reasons
+    # the flap still on (not discounted): b stands apart by it
+    res = Fusion().fit(events, nodes, spatial=spatial).result_
+    assert "spatial-outlier" in {n.node: n for n in res.nodes}["b"].reasons
+
+
 def test_the_node_of_the_lead_event_has_it_as_a_reason_unless_the_line_is_job_wide() -> None:
     nodes = [f"n{i}" for i in range(8)]
     local = [EventStat("xid", "ERROR", {"n3": 100.0}, {"n3": 1}, "training")]
