@@ -195,25 +195,11 @@ class Fusion:
         candidates = self._sorted(reasons, by_id, factor, order, named=named)
         selected = self._select(candidates, order)
 
-        back = frozenset(
-            t for t, (_, why) in (discounts or {}).items() if why == "recovered-before-failure"
-        )
-        seen = (
-            spatial,
-            silence,
-            stage,
-            stragglers,
-            earliest,
-            by_id,
-            slowdown,
-            peers,
-            hang,
-            stack,
-            back,
-        )
+        seen = (spatial, silence, stage, stragglers, earliest, by_id, slowdown, peers, hang)
+        gone = _gone(discounts)
 
         def rank_nodes(chosen: Sequence[RankedEvent]) -> tuple[RankedNode, ...]:
-            return self._nodes(all_nodes, chosen, *seen)
+            return self._nodes(all_nodes, chosen, *seen, stack, gone)
 
         ranked_nodes = rank_nodes(selected)
         culprit = _culprit(ranked_nodes)
@@ -746,9 +732,16 @@ def _causes(
     """The candidates that may be the evidence everything else followed: not a consequence's
     words (a teardown's SIGTERM, the launcher's report), however early it was printed, nor a
     fault that went away before the failure (a link that flapped and came back)."""
-    said = _consequences(ordering)
-    said |= {t for t, (_, why) in (discounts or {}).items() if why == "recovered-before-failure"}
+    said = _consequences(ordering) | _gone(discounts)
     return {t: s for t, s in pre.items() if t not in said}
+
+
+def _gone(discounts: Mapping[str, tuple[float, str]] | None) -> frozenset[str]:
+    """The templates of faults that went away before the failure (a link that flapped and
+    came back: ``evidence.flapped``)."""
+    return frozenset(
+        t for t, (_, why) in (discounts or {}).items() if why == "recovered-before-failure"
+    )
 
 
 def _consequences(ordering: Mapping[str, tuple[float, str]] | None) -> frozenset[str]:
