@@ -430,6 +430,7 @@ def iteration_at(
     resumed: float = -math.inf,
     pace: float | None = None,
     slack: int = 0,
+    lag: float = 0.0,
 ) -> int:
     """The iteration a moment ``t`` of the iteration bucket ``bucket`` fell in.
 
@@ -448,7 +449,9 @@ def iteration_at(
     alone, the saves left out), else the buckets' own. ``slack``: iterations past the next
     line that still place ``t`` (when it bounds the moment from above, a report that came
     after it), in the iteration before the one it came in, no later than the next line's;
-    later than that, it says nothing: ``bucket``.
+    later than that, it says nothing: ``bucket``. ``lag``: iterations at the pace that ran
+    before ``t`` in the one it tells of (a slowdown's first line, once its first slow iteration
+    had run: that long before ``t`` the iteration began; no earlier than the counting's start).
     """
     start = starts.get(bucket)
     if start is None or not math.isfinite(start) or not math.isfinite(t) or t <= start:
@@ -462,6 +465,8 @@ def iteration_at(
     if pace is None or not pace > 0:
         pace = float(np.median([secs / n for n, secs in pairs]))
     interval = max(spans.get(bucket, 1), int(np.median([n for n, _ in pairs])))
+    if lag > 0:
+        t = max(t - lag * pace, max(start, resumed) + 1e-3)
     # (at least one: a moment after the bucket's line is in a later iteration, even one that
     # comes before the last line seen of the bucket's own)
     steps = max(1, math.ceil((t - max(start, resumed)) / pace))

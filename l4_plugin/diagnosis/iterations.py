@@ -111,7 +111,9 @@ def _onset(data: JobData, starts: dict[int, float], slow: Slowdown) -> int | Non
             first = (ts, it, tid)
     if first is None:
         return None
-    lag = slow.reference * slow.ratio if slow.ratio > 1 and data.time_unit == "ts" else 0.0
+    # (the slow iteration at the pace the moment is counted at, times how much slower: the
+    # stated rates' own scale may not be the clock's)
+    lag = slow.ratio if slow.ratio > 1 else 0.0
     return max(bucket, _within(data, starts, first[1], (first[2],), failing=False, lag=lag))
 
 
@@ -143,8 +145,8 @@ def _within(
     the save whose line last came before the failure is of the iteration completed when it
     began, and no iteration went on while it ran. ``failing`` False: the events are not the
     failure's (where a slowdown began): a stamp they share with an iteration line is theirs.
-    ``lag``: seconds before them that the iteration they tell of took (a slowdown's first
-    line: its first slow iteration, at the slow pace)."""
+    ``lag``: iterations, at the pace they are counted at, that the one they tell of took
+    before them (a slowdown's first line: its first slow iteration, the slowdown's ratio)."""
     after = [b for b in data.iteration_spans if b > bucket]
     limit = min(after) if after else bucket + max(data.iteration_spans.get(bucket, 1), 1) * 100
     for t in tids:
@@ -182,9 +184,7 @@ def _within(
     if held > 0:
         # (a save in the middle of the bucket: the iterations before it count too)
         alive, moment = -math.inf, moment - held
-    if lag > 0 and moment > max(start, alive):
-        moment = max(moment - lag, max(start, alive) + _AFTER)
-    return iteration_at(starts, spans, key, moment, alive, pace)
+    return iteration_at(starts, spans, key, moment, alive, pace, lag=lag)
 
 
 def _held_within(data: JobData, bucket: int, start: float, alive: float) -> float:

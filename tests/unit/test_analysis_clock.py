@@ -472,6 +472,12 @@ def test_a_slowdowns_first_line_places_it_past_a_save_in_its_bucket() -> None:
         249,
         "slowdown",
     )
+    # rates stated on another scale than the clock's (twice the seconds): the same onset, the
+    # slow iteration counted at the clock's pace times the slowdown's ratio
+    scaled = SimpleNamespace(
+        fusion=analysis.fusion, slowdown=replace(analysis.slowdown, reference=7.0)
+    )
+    assert next(i.iteration for i in report_iterations(scaled, data)) == 249
     # the save's lines unread (no template says it saves): the pause is counted as iterations
     unread = replace(data, templates={})
     assert next(i.iteration for i in report_iterations(analysis, unread)) > 250
