@@ -550,7 +550,7 @@ def _by_the_clock(
         # (``_saved_between``); where no line says whether it had ended when the job failed
         # (the progress after it is what is missing): the iteration after the last printed.
         # (A report's moment: a save begun with the point's own line, too.)
-        held = _saved_between(data, shown + (0.0 if bound else after), moment)
+        held = _saved_between(data, shown + (0.0 if bound else after), moment, saving)
         if moment is None or held is None:
             continue
         steps = max(1, math.ceil((moment - shown - held) / pace))
@@ -794,13 +794,14 @@ _PACE_BUCKETS = 5
 _AFTER = 1e-3
 
 
-def _saved_between(data: JobData, after: float, before: float | None) -> float | None:
+def _saved_between(data: JobData, after: float, before: float | None, saving: bool) -> float | None:
     """The seconds a checkpoint's save held the iterations up from ``after`` to ``before``:
-    0 when no save's line came then; from its first line to its last when a line of another
-    template than the first ended it (NeMo's "Scheduled async checkpoint save …" to "…
-    finalized", torchtitan's "Saving the checkpoint" to "Finished saving …": the iterations
-    waited, no progress line shows how long); None: a save under way (its first line, or a
-    later save's, came last), or one whose end no line shows."""
+    0 when no save's line came then; from its first line to its last when the job failed in
+    training (not ``saving``: the save had ended) and a line of another template than the
+    first ended it (NeMo's "Scheduled async checkpoint save …" to "… finalized", torchtitan's
+    "Saving the checkpoint" to "Finished saving …": the iterations waited, no progress line
+    shows how long); None: a save under way (the job failed while saving: its lines are of the
+    save it failed in, a save's first line came last), or one whose end no line shows."""
     if before is None:
         return None
     saves = {t for t, info in data.templates.items() if _saves(info)}
@@ -813,7 +814,7 @@ def _saved_between(data: JobData, after: float, before: float | None) -> float |
     )
     if not lines:
         return 0.0
-    if lines[0][1] == lines[-1][1]:
+    if saving or lines[0][1] == lines[-1][1]:
         return None
     return lines[-1][0] - lines[0][0]
 

@@ -217,6 +217,40 @@ def test_a_save_that_states_its_step_pins_the_bars_start() -> None:
     assert next((i.iteration, i.why) for i in report_iterations(analysis, later)) == (131, "last")
 
 
+def test_a_save_the_job_failed_in_is_not_counted_past() -> None:
+    # The bar's last frame (130) at T0 + 1001; a save began right after it and wrote its
+    # weights 30 s on (HF's "Saving model checkpoint …", then "Model weights saved in …"); the
+    # job failed 52 s after that. In training, the save had ended: 137. While saving (its
+    # rename failed): the lines are of the save it failed in, how long it ran before is not
+    # the iterations': after the last printed.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    bar = [("n1", "bar", None, T0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
+    bar.append(("n1", "bar0", None, T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
+    data = _data(bar, T0 + 1083.5)
+    saved = replace(
+        data,
+        cells=data.cells
+        | {
+            ("n1", "save"): Cell(1, T0 + 1001.5, T0 + 1001.5),
+            ("n1", "weights"): Cell(1, T0 + 1031.5, T0 + 1031.5),
+        },
+        templates={
+            "save": TemplateInfo("Saving model checkpoint to <PATH>"),
+            "weights": TemplateInfo("Model weights saved in <PATH>", stages={"checkpointing": 1}),
+        },
+    )
+    assert next((i.iteration, i.why) for i in report_iterations(_oom_analysis(), saved)) == (
+        137,
+        "clock",
+    )
+    failing = _oom_analysis("checkpointing")
+    assert next((i.iteration, i.why) for i in report_iterations(failing, saved)) == (131, "last")
+
+
 def test_a_failure_while_saving_is_in_the_saves_step() -> None:
     # The bar's last frames (131..139) were lost at the kill; the save of step 139 began 70 s
     # after frame 130 and the filesystem evicted the node 10 s into it: iteration 139, where a
