@@ -287,6 +287,41 @@ def _reported_dead(data: JobData, last: dict[str, float], options: AnalysisOptio
 #: Agents' reports below which a node's own is left out of the others' median.
 _FEW_REPORTS = 50
 
+#: torchelastic's agent starting its workers (``elastic/agent/server/api.py``: "[default]
+#: starting workers for entrypoint: python", "… Rendezvous'ing worker group", "… Starting
+#: worker group"; ``launcher/api.py``: "Starting elastic_operator with launch configs:"): it
+#: runs on every node of a torchrun job and logs its start-up there.
+_AGENT = re.compile(
+    r"\] (?:starting workers for entrypoint|Rendezvous'ing worker group|Starting worker group)"
+    r"|Starting elastic_operator with launch configs"
+)
+#: What a living agent prints when the job is torn down (``multiprocessing/api.py``): it stops
+#: its workers ("Sending process 2932826 closing signal SIGTERM") or reports one dead.
+_TEARDOWN = re.compile(r"closing signal SIG|failed \(exitcode: ")
+
+
+def _unreported(data: JobData, last: dict[str, float]) -> dict[str, tuple[float, tuple[str, ...]]]:
+    """Nodes whose launcher agent ran (it logged its start-up) and said nothing when the job
+    was torn down, where most of the other nodes' agents stopped or reported their workers: the
+    machine died with its processes (a kernel panic, a power loss), and no line of its own
+    says so. Node → (when the others' agents first reported, the report templates). A hung
+    rank's agent lives on and reports at the teardown with the others."""
+    agents = {t for t, info in data.templates.items() if _AGENT.search(info.text)}
+    reports = {t for t, info in data.templates.items() if _TEARDOWN.search(info.text)}
+    if not agents or not reports:
+        return {}
+    ran = {n for (n, t) in data.cells if t in agents}
+    first: dict[str, float] = {}
+    for (node, tid), cell in data.cells.items():
+        if tid in reports and node in ran and math.isfinite(cell.first_ts):
+            first[node] = min(cell.first_ts, first.get(node, math.inf))
+    quiet = sorted(n for n in ran if n not in first and n in last)
+    if len(first) < 2 or 2 * len(first) <= len(ran) or not quiet:
+        return {}
+    at = min(first.values())
+    said = tuple(sorted({t for (n, t) in data.cells if t in reports and n in first}))
+    return {n: (at, said) for n in quiet if last[n] <= at}
+
 
 def _silence(
     data: JobData,
@@ -300,7 +335,7 @@ def _silence(
     less those that ended with an error of their own (they died loudly: their error says why),
     plus nodes the peers' failure evidence names that printed nothing from before a witness
     spoke on: a node lost seconds before its peers give up is as silent as one lost an hour
-    before."""
+    before; and nodes whose launcher agent died with them (``_unreported``)."""
     result = _silence_detector(data, events, nodes)
     if data.time_unit != "ts":
         return result
@@ -336,6 +371,20 @@ def _silence(
                     lag_iterations=None,
                     missing_periodic=(),
                     missing_new=named.templates,
+                )
+            )
+    for node, (at, reports) in _unreported(data, last).items():
+        if node not in found and node not in loud and node not in {s.node for s in silent}:
+            silent.append(
+                SilentNode(
+                    node=node,
+                    score=options.named_silent_score,
+                    last_ts=last[node],
+                    last_iteration=data.node_last_iteration.get(node),
+                    lag_seconds=at - last[node],
+                    lag_iterations=None,
+                    missing_periodic=(),
+                    missing_new=reports,
                 )
             )
     silent.sort(key=lambda s: (-s.score, s.node))

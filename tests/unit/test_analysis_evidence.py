@@ -407,6 +407,54 @@ def test_an_agent_that_reported_a_death_before_the_teardown_saw_it_die() -> None
     assert _reported_dead(_data(together, {}, texts), last, AnalysisOptions()) == set()
 
 
+def test_a_node_whose_agent_died_with_it_is_silent() -> None:
+    # a's machine panicked (a machine check) seconds after its last step: its ranks and its
+    # torchrun agent printed nothing more. The others' agents, alive, stopped their workers
+    # 5 s later. A hung node's agent lives and reports with the others.
+    from l4_plugin.analysis.recipe import _unreported
+
+    texts = {
+        "start": "[default] starting workers for entrypoint: python",
+        "term": "Sending process <NUM> closing signal SIGTERM",
+        "step": "step <NUM> | loss <NUM>",
+    }
+    cells = {(n, "start"): Cell(1, 0.0, 0.0, 0.0) for n in "abcd"}
+    cells |= {(n, "term"): Cell(7, 605.0 + k, 606.0 + k, 0.0) for k, n in enumerate("bcd")}
+    cells |= {(n, "step"): Cell(3, 0.0, 600.0, 0.0) for n in "abcd"}
+    data = _data(cells, {}, texts)
+    last = {"a": 600.0, "b": 604.0, "c": 604.0, "d": 604.0}
+    assert set(_unreported(data, last)) == {"a"}
+    assert _unreported(data, last)["a"] == (605.0, ("term",))
+    # a's agent stopped its workers too (a hang): none
+    hung = {**cells, ("a", "term"): Cell(7, 607.0, 607.0, 0.0)}
+    assert _unreported(_data(hung, {}, texts), last) == {}
+    # no agent ran on a (its start-up not logged: another launcher), or most agents said
+    # nothing (the scheduler killed the job): none
+    other = {k: v for k, v in cells.items() if k != ("a", "start")}
+    assert _unreported(_data(other, {}, texts), last) == {}
+    few = {k: v for k, v in cells.items() if k not in {("c", "term"), ("d", "term")}}
+    assert _unreported(_data(few, {}, texts), last) == {}
+    # a printed on after the others' reports began (its own teardown): not the agent's death
+    assert _unreported(data, {**last, "a": 620.0}) == {}
+    # the job's silent nodes: a, seconds before the others gave up (too soon for the lag)
+    from l4_plugin.analysis.params import AnalysisOptions
+    from l4_plugin.analysis.recipe import _silence
+    from l4_plugin.analysis.results import EventStat
+
+    events = tuple(
+        EventStat(
+            t,
+            "INFO",
+            {n: c.first_ts for (n, x), c in cells.items() if x == t},
+            {n: c.count for (n, x), c in cells.items() if x == t},
+            "training",
+        )
+        for t in texts
+    )
+    found = _silence(data, events, list("abcd"), frozenset(texts), None, AnalysisOptions())
+    assert [s.node for s in found.silent] == ["a"] and found.silent[0].missing_new == ("term",)
+
+
 def test_the_schedulers_own_reason_is_evidence_even_against_baselines() -> None:
     # kube-scheduler's "Preempted by pod … on node …" is an INFO ("Normal") event: where the
     # baselines are compared the lexicon's words are no evidence, except decisive ones.
