@@ -143,7 +143,8 @@ def _within(
     states when it falls before the next bucket (its own words are exact), else by the job's
     pace (``temporal.iteration_at``). ``saving``: the job failed while saving a checkpoint;
     the save whose line last came before the failure is of the iteration completed when it
-    began, and no iteration went on while it ran. ``failing`` False: the events are not the
+    began, and no iteration went on while it ran; an error that names the checkpoint's step
+    ("tmp-checkpoint-560") is of that step. ``failing`` False: the events are not the
     failure's (where a slowdown began): a stamp they share with an iteration line is theirs.
     ``lag``: iterations, at the pace they are counted at, that the one they tell of took
     before them (a slowdown's first line: its first slow iteration, the slowdown's ratio)."""
@@ -154,6 +155,11 @@ def _within(
         found = _STATED_ITERATION.search(info.message) if info is not None else None
         if found is not None and bucket <= int(found.group(1)) < limit:
             return int(found.group(1))
+        # (a save's failure that names the checkpoint it wrote: "tmp-checkpoint-560",
+        # "global_step120": the step it saved, the iteration it failed in)
+        step = stated_step(info.message) if saving and info is not None else None
+        if step is not None and bucket <= step < limit:
+            return step
     cells = data.iteration_cells
     first = min((cells[(bucket, t)][0] for t in tids if (bucket, t) in cells), default=math.inf)
     stalled = _stalled(data, bucket)

@@ -440,3 +440,25 @@ def test_a_progress_line_later_in_the_bucket_counts_the_steps_from_itself() -> N
     data = replace(_data(cells, STARTS), templates=templates)
     data.iteration_spans = dict.fromkeys(STARTS, 1)  # a line every 10 iterations, one bucket each
     assert failure_iteration(data, _analysis("xid")) == (281, "xid")
+
+
+def test_a_saves_failure_that_names_its_checkpoint_is_of_that_step() -> None:
+    # HF's rename of tmp-checkpoint-285 failed (another rank had renamed it): the job failed
+    # while saving step 285, whatever the time says; in training the words are no step.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+
+    cells = {(280, "rename"): (STARTS[280] + 40.0, 1)}
+    text = (
+        "FileNotFoundError: [Errno 2] No such file or directory: "
+        "'/ckpt/tmp-checkpoint-285' -> '/ckpt/checkpoint-285'"
+    )
+    data = replace(_data(cells, STARTS), templates={"rename": TemplateInfo(message=text)})
+    saving = _analysis("rename")
+    saving.fusion.stage = "checkpointing"
+    assert failure_iteration(data, saving) == (285, "rename")
+    assert failure_iteration(data, _analysis("rename")) == (288, "rename")
+    # a step outside the bucket (an older checkpoint's name): by time
+    other = replace(data, templates={"rename": TemplateInfo(message=text.replace("285", "85"))})
+    assert failure_iteration(other, saving) != (85, "rename")
