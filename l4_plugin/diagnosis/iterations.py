@@ -148,18 +148,10 @@ def _within(
     failure's (where a slowdown began): a stamp they share with an iteration line is theirs.
     ``lag``: iterations, at the pace they are counted at, that the one they tell of took
     before them (a slowdown's first line: its first slow iteration, the slowdown's ratio)."""
-    after = [b for b in data.iteration_spans if b > bucket]
-    limit = min(after) if after else bucket + max(data.iteration_spans.get(bucket, 1), 1) * 100
     for t in tids:
-        info = data.templates.get(t)
-        found = _STATED_ITERATION.search(info.message) if info is not None else None
-        if found is not None and bucket <= int(found.group(1)) < limit:
-            return int(found.group(1))
-        # (a save's failure that names the checkpoint it wrote: "tmp-checkpoint-560",
-        # "global_step120": the step it saved, the iteration it failed in)
-        step = stated_step(info.message) if saving and info is not None else None
-        if step is not None and bucket <= step < limit:
-            return step
+        stated = _stated_by(data, bucket, t, saving)
+        if stated is not None:
+            return stated
     cells = data.iteration_cells
     first = min((cells[(bucket, t)][0] for t in tids if (bucket, t) in cells), default=math.inf)
     stalled = _stalled(data, bucket)
@@ -402,8 +394,11 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
         # Where the failure began, when no iteration departs from its predecessors (a hang's
         # last iteration, a crash in an iteration like the others); after them otherwise: the
         # best-ranked event may have begun earlier than the failure (a flapping link).
+        stated = _stated_by(data, cell[0], tid, saving) == it if cell is not None else False
         if any(s.iteration == it for s in iterations):
-            return tuple(iterations)
+            # (its own words state it: exact, it leads)
+            lead = [s for s in iterations if stated and s.iteration == it]
+            return (*lead, *(s for s in iterations if s not in lead))
         began = ReportIteration(
             iteration=it,
             score=1.0 if not iterations else 0.0,
@@ -413,7 +408,7 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
             events=(tid,),
             missing_events=(),
         )
-        return (*iterations, began)
+        return (began, *iterations) if stated else (*iterations, began)
     # Where the job started to slow down comes first: the DTW suspect is then mostly where
     # the slowed job finally failed.
     iterations = [it for it in iterations if it.iteration != slow.first_iteration] or iterations
@@ -473,6 +468,26 @@ def _lent(data: JobData, bucket: int, first: float) -> bool:
     if first % 1 == 0:
         return False
     return first in {t for (_, b), t in data.node_iteration_start.items() if b == bucket}
+
+
+def _stated_by(data: JobData, bucket: int, tid: str, saving: bool) -> int | None:
+    """The iteration an error of ``bucket`` states it struck (``_STATED_ITERATION``), when
+    that falls before the next bucket; failing while ``saving``, the step of the checkpoint it
+    names ("tmp-checkpoint-560", "global_step120": the step it saved), from the bucket on,
+    no further past the last iteration printed than a clock reaches (``CLOCK_STEPS``: a
+    traceback's time, borrowed from a line before it, may lag its save by buckets). None: its
+    words state none there."""
+    info = data.templates.get(tid)
+    if info is None:
+        return None
+    after = [b for b in data.iteration_spans if b > bucket]
+    limit = min(after) if after else bucket + max(data.iteration_spans.get(bucket, 1), 1) * 100
+    found = _STATED_ITERATION.search(info.message)
+    if found is not None and bucket <= int(found.group(1)) < limit:
+        return int(found.group(1))
+    step = stated_step(info.message) if saving else None
+    printed = max((b + max(n, 1) - 1 for b, n in data.iteration_spans.items()), default=bucket)
+    return step if step is not None and bucket <= step <= printed + CLOCK_STEPS else None
 
 
 def _states_its_iteration(data: JobData, cell: tuple[int, str] | None) -> bool:

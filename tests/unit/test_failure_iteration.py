@@ -462,3 +462,24 @@ def test_a_saves_failure_that_names_its_checkpoint_is_of_that_step() -> None:
     # a step outside the bucket (an older checkpoint's name): by time
     other = replace(data, templates={"rename": TemplateInfo(message=text.replace("285", "85"))})
     assert failure_iteration(other, saving) != (85, "rename")
+    # the traceback's time borrowed from a line buckets before its save (Ray's driver log):
+    # the step it names, up to where a clock reaches past the last iteration printed
+    later = replace(data, templates={"rename": TemplateInfo(message=text.replace("285", "297"))})
+    assert failure_iteration(later, saving) == (297, "rename")
+    # and it leads the suspects, before a DTW suspect of a later bucket placed by time
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    suspect = SimpleNamespace(
+        iteration=290, distance=3.0, threshold=1.0, new_events=("ray",), missing_events=()
+    )
+    saving.fusion.iterations = [suspect]
+    saving.slowdown = None
+    cells[(290, "ray")] = (STARTS[290] + 14.0, 1)
+    found = report_iterations(saving, later)
+    assert [i.iteration for i in found][:2] == [297, 293]
+    # the failure's own bucket a suspect too (ranked after): its entry leads
+    own = SimpleNamespace(
+        iteration=280, distance=2.0, threshold=1.0, new_events=("rename",), missing_events=()
+    )
+    saving.fusion.iterations = [suspect, own]
+    assert [i.iteration for i in report_iterations(saving, later)] == [297, 293]
