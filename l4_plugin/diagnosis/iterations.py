@@ -391,24 +391,7 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
             clocked = _by_the_clock(data, cell, saving)
             if clocked:
                 return (*clocked, *iterations)
-        # Where the failure began, when no iteration departs from its predecessors (a hang's
-        # last iteration, a crash in an iteration like the others); after them otherwise: the
-        # best-ranked event may have begun earlier than the failure (a flapping link).
-        stated = _stated_by(data, cell[0], tid, saving) == it if cell is not None else False
-        if any(s.iteration == it for s in iterations):
-            # (its own words state it: exact, it leads)
-            lead = [s for s in iterations if stated and s.iteration == it]
-            return (*lead, *(s for s in iterations if s not in lead))
-        began = ReportIteration(
-            iteration=it,
-            score=1.0 if not iterations else 0.0,
-            why="failure",
-            distance=None,
-            threshold=None,
-            events=(tid,),
-            missing_events=(),
-        )
-        return (began, *iterations) if stated else (*iterations, began)
+        return _with_failure(data, iterations, (cell[0] if cell else it, tid), it, saving)
     # Where the job started to slow down comes first: the DTW suspect is then mostly where
     # the slowed job finally failed.
     iterations = [it for it in iterations if it.iteration != slow.first_iteration] or iterations
@@ -426,6 +409,34 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
         missing_events=(),
     )
     return (first, *iterations)
+
+
+def _with_failure(
+    data: JobData,
+    iterations: list[ReportIteration],
+    cell: tuple[int, str],
+    it: int,
+    saving: bool,
+) -> tuple[ReportIteration, ...]:
+    """The suspects with where the failure began (``it``, the best-ranked event's ``cell``):
+    alone when no iteration departs from its predecessors (a hang's last iteration, a crash in
+    an iteration like the others); after them otherwise (the best-ranked event may have begun
+    earlier than the failure: a flapping link); first when its own words state it (exact)."""
+    bucket, tid = cell
+    stated = _stated_by(data, bucket, tid, saving) == it
+    if any(s.iteration == it for s in iterations):
+        lead = [s for s in iterations if stated and s.iteration == it]
+        return (*lead, *(s for s in iterations if s not in lead))
+    began = ReportIteration(
+        iteration=it,
+        score=1.0 if not iterations else 0.0,
+        why="failure",
+        distance=None,
+        threshold=None,
+        events=(tid,),
+        missing_events=(),
+    )
+    return (began, *iterations) if stated else (*iterations, began)
 
 
 # Buckets that must be at hand to judge whether the job's progress lines carry time.
