@@ -682,7 +682,14 @@ def _training_pace(data: JobData, clock: BarClock) -> float | None:
         for (i1, e1), (i2, e2) in itertools.pairwise(frames)
         if i2 > i1 and e2 > e1 and not any(clock.start + e1 < t < clock.start + e2 for t in saved)
     ]
+    # (the saves between a node's first and last, whose lines the index did not keep: the
+    # intervals half as slow again as the fastest held one)
+    paces = [p for p in paces if p <= _HELD_PACE * min(paces, default=math.inf)]
     return float(np.median(paces)) if paces else clock.pace
+
+
+#: An interval between a bar's frames this much slower than the fastest held a save.
+_HELD_PACE = 1.5
 
 
 def _by_stated_steps(data: JobData, analysis: Analysis) -> tuple[ReportIteration, ...]:

@@ -539,6 +539,16 @@ def test_the_bars_pace_leaves_out_the_intervals_a_save_held_up() -> None:
     )
     assert clock.pace is not None and clock.pace > 6.0  # the saves in it
     assert _training_pace(data, clock) == 5.1
+    # a save every other interval, and only a node's first and last save line known (the
+    # index kept no copy of the others: NeMo's "Scheduled async checkpoint save" on every
+    # run): the slow intervals between them held saves too
+    elapsed, frames = 0.0, [(0, 0.0)]
+    for it in range(10, 110, 10):
+        elapsed += 40.0 + (46.0 if it % 20 == 0 else 0.0)
+        frames.append((it, elapsed))
+    every = BarClock("n1", T0, tuple(frames))
+    first_last = {("n1", "save"): Cell(5, T0 + 41.0, T0 + 41.0)}
+    assert _training_pace(replace(data, cells=first_last), every) == 4.0
 
 
 def test_a_periodic_step_lines_last_copy_is_counted_from_the_kept_ones() -> None:
