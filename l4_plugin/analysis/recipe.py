@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -266,10 +266,7 @@ def _reported_dead(data: JobData, last: dict[str, float], options: AnalysisOptio
     die on its own, before any teardown, however long its ranks had been quiet (a rank that
     prints no progress of its own)."""
     reports = {t for t, info in data.templates.items() if _AGENT_REPORT.search(info.text)}
-    first: dict[str, float] = {}
-    for (node, tid), cell in data.cells.items():
-        if tid in reports and node in last and math.isfinite(cell.first_ts):
-            first[node] = min(cell.first_ts, first.get(node, math.inf))
+    first = _first_reports(data, reports, last.keys())
     out: set[str] = set()
     # (the others' median, leaving the node out where there are few; among many, every node's)
     everyone = float(np.median(list(first.values()))) if first else math.inf
@@ -311,16 +308,25 @@ def _unreported(data: JobData, last: dict[str, float]) -> dict[str, tuple[float,
     if not agents or not reports:
         return {}
     ran = {n for (n, t) in data.cells if t in agents}
-    first: dict[str, float] = {}
-    for (node, tid), cell in data.cells.items():
-        if tid in reports and node in ran and math.isfinite(cell.first_ts):
-            first[node] = min(cell.first_ts, first.get(node, math.inf))
+    first = _first_reports(data, reports, ran)
     quiet = sorted(n for n in ran if n not in first and n in last)
     if len(first) < 2 or 2 * len(first) <= len(ran) or not quiet:
         return {}
     at = min(first.values())
     said = tuple(sorted({t for (n, t) in data.cells if t in reports and n in first}))
     return {n: (at, said) for n in quiet if last[n] <= at}
+
+
+def _first_reports(
+    data: JobData, reports: Collection[str], among: Collection[str]
+) -> dict[str, float]:
+    """Each node of ``among``'s first line of the ``reports`` templates (an agent's report of
+    its workers), where it printed one with a time."""
+    first: dict[str, float] = {}
+    for (node, tid), cell in data.cells.items():
+        if tid in reports and node in among and math.isfinite(cell.first_ts):
+            first[node] = min(cell.first_ts, first.get(node, math.inf))
+    return first
 
 
 def _silence(

@@ -843,14 +843,7 @@ def _saved_between(data: JobData, after: float, before: float | None, saving: bo
     save it failed in, a save's first line came last), or one whose end no line shows."""
     if before is None:
         return None
-    saves = {t for t, info in data.templates.items() if _saves(info)}
-    lines = sorted(
-        (x, t)
-        for (_, t), c in data.cells.items()
-        if t in saves
-        for x in (c.first_ts, c.last_ts)
-        if after <= x < before
-    )
+    lines = sorted((x, t) for x, t in _save_lines(data) if after <= x < before)
     if not lines:
         return 0.0
     if saving or lines[0][1] == lines[-1][1]:
@@ -866,8 +859,16 @@ def _saving(data: JobData, after: float, before: float) -> bool:
 
 def _save_times(data: JobData) -> list[float]:
     """The first and last times, per node, of the job's checkpoint save templates."""
+    return [x for x, _ in _save_lines(data)]
+
+
+def _save_lines(data: JobData) -> list[tuple[float, str]]:
+    """``(time, template)`` of each node's first and last line of the job's checkpoint save
+    templates."""
     saves = {t for t, info in data.templates.items() if _saves(info)}
-    return [x for (_, t), c in data.cells.items() if t in saves for x in (c.first_ts, c.last_ts)]
+    return [
+        (x, t) for (_, t), c in data.cells.items() if t in saves for x in (c.first_ts, c.last_ts)
+    ]
 
 
 def _failure_moment(data: JobData, tid: str, after: float) -> float | None:

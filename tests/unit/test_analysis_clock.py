@@ -431,18 +431,20 @@ def test_a_slowdown_begins_where_the_bars_elapsed_time_says() -> None:
     assert slowed_from(tuple(save), reference=11.8, after=78) is None
 
 
-def test_a_slowdown_within_a_coarse_bucket_begins_where_the_buckets_times_say() -> None:
-    # torchtitan prints a stamped line every step; the index keeps buckets of eleven steps.
-    # 3.5 s a step, 7.0 s from step 249 (its line is the first slow one); the stated rates put
-    # the onset in the bucket of 243, the thermal line comes after 249's line.
+def _slowed_at_249(
+    pause: float = 0.0,
+) -> tuple[dict[int, float], list[int], JobData, SimpleNamespace]:
+    """A job at 3.5 s a step, 7.0 s from step 249 (its line the first slow one), held up
+    ``pause`` seconds after step 245 (a save); the index's buckets of eleven steps; a thermal
+    line 0.5 s after 249's line in the bucket of 243, where the stated rates put the onset.
+    The steps' times, the buckets, the job and its analysis."""
     from dataclasses import replace
 
     from l4_plugin.analysis.results import Slowdown
-    from l4_plugin.diagnosis.iterations import report_iterations
 
     t, times = T0, {}
     for it in range(1, 300):
-        t += 7.0 if it >= 249 else 3.5
+        t += (7.0 if it >= 249 else 3.5) + (pause if it == 246 else 0.0)
         times[it] = t
     buckets = list(range(1, 300, 11))  # 1, 12, ..., 243, 254, ..., 298
     data = replace(
@@ -457,6 +459,18 @@ def test_a_slowdown_within_a_coarse_bucket_begins_where_the_buckets_times_say() 
         fusion=SimpleNamespace(stage="training", events=[], iterations=[]),
         slowdown=Slowdown(first_iteration=243, reference=3.5, ratio=2.0, events=("hot",)),
     )
+    return times, buckets, data, analysis
+
+
+def test_a_slowdown_within_a_coarse_bucket_begins_where_the_buckets_times_say() -> None:
+    # torchtitan prints a stamped line every step; the index keeps buckets of eleven steps.
+    # 3.5 s a step, 7.0 s from step 249 (its line is the first slow one); the stated rates put
+    # the onset in the bucket of 243, the thermal line comes after 249's line.
+    from dataclasses import replace
+
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    times, buckets, data, analysis = _slowed_at_249()
     assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (
         249,
         "slowdown",
@@ -474,33 +488,20 @@ def test_a_slowdowns_first_line_places_it_past_a_save_in_its_bucket() -> None:
     # left out, at the old pace.
     from dataclasses import replace
 
-    from l4_plugin.analysis.results import Slowdown
     from l4_plugin.analysis.tables import TemplateInfo
     from l4_plugin.diagnosis.iterations import report_iterations
 
-    t, times = T0, {}
-    for it in range(1, 300):
-        t += (7.0 if it >= 249 else 3.5) + (20.0 if it == 246 else 0.0)
-        times[it] = t
-    buckets = list(range(1, 300, 11))
+    times, _, data, analysis = _slowed_at_249(pause=20.0)
     saving = "Saving the checkpoint (or staging if async is enabled)."
     saved = "Finished saving the checkpoint (or staging if async is enabled)in <DUR>."
     data = replace(
-        _data([], times[249] + 0.5),
+        data,
         templates={"saving": TemplateInfo(saving), "saved": TemplateInfo(saved)},
-        iteration_cells={(b, "it"): (times[b], 11) for b in buckets}
+        iteration_cells=data.iteration_cells
         | {
-            (243, "hot"): (times[249] + 0.5, 1),
             (243, "saving"): (times[245] + 0.2, 8),
             (243, "saved"): (times[245] + 19.8, 8),
         },
-        iteration_spans=dict.fromkeys(buckets, 11),
-        node_iteration_start={("n1", b): times[b] for b in buckets},
-        node_last_iteration={"n1": 298},
-    )
-    analysis = SimpleNamespace(
-        fusion=SimpleNamespace(stage="training", events=[], iterations=[]),
-        slowdown=Slowdown(first_iteration=243, reference=3.5, ratio=2.0, events=("hot",)),
     )
     assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (
         249,
