@@ -44,6 +44,7 @@ class Survey:
     from_workers: set[str] = field(default_factory=set)  # seen in a rank's own output
     system_logs: bool = False
     year: int | None = None  # the first node's (in job order) with a reference carrying one
+    zone: int | None = None  # the first node's (in job order) whose files show one
     lines: int = 0
 
 
@@ -80,6 +81,8 @@ def survey(digests: Iterable[NodeDigest], kind_of: Callable[[str], LineKind]) ->
             )
         if out.year is None:
             out.year = d.year
+        if out.zone is None:
+            out.zone = d.zone
     return out
 
 
@@ -95,7 +98,7 @@ def doc_context(
 ) -> DocContext:
     """The job's clock, its timeline (and each attempt's) placed on it, the iteration buckets,
     and which templates may name a node or are printed by nearly every node."""
-    clock = Clock(found.year if found.year is not None else this_year())
+    clock = Clock(found.year if found.year is not None else this_year(), found.zone or 0)
     for each in (timeline, *(attempts or {}).values()):
         each.resolve(clock.seconds)
     clock.cache.clear()

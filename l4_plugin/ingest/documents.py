@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from l4_plugin.ingest.attempts import split_unit
-from l4_plugin.ingest.header import parse_time
+from l4_plugin.ingest.header import parse_local
 from l4_plugin.ingest.parser import LineKind
 from l4_plugin.ingest.rollup import (
     RARE_SAMPLE,
@@ -54,20 +54,22 @@ _UNSEEN = object()
 
 class Clock:
     """Timestamps of the reference lines, parsed once each, in the job's ``year`` for year-less
-    formats (``context.job_year``). Picklable: it travels to the lanes with the job's context;
-    ``cache`` (epoch milliseconds, or None, by reference line: what ``ms`` returns) is emptied
-    after each node (references are a node's own lines). ``_placed`` reads it directly
-    and calls ``ms`` only for a line it does not hold."""
+    formats (``context.job_year``) and its ``zone`` (seconds east of UTC) for stamps that state
+    none (``scanner.zone_of``; 0: read as UTC). Picklable: it travels to the lanes with the
+    job's context; ``cache`` (epoch milliseconds, or None, by reference line: what ``ms``
+    returns) is emptied after each node (references are a node's own lines). ``_placed`` reads
+    it directly and calls ``ms`` only for a line it does not hold."""
 
-    def __init__(self, year: int) -> None:
+    def __init__(self, year: int, zone: int = 0) -> None:
         self.year = year
+        self.zone = zone
         self.cache: dict[str, int | None] = {}
 
-    def __getstate__(self) -> int:
-        return self.year
+    def __getstate__(self) -> tuple[int, int]:
+        return self.year, self.zone
 
-    def __setstate__(self, year: int) -> None:
-        self.year = year
+    def __setstate__(self, state: tuple[int, int]) -> None:
+        self.year, self.zone = state
         self.cache = {}
 
     def ms(self, ref: str | None, *, cache: bool = True) -> int | None:
@@ -76,7 +78,7 @@ class Clock:
             return None
         if ref in self.cache:
             return self.cache[ref]
-        ts = parse_time(ref, self.year)
+        ts = parse_local(ref, self.year, self.zone)
         ms = int(ts * 1000) if isinstance(ts, float) else None
         if cache:
             self.cache[ref] = ms
@@ -163,7 +165,7 @@ def _placed(ctx: DocContext, node: str, rollup: NodeRollup) -> Iterator[_Placed]
     only about an iteration the job saved a checkpoint at (``Timeline.saves``):
     ``tests/unit/test_documents.py`` checks each against the plain calls."""
     clock = ctx.clock
-    times, year = clock.cache, clock.year
+    times, year, zone = clock.cache, clock.year, clock.zone
     timeline = ctx.timeline_of(node)
     saves = timeline.saves
     bucket_of = ctx.bucket_of
@@ -175,7 +177,7 @@ def _placed(ctx: DocContext, node: str, rollup: NodeRollup) -> Iterator[_Placed]
         elif ref is None:
             first_ms = None
         else:  # ``Clock.ms``, inlined
-            ts = parse_time(ref, year)
+            ts = parse_local(ref, year, zone)
             first_ms = times[ref] = int(ts * 1000) if isinstance(ts, float) else None
         ref = group.last_ts_ref
         if ref in times:
@@ -183,7 +185,7 @@ def _placed(ctx: DocContext, node: str, rollup: NodeRollup) -> Iterator[_Placed]
         elif ref is None:
             last_ms = None
         else:
-            ts = parse_time(ref, year)
+            ts = parse_local(ref, year, zone)
             last_ms = times[ref] = int(ts * 1000) if isinstance(ts, float) else None
         moved: int | None = None
         if stage.startswith(UNPLACED):

@@ -462,6 +462,74 @@ def parse_time(
     return _parse_time(line, year, shape)
 
 
+class _Watch(threading.local):
+    """The zones ``_epoch`` read, by the time it gave, while ``on`` (``stated_zone``)."""
+
+    on = False
+    zones: dict[float, str | None]
+
+
+_WATCH = _Watch()
+
+
+def stated_zone(line: str, default_year: int | None = None) -> tuple[float | None, int | None]:
+    """The time ``parse_time`` reads from ``line`` and the zone its stamp states, in seconds east
+    of UTC: 0 for ``Z`` and for epoch seconds; None for a stamp that states none (a glog, syslog
+    or plain ``2025-10-24 16:50:07`` stamp: the wall clock of whatever printed it, which
+    ``parse_time`` reads as UTC)."""
+    year = default_year if default_year is not None else time.gmtime().tm_year
+    _WATCH.zones = {}
+    _WATCH.on = True
+    try:
+        ts = _parse_time(line, year, None)
+    finally:
+        _WATCH.on = False
+    if ts is None:
+        return None, None
+    if ts not in _WATCH.zones:
+        return ts, 0  # epoch seconds: no wall clock
+    zone = _WATCH.zones[ts]
+    if zone is None:
+        return ts, None
+    return ts, _east(zone)
+
+
+def _east(zone: str) -> int:
+    """Seconds east of UTC of a stated zone (``Z``, ``+08:00``, ``-0700``)."""
+    if zone == "Z":
+        return 0
+    digits = zone[1:].replace(":", "")
+    east = int(digits[:2]) * 3600 + int(digits[2:4]) * 60
+    return -east if zone[0] == "-" else east
+
+
+#: Whether a digit shape's stamp states no zone (``zone_free``).
+_ZONE_FREE: dict[bytes | str, bool] = {}
+
+
+def zone_free(line: str, default_year: int | None = None) -> bool:
+    """True when ``line``'s time stamp states no zone (``stated_zone``); remembered by digit
+    shape: lines of one shape take the same path through the formats."""
+    shape = digit_shape(line)
+    free = _ZONE_FREE.get(shape)
+    if free is None:
+        ts, zone = stated_zone(line, default_year)
+        free = ts is not None and zone is None
+        if len(_ZONE_FREE) >= _MAX_TIME_PLANS:
+            _ZONE_FREE.clear()
+        _ZONE_FREE[shape] = free
+    return free
+
+
+def parse_local(line: str, default_year: int | None, east: int) -> float | None:
+    """``parse_time(line, default_year)``, a stamp that states no zone read as the wall clock of
+    a zone ``east`` seconds east of UTC (the job's: ``scanner.zone_of``) rather than as UTC."""
+    ts = parse_time(line, default_year)
+    if ts is None or not east or not zone_free(line, default_year):
+        return ts
+    return ts - east
+
+
 def _parse_time(line: str, year: int, shape: bytes | str | None) -> float | None:
     """``parse_time`` the long way: the rank prefix, the formats tried in turn, then the Slurm
     and log-collector times for a line whose header holds none."""
@@ -838,7 +906,7 @@ def _epoch(
             _DAYS[(y, mo, d)] = day
     ts = day + h * 3600 + mi * 60 + s + frac
     if zone and zone != "Z":
-        sign = -1 if zone[0] == "+" else 1
-        digits = zone[1:].replace(":", "")
-        ts += sign * (int(digits[:2]) * 3600 + int(digits[2:4]) * 60)
+        ts -= _east(zone)
+    if _WATCH.on:
+        _WATCH.zones[ts] = zone
     return ts

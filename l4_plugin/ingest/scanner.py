@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import resource
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from l4_plugin.errors import FileCutError, IngestError
 from l4_plugin.ingest.attempts import split_unit
-from l4_plugin.ingest.header import parse_time
+from l4_plugin.ingest.header import parse_time, stated_zone, zone_free
 from l4_plugin.ingest.jobdir import is_system_log
 from l4_plugin.ingest.logfile import LogFile, Route, Split
 from l4_plugin.ingest.parser import KindSpec, LineKind, LineParser, kind_spec
@@ -121,6 +122,8 @@ class NodeDigest:
     last_iteration: int | None
     first_iteration: int | None  # the first iteration a placed group has
     year: int | None  # of a time reference whose format carries its year
+    #: Seconds east of UTC of the wall clock its stamps without a zone show (``zone_of``).
+    zone: int | None
     problems: list[str]
     cut: list[str]
     files: int
@@ -277,6 +280,7 @@ class Scanner:
             rollup.last_iteration,
             first,
             year_of(rollup),
+            zone_of(rollup, year_of(rollup)),
             done.problems,
             done.cut,
             len(sizes),
@@ -416,4 +420,47 @@ def year_of(rollup: NodeRollup) -> int | None:
         a, b = parse_time(ref, 2000), parse_time(ref, 2001)
         if a is not None and a == b:
             return time.gmtime(a).tm_year
+    return None
+
+
+#: How near the wall clock of a stamp stating a zone the next stamp of its file stating none must
+#: be, read in that zone, for the file to show which zone its unzoned stamps are in.
+ZONE_NEAR = 900.0
+_OFFSET = re.compile(r"\d\d:\d\d(?:[.,]\d+)?[+-]\d\d:?\d\d(?!\d)")
+
+
+def zone_of(rollup: NodeRollup, year: int | None) -> int | None:
+    """Seconds east of UTC of the wall clock the node's stamps without a zone were printed in,
+    when one of its files shows it; else None (they are read as UTC).
+
+    A file shows it when a stamp stating a zone other than UTC (a Slurm task banner's
+    ``[2025-10-24T16:49:58-07:00]``) has, next to it in the file, a stamp stating none that reads
+    as that zone's wall clock (``[NeMo W 2025-10-24 16:50:07 …]``: within ``ZONE_NEAR`` of
+    16:49:58) and not as UTC. The first time reference of each kind is looked at (the first
+    group of a kind holds its first line), the stamp nearest the stated one by line."""
+    if year is None:
+        year = time.gmtime().tm_year
+    stated: list[tuple[str, int, float, int]] = []
+    free: dict[str, list[tuple[int, str]]] = {}
+    seen: set[object] = set()
+    for (kind, _, _), group in rollup.groups.items():
+        ref = group.first_ts_ref
+        if kind in seen or ref is None:
+            continue
+        seen.add(kind)
+        if zone_free(ref, year):
+            free.setdefault(group.path, []).append((group.first_pos, ref))
+        elif _OFFSET.search(ref) is not None:
+            ts, east = stated_zone(ref, year)
+            if ts is not None and east:
+                stated.append((group.path, group.first_pos, ts, east))
+    for path, pos, ts, east in stated:
+        near = min(free.get(path, ()), key=lambda p: abs(p[0] - pos), default=None)
+        if near is None:
+            continue
+        utc = parse_time(near[1], year)
+        if utc is None:
+            continue
+        if abs(utc - (ts + east)) <= ZONE_NEAR:
+            return east
     return None

@@ -4,7 +4,7 @@ import calendar
 
 import pytest
 
-from l4_plugin.ingest.header import infer_level, parse_header
+from l4_plugin.ingest.header import infer_level, parse_header, parse_local, stated_zone
 
 T0 = calendar.timegm((2024, 5, 3, 10, 11, 12, 0, 0, 0))
 
@@ -642,3 +642,31 @@ def test_srun_labels_a_line_that_starts_with_its_own_time() -> None:
     # srun -l before a program's stamped line: the task's rank, the program's time and level.
     h = parse_header("12: 2024-05-03 10:11:12,000 - root - WARNING - slow", 2024)
     assert (h.rank, h.timestamp, h.level) == (12, T0, "WARNING")
+
+
+@pytest.mark.parametrize(
+    ("line", "east"),
+    [
+        ("[2025-10-24T16:49:58-07:00] task 40 on dgx-h288 (SLURM_LOCALID=0) job 5", -7 * 3600),
+        ("2025-03-07T12:39:40+0800 INFO x", 8 * 3600),
+        ("2025-03-07T12:39:40.5+05:30 INFO x", 5 * 3600 + 1800),
+        ("2025-03-07T12:39:40Z INFO x", 0),
+        ("2024-05-03T10:11:12.123Z stdout F hello", 0),  # a collector's stamp
+        ("1730000000.123 hello", 0),  # epoch seconds: no wall clock at all
+        ("[NeMo W 2025-10-24 16:50:07 nemo_logging:405] x", None),
+        ("Oct 24 18:12:31 dgx-h288 kernel: [173691.523709] watchdog: BUG", None),
+        ("[rank0]:[E1024 18:42:08.369118928 ProcessGroupNCCL.cpp:1595] x", None),
+        ("2025-03-07 12:39:40,123 - INFO - x", None),
+    ],
+)
+def test_the_zone_a_stamp_states(line: str, east: int | None) -> None:
+    ts, stated = stated_zone(line, 2025)
+    assert ts is not None and stated == east
+    # Read in a job whose unzoned stamps are 3 h east of UTC: only those move, by 3 h.
+    assert parse_local(line, 2025, 3 * 3600) == ts - (3 * 3600 if east is None else 0)
+    assert parse_local(line, 2025, 0) == ts
+
+
+def test_a_line_without_a_time_states_no_zone() -> None:
+    assert stated_zone("NCCL INFO Bootstrap : Using bond0:10.46.9.96<0>", 2025) == (None, None)
+    assert parse_local("no time here", 2025, 3600) is None

@@ -340,3 +340,63 @@ def test_scanners_keep_no_samples_no_rare_template_can_have(tmp_path: Path) -> N
     lines = [d for _, own, shared in dropped for _, d in own + shared]
     assert sum("checkpoint" in d["message"] for d in lines) == 3  # the rare one: every line
     assert not any("consumed" in d["message"] for d in lines)
+
+
+def _slurm_zone_job(job_dir: Path, banner_zone: str, nemo_hour: int) -> None:
+    """Two Slurm task files (one per node) that open with a banner stating ``banner_zone`` at
+    16:49:58 and go on in NeMo lines stamped without a zone from ``nemo_hour``:50, and a kernel
+    log whose syslog stamps state none either."""
+    for n, last in ((1, 40), (2, 20)):
+        lines = [f"[2025-10-24T16:49:58{banner_zone}] task {n} on gpu{n} (SLURM_LOCALID=0) job 7"]
+        for i in range(last):
+            lines.append(f"[NeMo I 2025-10-24 {nemo_hour}:{50 + i // 60:02d}:{i % 60:02d} x:1] "
+                         f"training step {i} done")  # fmt: skip
+        (job_dir / f"train-7-{n}.out").write_text("\n".join(lines) + "\n")
+        kern = job_dir / "syslog" / f"gpu{n}.kern.log"
+        kern.parent.mkdir(parents=True, exist_ok=True)
+        kern.write_text(f"Oct 24 {nemo_hour}:50:10 gpu{n} kernel: [12.5] eth0: link up\n")
+
+
+def test_stamps_without_a_zone_are_read_in_the_zone_a_banner_beside_them_shows(
+    tmp_path: Path,
+) -> None:
+    job_dir = tmp_path / "job"
+    job_dir.mkdir()
+    _slurm_zone_job(job_dir, "-07:00", 16)
+    scanned, ctx = _scanned_dir(job_dir)
+    assert {d.zone for d in scanned.digests} == {-7 * 3600}
+    assert ctx.clock.zone == -7 * 3600
+    banner = "[2025-10-24T16:49:58-07:00] task 1 on gpu1 (SLURM_LOCALID=0) job 7"
+    nemo = "[NeMo I 2025-10-24 16:50:09 x:1] training step 9 done"
+    kern = "Oct 24 16:50:10 gpu1 kernel: [12.5] eth0: link up"
+    # The banner's UTC time stays; the unzoned lines are read as its wall clock, not as UTC.
+    assert ctx.clock.seconds(nemo) == (ctx.clock.seconds(banner) or 0) + 11
+    assert ctx.clock.seconds(kern) == (ctx.clock.seconds(banner) or 0) + 12
+    again = pickle.loads(pickle.dumps(ctx))  # the lanes read them so too
+    assert again.clock.zone == ctx.clock.zone and again.clock.seconds(nemo) == ctx.clock.seconds(
+        nemo
+    )
+    # Every document of a node is timed on that clock: the banner 2 s before the first step,
+    # the kernel's line among the steps, the node that stopped early last printing before the other.
+    last = {}
+    for node, rollup in scanned.rollups.items():
+        events = {
+            next(w for w in ("task", "NeMo", "kernel") if w in d["message"]): d
+            for _, d in node_documents(ctx, node, rollup)[0]
+        }
+        steps = events["NeMo"]
+        assert steps[F.FIRST_TS] - events["task"][F.FIRST_TS] == 2000
+        assert steps[F.FIRST_TS] < events["kernel"][F.FIRST_TS] < steps[F.LAST_TS]
+        last[node] = steps[F.LAST_TS]
+    assert last["gpu2"] < last["gpu1"]
+
+
+def test_unzoned_stamps_stay_utc_when_no_file_shows_another_zone(tmp_path: Path) -> None:
+    for zone, hour in (("+00:00", 16), ("-07:00", 23), ("Z", 16)):
+        job_dir = tmp_path / f"job{zone}{hour}"
+        job_dir.mkdir()
+        # UTC stated, or a stated zone whose unzoned neighbours read as UTC (23:50 = 16:49-07:00)
+        _slurm_zone_job(job_dir, zone, hour)
+        scanned, ctx = _scanned_dir(job_dir)
+        assert {d.zone for d in scanned.digests} == {None}, zone
+        assert ctx.clock.zone == 0
