@@ -801,7 +801,9 @@ def _bucket_medians(per_node: dict[tuple[str, int], float]) -> dict[int, float]:
 def _bucket_times(data: JobData, its: list[int], secs: list[float]) -> dict[int, float]:
     """When each iteration bucket started: the median over nodes of its first line's time when
     iteration lines carry timestamps (the times rise from bucket to bucket), else the training
-    start plus the stated durations before it (tqdm lines have no timestamp of their own)."""
+    start plus the stated durations before it (tqdm lines have no timestamp of their own): each
+    judged bucket's duration over the iterations up to the next judged bucket (a bar drawn every
+    50 iterations leaves every other bucket of 24 without a line, and without a duration)."""
     if data.time_unit != "ts":
         return {}
     median = _bucket_medians(data.node_iteration_start)
@@ -815,9 +817,9 @@ def _bucket_times(data: JobData, its: list[int], secs: list[float]) -> dict[int,
         return {}
     t = float(np.median(starts))
     at: dict[int, float] = {}
-    for b, sec in zip(its, secs, strict=True):
+    for k, (b, sec) in enumerate(zip(its, secs, strict=True)):
         at[b] = t
-        t += sec * max(data.iteration_spans[b], 1)
+        t += sec * (its[k + 1] - b if k + 1 < len(its) else max(data.iteration_spans[b], 1))
     return at
 
 

@@ -397,6 +397,7 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
     iterations = [it for it in iterations if it.iteration != slow.first_iteration] or iterations
     first = ReportIteration(
         iteration=_slowed_by_the_bar(data, slow)
+        or (_onset_by_the_clock(data, slow) if _unplaced_progress(starts) else None)
         or _onset(data, starts, slow)
         or _slowed_by_the_buckets(data, slow, starts)
         or slow.first_iteration,
@@ -744,6 +745,46 @@ def _slowed_by_the_bar(data: JobData, slow: Slowdown) -> int | None:
     return found if found is not None and found <= slow.first_iteration else None
 
 
+def _onset_by_the_clock(data: JobData, slow: Slowdown) -> int | None:
+    """Where a slowdown began in a job whose progress lines have no time of their own (the
+    buckets' times are borrowed, ``_unplaced_progress``, and so is where the index placed the
+    lines that started with it): the first of those lines placed on the bar's clock
+    (``_pinned``). As in ``_onset``, it came once the first slow iteration had run: the
+    iterations after the bar's frame before it at the pace the job had trained at until then
+    (its intervals without a save), the slow one at the slowdown's ratio; when that falls in
+    the onset's bucket or the next. None: no bar, no such line, or elsewhere."""
+    clock = _pinned(data, _began(data, bar_clock(data.progress_lines, periodic(data))))
+    firsts = [
+        cell.first_ts
+        for (_, tid), cell in data.cells.items()
+        if tid in slow.events and math.isfinite(cell.first_ts)
+    ]
+    if clock is None or not firsts:
+        return None
+    seen = min(firsts) - clock.start
+    before = [(i, e) for i, e in clock.frames if e <= seen]
+    saved = [t - clock.start for t in _save_times(data)]
+    paces = [
+        (e2 - e1) / (i2 - i1)
+        for (i1, e1), (i2, e2) in itertools.pairwise(before[-_PACE_FRAMES:])
+        if i2 > i1 and e2 > e1 and not any(e1 < t < e2 for t in saved)
+    ]
+    if not paces:
+        return None
+    pace = float(np.median(paces))
+    last, shown = before[-1]
+    start = clock.start
+    held = sum(max(0.0, min(b - start, seen) - max(a - start, shown)) for a, b in _held(data))
+    lag = slow.ratio if slow.ratio > 1 else 0.0
+    onset = last + max(0, int((seen - shown - held) / pace - lag)) + 1
+    nxt = [i for i, e in clock.frames if e > seen]
+    onset = min(onset, nxt[0]) if nxt else onset
+    spans = data.iteration_spans
+    after = sorted(b for b in spans if b > slow.first_iteration)[:2]
+    end = after[-1] + max(spans.get(after[-1], 1), 1) if after else math.inf
+    return onset if slow.first_iteration <= onset < end else None
+
+
 def _slowed_by_the_buckets(data: JobData, slow: Slowdown, starts: dict[int, float]) -> int | None:
     """The first slow iteration by the times the job's iteration buckets began (``starts``,
     ``clock.slowed_from``), when that falls within the onset's bucket (the rates are judged
@@ -794,16 +835,31 @@ def _pinned(data: JobData, clock: BarClock | None) -> BarClock | None:
     stamp before them, which may be a minute older than the bar)."""
     if clock is None:
         return None
-    shown = dict(clock.frames)
     stated = stated_times(
         (t, step) for t, m in data.step_lines if (step := stated_step(m)) is not None
     )
     bounds = [
-        first - shown[step]
+        first - elapsed
         for step, (first, _) in stated.items()
-        if step in shown and first - shown[step] >= clock.start
+        if (elapsed := _elapsed_at(clock, step, stated)) is not None
+        and first - elapsed >= clock.start
     ]
     return replace(clock, start=min(bounds)) if bounds else clock
+
+
+def _elapsed_at(clock: BarClock, step: int, stated: dict[int, tuple[float, float]]) -> float | None:
+    """The bar's elapsed time at ``step``: its frame's; between two frames (a bar drawn every
+    50 iterations, a save every 340), at the pace of the interval less the saves the stamped
+    steps in it held it up for (``stated``: first and last time each step is stated); None
+    outside the frames."""
+    frames = clock.frames
+    for (i1, e1), (i2, e2) in itertools.pairwise(frames):
+        if step == i1:
+            return e1
+        if i1 < step < i2:
+            held = sum(b - a for s, (a, b) in stated.items() if i1 <= s < i2)
+            return e1 + (step - i1) * max(e2 - e1 - held, 0.0) / (i2 - i1)
+    return frames[-1][1] if frames and frames[-1][0] == step else None
 
 
 def _clock_reach(clock: BarClock) -> int:

@@ -771,3 +771,94 @@ def test_the_spans_saves_held_come_from_the_lines_stating_their_steps() -> None:
     )
     data = replace(_data([], T0), step_lines=lines)
     assert _held(data) == [(T0 + 768.0, T0 + 847.0)]
+
+
+def test_a_save_between_the_bars_frames_pins_its_start() -> None:
+    # As above, a bar drawn every 10 iterations whose lines all borrowed a stamp 79 s older
+    # than it; the save of step 105, between the frames of 100 and 110, began right after its
+    # iteration (elapsed 808.5 s) and held the iterations up 20 s. Its step, placed on the bar
+    # at the pace of that interval less the save's 20 s, pins the start at T0 + 0.5: the Xid
+    # 52 s after the last frame struck 137.
+    from dataclasses import replace
+
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    def elapsed(it: int) -> float:
+        return 7.7 * it + (20.0 if it > 105 else 0.0)
+
+    bar = [
+        ("n1", "bar", None, T0 - 79.0, _frame(10 * k, round(elapsed(10 * k)))) for k in range(1, 14)
+    ]
+    analysis = _oom_analysis()
+    data = _data(bar, T0 + 0.5 + elapsed(130) + 52.0)
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (131, "last")
+    began = "Scheduled async checkpoint save for /ckpt/model-step=105-consumed=53760.0-last"
+    ended = "Async checkpoint save for step 106 (/ckpt/model-step=105-consumed=53760.0-last) done"
+    saved = ((T0 + 0.5 + elapsed(105), began), (T0 + 20.5 + elapsed(105), ended))
+    pinned = replace(data, step_lines=saved)
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, pinned)) == (137, "clock")
+    # the step's elapsed time on the bar: at its interval's pace, the save's 20 s left out
+    from l4_plugin.analysis.clock import BarClock
+    from l4_plugin.diagnosis.iterations import _elapsed_at
+
+    clock = BarClock("n1", T0, tuple((10 * k, elapsed(10 * k)) for k in range(1, 14)))
+    assert _elapsed_at(clock, 105, {105: (0.0, 20.0)}) == elapsed(105)
+    assert _elapsed_at(clock, 100, {}) == elapsed(100)
+    assert _elapsed_at(clock, 5, {}) is None  # before the first frame
+
+
+def test_a_slowdowns_first_line_is_placed_on_the_bars_clock() -> None:
+    # A bar drawn every 10 iterations, its lines all with one stale stamp (so are the index's
+    # buckets of 12, and the thermal line it placed in the last); 11.8 s an iteration, 26.4 s
+    # from 69. The frames cannot tell (the interval 60-70 holds one slow iteration); the stated
+    # rates put the onset in the bucket of 61. The thermal line came 0.5 s after the first slow
+    # iteration: on the bar's clock, 69.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.results import Slowdown
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    def elapsed(it: int) -> float:
+        return 11.8 * min(it, 68) + 26.4 * max(0, it - 68)
+
+    bar = [("n1", "bar", None, T0, _frame(10 * k, round(elapsed(10 * k)))) for k in range(1, 14)]
+    bar.append(("n1", "bar0", None, T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
+    buckets = list(range(1, 131, 12))
+    hot = T0 + elapsed(69) + 0.5
+    data = replace(
+        _data(bar, T0 + elapsed(130) + 30.0),
+        cells={("n2", "hot"): Cell(count=9, first_ts=hot, last_ts=hot + 600.0)},
+        iteration_cells={(b, "bar"): (T0, 12) for b in buckets} | {(121, "hot"): (hot, 9)},
+        iteration_spans=dict.fromkeys(buckets, 12),
+        node_iteration_start={("n1", b): T0 for b in buckets},
+    )
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(stage="training", events=[], iterations=[]),
+        slowdown=Slowdown(first_iteration=61, reference=11.8, ratio=26.4 / 11.8, events=("hot",)),
+    )
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (
+        69,
+        "slowdown",
+    )
+    # the line far from the onset's bucket (another node's later throttling): not the onset
+    late = replace(data, cells={("n2", "hot"): Cell(9, T0 + elapsed(120), T0 + elapsed(125))})
+    assert next(i.iteration for i in report_iterations(analysis, late)) == 61
+
+
+def test_a_bar_only_jobs_buckets_are_timed_over_the_iterations_between_them() -> None:
+    # A bar drawn every 48 iterations into the index's buckets of 24: every other bucket holds
+    # no line and states no duration. From the training's start, each judged bucket lasts its
+    # stated 5.5 s an iteration over the 48 iterations to the next judged one.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.recipe import _bucket_times
+
+    its = [1, 49, 97, 145]
+    data = replace(
+        _data([], T0),
+        stage_spans={("n1", "training"): (T0, T0 + 900.0, T0, T0)},
+        iteration_spans=dict.fromkeys(range(1, 169, 24), 24),
+        node_iteration_start={("n1", b): T0 for b in its},
+    )
+    at = _bucket_times(data, its, [5.5] * 4)
+    assert at == {1: T0, 49: T0 + 264.0, 97: T0 + 528.0, 145: T0 + 792.0}
