@@ -442,7 +442,8 @@ def iteration_at(
     failed in iteration ``bucket + 3``. A line later than the next iteration line would have
     come (a timeout that fired long after the job stopped) says only that the job got past
     ``bucket``: ``bucket + 1`` (the middle of the interval was tried: the first is where more
-    failures struck). Without a pace, ``bucket``.
+    failures struck); within an iteration past the moment it was due, the interval's last
+    iteration (the pace is a median of the recent intervals'). Without a pace, ``bucket``.
     ``resumed``: when the job was last seen going on within the bucket (the end of a
     checkpoint's save, a progress line printed after the bucket's own): the iterations are
     counted from there, at ``pace`` seconds an iteration when given (the pace of training
@@ -474,6 +475,10 @@ def iteration_at(
         # (the report came after the failure: a driver hearing of a dead worker, a transport
         # giving up after its retries; about an iteration of such a job)
         return bucket + min(max(1, steps - 1), interval) if steps <= interval + slack else bucket
+    if steps == interval + 1:
+        # (within an iteration past the moment the next line was due: the failure stopped the
+        # job before it printed it, in the interval's last iteration; the pace is a median)
+        return bucket + interval
     return bucket + steps if steps <= interval else bucket + 1
 
 

@@ -214,6 +214,8 @@ _SPANS = dict.fromkeys(_STARTS, 10)
         (_STARTS[290] + 2.0, 291),  # during the iteration after the last line
         (_STARTS[290] + 12.0, 293),  # three iterations on
         (_STARTS[290] + 49.0, 300),  # the last before the next line was due
+        (_STARTS[290] + 53.0, 300),  # a little past it (a pace of medians): still the last
+        (_STARTS[290] + 56.0, 291),  # an iteration past it: only "past 290"
         (_STARTS[290] + 1800.0, 291),  # a timeout long after the job stopped: only "past 290"
         (_STARTS[290] - 1.0, 290),  # before the line (another host's clock): the bucket
         (math.inf, 290),  # no time
