@@ -28,9 +28,11 @@ The stage rules themselves are the ingest's (``ingest/stages.yaml``: ``stages``,
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
+from l4_plugin.analysis.clock import stated_step
 from l4_plugin.analysis.origin import frames_of
 from l4_plugin.analysis.results import StageResult
 from l4_plugin.analysis.tables import JobData
@@ -102,13 +104,35 @@ def failing_stage(
     found = _first_stage(reader.stage_of_stack, roots)
     if found is not None:
         return found
-    if failing and _soon_after_start(data, failing[0], reader):
+    # (a job that saved a checkpoint of a step before the failure was past start-up, however
+    # near its last start-up line the failure came: NeMo's bar may not have drawn a line yet)
+    saved = bool(failing) and _saved_a_step(data, failing[0])
+    if failing and not saved and _soon_after_start(data, failing[0], reader):
         return "init"
     for text in texts:
         found = reader.stage_of_words(text)
         if found is not None:
             return found
-    return stage
+    return "training" if saved and (stage is None or stage in PRE_TRAINING_STAGES) else stage
+
+
+#: A stamped line about saving a checkpoint (not loading one: a resume states its step too).
+_SAVING = re.compile(r"(?i)\bsav(?:e|ed|ing)\b")
+
+
+def _saved_a_step(data: JobData, tid: str) -> bool:
+    """Whether a stamped line before the failing record ``tid`` says a checkpoint of a step
+    past the first was being saved ("Scheduled async checkpoint save for …step=19…", "Saving
+    model checkpoint to …/checkpoint-500", "saving checkpoint at iteration 500"): the job had
+    trained. A record of unknown time says nothing."""
+    at = _first_cell(data, tid)
+    if at is None or not math.isfinite(at[2]):
+        return False
+    return any(
+        t <= at[2] and _SAVING.search(m) is not None and (stated_step(m) or 0) > 0
+        for t, m in data.step_lines
+        if math.isfinite(t)
+    )
 
 
 def _first_stage(read: Callable[[str], str | None], texts: Sequence[str]) -> str | None:

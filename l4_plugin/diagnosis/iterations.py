@@ -698,7 +698,8 @@ def _by_stated_steps(data: JobData, analysis: Analysis) -> tuple[ReportIteration
     a stamped line states (a checkpoint's save, ``clock.step_anchor``), counted at the pace the
     step lines keep (``JobData.step_pace``) to the moment the failure began (the best-ranked
     event's first time, or where a timeout's wait began: ``_failure_moment``), no more than
-    ``CLOCK_STEPS`` on. Empty when nothing says (the failure began before that step)."""
+    ``CLOCK_STEPS`` on; without a pace, at the pace of the job's start to that step (a bound:
+    start-up included). Empty when nothing says (the failure began before that step)."""
     pace = data.step_pace
     stage = analysis.fusion.stage
     if data.time_unit != "ts" or stage not in ("training", "checkpointing"):
@@ -709,7 +710,13 @@ def _by_stated_steps(data: JobData, analysis: Analysis) -> tuple[ReportIteration
         return ()
     step, shown = anchor
     if pace is None:
-        return _first_step(data, step, shown, first.template_id)
+        began = _first_step(data, step, shown, first.template_id)
+        # (one save and no pace: the time to reach its step from the job's start, start-up
+        # included, bounds an iteration's; the failure came at least that many steps on)
+        start = data.job.start_ts
+        if began or start is None or not start < shown or step <= 0:
+            return began
+        pace = (shown - start) / step
     moment = _failure_moment(data, first.template_id, shown)
     if moment is None or (stage == "training" and _saving(data, shown + _AFTER, moment)):
         return ()

@@ -646,9 +646,16 @@ def test_a_resumed_run_without_progress_failed_in_its_first_step() -> None:
     assert [(i.iteration, i.why) for i in report_iterations(analysis, data)] == [(61, "clock")]
     early = replace(data, cells={("n2", "oom"): Cell(1, T0 + 90.0, T0 + 90.0)})
     assert report_iterations(analysis, early) == ()
-    saved = replace(data, step_lines=((T0 + 100.0, "Finished saving the checkpoint at step 60"),))
-    assert report_iterations(analysis, saved) == ()
     assert report_iterations(_oom_analysis("model_loading"), data) == ()
+    # A save of step 60 (not where training began) and no pace: the job's start, 600 s before
+    # the save, bounds a step's time at 10 s (start-up included); the failure 16 s after the
+    # save came at least 2 steps on; with no start, or one after the save, nothing says.
+    saved = replace(data, step_lines=((T0 + 100.0, "Finished saving the checkpoint at step 60"),))
+    started = replace(saved, job=replace(saved.job, start_ts=T0 - 500.0))
+    assert [(i.iteration, i.why) for i in report_iterations(analysis, started)] == [(62, "clock")]
+    for start in (None, T0 + 200.0):
+        unknown = replace(saved, job=replace(saved.job, start_ts=start))
+        assert report_iterations(analysis, unknown) == ()
 
 
 def _noticing(lead_at: float, noticed_at: float) -> JobData:

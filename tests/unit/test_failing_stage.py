@@ -125,6 +125,28 @@ def test_a_failure_right_after_the_init_banner_is_in_init() -> None:
     assert failing_stage(_data(lines[1:]), _marked("init"), ["err"], RULES) == "training"
 
 
+def test_a_job_that_saved_a_step_before_failing_was_training() -> None:
+    # NeMo: start-up lines, then saves of steps 9 and 19 (its bar had drawn no line yet), then
+    # Slurm's preemption a few lines on: past start-up, however near its banner.
+    lines = [
+        ("banner", "NET/IB : Using [<NUM>]mlx5_0:<NUM>/IB ; OOB eth0:<IP><<NUM>>"),
+        ("cancel", "slurmstepd: error: *** STEP 7.0 ON n CANCELLED AT <TS> DUE TO PREEMPTION ***"),
+    ]
+    data = _data(lines)
+    assert failing_stage(data, _marked("init"), ["cancel"], RULES) == "init"
+    saved = (
+        "[NeMo I 2025-06-06 17:56:15 nemo_model_checkpoint:497] Scheduled async checkpoint save"
+        " for /ckpt/model_name=0--step=19-last"
+    )
+    trained = replace(data, step_lines=((0.5, saved),))
+    assert failing_stage(trained, _marked("init"), ["cancel"], RULES) == "training"
+    # a resume's load of step 19 (start-up states a step too), or a save after the failure
+    loaded = "loading checkpoint from /ckpt at iteration 19"
+    for step_lines in (((0.5, loaded),), ((1.5, saved),)):
+        other = replace(data, step_lines=step_lines)
+        assert failing_stage(other, _marked("init"), ["cancel"], RULES) == "init"
+
+
 @pytest.mark.parametrize(
     ("words", "stage"),
     [
