@@ -25,7 +25,14 @@ from l4_plugin.ingest.header import parse_time, stated_zone, zone_free
 from l4_plugin.ingest.jobdir import is_system_log
 from l4_plugin.ingest.logfile import LogFile, Route, Split
 from l4_plugin.ingest.parser import KindSpec, LineKind, LineParser, kind_spec
-from l4_plugin.ingest.rollup import Chunk, FilePartial, KindCache, NodeRollup, kept_like_errors
+from l4_plugin.ingest.rollup import (
+    Chunk,
+    FilePartial,
+    Group,
+    KindCache,
+    NodeRollup,
+    kept_like_errors,
+)
 from l4_plugin.ingest.sources import LogStream, bounded_blocks
 from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
@@ -267,6 +274,7 @@ class Scanner:
                     workers.add(i)
             if it is not None and not stage.startswith(UNPLACED):
                 first = it if first is None else min(first, it)
+        year = year_of(rollup)
         return NodeDigest(
             rollup.node,
             [k.key for k in done.order],
@@ -279,8 +287,8 @@ class Scanner:
             rollup.lines,
             rollup.last_iteration,
             first,
-            year_of(rollup),
-            zone_of(rollup, year_of(rollup)),
+            year,
+            zone_of(rollup, year),
             done.problems,
             done.cut,
             len(sizes),
@@ -411,16 +419,23 @@ def year_of(rollup: NodeRollup) -> int | None:
     """The year of the first time reference of the rollup (one per kind, in first-seen order)
     whose format carries its own year; None when none does. The job's clock reads year-less
     formats in the year the job's references give (``documents.Clock``)."""
+    for _, ref in _kind_references(rollup):
+        a, b = parse_time(ref, 2000), parse_time(ref, 2001)
+        if a is not None and a == b:
+            return time.gmtime(a).tm_year
+    return None
+
+
+def _kind_references(rollup: NodeRollup) -> Iterator[tuple[Group, str]]:
+    """The first group of each kind that has a time reference, with it, in first-seen order
+    (a kind's first group holds its first line)."""
     seen: set[object] = set()
     for (kind, _, _), group in rollup.groups.items():
         ref = group.first_ts_ref
         if kind in seen or ref is None:
             continue
         seen.add(kind)
-        a, b = parse_time(ref, 2000), parse_time(ref, 2001)
-        if a is not None and a == b:
-            return time.gmtime(a).tm_year
-    return None
+        yield group, ref
 
 
 #: How near the wall clock of a stamp stating a zone the next stamp of its file stating none must
@@ -442,12 +457,7 @@ def zone_of(rollup: NodeRollup, year: int | None) -> int | None:
         year = time.gmtime().tm_year
     stated: list[tuple[str, int, float, int]] = []
     free: dict[str, list[tuple[int, str]]] = {}
-    seen: set[object] = set()
-    for (kind, _, _), group in rollup.groups.items():
-        ref = group.first_ts_ref
-        if kind in seen or ref is None:
-            continue
-        seen.add(kind)
+    for group, ref in _kind_references(rollup):
         if zone_free(ref, year):
             free.setdefault(group.path, []).append((group.first_pos, ref))
         elif _OFFSET.search(ref) is not None:
