@@ -136,7 +136,7 @@ def _clock(node: str, frames: dict[int, tuple[float, float]]) -> BarClock | None
 _STATED_STEP = re.compile(r"(?:\bstep[= ]|global_step|checkpoint-|\b(?:at|for) iteration )(\d+)\b")
 
 
-def _unheld(start: float, end: float, least: float, held: Sequence[tuple[float, float]]) -> float:
+def unheld(start: float, end: float, least: float, held: Sequence[tuple[float, float]]) -> float:
     """The seconds from ``start`` to ``end`` less the parts the ``held`` spans cover, no less
     than ``least`` (nor than nothing held)."""
     covered = 0.0
@@ -275,7 +275,7 @@ def slowed_from(
     ``held``: spans (on the frames' clock) a checkpoint's save held the iterations up: an
     interval's time less what of it they cover (no less than its iterations at ``reference``)."""
     steps = [
-        (i1, i2, _unheld(e1, e2, (i2 - i1) * reference, held))
+        (i1, i2, unheld(e1, e2, (i2 - i1) * reference, held))
         for (i1, e1), (i2, e2) in itertools.pairwise(frames)
         if i2 > i1 and e2 >= e1
     ]

@@ -28,6 +28,7 @@ from l4_plugin.analysis.clock import (
     stated_step,
     stated_times,
     step_anchor,
+    unheld,
 )
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.results import Slowdown
@@ -97,9 +98,7 @@ def _onset(data: JobData, starts: dict[int, float], slow: Slowdown) -> int | Non
     throttling line two minutes after an iteration line, at one minute an iteration that is
     now two, came in the second iteration after it, not the third)."""
     bucket, tids = slow.first_iteration, slow.events
-    spans = data.iteration_spans
-    after = sorted(b for b in spans if b > bucket)[:2]
-    end = after[-1] + max(spans.get(after[-1], 1), 1) if after else math.inf
+    end = _onset_end(data, bucket)
     first: tuple[float, int, str] | None = None
     for (it, tid), (ts, _) in data.iteration_cells.items():
         if (
@@ -676,17 +675,24 @@ def _training_pace(data: JobData, clock: BarClock) -> float | None:
     checkpoint was saved (a save every 30 iterations holds up one interval of three: the
     iterations after the last frame are counted at the pace of training); the bar's own pace
     when every interval held one."""
-    frames = clock.frames[-_PACE_FRAMES:]
-    saved = _save_times(data)
-    paces = [
-        (e2 - e1) / (i2 - i1)
-        for (i1, e1), (i2, e2) in itertools.pairwise(frames)
-        if i2 > i1 and e2 > e1 and not any(clock.start + e1 < t < clock.start + e2 for t in saved)
-    ]
+    paces = _unsaved_paces(data, clock, clock.frames[-_PACE_FRAMES:])
     # (the saves between a node's first and last, whose lines the index did not keep: the
     # intervals half as slow again as the fastest held one)
     paces = [p for p in paces if p <= _HELD_PACE * min(paces, default=math.inf)]
     return float(np.median(paces)) if paces else clock.pace
+
+
+def _unsaved_paces(
+    data: JobData, clock: BarClock, frames: Sequence[tuple[int, float]]
+) -> list[float]:
+    """Seconds per iteration between consecutive ``frames`` of ``clock``, over the intervals
+    in which no checkpoint's save began (``_save_times``)."""
+    saved = _save_times(data)
+    return [
+        (e2 - e1) / (i2 - i1)
+        for (i1, e1), (i2, e2) in itertools.pairwise(frames)
+        if i2 > i1 and e2 > e1 and not any(clock.start + e1 < t < clock.start + e2 for t in saved)
+    ]
 
 
 #: An interval between a bar's frames this much slower than the fastest held a save.
@@ -770,26 +776,25 @@ def _onset_by_the_clock(data: JobData, slow: Slowdown) -> int | None:
         return None
     seen = min(firsts) - clock.start
     before = [(i, e) for i, e in clock.frames if e <= seen]
-    saved = [t - clock.start for t in _save_times(data)]
-    paces = [
-        (e2 - e1) / (i2 - i1)
-        for (i1, e1), (i2, e2) in itertools.pairwise(before[-_PACE_FRAMES:])
-        if i2 > i1 and e2 > e1 and not any(e1 < t < e2 for t in saved)
-    ]
+    paces = _unsaved_paces(data, clock, before[-_PACE_FRAMES:])
     if not paces:
         return None
     pace = float(np.median(paces))
     last, shown = before[-1]
-    start = clock.start
-    held = sum(max(0.0, min(b - start, seen) - max(a - start, shown)) for a, b in _held(data))
+    held = [(a - clock.start, b - clock.start) for a, b in _held(data)]
     lag = slow.ratio if slow.ratio > 1 else 0.0
-    onset = last + max(0, int((seen - shown - held) / pace - lag)) + 1
+    onset = last + max(0, int(unheld(shown, seen, 0.0, held) / pace - lag)) + 1
     nxt = [i for i, e in clock.frames if e > seen]
     onset = min(onset, nxt[0]) if nxt else onset
+    return onset if slow.first_iteration <= onset < _onset_end(data, slow.first_iteration) else None
+
+
+def _onset_end(data: JobData, bucket: int) -> float:
+    """Where the bucket after the one after a slowdown's onset bucket ends: a line that started
+    with the slowdown places it within its onset bucket or the next (``_onset``)."""
     spans = data.iteration_spans
-    after = sorted(b for b in spans if b > slow.first_iteration)[:2]
-    end = after[-1] + max(spans.get(after[-1], 1), 1) if after else math.inf
-    return onset if slow.first_iteration <= onset < end else None
+    after = sorted(b for b in spans if b > bucket)[:2]
+    return after[-1] + max(spans.get(after[-1], 1), 1) if after else math.inf
 
 
 def _slowed_by_the_buckets(data: JobData, slow: Slowdown, starts: dict[int, float]) -> int | None:
