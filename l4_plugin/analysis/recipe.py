@@ -287,10 +287,14 @@ _FEW_REPORTS = 50
 #: torchelastic's agent starting its workers (``elastic/agent/server/api.py``: "[default]
 #: starting workers for entrypoint: python", "… Rendezvous'ing worker group", "… Starting
 #: worker group"; ``launcher/api.py``: "Starting elastic_operator with launch configs:"): it
-#: runs on every node of a torchrun job and logs its start-up there.
+#: runs on every node of a torchrun job and logs its start-up there. At torchrun's default log
+#: level (WARNING) those lines are not printed; what is, on every node that starts more than
+#: one worker without ``OMP_NUM_THREADS`` set, is ``run.py``'s warning "Setting
+#: OMP_NUM_THREADS environment variable for each process to be 1 in default, …".
 _AGENT = re.compile(
     r"\] (?:starting workers for entrypoint|Rendezvous'ing worker group|Starting worker group)"
     r"|Starting elastic_operator with launch configs"
+    r"|Setting OMP_NUM_THREADS environment variable for each process"
 )
 #: What a living agent prints when the job is torn down (``multiprocessing/api.py``): it stops
 #: its workers ("Sending process 2932826 closing signal SIGTERM") or reports one dead.

@@ -407,6 +407,30 @@ def test_an_agent_that_reported_a_death_before_the_teardown_saw_it_die() -> None
     assert _reported_dead(_data(together, {}, texts), last, AnalysisOptions()) == set()
 
 
+def test_an_agent_at_the_default_log_level_is_known_by_its_omp_warning() -> None:
+    # torchrun at its default level (WARNING) logs none of its start-up lines; on a node that
+    # starts several workers without OMP_NUM_THREADS it warns that it set it. a's machine
+    # panicked after its last step, its agent with it; b, c and d's agents reported their
+    # workers' deaths.
+    from l4_plugin.analysis.recipe import _unreported
+
+    texts = {
+        "omp": "Setting OMP_NUM_THREADS environment variable for each process to be <NUM> in "
+        "default, to avoid your system being overloaded, please further tune the variable for "
+        "optimal performance in your application as needed.",
+        "failed": "failed (exitcode: <NUM>) local_rank: <NUM> (pid: <NUM>) of binary: <PATH>",
+        "step": "step <NUM> | loss <NUM>",
+    }
+    cells = {(n, "omp"): Cell(1, 0.0, 0.0, 0.0) for n in "abcd"}
+    cells |= {(n, "failed"): Cell(1, 612.0 + k, 612.0 + k, 0.0) for k, n in enumerate("bcd")}
+    cells |= {(n, "step"): Cell(3, 0.0, 600.0, 0.0) for n in "abcd"}
+    last = {"a": 600.0, "b": 604.0, "c": 604.0, "d": 604.0}
+    assert _unreported(_data(cells, {}, texts), last) == {"a": (612.0, ("failed",))}
+    # without the warning no agent is known to have run on a
+    no_omp = {k: v for k, v in cells.items() if k != ("a", "omp")}
+    assert _unreported(_data(no_omp, {}, texts), last) == {}
+
+
 def test_a_node_whose_agent_died_with_it_is_silent() -> None:
     # a's machine panicked (a machine check) seconds after its last step: its ranks and its
     # torchrun agent printed nothing more. The others' agents, alive, stopped their workers
