@@ -457,10 +457,7 @@ def iteration_at(
     start = starts.get(bucket)
     if start is None or not math.isfinite(start) or not math.isfinite(t) or t <= start:
         return bucket
-    before = sorted((b, s) for b, s in starts.items() if b <= bucket and math.isfinite(s))
-    recent = before[-_PACE_POINTS:]
-    pairs = [(b2 - b1, s2 - s1) for (b1, s1), (b2, s2) in itertools.pairwise(recent)]
-    pairs = [(n, secs) for n, secs in pairs if n > 0 and secs > 0]
+    pairs = _recent_pairs(starts, bucket)
     if not pairs:
         return bucket
     if pace is None or not pace > 0:
@@ -480,6 +477,26 @@ def iteration_at(
         # job before it printed it, in the interval's last iteration; the pace is a median)
         return bucket + interval
     return bucket + steps if steps <= interval else bucket + 1
+
+
+def line_interval(starts: Mapping[int, float], spans: Mapping[int, int], bucket: int) -> int:
+    """How many iterations ``bucket``'s progress line covers, up to where the next was due:
+    its span, or the usual distance between the job's recent progress lines when more (a job
+    that prints every ten iterations keeps a bucket per line it printed); 0: no two lines
+    before it say."""
+    pairs = _recent_pairs(starts, bucket)
+    if not pairs:
+        return 0
+    return max(spans.get(bucket, 1), int(np.median([n for n, _ in pairs])))
+
+
+def _recent_pairs(starts: Mapping[int, float], bucket: int) -> list[tuple[int, float]]:
+    """(iterations, seconds) between each two of the last buckets up to ``bucket`` that were
+    printed in order."""
+    before = sorted((b, s) for b, s in starts.items() if b <= bucket and math.isfinite(s))
+    recent = before[-_PACE_POINTS:]
+    pairs = [(b2 - b1, s2 - s1) for (b1, s1), (b2, s2) in itertools.pairwise(recent)]
+    return [(n, secs) for n, secs in pairs if n > 0 and secs > 0]
 
 
 def waited(message: str) -> float | None:

@@ -33,7 +33,7 @@ from l4_plugin.analysis.clock import (
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.results import Slowdown
 from l4_plugin.analysis.tables import JobData, TemplateInfo
-from l4_plugin.analysis.temporal import iteration_at, progress_templates, waited
+from l4_plugin.analysis.temporal import iteration_at, line_interval, progress_templates, waited
 from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.records import Level
 from l4_plugin.report.model import ReportIteration
@@ -165,7 +165,9 @@ def _within(
     # "step: 400" began at 400, not at 391)
     starts, spans, key = _line_numbered(data, starts, bucket)
     if noticed is not None:
-        placed = iteration_at(starts, spans, key, noticed, -math.inf, None, _NOTICING)
+        # (counted from the job's last sign of life in the bucket before it noticed)
+        seen = _resumed(data, bucket, noticed)
+        placed = iteration_at(starts, spans, key, noticed, seen, None, _NOTICING)
         if placed > key:  # (a report long after the next line was due says nothing)
             return placed
     alive = _resumed(data, bucket, first if math.isfinite(first) else moment)
@@ -173,6 +175,9 @@ def _within(
     if began is not None:
         # (a line after the bucket's is in a later iteration: the save's is the one before)
         return max(bucket, iteration_at(starts, spans, key, began) - 1)
+    counted = _from_the_save(data, starts, spans, key, moment, alive)
+    if counted is not None:
+        return counted
     # (counted from the end of a save, at the pace of training alone where the stated steps
     # give it: the buckets' own pace holds the saves)
     start = starts.get(key, math.inf)
@@ -182,6 +187,37 @@ def _within(
         # (a save in the middle of the bucket: the iterations before it count too)
         alive, moment = -math.inf, moment - held
     return iteration_at(starts, spans, key, moment, alive, pace, lag=lag)
+
+
+def _from_the_save(
+    data: JobData,
+    starts: dict[int, float],
+    spans: dict[int, int],
+    key: int,
+    moment: float,
+    alive: float,
+) -> int | None:
+    """The iteration of ``moment`` counted from the end of the save the job was last seen at
+    (``alive``, ``_resumed``), when the save's stamped lines state its step at or past the
+    bucket's (``key``; "Checkpoint global_step60 is ready now!") and the stated steps give the
+    pace of training alone (``JobData.step_pace``): the save began once its step was done and
+    held the iterations up until it ended. The bucket's own time may be another line's (HF's
+    loss line has no stamp: it takes the last stamped line before it, minutes earlier), its
+    save's is its own. None: no such save, no pace, or a count past the next progress line,
+    which never came (the moment says only that the job got past the save)."""
+    pace = data.step_pace
+    if pace is None or not pace > 0 or not math.isfinite(alive) or not alive < moment:
+        return None
+    interval = line_interval(starts, spans, key)
+    saved = [step for t, step in _save_points(data) if t <= alive and key <= step < key + interval]
+    if not interval or not saved:
+        return None
+    step = max(saved)
+    done = step + max(1, math.ceil((moment - alive) / pace))
+    if done <= key + interval:
+        return done
+    # (within an iteration past the next line's due moment: the interval's last iteration)
+    return key + interval if done == key + interval + 1 else None
 
 
 def _held_within(data: JobData, bucket: int, start: float, alive: float) -> float:
@@ -262,20 +298,31 @@ def _line_numbered(
 
 
 def _save_began(data: JobData, bucket: int, until: float) -> float | None:
-    """When the save under way at ``until`` began in ``bucket``: the latest first time there
-    of a checkpoint's lines (``_saves``) before ``until``, when no progress line came after it
-    (None: the job was not saving)."""
+    """When the save under way at ``until`` began in ``bucket``: the earliest of a
+    checkpoint's lines (``_saves``) before ``until`` that came after the bucket's last
+    progress line (its first says "Saving", a later one of another template came seconds on;
+    None: the job was not saving). A node's last line of a save counts where it came after
+    the bucket's first progress line: the job's buckets begin at its first node's line, and a
+    node whose clock or progress ran a little behind printed its save's line in time before
+    the bucket of the line it followed."""
     progress = periodic(data)
-    save, going = -math.inf, -math.inf
+    saves: list[float] = []
+    going = -math.inf
     for (it, tid), (ts, _) in data.iteration_cells.items():
         if it != bucket or not ts < until:
             continue
         info = data.templates.get(tid)
         if info is not None and _saves(info):
-            save = max(save, ts)
+            saves.append(ts)
         elif tid in progress:
             going = max(going, ts)
-    return save if math.isfinite(save) and save >= going else None
+    if not saves:
+        return None
+    for (_, tid), cell in data.cells.items():
+        info = data.templates.get(tid)
+        if info is not None and _saves(info) and going <= cell.last_ts < until:
+            saves.append(cell.last_ts)
+    return min((t for t in saves if t >= going), default=None)
 
 
 def _resumed(data: JobData, bucket: int, until: float) -> float:

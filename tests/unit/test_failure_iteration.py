@@ -483,3 +483,92 @@ def test_a_saves_failure_that_names_its_checkpoint_is_of_that_step() -> None:
     )
     saving.fusion.iterations = [suspect, own]
     assert [i.iteration for i in report_iterations(saving, later)] == [297, 293]
+
+
+def test_a_save_that_states_its_step_counts_from_its_end_at_the_pace_of_training() -> None:
+    # HF's loss line has no stamp: bucket 280's took a line's from a minute before it. The
+    # save of step 280 began at +60 ("… is about to be saved!") and ended at +120 ("Checkpoint
+    # global_step280 is ready now!"); training alone runs 2 s an iteration (the stated steps);
+    # a node ran out of memory at +130: 285 (counted from the bucket's borrowed time, less
+    # the save, at the buckets' pace: 281).
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import Cell, TemplateInfo
+
+    ready = "[Torch] Checkpoint global_step280 is ready now!"
+    cells = {
+        (280, "begin"): (STARTS[280] + 60.0, 1),
+        (280, "ready"): (STARTS[280] + 120.0, 8),
+        (280, "oom"): (STARTS[280] + 130.0, 1),
+    }
+    templates = {
+        "begin": TemplateInfo("[Torch] Checkpoint global_step<NUM> is about to be saved!"),
+        "ready": TemplateInfo("[Torch] Checkpoint global_step<NUM> is ready now!"),
+        "oom": TemplateInfo("Workers killed due to memory pressure (OOM)"),
+    }
+    data = replace(
+        _data(cells, STARTS),
+        templates=templates,
+        cells={("a", "ready"): Cell(8, 30.0, STARTS[280] + 120.0)},
+        step_lines=((STARTS[280] + 120.0, ready),),
+        step_pace=2.0,
+    )
+    assert failure_iteration(data, _analysis("oom")) == (285, "oom")
+    # past the next progress line at that pace (due at 290, never printed): not counted so
+    late = replace(data, iteration_cells={**cells, (280, "oom"): (STARTS[280] + 150.0, 1)})
+    assert failure_iteration(late, _analysis("oom")) != (295, "oom")
+    # the save of an earlier bucket's step, or no pace stated: the buckets' own count
+    for other in (
+        replace(data, step_lines=((STARTS[280] + 120.0, ready.replace("280", "270")),)),
+        replace(data, step_pace=None),
+    ):
+        assert failure_iteration(other, _analysis("oom")) == (281, "oom")
+
+
+def test_a_noticed_failure_counts_from_the_last_progress_line_before_it() -> None:
+    # As above (a borrowed time at bucket 280's line, noticed 58 s on), but HF's loss line,
+    # printed every interval, came 30 s into the bucket: the job went on till then, and the
+    # 28 s after it at 5 s an iteration are the sixth iteration: the failure in the fifth.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import Cell, TemplateInfo
+
+    at = STARTS[280] + 0.679
+    starts = {**STARTS, 280: at}
+    cells = {(280, "ib"): (at, 3)} | {(b, "loss"): (t + 1.0, 1) for b, t in STARTS.items()}
+    cells[(280, "loss")] = (at + 30.0, 1)
+    templates = {
+        "ib": TemplateInfo("NCCL WARN NET/IB : Got completion from peer <IP> with status=<NUM>"),
+        "term": TemplateInfo("Sending process <NUM> closing signal SIGTERM", levels={"WARNING": 1}),
+        "loss": TemplateInfo("{'loss': <NUM>, 'grad_norm': <NUM>}"),
+    }
+    data = replace(
+        _data(cells, starts), templates=templates, cells={("a", "term"): Cell(1, at + 58, at + 58)}
+    )
+    assert failure_iteration(data, _analysis("ib")) == (285, "ib")
+
+
+def test_a_save_under_way_began_at_its_first_nodes_line() -> None:
+    # The job failed while saving after step 280's line. The job's bucket 280 begins at node
+    # a's line; node b printed "Saving" half a second after it, in time before b's own step
+    # line (its clock a little behind), so the bucket holds only a's "Saving", 9 s on. The
+    # save began at b's: of the iteration 280 completed, not two iterations later.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import Cell, TemplateInfo
+
+    cells = {(280, "save"): (STARTS[280] + 9.0, 1), (280, "evicted"): (STARTS[280] + 40.0, 1)}
+    templates = {
+        "save": TemplateInfo("Saving the checkpoint", stages={"checkpointing": 8}),
+        "evicted": TemplateInfo("LustreError: This client was evicted by <*>"),
+    }
+    saving = _analysis("evicted")
+    saving.fusion.stage = "checkpointing"
+    nodes = {("a", "save"): Cell(9, 30.0, STARTS[280] + 9.0)}
+    data = replace(_data(cells, STARTS), templates=templates, cells=nodes)
+    assert failure_iteration(data, saving) == (281, "evicted")
+    b = Cell(9, 29.0, STARTS[280] + 0.5)
+    assert failure_iteration(replace(data, cells={**nodes, ("b", "save"): b}), saving) == (
+        280,
+        "evicted",
+    )
