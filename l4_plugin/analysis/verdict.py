@@ -58,6 +58,7 @@ _LEADS = 3  # the leading events: the first few that are not consequences...
 _LEAD_CLOSE = 0.9  # ... scored within this fraction of the first
 _FEW = 4  # evidence on at most 1 node in this many (and at least one) is a node's own
 _ALONE_CONFIDENCE = 0.35
+_LOCAL_CONFIDENCE = 0.5  # a consequence that only the culprit printed, with a meaning there
 # Rule categories of the fault library that are not verdict categories (DESIGN §6).
 _AS_VERDICT = {"user/misoperation": "user/config"}
 # An event that says memory ran out (the kernel's OOM killer, a cgroup's, Ray's monitor).
@@ -167,7 +168,8 @@ def decide(
             )
         if suspects:
             # The culprit's own words outweigh a rule that only infers (its silence).
-            own = words.first([e for e in events if set(e.nodes) & set(suspects)])
+            mine = [e for e in events if set(e.nodes) & set(suspects)]
+            own = words.first(mine) or words.local(mine)
             if own is not None and (basis is None or own.confidence > basis.confidence):
                 # (the culprit's copy of its words: a template other nodes share with other
                 # values, "exitcode: -9" here and "exitcode: -15" there, is its evidence)
@@ -297,6 +299,22 @@ class _Words:
                 f"failing they point to {term.alone}"
             )
             return _Basis(term.alone, _ALONE_CONFIDENCE, why=said)
+        return None
+
+    def local(self, events: Sequence[VerdictEvent]) -> _Basis | None:
+        """A consequence with a meaning of its own on one node (``local``) that only a few
+        nodes of a multi-node job printed: c10d's store connection timing out on the node
+        whose collectives timed out too, while the other nodes reached the store."""
+        for e in events[:_MAX_EVENTS]:
+            term = self.lexicon.cause_of_record(e.text)
+            if term is None or term.local is None or not term.cascade or self.n_nodes < 2:
+                continue
+            if 0 < len(_hosts(e.nodes)) <= max(1, self.n_nodes // _FEW):
+                said = (
+                    f"only {', '.join(_hosts(e.nodes))} printed {last_line(e.text)[:120]!r} "
+                    f"({term.local})"
+                )
+                return _Basis(term.local, _LOCAL_CONFIDENCE, e.nodes, term.evict, said)
         return None
 
     def _basis(self, term: Term, event: VerdictEvent, said: str, weight: float) -> _Basis:

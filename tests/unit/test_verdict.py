@@ -396,3 +396,27 @@ def test_a_platform_fault_in_the_culprits_own_words_evicts_it() -> None:
     ]
     v = decide(events, NODES, [], LEX, n_nodes=3)
     assert (v.category, v.evict) == ("platform", ("n3",))
+
+
+def test_a_store_connection_lost_by_the_culprit_alone_is_its_network() -> None:
+    # A node cut off the network (a real torchrun + gloo run, its link taken down): every
+    # rank's collective timed out in gloo; only the cut-off node's store connection timed out
+    # too, the others still reached the store.
+    gloo = (
+        "[default1]:[rank3]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/"
+        "tcp/unbound_buffer.cc:78] Timed out waiting 30000ms for recv operation to complete"
+    )
+    store = (
+        "[W1127 15:58:21.368845835 socket.cpp:494] [c10d] waitForInput: socket SocketImpl(fd=4, "
+        "addr=[::400d:f2db:8b7f:0]:1893, remote=[10b6:62e1:d755:0]:57697) timed out after 60000ms"
+    )
+    cut = [VerdictNode("d2", 0.9, ("spatial-outlier",)), VerdictNode("d1", 0.2, ())]
+    events = [_ev(gloo, ("d1", "d2", "d3")), _ev(store, ("d2",))]
+    v = decide(events, cut, [], LEX, n_nodes=3)
+    assert v.category == "hardware/network" and v.evict == ("d2",)
+    # every node's store connection timed out: no one node's network
+    everywhere = [_ev(gloo, ("d1", "d2", "d3")), _ev(store, ("d1", "d2", "d3"))]
+    assert decide(everywhere, cut, [], LEX, n_nodes=3).category != "hardware/network"
+    # one node alone: the wait itself (rank 0 busy for longer than the timeout)
+    alone = decide([_ev(store, ("d1",))], [VerdictNode("d1", 0.3, ())], [], LEX, n_nodes=1)
+    assert alone.category == "user/config"
