@@ -521,11 +521,32 @@ def _borrowed(data: JobData, starts: dict[int, float], cell: tuple[int, str] | N
 def _lent(data: JobData, bucket: int, first: float) -> bool:
     """Whether a line first seen at ``first`` took the stamp of a node's iteration line in
     ``bucket``: the very time, to the millisecond (a traceback on stderr has none of its own):
-    it says only that it came after. (In whole seconds, two lines of one second are no sign of
-    that.)"""
+    it says only that it came after; or, in the node's last bucket, a time among its ranks'
+    lines of that step, which they printed within ``_RANKS_APART`` of each other (the line took
+    its own rank's, in that rank's file). (In whole seconds, two lines of one second are no
+    sign of that.)"""
     if first % 1 == 0:
         return False
-    return first in {t for (_, b), t in data.node_iteration_start.items() if b == bucket}
+    starts = {n: t for (n, b), t in data.node_iteration_start.items() if b == bucket}
+    if first in starts.values():
+        return True
+    # (each rank of a node prints the step's line, to its own file, within a moment of the
+    # others: a line there took its own rank's, between its node's first and last of them)
+    progress = periodic(data)
+    for (node, tid), cell in data.cells.items():
+        start = starts.get(node)
+        if (
+            start is not None
+            and tid in progress
+            and data.node_last_iteration.get(node) == bucket
+            and start <= first <= cell.last_ts <= start + _RANKS_APART
+        ):
+            return True
+    return False
+
+
+#: Seconds within which the ranks of one node print the same step's progress line.
+_RANKS_APART = 1.0
 
 
 def _stated_by(data: JobData, bucket: int, tid: str, saving: bool) -> int | None:

@@ -572,3 +572,36 @@ def test_a_save_under_way_began_at_its_first_nodes_line() -> None:
         280,
         "evicted",
     )
+
+
+def test_a_line_that_took_another_ranks_stamp_is_placed_by_when_the_job_noticed() -> None:
+    # Each rank writes its own file; a port error with no stamp of its own took its rank's
+    # step line's, 11 ms after the node's first rank printed the same step (its ranks printed
+    # it within 41 ms). The agent noticed 33 s on: as if it had taken the first rank's stamp.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import Cell, TemplateInfo
+
+    at = STARTS[280] + 0.679
+    starts = {**{b: t for b, t in STARTS.items() if b < 280}, 280: at}
+    cells = {(280, "ib"): (at + 0.011, 1)} | {(b, "step"): (t, 8) for b, t in starts.items()}
+    templates = {
+        "ib": TemplateInfo("NCCL WARN NET/IB : mlx5_<NUM>:<NUM> Got async event : port error"),
+        "term": TemplateInfo("Sending process <NUM> closing signal SIGTERM", levels={"WARNING": 1}),
+        "step": TemplateInfo("step: <NUM> loss: <NUM>"),
+    }
+
+    def rank_lines(apart: float) -> Any:
+        return replace(
+            _data(cells, starts),
+            templates=templates,
+            cells={
+                ("a", "term"): Cell(1, at + 33.0, at + 33.0),
+                ("a", "step"): Cell(232, 1.0, at + apart),
+                ("a", "ib"): Cell(1, at + 0.011, at + 0.011),
+            },
+        )
+
+    assert failure_iteration(rank_lines(0.041), _analysis("ib")) == (286, "ib")
+    # the node's ranks printed the step over more than a second: the line's time is its own
+    assert failure_iteration(rank_lines(1.5), _analysis("ib")) == (281, "ib")
