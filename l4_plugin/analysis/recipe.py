@@ -306,19 +306,31 @@ def _unreported(data: JobData, last: dict[str, float]) -> dict[str, tuple[float,
     was torn down, where most of the other nodes' agents stopped or reported their workers: the
     machine died with its processes (a kernel panic, a power loss), and no line of its own
     says so. Node → (when the others' agents first reported, the report templates). A hung
-    rank's agent lives on and reports at the teardown with the others."""
+    rank's agent lives on and reports at the teardown with the others. A node whose lines never
+    got past start-up is left out: a job that fails while starting fails on every node within
+    seconds, and what tears it down (srun's ``--kill-on-bad-exit``, a PyTorchJob's clean-up of
+    its pods) kills the processes still starting before their agent reports."""
     agents = {t for t, info in data.templates.items() if _AGENT.search(info.text)}
     reports = {t for t, info in data.templates.items() if _TEARDOWN.search(info.text)}
     if not agents or not reports:
         return {}
     ran = {n for (n, t) in data.cells if t in agents}
     first = _first_reports(data, reports, ran)
-    quiet = sorted(n for n in ran if n not in first and n in last)
+    starting = _only_starting(data)
+    quiet = sorted(n for n in ran if n not in first and n in last and n not in starting)
     if len(first) < 2 or 2 * len(first) <= len(ran) or not quiet:
         return {}
     at = min(first.values())
     said = tuple(sorted({t for (n, t) in data.cells if t in reports and n in first}))
     return {n: (at, said) for n in quiet if last[n] <= at}
+
+
+def _only_starting(data: JobData) -> set[str]:
+    """The nodes whose every line is of a start-up stage (``PRE_TRAINING_STAGES``)."""
+    stages: dict[str, set[str]] = {}
+    for node, stage in data.stage_spans:
+        stages.setdefault(node, set()).add(stage)
+    return {n for n, st in stages.items() if st <= PRE_TRAINING_STAGES}
 
 
 def _first_reports(

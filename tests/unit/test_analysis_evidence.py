@@ -452,6 +452,11 @@ def test_a_node_whose_agent_died_with_it_is_silent() -> None:
     # a's agent stopped its workers too (a hang): none
     hung = {**cells, ("a", "term"): Cell(7, 607.0, 607.0, 0.0)}
     assert _unreported(_data(hung, {}, texts), last) == {}
+    # a never got past start-up: the job failed while starting, and what tore it down
+    # (srun --kill-on-bad-exit, a PyTorchJob's pod clean-up) killed a before its agent spoke
+    starting = _data(cells, {}, texts)
+    del starting.stage_spans[("a", "training")]
+    assert _unreported(starting, last) == {}
     # no agent ran on a (its start-up not logged: another launcher), or most agents said
     # nothing (the scheduler killed the job): none
     other = {k: v for k, v in cells.items() if k != ("a", "start")}
