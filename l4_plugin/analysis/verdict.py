@@ -169,7 +169,12 @@ def decide(
         if suspects:
             # The culprit's own words outweigh a rule that only infers (its silence).
             mine = [e for e in events if set(e.nodes) & set(suspects)]
-            own = words.first(mine) or words.local(mine)
+            # (a consequence only the culprit printed may say more than its generic words)
+            own = max(
+                (b for b in (words.first(mine), words.local(mine)) if b is not None),
+                key=lambda b: b.confidence,
+                default=None,
+            )
             if own is not None and (basis is None or own.confidence > basis.confidence):
                 # (the culprit's copy of its words: a template other nodes share with other
                 # values, "exitcode: -9" here and "exitcode: -15" there, is its evidence)

@@ -143,11 +143,6 @@ CAUSES = [
 ]
 
 CONSEQUENCES = [
-    # gloo's tcp/unbound_buffer.cc when a collective's peer sent nothing within the timeout (a
-    # real torchrun run, one node cut off the network), and the same line as its template
-    "[default1]:[rank3]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
-    "unbound_buffer.cc:78] Timed out waiting 30000ms for recv operation to complete",
-    "RuntimeError: [<PATH>:<NUM>] Timed out waiting <DUR> for <*> operation to complete",
     # c10d's TCPStore client when the store's server went away (the same run's teardown)
     "[W1127 15:57:56.446267395 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on "
     "SocketImpl(fd=4, addr=[1063:3bf6:ed7f:0]:8984, remote=[d4:5286:c055:0]:34385): Failed to "
