@@ -741,13 +741,45 @@ _PACE_FRAMES = 9  # the bar's last frames whose intervals give its pace
 def _training_pace(data: JobData, clock: BarClock) -> float | None:
     """Seconds per iteration between the bar's last frames, over the intervals in which no
     checkpoint was saved (a save every 30 iterations holds up one interval of three: the
-    iterations after the last frame are counted at the pace of training); the bar's own pace
-    when every interval held one."""
-    paces = _unsaved_paces(data, clock, clock.frames[-_PACE_FRAMES:])
+    iterations after the last frame are counted at the pace of training); when every interval
+    held one (a bar drawn every 10 iterations, a save every 10), each interval less the time
+    its save's stamped lines say it held the iterations (``_held``); else the bar's own pace."""
+    frames = clock.frames[-_PACE_FRAMES:]
+    every = _every_interval_saved(data, frames)
+    if every is not None:
+        return every
+    paces = _unsaved_paces(data, clock, frames)
     # (the saves between a node's first and last, whose lines the index did not keep: the
     # intervals half as slow again as the fastest held one)
     paces = [p for p in paces if p <= _HELD_PACE * min(paces, default=math.inf)]
     return float(np.median(paces)) if paces else clock.pace
+
+
+def _every_interval_saved(data: JobData, frames: Sequence[tuple[int, float]]) -> float | None:
+    """Seconds per iteration of training alone when the job saved a checkpoint at least once
+    in every interval between the bar's ``frames`` (saves every 10 iterations, a line of the
+    bar every 10): each interval less its saves, each holding the iterations up as long as the
+    median of the spans the saves' stamped lines show (``_held``: "Scheduled … step=19" to
+    "save for step 20 … finalized"), at the stride their steps keep. None: fewer than two saves
+    state their steps, or their stride is longer than the bar's (some intervals saved
+    nothing: ``_unsaved_paces``)."""
+    spans = stated_times(_save_points(data))
+    steps = sorted(spans)
+    held = [b - a for a, b in spans.values() if b > a]
+    gaps = [n for (i1, _), (i2, _) in itertools.pairwise(frames) if (n := i2 - i1) > 0]
+    if len(steps) < 2 or not held or not gaps:
+        return None
+    stride = float(np.median(np.diff(steps)))
+    if not 0 < stride <= min(gaps):
+        return None
+    hold = float(np.median(held))
+    paces = [
+        (e2 - e1 - (i2 - i1) / stride * hold) / (i2 - i1)
+        for (i1, e1), (i2, e2) in itertools.pairwise(frames)
+        if i2 > i1 and e2 > e1
+    ]
+    paces = [p for p in paces if p > 0]
+    return float(np.median(paces)) if paces else None
 
 
 def _unsaved_paces(

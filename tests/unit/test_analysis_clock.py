@@ -552,6 +552,40 @@ def test_the_bars_pace_leaves_out_the_intervals_a_save_held_up() -> None:
     assert _training_pace(replace(data, cells=first_last), every) == 4.0
 
 
+def test_a_bar_whose_every_interval_held_a_save_is_paced_without_them() -> None:
+    # A frame every 10 iterations at 3.5 s an iteration; NeMo saved every 10 steps and the
+    # iterations waited 29 s each time ("Scheduled async checkpoint save … step=9" to "Async
+    # checkpoint save for step 10 (…step=9…) finalized"): every interval is 64 s, the training
+    # pace 3.5 s.
+    from dataclasses import replace
+
+    import pytest
+
+    from l4_plugin.analysis.clock import BarClock
+    from l4_plugin.diagnosis.iterations import _training_pace
+
+    frames = tuple((it, 64.0 * k) for k, it in enumerate(range(9, 60, 10)))
+    clock = BarClock("n1", T0, frames)
+    lines: list[tuple[float, str]] = []
+    for k, step in enumerate(range(9, 40, 10)):
+        at = T0 + 64.0 * k
+        lines.append((at, f"Scheduled async checkpoint save for /ckpt/x-step={step}-last"))
+        lines.append(
+            (
+                at + 29.0,
+                f"Async checkpoint save for step {step + 1} (/ckpt/x-step={step}-last) "
+                "finalized successfully",
+            )
+        )
+    data = replace(_data([], T0), step_lines=tuple(reversed(lines)))
+    assert _training_pace(data, clock) == pytest.approx(3.5)
+    # saves every 30 steps, a frame every 10: the intervals without one give the pace
+    sparse = tuple(line for line in lines if "step=9-" in line[1] or "step=39-" in line[1])
+    assert _training_pace(replace(data, step_lines=sparse), clock) == pytest.approx(6.4)
+    # one save known: no stride, the bar's own pace
+    assert _training_pace(replace(data, step_lines=tuple(lines[:2])), clock) == clock.pace
+
+
 def test_a_periodic_step_lines_last_copy_is_counted_from_the_kept_ones() -> None:
     # NeMo's "save for step N finalized" every 10 steps, about two minutes apart: the index kept
     # the first three of four; the fourth, at the template's last time, is step 40.
