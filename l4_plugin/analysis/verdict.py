@@ -310,15 +310,15 @@ class _Words:
         """A consequence with a meaning of its own on one node (``local``) that only a few
         nodes of a multi-node job printed: c10d's store connection timing out on the node
         whose collectives timed out too, while the other nodes reached the store."""
+        if self.n_nodes < 2:
+            return None
         for e in events[:_MAX_EVENTS]:
             term = self.lexicon.cause_of_record(e.text)
-            if term is None or term.local is None or not term.cascade or self.n_nodes < 2:
+            hosts = _hosts(e.nodes)
+            if term is None or term.local is None or not term.cascade:
                 continue
-            if 0 < len(_hosts(e.nodes)) <= max(1, self.n_nodes // _FEW):
-                said = (
-                    f"only {', '.join(_hosts(e.nodes))} printed {last_line(e.text)[:120]!r} "
-                    f"({term.local})"
-                )
+            if 0 < len(hosts) <= max(1, self.n_nodes // _FEW):
+                said = f"only {', '.join(hosts)} printed {last_line(e.text)[:120]!r} ({term.local})"
                 return _Basis(term.local, _LOCAL_CONFIDENCE, e.nodes, term.evict, said)
         return None
 

@@ -306,21 +306,20 @@ def _save_began(data: JobData, bucket: int, until: float) -> float | None:
     node whose clock or progress ran a little behind printed its save's line in time before
     the bucket of the line it followed."""
     progress = periodic(data)
+    saving = _save_templates(data)
     saves: list[float] = []
     going = -math.inf
     for (it, tid), (ts, _) in data.iteration_cells.items():
         if it != bucket or not ts < until:
             continue
-        info = data.templates.get(tid)
-        if info is not None and _saves(info):
+        if tid in saving:
             saves.append(ts)
         elif tid in progress:
             going = max(going, ts)
     if not saves:
         return None
     for (_, tid), cell in data.cells.items():
-        info = data.templates.get(tid)
-        if info is not None and _saves(info) and going <= cell.last_ts < until:
+        if tid in saving and going <= cell.last_ts < until:
             saves.append(cell.last_ts)
     return min((t for t in saves if t >= going), default=None)
 
@@ -331,18 +330,16 @@ def _resumed(data: JobData, bucket: int, until: float) -> float:
     iterations) or of a line it prints every interval (HF's loss line, printed after the bar
     whose line has no time of its own); -inf: none. Iterations are counted from there."""
     progress = periodic(data)
+    saving = _save_templates(data)
     resumed = -math.inf
     for (it, tid), (ts, _) in data.iteration_cells.items():
-        if it == bucket and resumed < ts < until:
-            info = data.templates.get(tid)
-            if tid in progress or (info is not None and _saves(info)):
-                resumed = ts
+        if it == bucket and resumed < ts < until and (tid in progress or tid in saving):
+            resumed = ts
     # (a save's last line, when it came in the bucket: the iterations went on after it)
     begun = data.node_iteration_start
     start = min((t for (_, b), t in begun.items() if b == bucket), default=math.inf)
     for (_, tid), cell in data.cells.items():
-        info = data.templates.get(tid)
-        if start <= cell.last_ts < until and cell.last_ts > resumed and info and _saves(info):
+        if start <= cell.last_ts < until and cell.last_ts > resumed and tid in saving:
             resumed = cell.last_ts
     return resumed
 
@@ -1033,10 +1030,15 @@ def _save_times(data: JobData) -> list[float]:
 def _save_lines(data: JobData) -> list[tuple[float, str]]:
     """``(time, template)`` of each node's first and last line of the job's checkpoint save
     templates."""
-    saves = {t for t, info in data.templates.items() if _saves(info)}
+    saves = _save_templates(data)
     return [
         (x, t) for (_, t), c in data.cells.items() if t in saves for x in (c.first_ts, c.last_ts)
     ]
+
+
+def _save_templates(data: JobData) -> frozenset[str]:
+    """The job's templates that are a checkpoint's save (``_saves``)."""
+    return frozenset(t for t, info in data.templates.items() if _saves(info))
 
 
 def _failure_moment(data: JobData, tid: str, after: float) -> float | None:
