@@ -629,7 +629,7 @@ def _slowdown_onset(data: JobData) -> tuple[Slowdown, list[int], list[float]] | 
     its = [b for b in sorted(data.iteration_spans) if b in per]
     if len(its) >= 5:
         found = SlowdownDetector().fit([per[b] for b in its], its).result_
-        if found is None or not _slow_by_the_clock(data):
+        if found is None or not _slow_by_the_clock(data, len(its)):
             return None
         if _averaged_away(its, [per[b] for b in its]):
             return None
@@ -721,17 +721,19 @@ def _slowdown(
     return replace(found, events=tuple(sorted(events)), nodes=tuple(sorted(nodes)))
 
 
-def _slow_by_the_clock(data: JobData) -> bool:
+def _slow_by_the_clock(data: JobData, stated: int) -> bool:
     """Whether the job's own clock agrees that it slowed down: the time between the starts of
     consecutive iteration buckets, per iteration (median over nodes). A stated duration may be
     an average since the start (tqdm's rate): one long checkpoint save lifts it for the rest of
     the job, while the clock shows one slow bucket and the old pace after it. True when the
-    clock cannot tell (too few timed buckets)."""
+    clock cannot tell: too few timed buckets, or fewer than half of the ``stated`` buckets
+    (progress lines with no stamp of their own take a neighbour's, most buckets then start
+    at the same moment as the one before and the few that advance say nothing of a pace)."""
     if data.time_unit != "ts":
         return True
     per = _bucket_medians(_clock_paces(data))
     its = sorted(per)
-    if len(its) < 5:
+    if len(its) < 5 or 2 * len(its) < stated:
         return True
     return SlowdownDetector().fit([per[b] for b in its], its).result_ is not None
 
@@ -827,8 +829,13 @@ def _bucket_times(data: JobData, its: list[int], secs: list[float]) -> dict[int,
     steps = [y > x for x, y in itertools.pairwise(rising)]
     if len(rising) == len(its) and steps and sum(steps) >= 0.8 * len(steps):
         return median
-    starts = [v[0] for (_, st), v in data.stage_spans.items() if st == "training"]
-    starts = [t for t in starts if math.isfinite(t)]
+    # (the training start of the nodes whose lines state the durations: a node that prints no
+    # progress may see its first line of training only in the job's teardown)
+    stating = {n for n, _ in data.node_iteration_seconds}
+    spans = {n: v[0] for (n, st), v in data.stage_spans.items() if st == "training"}
+    starts = [t for n, t in spans.items() if math.isfinite(t) and n in stating] or [
+        t for t in spans.values() if math.isfinite(t)
+    ]
     if not starts:
         return {}
     t = float(np.median(starts))

@@ -14,6 +14,7 @@ import itertools
 import math
 import re
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import replace
 
@@ -443,6 +444,7 @@ def report_iterations(analysis: Analysis, data: JobData) -> tuple[ReportIteratio
         or (_onset_by_the_clock(data, slow) if _unplaced_progress(starts) else None)
         or _onset(data, starts, slow)
         or _slowed_by_the_buckets(data, slow, starts)
+        or _slowed_within(data, slow)
         or slow.first_iteration,
         score=1.0,
         why="slowdown",
@@ -906,6 +908,59 @@ def _slowed_by_the_buckets(data: JobData, slow: Slowdown, starts: dict[int, floa
     after = [b for b in data.iteration_spans if b > slow.first_iteration]
     end = min(after) if after else math.inf
     return found if found is not None and slow.first_iteration <= found <= end else None
+
+
+def _slowed_within(data: JobData, slow: Slowdown) -> int | None:
+    """The first slow iteration within the onset bucket, by the durations its iteration lines
+    state: a bucket's stated seconds are the mean of its lines' (``l4.iteration_seconds``), so
+    one that lies between the pace before (``slow.reference``) and the pace of the buckets after
+    it says what share of its lines came slow, the last ones. The first of them printed the
+    first slow iteration or came up to a stride of lines after it: the middle of that stretch.
+    None: no lines state durations there, or the bucket's mean lies outside the two paces."""
+    bucket = slow.first_iteration
+    per = _stated_medians(data)
+    later = [per[b] for b in sorted(per) if b > bucket][:_SLOW_AFTER]
+    mean, before = per.get(bucket), slow.reference
+    if mean is None or not later or not 0 < before < mean < (after := statistics.median(later)):
+        return None
+    span = max(data.iteration_spans.get(bucket, 1), 1)
+    lines = _marker_lines(data, bucket)
+    if lines <= 0:
+        return None
+    stride = max(span / lines, 1.0)
+    slow_lines = round((mean - before) / (after - before) * span / stride)
+    first_slow = bucket + span - slow_lines * stride
+    return round(first_slow - (stride - 1) / 2)
+
+
+#: Buckets after a slowdown's onset whose stated paces say how slow the job then ran.
+_SLOW_AFTER = 3
+
+
+def _stated_medians(data: JobData) -> dict[int, float]:
+    """The seconds per iteration the iteration lines state, per bucket: the median over the
+    nodes that state them."""
+    per: dict[int, list[float]] = {}
+    for (_, b), s in data.node_iteration_seconds.items():
+        if math.isfinite(s):
+            per.setdefault(b, []).append(s)
+    return {b: statistics.median(v) for b, v in per.items()}
+
+
+def _marker_lines(data: JobData, bucket: int) -> float:
+    """How many iteration lines each node that prints them printed in a bucket: of the
+    iteration-marker template with the most lines there, its lines over the nodes printing it
+    (0: none)."""
+    rules = default_stage_rules()
+    here = {
+        tid: count
+        for (b, tid), (_, count) in data.iteration_cells.items()
+        if b == bucket
+        and (info := data.templates.get(tid)) is not None
+        and rules.role(info.text).iteration is not None
+    }
+    printers = Counter(tid for _, tid in data.cells if tid in here)
+    return max((n / max(printers[tid], 1) for tid, n in here.items()), default=0.0)
 
 
 def _held(data: JobData) -> list[tuple[float, float]]:

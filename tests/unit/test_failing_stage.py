@@ -350,6 +350,64 @@ def test_a_rate_averaged_since_the_start_is_no_slowdown_when_the_clock_disagrees
     assert _slowdown(data, frozenset({"step"}), 2, DEFAULT_OPTIONS) is None
 
 
+def _stated_job(
+    stated: dict[int, float], starts: dict[int, float], training: dict[str, float]
+) -> JobData:
+    """One node ("a") printing a marker line per bucket of 10 iterations and stating its
+    duration; ``training``: each node's first line of the training stage."""
+    end = max(starts.values()) + 100.0
+    return JobData(
+        job=JobDoc("j", "failed", "fp", tuple(training), 100, 0.0, end),
+        time_unit="ts",
+        cells={("a", "step"): Cell(len(stated), 0.0, end, 0.0)},
+        templates={"step": TemplateInfo("step <NUM> loss <NUM> step_time <NUM>s")},
+        stage_spans={(n, "training"): (t, end, 0.0, 1.0) for n, t in training.items()},
+        iteration_cells={(b, "step"): (starts[b], 1) for b in stated},
+        iteration_spans=dict.fromkeys(stated, 10),
+        node_iteration_start={("a", b): t for b, t in starts.items()},
+        node_last_iteration={"a": max(stated) + 9},
+        node_iteration_seconds={("a", b): s for b, s in stated.items()},
+    )
+
+
+def test_stated_durations_slow_down_though_the_borrowed_clock_shows_no_pace() -> None:
+    # Progress lines with no stamp of their own (a bar, NeMo's step lines) take the last stamped
+    # line's: most buckets start when the one before did, and the few that advance (a stamped
+    # save every fifth bucket) show one steady "pace". The stated durations double from bucket
+    # 200 on: the clock cannot tell, so it does not veto the slowdown.
+    from l4_plugin.analysis.params import DEFAULT_OPTIONS
+    from l4_plugin.analysis.recipe import _slowdown
+
+    buckets = range(0, 400, 10)
+    stated = {b: 5.0 if b < 200 else 10.0 for b in buckets}
+    starts = {b: 1000.0 + 300.0 * (b // 50) for b in buckets}
+    data = _stated_job(stated, starts, {"a": 1000.0})
+    found = _slowdown(data, frozenset({"step"}), 1, DEFAULT_OPTIONS)
+    assert found is not None and found.first_iteration == 200
+    # a clock that times every bucket, at the old pace throughout, still says no
+    steady = {b: 1000.0 + 50.0 * (b // 10) for b in buckets}
+    assert (
+        _slowdown(
+            replace(data, node_iteration_start={("a", b): t for b, t in steady.items()}),
+            frozenset({"step"}),
+            1,
+            DEFAULT_OPTIONS,
+        )
+        is None
+    )
+
+
+def test_buckets_are_timed_from_the_training_start_of_the_nodes_that_state_durations() -> None:
+    # Two nodes that print no progress first print a line of the training stage in the job's
+    # teardown, hours later: the buckets start when the stating node began training.
+    from l4_plugin.analysis.recipe import _bucket_times
+
+    its = [0, 10, 20]
+    stated = dict.fromkeys(its, 4.0)
+    data = _stated_job(stated, dict.fromkeys(its, 500.0), {"a": 1000.0, "b": 9000.0, "c": 9000.0})
+    assert _bucket_times(data, its, [4.0] * 3) == {0: 1000.0, 10: 1040.0, 20: 1080.0}
+
+
 def test_a_rate_averaged_since_the_start_with_stalls_is_no_slowdown() -> None:
     # A Ray/HF bar's s/it averaged since the start, read once per step, no timestamps: a
     # checkpoint save at steps 11 and 21 lifts it, and it falls back step after step. The steps'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 from typing import Any
 
@@ -605,3 +606,47 @@ def test_a_line_that_took_another_ranks_stamp_is_placed_by_when_the_job_noticed(
     assert failure_iteration(rank_lines(0.041), _analysis("ib")) == (286, "ib")
     # the node's ranks printed the step over more than a second: the line's time is its own
     assert failure_iteration(rank_lines(1.5), _analysis("ib")) == (281, "ib")
+
+
+def test_a_slowdown_begins_within_its_bucket_where_the_stated_mean_says() -> None:
+    # NeMo's step lines every 5 iterations, no stamp of their own, in buckets of 25: 3.8 s a
+    # step before, 8.4 s after. The onset bucket's mean (5.64 s) says its last two lines of five
+    # came slow: the first slow one printed step 569, so the first slow step is 565..569; the
+    # middle of that stretch is reported.
+    from l4_plugin.analysis.results import Slowdown
+    from l4_plugin.analysis.tables import Cell, TemplateInfo
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    tid = "nemo"
+    buckets = list(range(4, 800, 25))
+    mean = {b: 3.8 if b < 554 else 8.4 for b in buckets} | {554: (3 * 3.8 + 2 * 8.4) / 5}
+    data = JobData(
+        job=JobDoc("j", "failed", "fp", ("a", "b"), 100, 0.0, 9000.0),
+        time_unit="ts",
+        cells={("a", tid): Cell(5 * len(buckets), 100.0, 100.0, 0.0)},
+        templates={tid: TemplateInfo("Training epoch <NUM>, iteration <NUM>/<NUM> | lr: <NUM>")},
+        stage_spans={},
+        iteration_cells={(b, tid): (100.0, 5) for b in buckets},
+        iteration_spans=dict.fromkeys(buckets, 25),
+        node_iteration_start={("a", b): 100.0 for b in buckets},
+        node_last_iteration={"a": buckets[-1] + 24},
+        node_iteration_seconds={("a", b): s for b, s in mean.items()},
+    )
+    analysis = SimpleNamespace(
+        fusion=SimpleNamespace(stage="training", events=[], iterations=[]),
+        slowdown=Slowdown(first_iteration=554, reference=3.8, ratio=8.4 / 3.8),
+    )
+    assert next((i.iteration, i.why) for i in report_iterations(analysis, data)) == (
+        567,
+        "slowdown",
+    )
+    # a bucket slow throughout: the slowdown began at its first line or before it
+    whole = {("a", b): s for b, s in (mean | {554: 8.4}).items()}
+    assert (
+        report_iterations(analysis, replace(data, node_iteration_seconds=whole))[0].iteration == 554
+    )
+    # one line a step: the three slow steps of the bucket's 25 are its last three
+    ones = {(b, tid): (100.0, 25) for b in buckets}
+    third = {("a", b): s for b, s in (mean | {554: (22 * 3.8 + 3 * 8.4) / 25}).items()}
+    once = replace(data, iteration_cells=ones, node_iteration_seconds=third)
+    assert report_iterations(analysis, once)[0].iteration == 576
