@@ -210,12 +210,35 @@ def without_stack(text: str) -> str:
 
 def last_line(text: str) -> str:
     """The last line of a record that says something ('' for an empty one): the hints CUDA
-    appends to every error and the C++ stack c10 appends are skipped."""
+    appends to every error and the C++ stack c10 appends are skipped; a record cut off inside a
+    traceback (a chained one whose end was never printed or pasted: its last line a frame or the
+    frame's source) says it with the last exception it printed."""
     lines = [line for line in without_stack(text).strip().splitlines() if line.strip()]
+    if lines and _cut_in_traceback(lines):
+        for line in reversed(lines[:-1]):
+            if _RAISED.search(line) and not _PY_FRAME.search(line):
+                return line
     for line in reversed(lines):
         if not _CUDA_HINTS.search(line):
             return line
     return lines[-1] if lines else ""
+
+
+def _cut_in_traceback(lines: list[str]) -> bool:
+    """Whether a record's lines end with a traceback's frame, or with the frame's source line
+    (indented past where the frame's "File" begins; an exception's line is not)."""
+    if _PY_FRAME.search(lines[-1]):
+        return True
+    frame = _PY_FRAME.search(lines[-2]) if len(lines) > 1 else None
+    return frame is not None and lines[-1][frame.start() : frame.start() + 2].isspace()
+
+
+# A traceback's frame line, and the line that states an exception ("AssertionError: …",
+# "torch.distributed.DistBackendError: …"), past any label before it.
+_PY_FRAME = re.compile(r'\bFile "[^"]+", line \d+')
+_RAISED = re.compile(
+    r"(?:^|[\s:\]])(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b:"
+)
 
 
 @lru_cache(maxsize=1)

@@ -105,6 +105,19 @@ def test_a_pasted_traceback_names_its_stage_by_its_innermost_frame() -> None:
     assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "checkpointing"
 
 
+def test_building_the_model_or_its_optimizer_is_model_loading() -> None:
+    # NVIDIA/TransformerEngine#1123: Megatron-core builds each submodule from its spec
+    # (spec_utils.build_module); an optimizer built before training (DeepSpeed's
+    # _configure_optimizer, Lightning's configure_optimizers) is the same set-up.
+    for frame in ("build_module", "_configure_optimizer", "configure_optimizers"):
+        tb = (
+            f'File "./Megatron-LM/megatron/core/transformer/spec_utils.py", line 99, in {frame}\n'
+            "    return module(\n"
+            "AssertionError: FlashAttention maximum version 2.5.8 is supported."
+        )
+        assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "model_loading"
+
+
 def test_rich_frames_printed_above_the_error_count() -> None:
     # accelerate launch prints a rich traceback: the frames are lines of their own above it.
     lines = [

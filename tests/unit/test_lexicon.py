@@ -18,6 +18,37 @@ LEX = default_lexicon()
 
 # (line, category it names as a cause)
 CAUSES = [
+    # deepspeedai/DeepSpeed#1077: DeepSpeed's op builder on a system CUDA other than torch's
+    (
+        "Exception: Installed CUDA version 11.0 does not match the version torch was compiled "
+        "with 10.1, unable to compile cuda/cpp extensions without a matching cuda version.",
+        "user/software-incompatibility",
+    ),
+    # torch.utils.cpp_extension._check_cuda_version, the same for torch's own extension build
+    (
+        "RuntimeError: The detected CUDA version (12.1) mismatches the version that was used to "
+        "compile PyTorch (11.8). Please make sure to use the same CUDA versions.",
+        "user/software-incompatibility",
+    ),
+    # NVIDIA/TransformerEngine#1123: Transformer Engine's bound on the flash-attn it finds
+    (
+        "AssertionError: FlashAttention maximum version 2.5.8 is supported.",
+        "user/software-incompatibility",
+    ),
+    # facebookresearch/maskrcnn-benchmark#688: a CUDA 9 build of cuDNN on a Turing card
+    ("RuntimeError: cuDNN error: CUDNN_STATUS_EXECUTION_FAILED", "user/software-incompatibility"),
+    # HRNet/HRNet-Semantic-Segmentation#171: --nproc_per_node above the GPUs the host has
+    (
+        "RuntimeError: cuda runtime error (10) : invalid device ordinal at "
+        "/pytorch/torch/csrc/cuda/Module.cpp:33",
+        "user/config",
+    ),
+    # CASIA-LMC-Lab/AnomalyGPT#43: DeepSpeed's launcher after the kernel's OOM killer
+    (
+        "[2023-11-13 16:59:55,650] [ERROR] [launch.py:320:sigkill_handler] ['/opt/conda/bin/"
+        "python', '-u', 'train_mvtec.py', '--local_rank=1'] exits with return code = -9",
+        "user/config",
+    ),
     # a DataLoader worker killed from outside (a real torchrun run: kill -9 of the worker)
     (
         "[rank3]: RuntimeError: DataLoader worker (pid 11510) is killed by signal: Killed. ",
@@ -201,6 +232,14 @@ CONSEQUENCES = [
     "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed "
     "by peer [10.77.0.12]:5517. This is typically caused by a remote worker crashing. Check the "
     "logs of the remote worker before reporting an error.",
+    # Python's unraisable-exception report (deepspeedai/DeepSpeed#1077: the optimizer half
+    # built by the failure, torn down after it)
+    "Exception ignored in: <function DeepSpeedCPUAdam.__del__ at 0x7f30c6ca0830>",
+    # meta-pytorch/torchx#540: c10d's rendezvous store writing to a socket whose end is gone
+    "RuntimeError: Broken pipe",
+    # DeepSpeed's launcher tearing the job down after a rank failed
+    "[2023-01-05 10:12:31,114] [ERROR] [launch.py:324:sigkill_handler] ['/usr/bin/python', "
+    "'train.py', '--local_rank=3'] exits with return code = 1",
     # huggingface/transformers#17106: a rank waiting for rank 0's NCCL id
     "RuntimeError: [1] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via "
     "c10d key-value store by key '0', but store->get('0') got error: Socket Timeout",
@@ -496,3 +535,39 @@ def test_bad_lexicon_keys_are_located_errors(tmp_path: Path, text: str, message:
     path.write_text(text, "utf-8")
     with pytest.raises(ConfigError, match=rf"lexicon\.yaml: .*{message}"):
         Lexicon.load(path)
+
+
+def test_a_record_cut_off_inside_a_traceback_says_its_last_exception() -> None:
+    # NVIDIA/TransformerEngine#1123, as pasted: a chained traceback whose second half was cut
+    # off after a frame's source line; its words are the exception it did print.
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "./Megatron-LM/megatron/core/transformer/spec_utils.py", line 99, in build_module\n'
+        "    return module(\n"
+        "AssertionError: FlashAttention maximum version 2.5.8 is supported.\n"
+        "\n"
+        "During handling of the above exception, another exception occurred:\n"
+        "\n"
+        "Traceback (most recent call last):\n"
+        '  File "./Pai-Megatron-Patch/megatron_patch/model/qwen2/transformer/attention.py", '
+        "line 359, in __init__\n"
+        "    super().__init__("
+    )
+    assert last_line(text) == "AssertionError: FlashAttention maximum version 2.5.8 is supported."
+    assert last_line(text + '\n  File "x.py", line 3, in f') == last_line(text)
+    # a frame without a source line right before the exception: the exception ends it
+    done = (
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "<frozen runpy>", line 198, in _run\n'
+        "[rank1]: KeyError: x"
+    )
+    assert last_line(done) == "[rank1]: KeyError: x"
+    # a cut traceback after an error line that said it; one with no exception: its last line
+    said = (
+        'RuntimeError: x\nTraceback (most recent call last):\n  File "a.py", line 3, in f\n    g()'
+    )
+    assert last_line(said) == "RuntimeError: x"
+    assert (
+        last_line('Traceback (most recent call last):\n  File "a.py", line 3, in f\n    g()')
+        == "    g()"
+    )
