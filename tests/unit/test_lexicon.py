@@ -235,6 +235,14 @@ CONSEQUENCES = [
     # Python's unraisable-exception report (deepspeedai/DeepSpeed#1077: the optimizer half
     # built by the failure, torn down after it)
     "Exception ignored in: <function DeepSpeedCPUAdam.__del__ at 0x7f30c6ca0830>",
+    # a chained traceback's header, and a traceback's frames with nothing after them, left as
+    # records of their own (meta-pytorch/torchx#540, pasted with its quotes escaped)
+    "The above exception was the direct cause of the following exception:",
+    "During handling of the above exception, another exception occurred:",
+    "Traceback (most recent call last):\n"
+    '  File \\"/home/ray/anaconda3/lib/python3.9/site-packages/torch/distributed/elastic/'
+    'metrics/api.py\\", line 125, in wrapper\n'
+    "    result = f(*args, **kwargs)",
     # meta-pytorch/torchx#540: c10d's rendezvous store writing to a socket whose end is gone
     "RuntimeError: Broken pipe",
     # DeepSpeed's launcher tearing the job down after a rank failed
@@ -571,3 +579,17 @@ def test_a_record_cut_off_inside_a_traceback_says_its_last_exception() -> None:
         last_line('Traceback (most recent call last):\n  File "a.py", line 3, in f\n    g()')
         == "    g()"
     )
+
+
+def test_a_traceback_that_ends_in_an_exception_is_no_mere_frames() -> None:
+    # The frames-only consequence is a record of nothing but frames: one that ends with its
+    # exception is read by that exception, one chained to another by its own words.
+    tb = '  File "train.py", line 9, in main\n    step()\nValueError: bad shape (3, 4)'
+    term = LEX.cause_of_record(tb)
+    assert term is not None and not term.cascade
+    chained = (
+        "ValueError: x\n\nThe above exception was the direct cause of the following exception:"
+        "\n\nRuntimeError: No space left on device"
+    )
+    term = LEX.cause_of_record(chained)
+    assert term is not None and term.category == "hardware/storage"
