@@ -93,8 +93,7 @@ def failing_stage(
         if stage == "training":
             # (the ranks' records: a kernel's line has no stack of the job's)
             ranks = [t for t in failing if t not in data.job.system_templates]
-            stacks = [_text(data, t) for t in ranks[:_INNER]]
-            inner = _first_stage(reader.stage_of_stack, [t for t in stacks if not _finalizing(t)])
+            inner = _first_stage(reader.stage_of_stack, [_text(data, t) for t in ranks[:_INNER]])
             if inner in _WITHIN_TRAINING:
                 return inner
         return stage
@@ -102,7 +101,6 @@ def failing_stage(
     # happened to be.
     above = [_text(data, t) for t in _before(data, failing[:1])]
     roots = [*texts[:_ROOTS], *(t for t in above if frames_of(t, frozenset()))]
-    roots = [t for t in roots if not _finalizing(t)]
     found = _first_stage(reader.stage_of_stack, roots)
     if found is not None:
         return found
@@ -112,7 +110,7 @@ def failing_stage(
     if failing and not saved and _soon_after_start(data, failing[0], reader):
         return "init"
     for text in texts:
-        found = None if _finalizing(text) else reader.stage_of_words(text)
+        found = reader.stage_of_words(text)
         if found is not None:
             return found
     return "training" if saved and (stage is None or stage in PRE_TRAINING_STAGES) else stage
@@ -135,16 +133,6 @@ def _saved_a_step(data: JobData, tid: str) -> bool:
         for t, m in data.step_lines
         if math.isfinite(t)
     )
-
-
-#: A frame of an object's finalizer: Python ignores what it raises ("Exception ignored in:"),
-#: printed while the object is torn down after the failure, wherever it was used.
-_FINALIZER = re.compile(r", in __del__\b")
-
-
-def _finalizing(text: str) -> bool:
-    """Whether a record is a traceback raised in a finalizer (``__del__``)."""
-    return _FINALIZER.search(text) is not None
 
 
 def _first_stage(read: Callable[[str], str | None], texts: Sequence[str]) -> str | None:

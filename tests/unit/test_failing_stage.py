@@ -105,35 +105,6 @@ def test_a_pasted_traceback_names_its_stage_by_its_innermost_frame() -> None:
     assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "checkpointing"
 
 
-def test_a_finalizers_traceback_names_no_stage() -> None:
-    # A real gloo run: a rank killed in training; its DataLoader iterator torn down after it
-    # raised in __del__ (Python ignores it, "Exception ignored in:"); its frames are the
-    # DataLoader's, but the job was not loading data.
-    tb = (
-        "Traceback (most recent call last):\n"
-        '  File "/env/site-packages/torch/utils/data/dataloader.py", line 1704, in __del__\n'
-        "    self._shutdown_workers()\n"
-        '  File "/env/site-packages/torch/utils/data/dataloader.py", line 1654, in '
-        "_shutdown_workers\n"
-        "    w.join(timeout=_utils.MP_STATUS_CHECK_INTERVAL)\n"
-        '  File "/env/site-packages/torch/utils/data/_utils/signal_handling.py", line 73, in '
-        "handler\n"
-        "    _error_if_any_worker_fails()\n"
-        "RuntimeError: DataLoader worker (pid 7331) is killed by signal: Terminated. "
-    )
-    spans = {("n", "init"): (0, 1), ("n", "training"): (1, 9)}
-    assert (
-        failing_stage(_data([("tb", tb)], spans), _marked("training"), ["tb"], RULES) == "training"
-    )
-    assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) != "data_loading"
-    # the same frames raised in the iterator's own use are data loading
-    used = tb.replace("in __del__", "in _next_data")
-    assert (
-        failing_stage(_data([("tb", used)], spans), _marked("training"), ["tb"], RULES)
-        == "data_loading"
-    )
-
-
 def test_building_the_model_or_its_optimizer_is_model_loading() -> None:
     # NVIDIA/TransformerEngine#1123: Megatron-core builds each submodule from its spec
     # (spec_utils.build_module); an optimizer built before training (DeepSpeed's

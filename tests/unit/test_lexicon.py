@@ -232,9 +232,6 @@ CONSEQUENCES = [
     "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed "
     "by peer [10.77.0.12]:5517. This is typically caused by a remote worker crashing. Check the "
     "logs of the remote worker before reporting an error.",
-    # Python's unraisable-exception report (deepspeedai/DeepSpeed#1077: the optimizer half
-    # built by the failure, torn down after it)
-    "Exception ignored in: <function DeepSpeedCPUAdam.__del__ at 0x7f30c6ca0830>",
     # a chained traceback's header, and a traceback's frames with nothing after them, left as
     # records of their own (meta-pytorch/torchx#540, pasted with its quotes escaped)
     "The above exception was the direct cause of the following exception:",
