@@ -625,7 +625,7 @@ def _slowdown_onset(data: JobData) -> tuple[Slowdown, list[int], list[float]] | 
     """Where the job slowed down (``SlowdownDetector``), with the buckets and their seconds per
     iteration it was judged on: the durations the iteration lines state, confirmed by the clock
     and not a rate averaged over a few stalls; without them, the clock alone."""
-    per = _bucket_medians(data.node_iteration_seconds)
+    per = bucket_medians(data.node_iteration_seconds)
     its = [b for b in sorted(data.iteration_spans) if b in per]
     if len(its) >= 5:
         found = SlowdownDetector().fit([per[b] for b in its], its).result_
@@ -637,7 +637,7 @@ def _slowdown_onset(data: JobData) -> tuple[Slowdown, list[int], list[float]] | 
         # No stated durations (torchtitan states tokens per second, a print() loop nothing):
         # the job's clock alone, over two buckets, per progress line (``_line_weights``).
         per = (
-            _bucket_medians(_clock_paces(data, stride=2, weights=_line_weights(data)))
+            bucket_medians(_clock_paces(data, stride=2, weights=_line_weights(data)))
             if data.time_unit == "ts"
             else {}
         )
@@ -731,7 +731,7 @@ def _slow_by_the_clock(data: JobData, stated: int) -> bool:
     at the same moment as the one before and the few that advance say nothing of a pace)."""
     if data.time_unit != "ts":
         return True
-    per = _bucket_medians(_clock_paces(data))
+    per = bucket_medians(_clock_paces(data))
     its = sorted(per)
     if len(its) < 5 or 2 * len(its) < stated:
         return True
@@ -806,7 +806,7 @@ def _line_weights(data: JobData) -> dict[int, float]:
     return {b: n * covered / total for b, n in counts.items()}
 
 
-def _bucket_medians(per_node: dict[tuple[str, int], float]) -> dict[int, float]:
+def bucket_medians(per_node: dict[tuple[str, int], float]) -> dict[int, float]:
     """The median over nodes of a (node, iteration bucket) → value table, per bucket (finite
     values only)."""
     per: dict[int, list[float]] = {}
@@ -824,7 +824,7 @@ def _bucket_times(data: JobData, its: list[int], secs: list[float]) -> dict[int,
     50 iterations leaves every other bucket of 24 without a line, and without a duration)."""
     if data.time_unit != "ts":
         return {}
-    median = _bucket_medians(data.node_iteration_start)
+    median = bucket_medians(data.node_iteration_start)
     rising = [median[b] for b in its if b in median]
     steps = [y > x for x, y in itertools.pairwise(rising)]
     if len(rising) == len(its) and steps and sum(steps) >= 0.8 * len(steps):

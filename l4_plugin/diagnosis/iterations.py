@@ -31,7 +31,7 @@ from l4_plugin.analysis.clock import (
     step_anchor,
     unheld,
 )
-from l4_plugin.analysis.recipe import Analysis
+from l4_plugin.analysis.recipe import Analysis, bucket_medians
 from l4_plugin.analysis.results import Slowdown
 from l4_plugin.analysis.tables import JobData, TemplateInfo
 from l4_plugin.analysis.temporal import iteration_at, line_interval, progress_templates, waited
@@ -918,7 +918,7 @@ def _slowed_within(data: JobData, slow: Slowdown) -> int | None:
     first slow iteration or came up to a stride of lines after it: the middle of that stretch.
     None: no lines state durations there, or the bucket's mean lies outside the two paces."""
     bucket = slow.first_iteration
-    per = _stated_medians(data)
+    per = bucket_medians(data.node_iteration_seconds)
     later = [per[b] for b in sorted(per) if b > bucket][:_SLOW_AFTER]
     mean, before = per.get(bucket), slow.reference
     if mean is None or not later or not 0 < before < mean < (after := statistics.median(later)):
@@ -935,16 +935,6 @@ def _slowed_within(data: JobData, slow: Slowdown) -> int | None:
 
 #: Buckets after a slowdown's onset whose stated paces say how slow the job then ran.
 _SLOW_AFTER = 3
-
-
-def _stated_medians(data: JobData) -> dict[int, float]:
-    """The seconds per iteration the iteration lines state, per bucket: the median over the
-    nodes that state them."""
-    per: dict[int, list[float]] = {}
-    for (_, b), s in data.node_iteration_seconds.items():
-        if math.isfinite(s):
-            per.setdefault(b, []).append(s)
-    return {b: statistics.median(v) for b, v in per.items()}
 
 
 def _marker_lines(data: JobData, bucket: int) -> float:
