@@ -314,9 +314,9 @@ class _Words:
             return None
         for e in events[:_MAX_EVENTS]:
             term = self.lexicon.cause_of_record(e.text)
-            hosts = _hosts(e.nodes)
             if term is None or term.local is None or not term.cascade:
                 continue
+            hosts = _hosts(e.nodes)
             if 0 < len(hosts) <= max(1, self.n_nodes // _FEW):
                 said = f"only {', '.join(hosts)} printed {last_line(e.text)[:120]!r} ({term.local})"
                 return _Basis(term.local, _LOCAL_CONFIDENCE, e.nodes, term.evict, said)
