@@ -1028,4 +1028,5 @@ def _stage_of_hang(hang: HangResult | None, stages: StageReader | None) -> str |
     save): where the job hung, whatever the waiting ranks' lines say."""
     if hang is None or not hang.stage_frames or stages is None:
         return None
-    return stages.stage_of_stack("\n".join(hang.stage_frames))
+    # (py-spy's frames come innermost first; the stage rules read a stack outermost first)
+    return stages.stage_of_stack("\n".join(reversed(hang.stage_frames)))

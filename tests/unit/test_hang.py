@@ -187,3 +187,17 @@ def test_a_status_beyond_the_entries_is_not_walked_to() -> None:
     traces[0] = replace(traces[0], groups=(huge,))
     (f,) = find(traces).collectives
     assert f.kind == "agree" and f.seq == 10**12
+
+
+def test_the_stuck_ranks_stage_is_its_innermost_frames() -> None:
+    # py-spy prints innermost first: a rank stuck computing inside a save that a training step
+    # called is checkpointing, not training (the stage rules read a stack outermost first).
+    from l4_plugin.analysis.recipe import _stage_of_hang
+    from l4_plugin.ingest.stages import default_stage_rules
+
+    busy = ("pack (train.py:195)", "save_checkpoint (train.py:178)", "train_step (train.py:40)")
+    stacks = [stack(r, NODES[r], WAIT, "train_step (train.py:40)") for r in (0, 1, 2)]
+    stacks.append(stack(3, "b", *busy))
+    result = hang.analyse(JobDumps(stacks=tuple(stacks)), ("a", "b"))
+    assert result is not None and result.stage_frames == busy
+    assert _stage_of_hang(result, default_stage_rules()) == "checkpointing"
