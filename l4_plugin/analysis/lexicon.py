@@ -26,6 +26,7 @@ from typing import Any
 from l4_plugin.errors import ConfigError
 from l4_plugin.records import FAULT_CATEGORIES
 from l4_plugin.resources import data_path
+from l4_plugin.stacks import without_dump
 from l4_plugin.yamldoc import read_mapping
 
 _DEFAULT_WEIGHT = 0.8
@@ -212,8 +213,12 @@ def last_line(text: str) -> str:
     """The last line of a record that says something ('' for an empty one): the hints CUDA
     appends to every error and the C++ stack c10 appends are skipped; a record cut off inside a
     traceback (a chained one whose end was never printed or pasted: its last line a frame or the
-    frame's source) says it with the last exception it printed."""
+    frame's source) says it with the last exception it printed; a record that a faulthandler
+    dump ends ("Fatal Python error: Segmentation fault", then each thread's stack) with the
+    line before the dump."""
     lines = [line for line in without_stack(text).strip().splitlines() if line.strip()]
+    # (a faulthandler dump says nothing of its own: the line it follows says what happened)
+    lines = without_dump(lines) or lines
     if lines and _cut_in_traceback(lines):
         for line in reversed(lines[:-1]):
             if _RAISED.search(line) and not _PY_FRAME.search(line):

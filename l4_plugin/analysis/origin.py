@@ -7,8 +7,9 @@ take is a version mismatch; and a ``ValueError`` raised while a framework parses
 the run's configuration. :func:`refine` turns the category a generic error type gives
 (a lexicon entry with ``origin: true``) into one of those from the record's own frames.
 
-Frames are read in the two shapes Python tools print: the interpreter's
-``File "PATH", line N, in FUNC`` and rich's ``PATH:N in FUNC`` (``accelerate launch``, Lightning).
+Frames are read in the shapes Python tools print: the interpreter's
+``File "PATH", line N, in FUNC``, faulthandler's ``File "PATH", line N in FUNC`` (innermost
+first: :mod:`l4_plugin.stacks`) and rich's ``PATH:N in FUNC`` (``accelerate launch``, Lightning).
 A path is a library's when it lies under ``site-packages``/``dist-packages`` or one of its
 directories is a known library package (a clone of Megatron-LM, a relative path Ray prints);
 the interpreter's own modules are stdlib and, like a library's call-dispatch wrappers
@@ -22,11 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from l4_plugin.analysis.lexicon import Lexicon
+from l4_plugin.stacks import call_order
 
 USER = ""
 STDLIB = "<stdlib>"
 
-_PY_FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>.]+)')
+_PY_FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+,? in (?P<func>[\w<>.]+)')
 _RICH_FRAME = re.compile(r"(?P<path>(?:[\w.~-]*/)+[\w.-]+\.py):\d+ in (?P<func>[\w<>.]+)")
 _INSTALLED = re.compile(r"(?:site|dist)-packages/([\w.-]+)")
 _STDLIB_PATH = re.compile(r"^<frozen |^<string>|/lib/python\d(?:\.\d+)?/(?![\w.-]*-packages/)")
@@ -55,9 +57,10 @@ class Frame:
 
 
 def frames_of(text: str, libraries: frozenset[str]) -> list[Frame]:
-    """The Python frames a record's text holds, outermost first."""
+    """The Python frames a record's text holds, outermost first (a faulthandler dump's: the
+    crashed thread's, turned so)."""
     out = []
-    for line in text.splitlines():
+    for line in call_order(text):
         m = _PY_FRAME.search(line) or _RICH_FRAME.search(line)
         if m is not None:
             path = m.group("path").replace("\\", "/")

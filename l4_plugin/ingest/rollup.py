@@ -758,8 +758,11 @@ class NodeRollup:
                     ) and len(tb) < MAX_TRACEBACK_LINES:
                         tb.append(raw)
                         absorbed = True
-                elif is_tb and (
-                    kind.body[0] == "T" or _after_prefix(raw, prefix_end)[:1] in (" ", "\t")
+                elif (
+                    is_tb
+                    # (a faulthandler dump's frame continues the crash it follows)
+                    and not (cont and open_group is not None)
+                    and (kind.body[0] == "T" or _after_prefix(raw, prefix_end)[:1] in (" ", "\t"))
                 ):
                     # A traceback, or the indented frames of one whose header was cut off (a
                     # pasted excerpt): one record either way, named by the exception ending it.

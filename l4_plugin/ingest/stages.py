@@ -18,6 +18,7 @@ from typing import Any
 from l4_plugin.errors import ConfigError
 from l4_plugin.records import STAGE_ORDER
 from l4_plugin.resources import data_path
+from l4_plugin.stacks import call_order
 from l4_plugin.yamldoc import read_mapping
 
 #: Units of an iteration marker's duration (``seconds`` in stages.yaml).
@@ -270,8 +271,9 @@ class StageRules:
     def stage_of_stack(self, text: str) -> str | None:
         """The stage a failing record's own stack names (``frames``), if any: that of its
         innermost frame that names one (a DataLoader's frames below a training loop's are
-        where it failed)."""
-        for line in reversed(text.splitlines()):
+        where it failed). Frames are read outermost first, as a traceback prints them (a
+        faulthandler dump's stacks are turned so: ``stacks.call_order``)."""
+        for line in reversed(call_order(text)):
             for stage, pattern in self.frames:
                 if pattern.search(line):
                     return stage

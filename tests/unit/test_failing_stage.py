@@ -498,3 +498,51 @@ def _spans_only(
         node_iteration_start={},
         node_last_iteration={},
     )
+
+
+def test_a_faulthandler_dump_names_the_stage_by_the_crashed_threads_innermost_frame() -> None:
+    from tests.unit.test_stacks import CRASH
+
+    # the current thread crashed in pack_shard under save_checkpoint; another thread waited in
+    # a queue's feeder, outermost "run": neither it nor the outer "train" says the stage
+    assert failing_stage(_data([("c", CRASH)]), _marked("init"), ["c"], RULES) == "checkpointing"
+    # a job in training: the crashed thread's frames move it as a traceback's do
+    trained = _data([("c", CRASH)], {("n", "training"): (0.0, 1.0)})
+    assert failing_stage(trained, _marked("training"), ["c"], RULES) == "checkpointing"
+    # innermost first: a save inside a DataLoader worker's fetch is no data loading
+    fetch = CRASH.replace("line 279 in train", "line 279 in _next_data")
+    assert failing_stage(_data([("c", fetch)]), _marked("init"), ["c"], RULES) == "checkpointing"
+
+
+@pytest.mark.parametrize(
+    ("tail", "stage"),
+    [
+        # databrickslabs/dolly#139: torch.save writing a checkpoint to a full disk
+        (
+            '  File "/opt/conda/lib/python3.7/site-packages/torch/serialization.py", line 379, in'
+            " save\n    _save(obj, opened_zipfile, pickle_module, pickle_protocol)\n"
+            '  File "/opt/conda/lib/python3.7/site-packages/torch/serialization.py", line 604, in'
+            " _save\n    zip_file.write_record(name, storage.data_ptr(), num_bytes)\n"
+            "OSError: [Errno 28] No space left on device",
+            "checkpointing",
+        ),
+        # NVIDIA/Megatron-LM#296: the checkpoint's arguments checked against the run's on load
+        (
+            '  File "/mnt/ws/megatron/checkpointing.py", line 58, in _compare\n'
+            "    assert checkpoint_value == args_value, error_message\n"
+            "AssertionError: tensor_model_parallel_size value from checkpoint (1) is not equal to"
+            " the input argument value (2).",
+            "model_loading",
+        ),
+        # InternLM/xtuner#251: a worker node without the main node's datasets cache
+        (
+            "FileNotFoundError: [Errno 2] Failed to open local file '/home/u/.cache/huggingface/"
+            "datasets/json/finetune-3d2c/0.0.0/e347/cache-66a5_00000_of_00032.arrow'. Detail: "
+            "[errno 2] No such file or directory",
+            "data_loading",
+        ),
+        ("FileNotFoundError: [Errno 2] No such file or directory: 'config.json'", "init"),
+    ],
+)
+def test_a_saves_writer_a_loads_argument_check_and_a_datasets_files(tail: str, stage: str) -> None:
+    assert failing_stage(_data([("e", tail)]), _marked("init"), ["e"], RULES) == stage

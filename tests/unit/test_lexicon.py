@@ -590,3 +590,35 @@ def test_a_traceback_that_ends_in_an_exception_is_no_mere_frames() -> None:
     )
     term = LEX.cause_of_record(chained)
     assert term is not None and term.category == "hardware/storage"
+
+
+def test_a_crash_faulthandler_reports_is_whose_code_the_crashed_thread_ran() -> None:
+    from tests.unit.test_stacks import CRASH
+
+    # its words are the line before the dump, not "Extension modules: …" after it
+    assert last_line(CRASH) == "Fatal Python error: Segmentation fault"
+    # (torchrun's --tee copy labels each line; a record holds no empty line)
+    labelled = "\n".join(f"[default0]:{x}" for x in CRASH.splitlines() if x)
+    assert last_line(labelled) == "[default0]:Fatal Python error: Segmentation fault"
+    term = LEX.classify_record(CRASH)
+    assert term is not None and term.category == "user/code" and term.origin
+    # the user's pack_shard called ctypes (stdlib): theirs; the other thread's frames and the
+    # torch wrapper outside it say nothing
+    assert [f.function for f in frames_of(CRASH, LIBS)][-2:] == ["pack_shard", "string_at"]
+    assert refine("user/code", CRASH, LEX) == "user/code"
+    # the same crash inside a library's code is the framework's
+    inside = CRASH.replace(
+        '"/work/train.py", line 195 in pack_shard', f'"{SITE}/x/pack.py", line 1 in pack'
+    )
+    assert refine("user/code", inside, LEX) == "framework"
+
+
+def test_a_faulthandler_stack_waiting_in_a_collective_is_a_consequence() -> None:
+    stack = (
+        "Timeout (0:05:00)!\n"
+        "Thread 0x00007f16 (most recent call first):\n"
+        f'  File "{SITE}/torch/distributed/distributed_c10d.py", line 5356 in barrier\n'
+        '  File "/work/train.py", line 183 in save_checkpoint'
+    )
+    term = LEX.classify_record(stack)
+    assert term is not None and term.cascade and term.category == "framework"

@@ -666,3 +666,27 @@ def test_rays_top_memory_users_join_its_out_of_memory_error(rules: StageRules) -
     [report] = [g.message for g in rollup.groups.values() if "OutOfMemoryError" in g.message]
     assert "366824\t1411.52\tpython3" in report and "Refer to the documentation" in report
     assert "Training errored" not in report
+
+
+def test_a_faulthandler_dump_is_one_record_with_the_crash_it_follows(rules: StageRules) -> None:
+    # A rank of tests/realruns/cases/segfault-in-save: faulthandler (torch's @record enables
+    # it) prints every thread's stack after "Fatal Python error"; none of its lines is a record
+    # of its own, and its frames (innermost first, no comma) open no traceback. The line after
+    # the dump is a record again; so is a stack pasted with no error before it.
+    from l4_plugin.ingest.rollup import NodeRollup
+    from tests.unit.test_stacks import CRASH
+
+    for label in ("", "[default0]:"):
+        lines = [label + x for x in [*CRASH.splitlines(), "training finished"]]
+        rollup = NodeRollup("n1", rules)
+        rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+        # (an empty line is a line kind of its own, as anywhere)
+        messages = {k[0].body: g.message for k, g in rollup.groups.items() if k[0].body}
+        assert set(messages) == {"Fatal Python error: Segmentation fault", "training finished"}
+        crash = messages["Fatal Python error: Segmentation fault"]
+        assert crash == "\n".join(x for x in lines[:-1] if x != label)
+    paste = CRASH.splitlines()[8:11]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(paste, LineParser().feed(paste), None, 0)])
+    [group] = rollup.groups.values()
+    assert group.message == "\n".join(paste)
