@@ -384,4 +384,24 @@ CASES: list[Case] = [
         root_events=[r"10\.77\.0\.31"],
         nodes=["gpu-m03"],
     ),
+    Case(
+        "segfault-in-save",
+        "a rank's native code crashes (SIGSEGV) while it saves a checkpoint",
+        "user/code",
+        "checkpointing",
+        JobSpec(
+            hosts=["gpu-q21", "gpu-q22"],
+            style="plain",
+            fault="native_crash:host=gpu-q21,local_rank=0,step=20",
+        ),
+        root_events=[
+            r"Fatal Python error: Segmentation fault|Signal 11 \(SIGSEGV\)|exitcode\s*:\s*-11"
+        ],
+        related_events=[r"in pack_shard"],
+        nodes=["gpu-q21"],
+        iteration=20,
+        notes=(
+            "faulthandler (enabled by @record) prints the crashing rank's stacks, innermost first"
+        ),
+    ),
 ]

@@ -175,14 +175,25 @@ def save_checkpoint(
         dcp.save(state, checkpoint_id=str(folder))
     elif args.ckpt_format == "per_rank":
         folder.mkdir(parents=True, exist_ok=True)
+        pack_shard(state, step)
         torch.save(state, folder / f"rank{rank:03d}.pt")
     elif rank == 0:
         folder.mkdir(parents=True, exist_ok=True)
+        pack_shard(state, step)
         torch.save(state, folder / "model.pt")
     dist.barrier()
     if rank == 0:
         (Path(args.ckpt_dir) / "latest").write_text(folder.name)
     rep.info(f"saved checkpoint {folder} in {time.time() - t0:.2f}s")
+
+
+def pack_shard(state: dict, step: int) -> None:
+    """Where a script hands its shard to native code before writing it (a compression or
+    checksum extension); the fault makes that code dereference a null pointer."""
+    if fault_here("native_crash") and step == int(FAULT["step"]) and fault_attempts():
+        import ctypes
+
+        ctypes.string_at(0)
 
 
 def load_checkpoint(
