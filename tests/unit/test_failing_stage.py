@@ -541,6 +541,15 @@ def test_a_faulthandler_dump_names_the_stage_by_the_crashed_threads_innermost_fr
             "[errno 2] No such file or directory",
             "data_loading",
         ),
+        # deepspeedai/DeepSpeed#1077: the CPU Adam's op built when the optimizer is made
+        (
+            "    self.optimizer = deepspeed.ops.adam.DeepSpeedCPUAdam(self.model.parameters())\n"
+            '  File "/usr/lib/dist-packages/deepspeed/ops/adam/cpu_adam.py", line 78, in __init__\n'
+            "    self.ds_opt_adam = CPUAdamBuilder().load()\n"
+            "Exception: Installed CUDA version 11.0 does not match the version torch was "
+            "compiled with 10.1",
+            "model_loading",
+        ),
         ("FileNotFoundError: [Errno 2] No such file or directory: 'config.json'", "init"),
     ],
 )

@@ -18,6 +18,14 @@ LEX = default_lexicon()
 
 # (line, category it names as a cause)
 CAUSES = [
+    # NVIDIA/Megatron-LM#296: a checkpoint saved with TP 1 loaded by a run launched with TP 2
+    (
+        '  File "/mnt/ws/megatron/checkpointing.py", line 58, in _compare\n'
+        "    assert checkpoint_value == args_value, error_message\n"
+        "AssertionError: tensor_model_parallel_size value from checkpoint (1) is not equal to the "
+        "input argument value (2).",
+        "user/config",
+    ),
     # deepspeedai/DeepSpeed#1077: DeepSpeed's op builder on a system CUDA other than torch's
     (
         "Exception: Installed CUDA version 11.0 does not match the version torch was compiled "
