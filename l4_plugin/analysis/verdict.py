@@ -26,7 +26,8 @@ multi-node job printed it. A verdict category is one of DESIGN §6's; a rule's
 Eviction follows the evidence: a hardware fault evicts the nodes whose own lines carry it when
 they are few, else the culprit the ranking singles out; storage and platform faults evict only a
 node that alone carries the evidence (its disk, its file-system client, its container); user and
-framework faults evict nobody; the job's own files are never a node to evict. ``restart``
+framework faults evict nobody; the job's own files are never a node to evict; words that only
+nodes other than a singled-out culprit printed (step 3's last) evict the culprit. ``restart``
 follows: after eviction when something is evicted, after a fix for user, framework and storage
 faults, as-is otherwise.
 
@@ -180,7 +181,13 @@ def decide(
                 # values, "exitcode: -9" here and "exitcode: -15" there, is its evidence)
                 basis = replace(own, nodes=tuple(n for n in own.nodes if n in suspects))
             basis = basis or _from_behaviour(nodes[0])
-    basis = basis or words.first(events) or words.alone(events)
+    if basis is None:
+        basis = words.first(events) or words.alone(events)
+        if basis is not None and suspects and not set(basis.nodes) & set(suspects):
+            # Words only other nodes printed (a peer losing the culprit's store, its agent
+            # tearing down) say what kind of failure it was, not that they are the ones to
+            # take out: the culprit the ranking singled out is.
+            basis = replace(basis, nodes=suspects)
     if basis is None:
         why.append("no rule, no known failure words and no culprit")
         return Verdict("unknown", "unknown", (), "as-is", 0.2, tuple(why))

@@ -420,3 +420,22 @@ def test_a_store_connection_lost_by_the_culprit_alone_is_its_network() -> None:
     # one node alone: the wait itself (rank 0 busy for longer than the timeout)
     alone = decide([_ev(store, ("d1",))], [VerdictNode("d1", 0.3, ())], [], LEX, n_nodes=1)
     assert alone.category == "user/config"
+
+
+def test_words_only_other_nodes_printed_evict_the_culprit_not_them() -> None:
+    # realruns' sigkill-rank-restarts: the culprit's own lines say nothing known (its peer's
+    # gloo error, its agent's teardown); the other node lost the rendezvous store when the
+    # job fell apart. The store's loss says what kind of fault it was; the node to take out is
+    # still the culprit the ranking names, not the one that printed the words.
+    store = (
+        "torch.distributed.elastic.rendezvous.api.RendezvousConnectionError: The connection to "
+        "the C10d store has failed. See inner exception for details."
+    )
+    teardown = "Sending process 3921 closing signal SIGTERM"
+    ranked = [VerdictNode("x1", 0.92, ("spatial-outlier", "no-trace")), VerdictNode("x2", 0.4, ())]
+    events = [_ev(teardown, ("x1",), "cascade"), _ev(store, ("x2",), "error-level")]
+    v = decide(events, ranked, [], LEX, n_nodes=2)
+    assert (v.category, v.evict) == ("platform", ("x1",))
+    # no culprit singled out: the words' own node, as before
+    even = [VerdictNode("x1", 0.3, ()), VerdictNode("x2", 0.3, ())]
+    assert decide(events, even, [], LEX, n_nodes=2).evict == ("x2",)
