@@ -24,6 +24,7 @@ FORBIDDEN = {
     "diagnosis": {"service", "cli"},
     "service": {"cli"},
     "records": {"analysis", "ingest", "store", "diagnosis", "service", "cli", "report", "rules"},
+    "stacks": {"analysis", "ingest", "store", "diagnosis", "service", "cli", "report", "rules"},
     # The settings are read by every edge: they know the floor modules (limits, urls, errors,
     # yamldoc) and the analysis's parameters, never a stage.
     "config": {
@@ -38,7 +39,13 @@ FORBIDDEN = {
     },
 }
 # Floor modules: they import nothing of the package but the exceptions.
-FLOOR = {"limits": {"errors"}, "urls": {"errors"}, "errors": set(), "records": set()}
+FLOOR = {
+    "limits": {"errors"},
+    "urls": {"errors"},
+    "errors": set(),
+    "records": set(),
+    "stacks": set(),
+}
 
 
 def _functions(tree: ast.AST, prefix: str = "") -> list[tuple[str, int]]:
