@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import re
 
+#: A frame of either shape, its file and function named (``path``, ``func``).
+FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+,? in (?P<func>[\w<>.]+)')
+#: Where a frame of either shape begins (its function may be cut off).
+FRAME_HEAD = re.compile(r'\bFile "[^"]+", line \d+')
 #: A faulthandler frame ("  File "P", line N in F"): a traceback's has a comma before "in".
 DUMP_FRAME = re.compile(r'\bFile "[^"\n]*", line \d+ in [\w<>.$-]+\s*$')
 _HEADER = re.compile(

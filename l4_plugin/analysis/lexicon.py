@@ -26,7 +26,7 @@ from typing import Any
 from l4_plugin.errors import ConfigError
 from l4_plugin.records import FAULT_CATEGORIES
 from l4_plugin.resources import data_path
-from l4_plugin.stacks import without_dump
+from l4_plugin.stacks import FRAME_HEAD, without_dump
 from l4_plugin.yamldoc import read_mapping
 
 _DEFAULT_WEIGHT = 0.8
@@ -221,7 +221,7 @@ def last_line(text: str) -> str:
     lines = without_dump(lines) or lines
     if lines and _cut_in_traceback(lines):
         for line in reversed(lines[:-1]):
-            if _RAISED.search(line) and not _PY_FRAME.search(line):
+            if _RAISED.search(line) and not FRAME_HEAD.search(line):
                 return line
     for line in reversed(lines):
         if not _CUDA_HINTS.search(line):
@@ -232,15 +232,14 @@ def last_line(text: str) -> str:
 def _cut_in_traceback(lines: list[str]) -> bool:
     """Whether a record's lines end with a traceback's frame, or with the frame's source line
     (indented past where the frame's "File" begins; an exception's line is not)."""
-    if _PY_FRAME.search(lines[-1]):
+    if FRAME_HEAD.search(lines[-1]):
         return True
-    frame = _PY_FRAME.search(lines[-2]) if len(lines) > 1 else None
+    frame = FRAME_HEAD.search(lines[-2]) if len(lines) > 1 else None
     return frame is not None and lines[-1][frame.start() : frame.start() + 2].isspace()
 
 
-# A traceback's frame line, and the line that states an exception ("AssertionError: …",
+# The line that states an exception ("AssertionError: …",
 # "torch.distributed.DistBackendError: …"), past any label before it.
-_PY_FRAME = re.compile(r'\bFile "[^"]+", line \d+')
 _RAISED = re.compile(
     r"(?:^|[\s:\]])(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b:"
 )

@@ -23,12 +23,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from l4_plugin.analysis.lexicon import Lexicon
-from l4_plugin.stacks import call_order
+from l4_plugin.stacks import FRAME, call_order
 
 USER = ""
 STDLIB = "<stdlib>"
 
-_PY_FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+,? in (?P<func>[\w<>.]+)')
 _RICH_FRAME = re.compile(r"(?P<path>(?:[\w.~-]*/)+[\w.-]+\.py):\d+ in (?P<func>[\w<>.]+)")
 _INSTALLED = re.compile(r"(?:site|dist)-packages/([\w.-]+)")
 _STDLIB_PATH = re.compile(r"^<frozen |^<string>|/lib/python\d(?:\.\d+)?/(?![\w.-]*-packages/)")
@@ -61,7 +60,7 @@ def frames_of(text: str, libraries: frozenset[str]) -> list[Frame]:
     crashed thread's, turned so)."""
     out = []
     for line in call_order(text):
-        m = _PY_FRAME.search(line) or _RICH_FRAME.search(line)
+        m = FRAME.search(line) or _RICH_FRAME.search(line)
         if m is not None:
             path = m.group("path").replace("\\", "/")
             out.append(Frame(path, m.group("func"), package_of(path, libraries)))
