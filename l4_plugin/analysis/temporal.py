@@ -431,6 +431,7 @@ def iteration_at(
     pace: float | None = None,
     slack: int = 0,
     lag: float = 0.0,
+    beyond: bool = False,
 ) -> int:
     """The iteration a moment ``t`` of the iteration bucket ``bucket`` fell in.
 
@@ -453,6 +454,9 @@ def iteration_at(
     later than that, it says nothing: ``bucket``. ``lag``: iterations at the pace that ran
     before ``t`` in the one it tells of (a slowdown's first line, once its first slow iteration
     had run: that long before ``t`` the iteration began; no earlier than the counting's start).
+    ``beyond``: ``t`` is known to be a moment the job was still going forward (when its stuck
+    collective began), so a moment past the next line's due says the lines were not printed,
+    not that the job had stopped: counted at the pace however far.
     """
     start = starts.get(bucket)
     if start is None or not math.isfinite(start) or not math.isfinite(t) or t <= start:
@@ -476,7 +480,7 @@ def iteration_at(
         # (within an iteration past the moment the next line was due: the failure stopped the
         # job before it printed it, in the interval's last iteration; the pace is a median)
         return bucket + interval
-    return bucket + steps if steps <= interval else bucket + 1
+    return bucket + steps if steps <= interval or beyond else bucket + 1
 
 
 def line_interval(starts: Mapping[int, float], spans: Mapping[int, int], bucket: int) -> int:

@@ -650,3 +650,43 @@ def test_a_slowdown_begins_within_its_bucket_where_the_stated_mean_says() -> Non
     third = {("a", b): s for b, s in (mean | {554: (22 * 3.8 + 3 * 8.4) / 25}).items()}
     once = replace(data, iteration_cells=ones, node_iteration_seconds=third)
     assert report_iterations(analysis, once)[0].iteration == 576
+
+
+def test_a_stall_long_after_the_last_line_counts_the_unprinted_iterations() -> None:
+    # gen3's NeMo job with an NVLink Xid: the last progress line at iteration 46, the kernel's
+    # Xid and the stuck collective's start (the watchdog's line less its 1,800 s) 59 s later,
+    # at 2.72 s an iteration: the job went on for 22 iterations whose lines its rank held in a
+    # buffer when the watchdog aborted it (stdout to a pipe). The stall says so; without it, a
+    # late line says only that the job got past the last one.
+    from l4_plugin.analysis.tables import TemplateInfo
+
+    starts = {b: 2.72 * b for b in range(0, 47)}
+    msg = (
+        "Watchdog caught collective operation timeout: WorkNCCL(SeqNum=509, OpType=ALLREDUCE, "
+        "NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800090 milliseconds before "
+        "timing out."
+    )
+    stall = starts[46] + 59.16
+    base = _data({(46, "xid"): (stall + 0.35, 1), (46, "wd"): (stall + 1800.09, 64)}, starts)
+    data = replace(
+        base,
+        iteration_spans=dict.fromkeys(starts, 1),
+        templates={
+            "xid": TemplateInfo("NVRM: Xid (PCI:<*>): 74, …", message="NVRM: Xid 74"),
+            "wd": TemplateInfo("Watchdog caught …", message=msg),
+        },
+    )
+    assert failure_iteration(data, _analysis("xid")) == (68, "xid")
+    mute = replace(data, templates={**data.templates, "wd": TemplateInfo("x", message="timeout")})
+    assert failure_iteration(mute, _analysis("xid")) == (47, "xid")
+    # a save's lines between: the iterations waited for it, how long no line says; the job
+    # got past the last line, no more is known
+    saved = replace(
+        data,
+        iteration_cells={**data.iteration_cells, (46, "save"): (starts[46] + 10.0, 1)},
+        cells={
+            ("a", "save"): SimpleNamespace(first_ts=starts[46] + 10.0, last_ts=starts[46] + 10.0)
+        },
+        templates={**data.templates, "save": TemplateInfo("Saving checkpoint to <PATH>")},
+    )
+    assert failure_iteration(saved, _analysis("xid")) == (47, "xid")
