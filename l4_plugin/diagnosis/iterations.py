@@ -187,7 +187,12 @@ def _within(
     # (the moment the job's stuck collective began, as its timeouts tell, long after the next
     # line was due and no save between: the job went on without its lines, which the process
     # held in a buffer when it was aborted; counted at the pace up to the stall)
-    unprinted = failing and moment == stalled and not _saving(data, max(start, alive), stalled)
+    unprinted = (
+        failing
+        and math.isfinite(stalled)
+        and moment == stalled
+        and not _saving(data, max(start, alive), stalled)
+    )
     if held > 0:
         # (a save in the middle of the bucket: the iterations before it count too)
         alive, moment = -math.inf, moment - held
