@@ -185,6 +185,10 @@ def test_no_reader_keeps_the_markers() -> None:
 def test_marker_and_words_of_the_shipped_rules() -> None:
     assert RULES.marker_stage("NET/Socket : Using [<NUM>]eth0:<IP><<NUM>>") == "init"
     assert RULES.marker_stage("Got completion from peer") is None
+    # CASIA-LMC-Lab/AnomalyGPT#43: killed while loading the language model it announced
+    assert RULES.marker_stage("Initializing language decoder from <PATH> ...") == "model_loading"
+    assert RULES.marker_stage("Loading pretrained weights from <PATH>") == "model_loading"
+    assert RULES.marker_stage("Loading dataset from <PATH>") is None
     assert RULES.stage_of_words("NCCL WARN NET/IB : mlx5_5:1 Got async event : port error") == (
         "training"
     )
@@ -548,6 +552,21 @@ def test_a_faulthandler_dump_names_the_stage_by_the_crashed_threads_innermost_fr
             "    self.ds_opt_adam = CPUAdamBuilder().load()\n"
             "Exception: Installed CUDA version 11.0 does not match the version torch was "
             "compiled with 10.1",
+            "model_loading",
+        ),
+        # the same, pasted from the optimizer's constructor on: the line that built it is cut off
+        (
+            '  File "/usr/lib/dist-packages/deepspeed/ops/adam/cpu_adam.py", line 78, in __init__\n'
+            "    self.ds_opt_adam = CPUAdamBuilder().load()\n"
+            '  File "/usr/lib/deepspeed/ops/op_builder/builder.py", line 215, in load\n'
+            "    return self.jit_load(verbose)\n"
+            "Exception: Installed CUDA version 11.0 does not match the version torch was "
+            "compiled with 10.1",
+            "model_loading",
+        ),
+        (
+            "│ /env/lib/python3.10/site-packages/torch/optim/adamw.py:45 in __init__ │\n"
+            "ValueError: Invalid learning rate: -0.1",
             "model_loading",
         ),
         ("FileNotFoundError: [Errno 2] No such file or directory: 'config.json'", "init"),
