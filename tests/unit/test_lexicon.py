@@ -57,6 +57,18 @@ CAUSES = [
         "python', '-u', 'train_mvtec.py', '--local_rank=1'] exits with return code = -9",
         "user/config",
     ),
+    # torch's CPU allocator out of host memory (c10/core/impl/alloc_cpu.cpp), old and new words
+    (
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not enough"
+        " memory: you tried to allocate 37984010240 bytes.",
+        "user/config",
+    ),
+    (
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:117] data. DefaultCPUAllocator: can't "
+        "allocate memory: you tried to allocate 1073741824 bytes. Error code 12 (Cannot allocate"
+        " memory)",
+        "user/config",
+    ),
     # a DataLoader worker killed from outside (a real torchrun run: kill -9 of the worker)
     (
         "[rank3]: RuntimeError: DataLoader worker (pid 11510) is killed by signal: Killed. ",
