@@ -404,4 +404,20 @@ CASES: list[Case] = [
             "faulthandler (enabled by @record) prints the crashing rank's stacks, innermost first"
         ),
     ),
+    Case(
+        "host-out-of-memory",
+        "one rank asks for more host memory than the node has (torch's CPU allocator fails)",
+        "user/config",
+        "training",
+        JobSpec(
+            hosts=["dgx-h07", "dgx-h08", "dgx-h09"],
+            style="megatron",
+            ckpt_format="dcp",
+            fault="host_oom:host=dgx-h08,local_rank=1,step=23,gib=4096",
+        ),
+        root_events=[r"DefaultCPUAllocator: can't allocate memory"],
+        nodes=["dgx-h08"],
+        iteration=23,
+        notes="Megatron-style progress comes from the last rank (dgx-h09) only",
+    ),
 ]

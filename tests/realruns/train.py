@@ -196,6 +196,14 @@ def pack_shard(state: dict, step: int) -> None:
         ctypes.string_at(0)
 
 
+def mix_buffer(x: torch.Tensor, step: int) -> torch.Tensor:
+    """Where a script keeps a host-side buffer of past batches, sized from its arguments; the
+    fault sizes it past the host's memory, as a wrong argument would."""
+    if fault_here("host_oom") and step == int(FAULT["step"]) and fault_attempts():
+        torch.empty(int(FAULT["gib"]) << 30, dtype=torch.uint8)
+    return x
+
+
 def load_checkpoint(
     args: argparse.Namespace, rep: Reporter, model: nn.Module, opt: torch.optim.Optimizer
 ) -> int:
@@ -263,6 +271,7 @@ def train(args: argparse.Namespace, rep: Reporter) -> None:
         next(it)
     for step in range(start + 1, args.steps + 1):
         x, y = next(it)
+        x = mix_buffer(x, step)
         if fault_here("straggler") and step >= int(FAULT["step"]):
             time.sleep(float(FAULT["delay"]))
             if step == int(FAULT["step"]) and "stall" in FAULT and fault_attempts():
