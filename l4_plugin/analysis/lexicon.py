@@ -10,7 +10,8 @@ gives a category, both rank a line after what explains the failure.
 Three refinements the verdict applies (:mod:`l4_plugin.analysis.verdict`): an entry's ``local``
 category when its words come from a few nodes of a multi-node job (the node's own environment
 differs: its image, a leftover process on it); a cascade entry's ``alone`` category when a
-job's evidence is nothing but that consequence; and an ``origin`` entry (a generic error type)
+job's evidence is nothing but that consequence (``preparing``: and the job was still loading
+its data or its model); and an ``origin`` entry (a generic error type)
 whose category depends on whose code raised it (:mod:`l4_plugin.analysis.origin`, with the
 lexicon's ``libraries`` and ``config_functions``).
 """
@@ -38,6 +39,7 @@ _KEYS = {
     "benign",
     "local",
     "alone",
+    "preparing",
     "origin",
     "evict",
     "decisive",
@@ -83,6 +85,8 @@ class Term:
     local: str | None = None
     #: For a consequence: the category when the job shows nothing but it.
     alone: str | None = None
+    #: ... and when, besides, the job was still preparing (loading its data or its model).
+    preparing: str | None = None
     #: The category depends on whose code raised the error (user, library, argument parsing).
     origin: bool = False
     #: False when taking the nodes that printed the words out never helps (the scheduler
@@ -293,8 +297,10 @@ def _term(path: Path, i: int, entry: Any) -> Term:
         raise ConfigError(f"{where}: an entry is either benign or cascade, not both")
     local = entry.get("local")
     alone = entry.get("alone")
-    if alone is not None and not cascade:
-        raise ConfigError(f"{where}.alone: only a cascade entry has a category of its own alone")
+    preparing = entry.get("preparing")
+    for key, value in (("alone", alone), ("preparing", preparing)):
+        if value is not None and not cascade:
+            raise ConfigError(f"{where}.{key}: only a consequence (cascade) has such a category")
     decisive = _flag(where, entry, "decisive")
     if decisive and (benign or cascade):
         raise ConfigError(f"{where}.decisive: only the words of a cause decide")
@@ -306,6 +312,7 @@ def _term(path: Path, i: int, entry: Any) -> Term:
         benign,
         local=None if local is None else _category(f"{where}.local", local),
         alone=None if alone is None else _category(f"{where}.alone", alone),
+        preparing=None if preparing is None else _category(f"{where}.preparing", preparing),
         origin=_flag(where, entry, "origin"),
         evict=_flag(where, entry, "evict") if "evict" in entry else None,
         decisive=decisive,

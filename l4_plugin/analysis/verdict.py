@@ -14,7 +14,9 @@ and whether restarting helps (``restart``). The category, from the strongest evi
    culprit did (a node that went silent is a node fault; a node its peers name while it stays
    up had a rank hang on its accelerator), then the lexicon on all ranked events;
 4. else the consequences themselves, when the lexicon says what they mean alone (collective
-   timeouts and nothing else: the ranks disagreed on a collective).
+   timeouts and nothing else: the ranks disagreed on a collective; the same before training,
+   while the job loaded its data or its model: one rank preparing them for longer than the
+   others would wait, the job's configuration).
 
 Consequences (the launcher's teardown, a scheduler's cancel after an abort, watchdog timeouts on
 every rank) never give the category while anything else does. The lexicon's words are refined by
@@ -57,6 +59,7 @@ _MAX_EVENTS = 10  # ranked events read for a category
 _LEAD_WEIGHT = 0.9  # lexicon weight from which the lead event's words decide the category
 _LEADS = 3  # the leading events: the first few that are not consequences...
 _LEAD_CLOSE = 0.9  # ... scored within this fraction of the first
+_PREPARING = ("data_loading", "model_loading")  # stages where a lexicon term's `preparing` holds
 _FEW = 4  # evidence on at most 1 node in this many (and at least one) is a node's own
 _ALONE_CONFIDENCE = 0.35
 _LOCAL_CONFIDENCE = 0.5  # a consequence that only the culprit printed, with a meaning there
@@ -148,11 +151,12 @@ def decide(
     n_nodes: int,
     hang: tuple[str, float, str] | None = None,
     outsiders: Mapping[str, str] | None = None,
+    stage: str | None = None,
 ) -> Verdict:
     """The verdict of one diagnosis (see the module docstring); ``hang`` is what the ranks'
     dumps say of the category (``analysis.hang``: category, confidence, why), read after the
     rules; ``outsiders`` the nodes whose memory another's process held (``analysis.memory``:
-    node → why)."""
+    node → why); ``stage`` the stage the job failed in."""
     suspects = culprits(nodes)
     why: list[str] = []
     if suspects:
@@ -182,7 +186,7 @@ def decide(
                 basis = replace(own, nodes=tuple(n for n in own.nodes if n in suspects))
             basis = basis or _from_behaviour(nodes[0])
     if basis is None:
-        basis = words.first(events) or words.alone(events)
+        basis = words.first(events) or words.alone(events, stage)
         if basis is not None and suspects and not set(basis.nodes) & set(suspects):
             # Words only other nodes printed (a peer losing the culprit's store, its agent
             # tearing down) say what kind of failure it was, not that they are the ones to
@@ -300,17 +304,22 @@ class _Words:
             return self._basis(term, e, "words of", 0.9)
         return None
 
-    def alone(self, events: Sequence[VerdictEvent]) -> _Basis | None:
-        """Nothing but consequences: what the first one that has a meaning alone says."""
+    def alone(self, events: Sequence[VerdictEvent], stage: str | None) -> _Basis | None:
+        """Nothing but consequences: what the first one that has a meaning alone says (its
+        ``preparing`` meaning when the job failed before training, loading its data or its
+        model: one rank preparing them for longer than the others would wait)."""
         for e in events[:_MAX_EVENTS]:
             term = self.lexicon.cause_of_record(e.text)
             if term is None or term.alone is None:
                 continue
+            category, when = term.alone, ""
+            if term.preparing is not None and stage in _PREPARING:
+                category, when = term.preparing, f" while the job was in {stage}"
             said = (
                 f"only consequences, such as {last_line(e.text)[:120]!r}: with nothing else "
-                f"failing they point to {term.alone}"
+                f"failing{when} they point to {category}"
             )
-            return _Basis(term.alone, _ALONE_CONFIDENCE, why=said)
+            return _Basis(category, _ALONE_CONFIDENCE, why=said)
         return None
 
     def local(self, events: Sequence[VerdictEvent]) -> _Basis | None:

@@ -211,6 +211,7 @@ def decide_verdict(
         len(data.nodes),
         hang=_hang_hint(analysis),
         outsiders={node: hog.why for node, hog in analysis.outsiders.items()},
+        stage=analysis.fusion.stage,
     )
     return replace(decided, confidence=round(decided.confidence, 3))
 

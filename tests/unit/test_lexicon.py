@@ -404,6 +404,7 @@ def test_consequences_that_mean_something_alone() -> None:
         "milliseconds before timing out."
     )
     assert watchdog is not None and watchdog.alone == "user/code"
+    assert watchdog.preparing == "user/config"
     cancel = LEX.cause_of_record(next(c for c in CONSEQUENCES if "CANCELLED AT" in c))
     assert cancel is not None and cancel.alone == "user/config"
     # axolotl-ai-cloud/axolotl#2684: rank 1's store client gave up while rank 0 tokenized; the
@@ -550,7 +551,15 @@ def test_an_error_raised_while_parsing_arguments_is_the_configuration() -> None:
     [
         ("libraries: [torch, 'not a name']\nentries: []\n", "libraries: expected a list"),
         ("config_functions: '('\nentries: []\n", "config_functions: invalid regex"),
-        ("entries:\n  - {pattern: x, category: platform, alone: user/code}\n", "only a cascade"),
+        ("entries:\n  - {pattern: x, category: platform, alone: user/code}\n", "alone: only a"),
+        (
+            "entries:\n  - {pattern: x, category: platform, preparing: user/code}\n",
+            "preparing: only a consequence",
+        ),
+        (
+            "entries:\n  - {pattern: x, category: platform, cascade: true, preparing: soon}\n",
+            "preparing: expected one",
+        ),
         ("entries:\n  - {pattern: x, category: platform, local: cloud}\n", "local: expected one"),
         ("entries:\n  - {pattern: x, category: platform, origin: maybe}\n", "origin: expected"),
     ],

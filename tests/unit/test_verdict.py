@@ -253,6 +253,18 @@ def test_timeouts_alone_point_to_a_collective_mismatch() -> None:
     ]
     v = decide(events, [VerdictNode("n1", 0.3, ())], [], LEX, n_nodes=1)
     assert v.category == "user/code" and v.confidence < 0.5 and v.evict == ()
+    # hiyouga/LlamaFactory#2424: the same timeouts while rank 0 still tokenized the dataset
+    # (the others at main_process_first's barrier): the timeout was too short for the
+    # preparation; so while a checkpoint loads. In training they stay the ranks' disagreement.
+    for stage, category in (
+        ("data_loading", "user/config"),
+        ("model_loading", "user/config"),
+        ("training", "user/code"),
+        ("init", "user/code"),
+        (None, "user/code"),
+    ):
+        v = decide(events, [VerdictNode("n1", 0.3, ())], [], LEX, n_nodes=1, stage=stage)
+        assert (v.category, v.evict) == (category, ()), stage
     # With a culprit that stayed up while its peers waited, the same timeouts are its hang.
     hung = [VerdictNode("n3", 0.95, ("named-by-peers:4",)), VerdictNode("n1", 0.2, ())]
     assert decide(events, hung, [], LEX, n_nodes=4).category == "hardware/accelerator"
