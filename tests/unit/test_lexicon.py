@@ -204,6 +204,11 @@ CONSEQUENCES = [
     "error [10.77.0.12]:60819: Connection reset by peer. This is typically caused by a remote "
     "worker hanging or bugs in the application. Check the logs of the remote worker before "
     "reporting an error.",
+    # gloo's wait for a peer's data (a real torchrun run whose third node lost its link), as
+    # the line reads and as its template does
+    "[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
+    "unbound_buffer.cc:129] Timed out waiting 30000ms for send operation to complete",
+    "RuntimeError: [<PATH>:<NUM>] Timed out waiting <DUR> for <*> operation to complete",
     # the teardown stopping a DataLoader's workers
     "RuntimeError: DataLoader worker (pid 2077) is killed by signal: Terminated. ",
     # ray-project/ray#39380: Ray's driver after a worker failed (it mentions OOM as an example)
@@ -458,6 +463,15 @@ def test_local_categories() -> None:
     assert port is not None and port.local == "platform"
     oom = LEX.cause_of_record("torch.OutOfMemoryError: CUDA out of memory.")
     assert oom is not None and oom.local is None
+    # c10d's client socket with no route to its peer (a real torchrun run: a node whose link
+    # was taken down; another given an address no host had): one node's link, or the address
+    unreachable = LEX.cause_of_record(
+        "torch.distributed.DistNetworkError: The client socket has failed to connect to any "
+        "network address of (cn-e11, 37985). The client socket has failed to connect to "
+        "39.86.0.0:8346 (errno: 113 - No route to host)."
+    )
+    assert unreachable is not None
+    assert (unreachable.category, unreachable.local) == ("user/config", "hardware/network")
 
 
 # --- whose code raised it --------------------------------------------------------------------
