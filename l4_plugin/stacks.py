@@ -11,7 +11,8 @@ out the parenthesis), then "  ..." when it cut a deep stack and "Extension modul
 
 :func:`call_order` gives a record's lines as readers of frames expect a traceback: every
 faulthandler stack turned outermost first and, when the dump marks the thread that crashed, the
-other threads' stacks left out (they were waiting somewhere, not failing). Pure.
+other threads' stacks left out (they were waiting somewhere, not failing); :func:`bare` tells a
+stack printed alone, with nothing saying what happened. Pure.
 """
 
 from __future__ import annotations
@@ -31,6 +32,31 @@ _HEADER = re.compile(
 )
 #: The lines of a dump that are neither a frame nor a header (past a label: "[default0]:").
 _REST = re.compile(r"(?:^|[\s:\]>])(?:\.\.\.|<no Python frame>|Extension modules: .*)\s*$")
+
+
+# A line's labels before an indented source line ("[rank0]:", "[default1]:", "3:").
+_LABEL = re.compile(r"^(?:\[[^\]\n]*\]:?|[\w.-]+:)?")
+_TB_HEADER = "Traceback (most recent call last):"
+
+
+def bare(text: str) -> bool:
+    """Whether ``text`` is a stack and nothing else: two frames or more and no line that says
+    what happened (a dump of a stuck process pasted alone, a traceback cut before its
+    exception) — only frames, their indented source lines, dump headers, "...", the extension
+    modules."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if sum(1 for line in lines if FRAME_HEAD.search(line)) < 2:
+        return False
+    for line in lines:
+        if FRAME_HEAD.search(line) or _HEADER.search(line) or _REST.search(line):
+            continue
+        if line.rstrip().endswith(_TB_HEADER):
+            continue
+        label = _LABEL.match(line)
+        rest = line[label.end() if label else 0 :]
+        if not (rest[:2].isspace() and len(rest) > 2):  # (a label's own space is one)
+            return False
+    return True
 
 
 def call_order(text: str) -> list[str]:

@@ -21,6 +21,7 @@ from l4_plugin.analysis.params import DEFAULT_OPTIONS, AnalysisOptions
 from l4_plugin.analysis.results import EventStat, Slowdown, StragglerResult
 from l4_plugin.analysis.tables import JobData
 from l4_plugin.records import Level
+from l4_plugin.stacks import bare
 
 # Kernel, BMC and Slurm lines carry no level; these words give them one.
 _ERROR_WORDS = re.compile(
@@ -78,9 +79,10 @@ def _stage_at(data: JobData, node: str, ts: float) -> str | None:
 def event_stats(data: JobData) -> tuple[EventStat, ...]:
     """One :class:`EventStat` per template of the job: per-node first time and count.
 
-    Lines without a level get one from their words (:func:`inferred_level`). Lines of files with
-    no stage markers (kernel logs) sit in ``init`` for ingest; when such a line comes after its
-    node's start-up, it gets the stage the node's training logs were in at that time.
+    Lines without a level get one from their words (:func:`inferred_level`), a stack printed
+    alone a warning's (``stacks.bare``). Lines of files with no stage markers (kernel logs) sit
+    in ``init`` for ingest; when such a line comes after its node's start-up, it gets the stage
+    the node's training logs were in at that time.
     """
     first: dict[str, dict[str, float]] = {}
     counts: dict[str, dict[str, int]] = {}
@@ -95,6 +97,10 @@ def event_stats(data: JobData) -> tuple[EventStat, ...]:
         level = info.level if info else None
         if level is None and info is not None:
             level = inferred_level(info.text or info.message)
+            if level is None and bare(info.message):
+                # A stack printed alone (a stuck process's dump, a traceback cut before its
+                # exception): something stopped there, though no line says what.
+                level = Level.WARNING.label
         stage = info.stage if info else None
         if stage == "init" and data.time_unit == "ts":
             node, ts = min(first[tid].items(), key=lambda kv: (kv[1], kv[0]))

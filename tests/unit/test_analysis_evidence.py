@@ -120,6 +120,22 @@ def test_kernel_lines_get_a_level_and_the_stage_of_their_time() -> None:
     assert stats["x"].stage == "training"  # its own (training) tag is kept
 
 
+def test_a_stack_printed_alone_is_a_warning() -> None:
+    # deepspeedai/DeepSpeed#797: a hung rank's stack pasted with nothing else; its template is
+    # the first frame's and no word of it gives a level.
+    stack = (
+        '  File "/ds/deepspeed/runtime/engine.py", line 1456 in _checkpoint_tag_validation\n'
+        '  File "/ds/deepspeed/runtime/engine.py", line 1489 in save_checkpoint'
+    )
+    cells = {("a", "stk"): Cell(1, 5.0, 5.0, 1.0), ("a", "one"): Cell(1, 6.0, 6.0, 2.0)}
+    data = _data(cells, {}, {"stk": 'File "<PATH>", line <NUM> in <*>', "one": "x"})
+    data.templates["stk"].message = stack
+    data.templates["one"].message = stack.splitlines()[0]
+    stats = {e.template_id: e for e in event_stats(data)}
+    assert stats["stk"].level == "WARN"
+    assert stats["one"].level is None  # one frame is not yet a stack
+
+
 def test_fusion_discount_lowers_score_and_says_why() -> None:
     events = [
         EventStat("a", "ERROR", {"n1": 5.0}, {"n1": 1}, "training"),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from l4_plugin.stacks import DUMP_FRAME, call_order, without_dump
+from l4_plugin.stacks import DUMP_FRAME, bare, call_order, without_dump
 
 # What a rank of tests/realruns/cases/segfault-in-save printed (CPython 3.11's faulthandler,
 # enabled by torch's @record) when native code it called dereferenced a null pointer (its
@@ -106,3 +106,28 @@ def test_without_dump_keeps_what_the_record_said() -> None:
     # no dump: "..." and the like are someone's words
     said = ["Loading checkpoint ...", "Extension modules: none"]
     assert without_dump(said) == said
+
+
+def test_a_stack_printed_alone_is_bare() -> None:
+    # deepspeedai/DeepSpeed#797: the stuck rank's faulthandler stack, pasted without its header
+    hung = (
+        '  File "/code/DeepSpeed/deepspeed/runtime/engine.py", line 1456 in '
+        "_checkpoint_tag_validation\n"
+        '  File "/code/DeepSpeed/deepspeed/runtime/engine.py", line 1489 in save_checkpoint\n'
+        '  File "/code/transformers/src/transformers/trainer.py", line 1212 in _save_checkpoint'
+    )
+    assert bare(hung)
+    # a traceback cut before its exception, under ranks' labels, with its source lines
+    cut = (
+        "[rank1]: Traceback (most recent call last):\n"
+        '[rank1]:   File "/work/train.py", line 279, in train\n'
+        "[rank1]:     save_checkpoint(args, model)\n"
+        '[rank1]:   File "/work/train.py", line 178, in save_checkpoint\n'
+        "[rank1]:     torch.save(state, path)"
+    )
+    assert bare(cut)
+    assert bare(CRASH.split("\n", 2)[2])  # the dump less its "Fatal Python error" line
+    # what says what happened is no bare stack; nor is a single frame
+    assert not bare(cut + "\n[rank1]: OSError: [Errno 28] No space left on device")
+    assert not bare(CRASH)
+    assert not bare('  File "/work/train.py", line 178 in save_checkpoint')
