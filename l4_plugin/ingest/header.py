@@ -173,6 +173,8 @@ _INFER_ERROR = re.compile(
     # hung in D state, the OOM killer: printed at KERN_ERR or above
     r"|\bBUG: |\bkernel BUG at\b|\bKernel panic - not syncing\b"
     r"|\bblocked for more than \d+ seconds|\b[Oo]ut of memory: Killed process\b"
+    # the C++ runtime's std::terminate on an uncaught exception, and the exception's what()
+    r"|^terminate called after throwing an instance of\b|^\s*what\(\):\s"
 )
 # A Python exception named with its module (``pyarrow.lib.ArrowInvalid: …``, what a traceback
 # ends with) whatever its class is called; a logger's name (``transformers.trainer: …``) ends in

@@ -183,6 +183,14 @@ def test_impossible_date_is_no_timestamp() -> None:
         ("transformers.trainer_utils: Setting seed 42", None),
         ("[230117.602393] watchdog: BUG: soft lockup - CPU#85 stuck for 22s! [python3:1]", "ERROR"),
         ("INFO: task pt_autograd_0:223324 blocked for more than 120 seconds.", "ERROR"),
+        # pytorch/pytorch#15592: gloo's exception ending the process (libstdc++'s terminate)
+        ("terminate called after throwing an instance of 'gloo::IoException'", "ERROR"),
+        (
+            "  what():  [gloo/transport/tcp/pair.cc:724] connect [127.0.1.1]:3210: Connection "
+            "refused",
+            "ERROR",
+        ),
+        ("a what(): in prose", None),
         ("all good", None),
     ],
 )

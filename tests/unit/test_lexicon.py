@@ -57,6 +57,12 @@ CAUSES = [
         "python', '-u', 'train_mvtec.py', '--local_rank=1'] exits with return code = -9",
         "user/config",
     ),
+    # pytorch/pytorch#15592: two gloo nodes whose host names resolve to 127.0.1.1
+    (
+        "  what():  [/opt/conda/conda-bld/pytorch/work/third_party/gloo/gloo/transport/tcp/"
+        "pair.cc:724] connect [127.0.1.1]:3210: Connection refused",
+        "user/config",
+    ),
     # torch's CPU allocator out of host memory (c10/core/impl/alloc_cpu.cpp), old and new words
     (
         "RuntimeError: [enforce fail at alloc_cpu.cpp:114] data. DefaultCPUAllocator: not enough"
@@ -302,6 +308,8 @@ def test_near_misses_are_not_failures() -> None:
         "sft-14b-5zsfh-worker-3    1/1     Running    0          77m   10.78.13.2   gpu-node-a",
         # a file system's name in a path is no storage failure
         "saving to /lustre/proj/llm/ckpt/14b/checkpoint-920 and /gpfs/home/u/run",
+        # the machine's own loopback is no misconfigured peer address
+        "INFO torch.distributed: connected to store at 127.0.1.1:29500",
     ):
         term = LEX.cause_of_record(line)
         assert term is None or not term.says_cause, line
