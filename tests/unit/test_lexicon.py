@@ -57,6 +57,12 @@ CAUSES = [
         "python', '-u', 'train_mvtec.py', '--local_rank=1'] exits with return code = -9",
         "user/config",
     ),
+    # pytorch/pytorch#37004: NCCL denied its segment in /dev/shm (chmod 777 /dev/shm fixed it)
+    (
+        "node08:27106:27302 [0] include/shm.h:27 NCCL WARN Call to shm_open failed : Permission "
+        "denied",
+        "platform",
+    ),
     # pytorch/pytorch#15592: two gloo nodes whose host names resolve to 127.0.1.1
     (
         "  what():  [/opt/conda/conda-bld/pytorch/work/third_party/gloo/gloo/transport/tcp/"
