@@ -63,6 +63,13 @@ CAUSES = [
         "denied",
         "platform",
     ),
+    # NVIDIA/nccl#697: sockets over a dozen Docker bridges between two nodes (NCCL_SOCKET_IFNAME
+    # set to the bond fixed it)
+    (
+        "mars:1034:1034 [0] NCCL INFO NET/Socket : Using [0]bond0:192.168.1.161<0> "
+        "[1]br-05ab815fa14e:172.19.0.1<0> [2]br-d5d80d7dbbad:172.21.0.1<0>",
+        "user/config",
+    ),
     # pytorch/pytorch#15592: two gloo nodes whose host names resolve to 127.0.1.1
     (
         "  what():  [/opt/conda/conda-bld/pytorch/work/third_party/gloo/gloo/transport/tcp/"
@@ -314,6 +321,11 @@ def test_near_misses_are_not_failures() -> None:
         "sft-14b-5zsfh-worker-3    1/1     Running    0          77m   10.78.13.2   gpu-node-a",
         # a file system's name in a path is no storage failure
         "saving to /lustre/proj/llm/ckpt/14b/checkpoint-920 and /gpfs/home/u/run",
+        # NCCL's banners: the devices it found, the transport it chose, a channel's route
+        "mars:1034:1034 [0] NCCL INFO NET/IB : No device found.",
+        "gpu-a1:77:77 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
+        "gpu-a1:77:90 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0",
+        "gpu-a1:77:77 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>",
         # the machine's own loopback is no misconfigured peer address
         "INFO torch.distributed: connected to store at 127.0.1.1:29500",
     ):
