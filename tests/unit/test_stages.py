@@ -419,6 +419,27 @@ def test_an_nccl_line_never_continues_the_record_before_it(rules: StageRules) ->
     assert len(rollup.groups) == 2, [key[0].body for key in rollup.groups]
 
 
+def test_torchs_nccl_error_with_nccls_last_error_is_one_record(rules: StageRules) -> None:
+    # NVIDIA/nccl#2076: torch's DistBackendError goes on with NCCL's result and its last error,
+    # NCCL's own message bare; one record, so its last line (the cause's words) names it.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+        "NCCLUtils.hpp:268, remote process exited or there was a network error, NCCL version "
+        "2.21.5",
+        "ncclRemoteError: A call failed possibly due to a network error or a remote process "
+        "exiting prematurely.",
+        "Last error:",
+        "socketProgressOpt: Call to recv from 172.16.0.4<33759> failed : Connection reset by peer",
+    ]
+    for labelled in (lines, [f"[rank3]: {line}" for line in lines]):
+        rollup = NodeRollup("n1", rules)
+        rollup.scan("r0.log", 0, [(labelled, LineParser().feed(labelled), None, 0)])
+        [group] = list(rollup.groups.values())
+        assert group.message.endswith("failed : Connection reset by peer")
+
+
 def test_torchs_desync_report_is_one_record(rules: StageRules) -> None:
     # ProcessGroupNCCL's desync report: a header line, then tab-indented lines naming the
     # lagging ranks; one record, so its sample says who lagged.
