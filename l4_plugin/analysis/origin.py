@@ -38,6 +38,14 @@ _API_MISMATCH = re.compile(
     r"got multiple values for (?:keyword )?argument",
     re.IGNORECASE,
 )
+# An assert on the run's settings: the arguments, the config, the hyper-parameters.
+_SETTINGS_ASSERT = re.compile(
+    r"^assert\b.*\b(?:args|config|cfg|conf|opt|opts|hparams|params|training_args|\w+_args|"
+    r"\w+_config)\.\w+"
+)
+_ASSERTION = re.compile(r"^(?:\w+\.)*AssertionError\b")
+_LABELS = re.compile(r"^(?:\[[^\]\n]*\]:?\s?)+")
+_CARETS = re.compile(r"^[\^~]+$")
 # Library frames that only pass a call on (nn.Module's __call__, decorators, timing wrappers).
 _DISPATCH = re.compile(
     r"^(?:_call_impl|_wrapped_call_impl|__call__|wrapper|inner|wrapped|_fn|decorate_context|"
@@ -82,7 +90,11 @@ def package_of(path: str, libraries: frozenset[str]) -> str:
 
 def refine(category: str, text: str, lexicon: Lexicon) -> str:
     """The category of a generic error from whose code raised it (see the module docstring):
-    ``category`` when the frames say nothing or the user's code raised it."""
+    ``category`` when the frames say nothing or the user's code raised it; an assertion on the
+    run's settings (``assert args.batch_size % len(devices) == 0``) is the configuration,
+    whoever's code checked it."""
+    if _checks_settings(text):
+        return "user/config"
     frames = frames_of(text, lexicon.libraries)
     at = _raising(frames)
     if at is None:
@@ -97,6 +109,17 @@ def refine(category: str, text: str, lexicon: Lexicon) -> str:
         # take: the versions do not fit (the user's own call site would be the last frame).
         return "user/software-incompatibility"
     return "framework"
+
+
+def _checks_settings(text: str) -> bool:
+    """Whether a record ends in an ``AssertionError`` raised by an ``assert`` on the run's
+    arguments or configuration (the source line the traceback printed above it)."""
+    lines = [_LABELS.sub("", line).strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not _CARETS.match(line)]
+    for i in range(len(lines) - 1, 0, -1):
+        if _ASSERTION.match(lines[i]):
+            return _SETTINGS_ASSERT.match(lines[i - 1]) is not None
+    return False
 
 
 def _raising(frames: Sequence[Frame]) -> int | None:

@@ -576,6 +576,30 @@ def test_a_library_calling_with_an_argument_its_callee_lacks_is_a_version_mismat
     assert refine("user/code", text, LEX) == "user/software-incompatibility"
 
 
+def test_an_assertion_on_the_runs_settings_is_the_configuration() -> None:
+    # maszhongming/MatchSum#11: the script checks the batch size against the GPUs it was given
+    text = (
+        "Traceback (most recent call last):\n"
+        '  File "train_matching.py", line 150, in <module>\n'
+        "    train_model(args)\n"
+        '  File "train_matching.py", line 70, in train_model\n'
+        "    assert args.batch_size % len(devices) == 0\n"
+        "AssertionError"
+    )
+    assert refine("user/code", text, LEX) == "user/config"
+    # the same under ranks' labels, a library's check of its config, with a message and carets
+    megatron = (
+        '[rank0]:   File "/opt/Megatron-LM/megatron/training/arguments.py", line 90, in fn\n'
+        "[rank0]:     assert args.num_layers % args.transformer_pipeline_model_parallel_size == 0\n"
+        "[rank0]:            ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+        "[rank0]: AssertionError: number of layers should be divisible by the pipeline size"
+    )
+    assert refine("user/code", megatron, LEX) == "user/config"
+    # an assert on the data or the model's state is the code's own check
+    state = text.replace("assert args.batch_size % len(devices) == 0", "assert loss.isfinite()")
+    assert refine("user/code", state, LEX) == "user/code"
+
+
 def test_an_error_raised_while_parsing_arguments_is_the_configuration() -> None:
     # hiyouga/LlamaFactory#6268: the framework's argument parser refuses the launch.
     text = _tb(
