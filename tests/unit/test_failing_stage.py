@@ -569,6 +569,26 @@ def test_a_faulthandler_dump_names_the_stage_by_the_crashed_threads_innermost_fr
             "ValueError: Invalid learning rate: -0.1",
             "model_loading",
         ),
+        # pytorch/torchtitan#2184: torchtitan applying its parallelisms to the built model
+        (
+            '  File "/home/u/torchtitan/torchtitan/models/llama4/infra/parallelize.py", line 138, '
+            "in parallelize_llama\n"
+            "    tp_mesh = parallel_dims.get_mesh('tp')\n"
+            "ValueError: Mesh 'tp' is not available.",
+            "model_loading",
+        ),
+        # NVIDIA-NeMo/Automodel#367: a DeviceMesh sliced by names (its __getitem__ is no
+        # dataset's); a dataset's item is still data loading
+        (
+            '[rank0]:   File "/opt/venv/lib/python3.12/site-packages/torch/distributed/'
+            'device_mesh.py", line 718, in __getitem__\n'
+            "[rank0]: KeyError: \"Invalid mesh_dim_names ('dp', 'cp') specified.\"",
+            "init",
+        ),
+        (
+            "  File \"/work/data/shards.py\", line 41, in __getitem__\nKeyError: 'input_ids'",
+            "data_loading",
+        ),
         ("FileNotFoundError: [Errno 2] No such file or directory: 'config.json'", "init"),
     ],
 )
