@@ -589,6 +589,19 @@ def test_a_faulthandler_dump_names_the_stage_by_the_crashed_threads_innermost_fr
             "  File \"/work/data/shards.py\", line 41, in __getitem__\nKeyError: 'input_ids'",
             "data_loading",
         ),
+        # hpcaitech/ColossalAI#3043: a layer's forward in the first step (a module's forward
+        # frame, not the word in a message)
+        (
+            'File "/opt/conda/site-packages/titans/layer/attention/gpt_attention.py", line 49, in'
+            " forward\n"
+            "    num_attention_heads = divide(all_head_size, self.attention_head_size)\n"
+            "AssertionError: 96 is not divisible by 64",
+            "training",
+        ),
+        (
+            "ValueError: the model has no layer to run in forward",
+            "init",
+        ),
         ("FileNotFoundError: [Errno 2] No such file or directory: 'config.json'", "init"),
     ],
 )
