@@ -223,11 +223,6 @@ CONSEQUENCES = [
     "error [10.77.0.12]:60819: Connection reset by peer. This is typically caused by a remote "
     "worker hanging or bugs in the application. Check the logs of the remote worker before "
     "reporting an error.",
-    # gloo's wait for a peer's data (a real torchrun run whose third node lost its link), as
-    # the line reads and as its template does
-    "[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
-    "unbound_buffer.cc:129] Timed out waiting 30000ms for send operation to complete",
-    "RuntimeError: [<PATH>:<NUM>] Timed out waiting <DUR> for <*> operation to complete",
     # the teardown stopping a DataLoader's workers
     "RuntimeError: DataLoader worker (pid 2077) is killed by signal: Terminated. ",
     # ray-project/ray#39380: Ray's driver after a worker failed (it mentions OOM as an example)
