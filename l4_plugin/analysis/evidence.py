@@ -393,6 +393,37 @@ def timed_in_stage(
     return tuple(out)
 
 
+def at_stage_start(
+    events: tuple[EventStat, ...], data: JobData, stage: str | None, window: float
+) -> tuple[EventStat, ...]:
+    """Errors printed in the moment the failing ``stage`` began belong to it.
+
+    Streams interleave where a stage begins: a rank's traceback from its first step reaches
+    the log just before the progress bar's first frame that marks training ("0%| | 0/1500"),
+    so ingest tags it with the stage before. An error-level event whose every first occurrence
+    lies within ``window`` (the fusion's root window) of its node's first line of ``stage``
+    is taken as printed in it.
+    """
+    if stage is None:
+        return events
+    starts = {
+        n: first
+        for (n, s), (first, _, _, _) in data.stage_spans.items()
+        if s == stage and math.isfinite(first)
+    }
+    out = []
+    for e in events:
+        if (
+            e.stage not in (None, stage)
+            and is_error(e.level)
+            and e.first_seen
+            and all(n in starts and abs(at - starts[n]) <= window for n, at in e.first_seen.items())
+        ):
+            e = replace(e, stage=stage)
+        out.append(e)
+    return tuple(out)
+
+
 def reactions(
     data: JobData,
     events: tuple[EventStat, ...],

@@ -22,6 +22,7 @@ import numpy as np
 from l4_plugin.analysis.crossjob import CrossJobFilter
 from l4_plugin.analysis.evidence import (
     PORT_ERROR,
+    at_stage_start,
     discounts,
     event_stats,
     killed_on,
@@ -968,6 +969,7 @@ def analyze(
     stragglers = _stragglers(data, nodes)
     slowdown = _slowdown(data, kept, len(nodes), options)
     events = timed_in_stage(events, data, stage.stage if stage else None)
+    events = at_stage_start(events, data, stage.stage if stage else None, options.root_window)
     priors, consequences = _lexicon_evidence(data, terms, crossjob, options, odd)
     hang = analyse_hang(data.job.dumps, nodes)
     against = discounts(data, stragglers, slowdown, events, kept, options, _hardware(terms))

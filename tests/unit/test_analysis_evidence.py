@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from l4_plugin.analysis.evidence import (
+    at_stage_start,
     discounts,
     event_stats,
     inferred_level,
@@ -134,6 +135,27 @@ def test_a_stack_printed_alone_is_a_warning() -> None:
     stats = {e.template_id: e for e in event_stats(data)}
     assert stats["stk"].level == "WARN"
     assert stats["one"].level is None  # one frame is not yet a stack
+
+
+def test_an_error_printed_as_its_stage_began_belongs_to_it() -> None:
+    # dhcode-cpp/X-R1#45: rank 0's error in its first step reached the log a moment before the
+    # bar's first frame that marks training; the launcher's report came after it.
+    cells = {
+        ("a", "err"): Cell(1, 9.999, 9.999, 1.0),
+        ("a", "early"): Cell(1, 2.0, 2.0, 0.5),
+        ("a", "warn"): Cell(1, 9.999, 9.999, 1.5),
+    }
+    texts = {"err": "x", "early": "y", "warn": "z"}
+    data = _data(cells, {}, texts, dict.fromkeys(texts, "init"))
+    data.templates["err"].levels["ERROR"] = 1
+    data.templates["early"].levels["ERROR"] = 1
+    data.templates["warn"].levels["WARNING"] = 1
+    events = event_stats(data)
+    moved = {e.template_id: e.stage for e in at_stage_start(events, data, "training", 5.0)}
+    # (training starts at 10.0 on node a: the error 1 ms before it; the other error 8 s before
+    # it stays in init, and so does a warning)
+    assert moved == {"err": "training", "early": "init", "warn": "init"}
+    assert at_stage_start(events, data, None, 5.0) == events
 
 
 def test_fusion_discount_lowers_score_and_says_why() -> None:
