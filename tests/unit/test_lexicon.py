@@ -70,6 +70,31 @@ CAUSES = [
         "[1]br-05ab815fa14e:172.19.0.1<0> [2]br-d5d80d7dbbad:172.21.0.1<0>",
         "user/config",
     ),
+    # EvolvingLMMs-Lab/open-r1-multimodal#7: NCCL_SOCKET_IFNAME=eth0 on a host without eth0
+    ("[rank0]: Bootstrap : no socket interface found", "user/config"),
+    # dhcode-cpp/X-R1#45: FlashAttention on V100s
+    ("[rank0]: RuntimeError: FlashAttention only supports Ampere GPUs or newer.", "user/config"),
+    # shibing624/MedicalGPT#23: a pad token id past the embedding table (ATen's kernel assert)
+    (
+        " ../aten/src/ATen/native/cuda/Indexing.cu:1146: indexSelectLargeIndex: block: [420,0,0],"
+        " thread: [29,0,0] Assertion `srcIndex < srcSelectDimSize` failed.",
+        "user/code",
+    ),
+    # IBM/FfDL#127: the learner's shell on its SIGKILLed child (the pod's memory limit), and
+    # the exit status it left
+    (
+        "/usr/local/bin/train.sh: line 18:    36 Killed                  python3 "
+        "convolutional_network.py --trainImagesFile ${DATA_DIR}/train-images-idx3-ubyte.gz",
+        "user/config",
+    ),
+    ("Job exited with error code 137", "user/config"),
+    # NVIDIA-NeMo/Run#266: NCCL 2.25's failed internal check, nothing after it
+    (
+        "torch.distributed.DistBackendError: NCCL error in: /opt/pytorch/pytorch/torch/csrc/"
+        "distributed/c10d/ProcessGroupNCCL.cpp:3376, internal error - please report this issue "
+        "to the NCCL developers, NCCL version 2.25.1",
+        "framework",
+    ),
     # pytorch/pytorch#15592: two gloo nodes whose host names resolve to 127.0.1.1
     (
         "  what():  [/opt/conda/conda-bld/pytorch/work/third_party/gloo/gloo/transport/tcp/"
@@ -321,6 +346,9 @@ def test_near_misses_are_not_failures() -> None:
         "gpu-a1:77:77 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB ; OOB ib0:10.0.0.1<0>",
         "gpu-a1:77:90 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/0",
         "gpu-a1:77:77 [0] NCCL INFO NET/Socket : Using [0]eth0:10.0.0.1<0>",
+        # an exit status that merely contains 137, a GPU named by its architecture
+        "Job exited with error code 1370",
+        "Found 8 Ampere GPUs",
         # the machine's own loopback is no misconfigured peer address
         "INFO torch.distributed: connected to store at 127.0.1.1:29500",
     ):
