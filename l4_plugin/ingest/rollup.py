@@ -56,6 +56,7 @@ _CHAINED = (
 )
 # Records that the continuation lines after them join (``stages.yaml`` continuations): errors,
 # and warnings, which c10 prints with the same C++ stack (TORCH_WARN, a TCPStore recv failure).
+_LAST_ERROR = "Last error:"
 _OPEN_LEVELS = frozenset(level.name for level in Level if level >= Level.WARNING)
 # Lines of a file without iteration markers wait for the job timeline, keyed by the second they
 # were printed in. The timestamp is read at most every SLOT_EVERY lines (always for the lines
@@ -553,6 +554,10 @@ class NodeRollup:
         open_kept: KeptLine | None = None
         open_first = False
         open_lines = 0
+        # The record just took NCCL's "Last error:": the next line of the same stream is that
+        # error's own words, whatever they say (NCCL's last warning, bare).
+        last_error = False
+        last_error_rank: int | None = None
         for chunk in chunks:
             lines, kinds, block, base = chunk[:4]
             if not base and block is not None and block.ref is not None:
@@ -617,7 +622,7 @@ class NodeRollup:
                     # file's time: they are not evidence before it was written.)
                     mark_ref = streams.get(line_rank, ts_ref)
                     ref_rank = line_rank
-                if lane and tb is None and chain is None:
+                if lane and tb is None and chain is None and not last_error:
                     # The simple lane, most lines of a log: a plain line or an iteration marker
                     # that nothing before it absorbs only adds to its group (what the general
                     # path below does for such a line, without the cases it cannot be in).
@@ -722,6 +727,13 @@ class NodeRollup:
                 # A line absorbed into the record it continues: a traceback's frames, or the
                 # continuation lines of the error record just before (``continuations``).
                 absorbed = False
+                after_last = (
+                    last_error
+                    and not blank
+                    and line_rank == last_error_rank
+                    and not (kind.emitter == "nccl" and kind.level in _OPEN_LEVELS)
+                )
+                last_error = last_error and blank
                 if chain is not None and tb is None:
                     body = _after_prefix(raw, prefix_end)
                     # (the kind's body: the message past a collector's or a pod log's time)
@@ -775,7 +787,12 @@ class NodeRollup:
                         tag, at_it = _tag(stage, iteration, slot)
                         sink(pos, raw, kind, tag, at_it, ts_ref, line_rank, tb_offset)
                     continue
-                elif open_group is not None and cont and open_lines < MAX_TRACEBACK_LINES:
+                elif (
+                    open_group is not None
+                    and (cont or after_last)
+                    and open_lines < MAX_TRACEBACK_LINES
+                ):
+                    last_error, last_error_rank = cont and kind.body == _LAST_ERROR, line_rank
                     open_lines += 1
                     if open_kept is not None:
                         open_kept.message += "\n" + raw

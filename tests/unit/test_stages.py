@@ -442,6 +442,36 @@ def test_torchs_nccl_error_with_nccls_last_error_is_one_record(rules: StageRules
         assert group.message.endswith(labelled[-1])
 
 
+def test_the_line_after_nccls_last_error_is_its_words_whatever_they_are(
+    rules: StageRules,
+) -> None:
+    # gen3's node-image mismatch (NCCL bootstrap.cc's words after "Last error:"): the line is
+    # the record's, not another rank's NCCL warning after it, nor a line after a blank one's
+    # turn of another stream.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    head = [
+        "[default2]:[rank34]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:317,"
+        " internal error - please report this issue to the NCCL developers, NCCL version 2.19.3",
+        "[default2]:[rank34]: ncclInternalError: Internal check failed.",
+        "[default2]:[rank34]: Last error:",
+    ]
+    words = "[default2]:[rank34]: Message truncated : received 4096 bytes instead of 4160"
+    warn = (
+        "[default6]:gpu-r30-u27:1131063:1131066 [6] bootstrap.cc:77 NCCL WARN Message truncated :"
+        " received 4096 bytes instead of 4160"
+    )
+    for lines, ends in (
+        ([*head, words, warn], words),
+        ([*head, warn], head[-1]),
+        ([*head, "[default6]:[rank38]: step 3 done"], head[-1]),
+    ):
+        rollup = NodeRollup("n1", rules)
+        rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+        first, other = rollup.groups.values()
+        assert first.message.endswith(ends) and other.message == lines[-1]
+
+
 def test_torchs_desync_report_is_one_record(rules: StageRules) -> None:
     # ProcessGroupNCCL's desync report: a header line, then tab-indented lines naming the
     # lagging ranks; one record, so its sample says who lagged.
