@@ -23,7 +23,9 @@ every rank) never give the category while anything else does. The lexicon's word
 where they were printed and by whom: a generic error type by whose code raised it
 (:mod:`l4_plugin.analysis.origin`), an entry's ``local`` category when only a few nodes of a
 multi-node job printed it. A verdict category is one of DESIGN §6's; a rule's
-``user/misoperation`` (somebody cancelled the job, reused a port) is the user's configuration.
+``user/misoperation`` (somebody cancelled the job, reused a port) is the user's configuration;
+versions that do not fit, on the culprit whose software differs from the other nodes', are its
+image's (platform).
 
 Eviction follows the evidence: a hardware fault evicts the nodes whose own lines carry it when
 they are few, else the culprit the ranking singles out; storage and platform faults evict only a
@@ -195,6 +197,19 @@ def decide(
     if basis is None:
         why.append("no rule, no known failure words and no culprit")
         return Verdict("unknown", "unknown", (), "as-is", 0.2, tuple(why))
+    if (
+        basis.category == "user/software-incompatibility"
+        and suspects
+        and "odd-version" in nodes[0].reasons
+    ):
+        # Versions that do not fit, on the one node whose software differs from the others':
+        # that node's image, not the job's build.
+        basis = replace(
+            basis,
+            category="platform",
+            nodes=suspects,
+            why=f"{basis.why}; {suspects[0]} runs other versions than the rest (platform)",
+        )
     why.append(basis.why)
     category = _AS_VERDICT.get(basis.category, basis.category)
     evict = _evict(basis, category, suspects, n_nodes)

@@ -451,3 +451,18 @@ def test_words_only_other_nodes_printed_evict_the_culprit_not_them() -> None:
     # no culprit singled out: the words' own node, as before
     even = [VerdictNode("x1", 0.3, ()), VerdictNode("x2", 0.3, ())]
     assert decide(events, even, [], LEX, n_nodes=2).evict == ("x2",)
+
+
+def test_versions_that_do_not_fit_on_the_node_whose_software_differs_are_its_image() -> None:
+    # gen3's node-image mismatch: NCCL's bootstrap on the one node running another NCCL build
+    words = (
+        "torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:317\n"
+        "Last error:\nMessage truncated : received 4096 bytes instead of 4160"
+    )
+    odd = [VerdictNode("n3", 0.97, ("spatial-outlier", "odd-version")), VerdictNode("n1", 0.4, ())]
+    events = [_ev(words, ("n3", "n1", "n2", "n4"))]
+    v = decide(events, odd, [], LEX, n_nodes=8)
+    assert (v.category, v.evict) == ("platform", ("n3",))
+    # the same words with no node standing apart by its versions: the job's build
+    plain = [VerdictNode("n3", 0.97, ("spatial-outlier",)), VerdictNode("n1", 0.4, ())]
+    assert decide(events, plain, [], LEX, n_nodes=8).category == "user/software-incompatibility"
