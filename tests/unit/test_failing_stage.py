@@ -170,6 +170,13 @@ def test_a_job_that_saved_a_step_before_failing_was_training() -> None:
             "training",
         ),
         ("torch.distributed.DistNetworkError: ... name: EADDRINUSE", "init"),
+        # shibing624/MedicalGPT#23: a kernel's failed assertion, then the error it caused
+        (
+            "../aten/src/ATen/native/cuda/Indexing.cu:1146: indexSelectLargeIndex: block: "
+            "[420,0,0], thread: [29,0,0] Assertion `srcIndex < srcSelectDimSize` failed.",
+            "training",
+        ),
+        ("RuntimeError: CUDA error: device-side assert triggered", "training"),
         ("something odd", "init"),
     ],
 )
