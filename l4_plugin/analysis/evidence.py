@@ -394,7 +394,11 @@ def timed_in_stage(
 
 
 def at_stage_start(
-    events: tuple[EventStat, ...], data: JobData, stage: str | None, window: float
+    events: tuple[EventStat, ...],
+    data: JobData,
+    stage: str | None,
+    window: float,
+    consequences: frozenset[str] = frozenset(),
 ) -> tuple[EventStat, ...]:
     """Errors printed in the moment the failing ``stage`` began belong to it.
 
@@ -402,7 +406,8 @@ def at_stage_start(
     the log just before the progress bar's first frame that marks training ("0%| | 0/1500"),
     so ingest tags it with the stage before. An error-level event whose every first occurrence
     lies within ``window`` (the fusion's root window) of its node's first line of ``stage``
-    is taken as printed in it.
+    is taken as printed in it — unless its words are a consequence's (``consequences``: a
+    watchdog's timeout just before the traceback of the save it waited in stays where it was).
     """
     if stage is None:
         return events
@@ -415,6 +420,7 @@ def at_stage_start(
     for e in events:
         if (
             e.stage not in (None, stage)
+            and e.template_id not in consequences
             and is_error(e.level)
             and e.first_seen
             and all(n in starts and abs(at - starts[n]) <= window for n, at in e.first_seen.items())

@@ -969,8 +969,10 @@ def analyze(
     stragglers = _stragglers(data, nodes)
     slowdown = _slowdown(data, kept, len(nodes), options)
     events = timed_in_stage(events, data, stage.stage if stage else None)
-    events = at_stage_start(events, data, stage.stage if stage else None, options.root_window)
     priors, consequences = _lexicon_evidence(data, terms, crossjob, options, odd)
+    events = at_stage_start(
+        events, data, stage.stage if stage else None, options.root_window, frozenset(consequences)
+    )
     hang = analyse_hang(data.job.dumps, nodes)
     against = discounts(data, stragglers, slowdown, events, kept, options, _hardware(terms))
     fusion = (

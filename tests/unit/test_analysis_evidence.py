@@ -155,6 +155,9 @@ def test_an_error_printed_as_its_stage_began_belongs_to_it() -> None:
     # (training starts at 10.0 on node a: the error 1 ms before it; the other error 8 s before
     # it stays in init, and so does a warning)
     assert moved == {"err": "training", "early": "init", "warn": "init"}
+    # the words of a consequence (a watchdog's timeout) stay where they were printed
+    kept = at_stage_start(events, data, "training", 5.0, frozenset({"err"}))
+    assert {e.template_id: e.stage for e in kept}["err"] == "init"
     assert at_stage_start(events, data, None, 5.0) == events
 
 
