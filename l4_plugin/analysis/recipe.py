@@ -968,11 +968,8 @@ def analyze(
     iterations = _iterations(data, kept, options)
     stragglers = _stragglers(data, nodes)
     slowdown = _slowdown(data, kept, len(nodes), options)
-    events = timed_in_stage(events, data, stage.stage if stage else None)
     priors, consequences = _lexicon_evidence(data, terms, crossjob, options, odd)
-    events = at_stage_start(
-        events, data, stage.stage if stage else None, options.root_window, frozenset(consequences)
-    )
+    events = _in_failing_stage(events, data, stage, options.root_window, consequences)
     hang = analyse_hang(data.job.dumps, nodes)
     against = discounts(data, stragglers, slowdown, events, kept, options, _hardware(terms))
     fusion = (
@@ -1025,6 +1022,21 @@ def analyze(
         hang=hang,
         outsiders=outsiders(data.memory_lines, AddressBook(nodes, data.announcements).owner),
     )
+
+
+def _in_failing_stage(
+    events: tuple[EventStat, ...],
+    data: JobData,
+    stage: StageResult | None,
+    window: float,
+    consequences: Mapping[str, object],
+) -> tuple[EventStat, ...]:
+    """The events' first occurrences taken within the markers' failing stage
+    (``timed_in_stage``), and the errors printed as it began taken into it
+    (``at_stage_start``; a consequence's words stay where they were printed)."""
+    failing = stage.stage if stage else None
+    events = timed_in_stage(events, data, failing)
+    return at_stage_start(events, data, failing, window, frozenset(consequences))
 
 
 def _stage_of_hang(hang: HangResult | None, stages: StageReader | None) -> str | None:
