@@ -34,27 +34,34 @@ _HEADER = re.compile(
 _REST = re.compile(r"(?:^|[\s:\]>])(?:\.\.\.|<no Python frame>|Extension modules: .*)\s*$")
 
 
-# A line's labels before an indented source line ("[rank0]:", "[default1]:", "3:").
-_LABEL = re.compile(r"^(?:\[[^\]\n]*\]:?|[\w.-]+:)?")
 _TB_HEADER = "Traceback (most recent call last):"
+
+
+def under_frame(frame: re.Match[str], line: str) -> bool:
+    """Whether ``line`` is printed under a traceback's frame (``frame``: :data:`FRAME_HEAD`
+    found in an earlier line of the same labels): its source line or caret marks, indented past
+    where the frame's "File" begins; an exception's line is not, whatever labels both carry."""
+    return line[frame.start() : frame.start() + 2].isspace()
 
 
 def bare(text: str) -> bool:
     """Whether ``text`` is a stack and nothing else: two frames or more and no line that says
     what happened (a dump of a stuck process pasted alone, a traceback cut before its
-    exception) — only frames, their indented source lines, dump headers, "...", the extension
+    exception) — only frames, the lines under them, dump headers, "...", the extension
     modules."""
     lines = [line for line in text.splitlines() if line.strip()]
     if sum(1 for line in lines if FRAME_HEAD.search(line)) < 2:
         return False
+    frame: re.Match[str] | None = None
     for line in lines:
-        if FRAME_HEAD.search(line) or _HEADER.search(line) or _REST.search(line):
-            continue
-        if line.rstrip().endswith(_TB_HEADER):
-            continue
-        label = _LABEL.match(line)
-        rest = line[label.end() if label else 0 :]
-        if not (rest[:2].isspace() and len(rest) > 2):  # (a label's own space is one)
+        if (head := FRAME_HEAD.search(line)) is not None:
+            frame = head
+        elif not (
+            _HEADER.search(line)
+            or _REST.search(line)
+            or line.rstrip().endswith(_TB_HEADER)
+            or (frame is not None and under_frame(frame, line))
+        ):
             return False
     return True
 

@@ -27,7 +27,7 @@ from typing import Any
 from l4_plugin.errors import ConfigError
 from l4_plugin.records import FAULT_CATEGORIES
 from l4_plugin.resources import data_path
-from l4_plugin.stacks import FRAME_HEAD, without_dump
+from l4_plugin.stacks import FRAME_HEAD, under_frame, without_dump
 from l4_plugin.yamldoc import read_mapping
 
 _DEFAULT_WEIGHT = 0.8
@@ -239,7 +239,7 @@ def _cut_in_traceback(lines: list[str]) -> bool:
     if FRAME_HEAD.search(lines[-1]):
         return True
     frame = FRAME_HEAD.search(lines[-2]) if len(lines) > 1 else None
-    return frame is not None and lines[-1][frame.start() : frame.start() + 2].isspace()
+    return frame is not None and under_frame(frame, lines[-1])
 
 
 # The line that states an exception ("AssertionError: …",

@@ -18,12 +18,13 @@ the interpreter's own modules are stdlib and, like a library's call-dispatch wra
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from l4_plugin.analysis.lexicon import Lexicon
-from l4_plugin.stacks import FRAME, call_order
+from l4_plugin.stacks import FRAME, FRAME_HEAD, call_order, under_frame
 
 USER = ""
 STDLIB = "<stdlib>"
@@ -43,9 +44,8 @@ _SETTINGS_ASSERT = re.compile(
     r"^assert\b.*\b(?:args|config|cfg|conf|opt|opts|hparams|params|training_args|\w+_args|"
     r"\w+_config)\.\w+"
 )
-_ASSERTION = re.compile(r"^(?:\w+\.)*AssertionError\b")
-_LABELS = re.compile(r"^(?:\[[^\]\n]*\]:?\s?)+")
-_CARETS = re.compile(r"^[\^~]+$")
+# The exception line an assert raises, past any label before it.
+_ASSERTION = re.compile(r"(?:^|[\s:\]])(?:\w+\.)*AssertionError\b")
 # Library frames that only pass a call on (nn.Module's __call__, decorators, timing wrappers).
 _DISPATCH = re.compile(
     r"^(?:_call_impl|_wrapped_call_impl|__call__|wrapper|inner|wrapped|_fn|decorate_context|"
@@ -112,14 +112,18 @@ def refine(category: str, text: str, lexicon: Lexicon) -> str:
 
 
 def _checks_settings(text: str) -> bool:
-    """Whether a record ends in an ``AssertionError`` raised by an ``assert`` on the run's
-    arguments or configuration (the source line the traceback printed above it)."""
-    lines = [_LABELS.sub("", line).strip() for line in text.splitlines()]
-    lines = [line for line in lines if line and not _CARETS.match(line)]
-    for i in range(len(lines) - 1, 0, -1):
-        if _ASSERTION.match(lines[i]):
-            return _SETTINGS_ASSERT.match(lines[i - 1]) is not None
-    return False
+    """Whether a record's innermost frame raised an ``AssertionError`` from an ``assert`` on
+    the run's arguments or configuration (the source line the traceback printed under it)."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    frames = [(i, m) for i, line in enumerate(lines) if (m := FRAME_HEAD.search(line))]
+    if not frames:
+        return False
+    at, frame = frames[-1]
+    rest = lines[at + 1 :]
+    under = list(itertools.takewhile(lambda line: under_frame(frame, line), rest))
+    if len(under) == len(rest) or _ASSERTION.search(rest[len(under)]) is None:
+        return False
+    return any(_SETTINGS_ASSERT.match(line[frame.start() :].strip()) for line in under)
 
 
 def _raising(frames: Sequence[Frame]) -> int | None:
