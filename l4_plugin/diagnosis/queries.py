@@ -500,25 +500,43 @@ def _read_progress_lines(
     return tuple(sorted(rows, key=lambda r: (r[0], r[1], -1 if r[2] is None else r[2], r[3])))
 
 
-_VARIANTS = 8  # copies of a record kept per template (one per node, earliest first)
+_VARIANTS = 16  # distinct copies of a record kept per template, earliest nodes first
+_VARIANTS_PER_NODE = 4  # of each node's, the earliest
 
 
 def _read_variants(
     lines: JobLines, templates: dict[str, TemplateInfo]
 ) -> dict[str, tuple[str, ...]]:
-    """``JobData.variants``: each node's first copy of the warning and error records whose
-    template holds a variable word (``<*>``), when it differs from the exemplar: one node's
-    DataLoader worker "killed by signal: Killed", the others' "Terminated" by the teardown."""
+    """``JobData.variants``: each node's first copies of the warning and error records whose
+    template holds a variable word or number (``<*>``, ``<NUM>``), where they differ from the
+    exemplar: one node's DataLoader worker "killed by signal: Killed", the others' "Terminated"
+    by the teardown; an agent's "failed (exitcode: -15)" for the worker it stopped, then, on the
+    same node, "failed (exitcode: -9)" for the one that was killed."""
     tids = sorted(
-        t for t, info in templates.items() if is_flagged(info.level) and "<*>" in info.text
+        t
+        for t, info in templates.items()
+        if is_flagged(info.level) and ("<*>" in info.text or "<NUM>" in info.text)
     )
     out: dict[str, list[str]] = {}
-    for (_, tid), messages in sorted(lines.earliest_messages(tids, 1).items()):
+    shapes: dict[str, set[str]] = {t: {_shape(templates[t].message)} for t in tids}
+    found = lines.earliest_messages(tids, _VARIANTS_PER_NODE)
+    for (_, tid), messages in sorted(found.items()):
         seen = out.setdefault(tid, [])
         for m in messages:
-            if m != templates[tid].message and m not in seen and len(seen) < _VARIANTS:
+            shape = _shape(m)
+            if shape not in shapes[tid] and len(seen) < _VARIANTS:
+                shapes[tid].add(shape)
                 seen.append(m)
     return {t: tuple(v) for t, v in out.items() if v}
+
+
+#: What tells copies of a record apart without telling what happened: times, process ids and
+#: other long numbers (an exit code, a local rank, a signal's number stay).
+_IDENTIFIERS = re.compile(r"\d+(?:[:.]\d+)+|\d{3,}")
+
+
+def _shape(message: str) -> str:
+    return _IDENTIFIERS.sub("#", message)
 
 
 # Templates whose lines may state a step (``clock.stated_step`` reads it): a checkpoint's
