@@ -746,22 +746,34 @@ _CLOCK_SUSTAIN = 4
 _CLOCK_RESOLUTION = 0.05
 
 
+#: Spans of readings at most over which an averaged rate's own durations are taken back out.
+_AVERAGE_WINDOWS = 20
+
+
 def _averaged_away(its: list[int], rates: list[float]) -> bool:
     """Whether stated seconds per iteration that show a slowdown are a rate averaged since the
     start (tqdm's in a Ray or HF bar, read once per bucket) whose only slow iterations were a few
     stalls (checkpoint saves): such a rate jumps at a stall and falls back bucket after bucket.
     The iterations' own durations, taken back out of the average (``n·a(n) − m·a(m)`` over the
     ``n − m`` iterations between two readings), then show no slowdown. A rate that is no such
-    average (a duration comes out at or below zero) is left as it is."""
+    average (a duration comes out at or below zero) is left as it is. The rate is printed
+    rounded (tqdm: two decimals) and ``n·a(n)`` carries ``n`` times its rounding: between
+    readings a step apart late in a run that outweighs the step itself, so the durations are
+    taken over at most ``_AVERAGE_WINDOWS`` spans of readings. A reading numbered 0 (the bucket
+    of the first steps) stands for no time spent (``0·a(0)``)."""
+    readings = list(zip(its, rates, strict=True))
+    stride = max(1, len(readings) // _AVERAGE_WINDOWS)
+    readings = readings[::stride]
     own = []
-    for (m, a_m), (n, a_n) in itertools.pairwise(zip(its, rates, strict=True)):
-        if n <= m or m <= 0:
+    for (m, a_m), (n, a_n) in itertools.pairwise(readings):
+        if n <= m:
             return False
         duration = (n * a_n - m * a_m) / (n - m)
         if duration <= 0:
             return False
         own.append(duration)
-    return len(own) >= 5 and SlowdownDetector().fit(own, its[1:]).result_ is None
+    at = [it for it, _ in readings[1:]]
+    return len(own) >= 5 and SlowdownDetector().fit(own, at).result_ is None
 
 
 def _clock_paces(

@@ -455,6 +455,27 @@ def test_a_rate_averaged_since_the_start_with_stalls_is_no_slowdown() -> None:
     assert not _averaged_away(its, slower)
 
 
+def test_a_rounded_average_over_a_long_run_read_from_step_0_is_no_slowdown() -> None:
+    # An HF bar over 280 steps of 2.86 s with a 70 s save every 40 steps, its s/it averaged
+    # since the start and printed with two decimals, read in buckets numbered from 0: the
+    # reading of bucket 0 gives no duration, and late in the run one step's duration taken
+    # back out of two neighbouring readings is mostly their rounding (± 1.4 s on 2.86 s).
+    from l4_plugin.analysis.recipe import _averaged_away
+
+    its = list(range(0, 281))
+    total, rates = 0.0, []
+    for n in its:
+        total += 0.0 if n == 0 else 2.86 + (70.0 if n % 40 == 1 and n > 1 else 0.0)
+        rates.append(round(total / max(n, 1), 2))
+    assert _averaged_away(its, rates)
+    # the same run slowed down for good from step 150 on is still a slowdown
+    total, slowed = 0.0, []
+    for n in its:
+        total += 0.0 if n == 0 else (2.86 if n < 150 else 5.0)
+        slowed.append(round(total / max(n, 1), 2))
+    assert not _averaged_away(its, slowed)
+
+
 def test_a_save_another_node_trained_after_is_over() -> None:
     # Ray workers print DeepSpeed's "zero checkpoint saved" and then nothing of their own; the
     # rank that prints progress trained on for an hour after the save: the save was over, the
