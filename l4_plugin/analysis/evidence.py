@@ -558,16 +558,21 @@ def symptoms(
     driver) reported itself: each such template, by ``symptom_factor``, where one of its nodes
     has a system-log template of the same category (an Xid and CUDA's error), or killed a
     process that the program reports killed (the kernel's OOM kill and the agent's "exitcode:
-    -9")."""
+    -9"). The scheduler's own reason (``decisive`` words: "CANCELLED … DUE TO NODE FAILURE",
+    which slurmstepd prints on every node left) speaks of the job: it is the symptom of any
+    node's system log that said so first (a machine check, a panic)."""
     system = data.job.system_templates
-    said: dict[str, set[str]] = {}  # node -> categories its system log named
-    for node, tid in data.cells:
+    said: dict[str, dict[str, float]] = {}  # node -> categories its system log named, when
+    for (node, tid), cell in data.cells.items():
         term = terms.get(tid)
         if tid in system and term is not None and term.says_cause:
-            said.setdefault(node, set()).add(term.category)
+            # (a kernel log with no wall-clock time said it no later than anybody could tell)
+            at = cell.first_ts if math.isfinite(cell.first_ts) else -math.inf
+            named = said.setdefault(node, {})
+            named[term.category] = min(named.get(term.category, math.inf), at)
     killing = killed_on(data)
     out: dict[str, tuple[float, str]] = {}
-    for node, tid in data.cells:
+    for (node, tid), cell in data.cells.items():
         term = terms.get(tid)
         if tid in system or term is None or not term.says_cause:
             continue
@@ -577,4 +582,12 @@ def symptoms(
         )
         if term.category in said.get(node, ()) or killed:
             out[tid] = (options.symptom_factor, f"symptom-of-system-log:{node}")
+        elif term.decisive:
+            first = sorted(
+                (when, other)
+                for other, named in said.items()
+                if (when := named.get(term.category)) is not None and not when > cell.first_ts
+            )
+            if first:
+                out[tid] = (options.symptom_factor, f"symptom-of-system-log:{first[0][1]}")
     return out

@@ -392,6 +392,39 @@ def test_a_programs_report_of_a_fault_its_kernel_reported_is_the_symptom() -> No
     }
 
 
+def test_the_schedulers_node_failure_after_a_nodes_machine_check_is_its_symptom() -> None:
+    # Node a's kernel panics on a machine check; three minutes on, slurmstepd on the nodes
+    # left prints that the step was cancelled "DUE TO NODE FAILURE": the scheduler's words
+    # speak of the job, they follow what a's kernel said. Without a kernel's report, or with
+    # one only after the scheduler's, they stand.
+    from l4_plugin.analysis.evidence import record_terms, symptoms
+    from l4_plugin.analysis.lexicon import default_lexicon
+
+    texts = {
+        "mce": "kernel: [413996.569910] Kernel panic - not syncing: Fatal machine check",
+        "slurm": "slurmstepd: error: *** STEP <NUM>.<NUM> ON <*> CANCELLED AT <*> DUE TO NODE "
+        "FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+    }
+    cells = {
+        ("a", "mce"): Cell(1, 100.0, 100.0, 5.0),
+        ("b", "slurm"): Cell(1, 290.0, 290.0, 9.0),
+        ("c", "slurm"): Cell(1, 290.0, 290.0, 9.0),
+    }
+    data = _data(cells, {}, texts)
+    data = replace(data, job=replace(data.job, system_templates=frozenset({"mce"})))
+    options = AnalysisOptions()
+    assert symptoms(data, record_terms(data, default_lexicon()), options) == {
+        "slurm": (options.symptom_factor, "symptom-of-system-log:a")
+    }
+    # a dmesg without wall-clock times: no later than anybody can tell
+    untimed = replace(data, cells={**cells, ("a", "mce"): Cell(1, math.nan, math.nan, 5.0)})
+    assert "slurm" in symptoms(untimed, record_terms(untimed, default_lexicon()), options)
+    later = replace(data, cells={**cells, ("a", "mce"): Cell(1, 400.0, 400.0, 5.0)})
+    assert symptoms(later, record_terms(later, default_lexicon()), options) == {}
+    alone = replace(data, cells={k: v for k, v in cells.items() if k[1] != "mce"})
+    assert symptoms(alone, record_terms(alone, default_lexicon()), options) == {}
+
+
 def test_a_node_whose_kernel_killed_a_process_is_not_silent() -> None:
     # The OOM killer took one rank's process: the node's kernel goes on and says so. A hung or
     # crashed node (its last kernel words a lockup or a machine check) says no such thing.
