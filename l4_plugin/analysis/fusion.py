@@ -277,16 +277,19 @@ class Fusion:
         """Candidates best first; ties by the weight of the cause the lexicon names in their
         words (``named``), by first time, then by the order the culprit printed them (one moment's
         lines: the first printed is the one that says what happened), and lines without a
-        wall-clock time (dmesg's) by the order their node printed them."""
+        wall-clock time (dmesg's) by the order their node printed them. With no culprit, lines of
+        one moment by the order the node that printed them first did (a kernel's three lines
+        of a machine check, stamped to the second: its first says what happened)."""
 
-        def at(t: str) -> float:
+        def at(t: str) -> tuple[str, float]:
             positions = by_id[t].positions
             if culprit:
-                return positions.get(culprit, math.inf)
+                return "", positions.get(culprit, math.inf)
             first = by_id[t].first
             if first is None or not math.isfinite(first):
-                return min(positions.values(), default=math.inf)
-            return math.inf
+                return "", min(positions.values(), default=math.inf)
+            node = min(n for n, ts in by_id[t].first_seen.items() if ts == first)
+            return node, positions.get(node, math.inf)
 
         weight = named or {}
         ranked = [

@@ -440,3 +440,17 @@ def test_a_node_on_another_stack_leads_the_nodes() -> None:
     assert res.nodes[0].node == "c" and "odd-version" in res.nodes[0].reasons
     plain = Fusion().fit(events, nodes).result_
     assert "odd-version" not in plain.nodes[0].reasons
+
+
+def test_lines_of_one_moment_rank_in_the_order_their_node_printed_them() -> None:
+    # A kernel's machine check, stamped to the second: "Machine Check Exception", then "RIP",
+    # then the panic, all at 12:48:40 on node x, alike in every other respect. With no culprit
+    # named, they keep the order node x printed them in (not their template ids' order).
+    nodes = ["x", "y", "z", "w"]
+    lines = [("zz-mce", 10.0), ("aa-rip", 11.0), ("mm-panic", 12.0)]
+    events = [EventStat("iter", "INFO", {n: 1.0 for n in nodes}, {n: 50 for n in nodes})] + [
+        EventStat(t, "ERROR", {"x": 100.0}, {"x": 1}, positions={"x": at}) for t, at in lines
+    ]
+    res = Fusion().fit(events, nodes).result_
+    ids = [e.template_id for e in res.events if e.template_id != "iter"]
+    assert ids[:3] == ["zz-mce", "aa-rip", "mm-panic"], ids
