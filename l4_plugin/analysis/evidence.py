@@ -87,6 +87,7 @@ def event_stats(data: JobData) -> tuple[EventStat, ...]:
     first: dict[str, dict[str, float]] = {}
     counts: dict[str, dict[str, int]] = {}
     positions: dict[str, dict[str, float]] = {}
+    details = nccl_details(data)
     for (node, tid), cell in data.cells.items():
         first.setdefault(tid, {})[node] = cell.first_ts
         counts.setdefault(tid, {})[node] = cell.count
@@ -101,6 +102,8 @@ def event_stats(data: JobData) -> tuple[EventStat, ...]:
                 # A stack printed alone (a stuck process's dump, a traceback cut before its
                 # exception): something stopped there, though no line says what.
                 level = Level.WARNING.label
+        if tid in details:
+            level = Level.ERROR.label
         stage = info.stage if info else None
         if stage == "init" and data.time_unit == "ts":
             node, ts = min(first[tid].items(), key=lambda kv: (kv[1], kv[0]))
@@ -116,6 +119,55 @@ def event_stats(data: JobData) -> tuple[EventStat, ...]:
             )
         )
     return tuple(out)
+
+
+#: torch's report of a failed NCCL call ("NCCL error in: …, internal error - please report
+#: this issue to the NCCL developers", "unhandled system error", ncclRemoteError …): the NCCL
+#: result, which says little; NCCL printed what went wrong itself just before, as a warning.
+_NCCL_ERROR = re.compile(
+    r"\bNCCL error\b|\bnccl(?:Internal|System|Unhandled\w*|InvalidUsage|Remote)Error\b"
+)
+_NCCL_WARN = re.compile(r"\bNCCL WARN\b")
+#: Lines before torch's report within which NCCL's warnings are its words (NCCL's INFO lines
+#: of the failing call's return path, "transport/net.cc:… -> 6", come between).
+_DETAIL_LINES = 40
+
+
+def nccl_details(data: JobData) -> dict[str, str]:
+    """NCCL's warnings that say why the NCCL call torch then reported failed: templates of
+    "NCCL WARN" a node printed within ``_DETAIL_LINES`` lines before the first line of torch's
+    NCCL error there ("graph/topo.h:230 NCCL WARN Could not find NET with id 0", then
+    "DistBackendError: NCCL error in: …, internal error - please report this issue"), each
+    with the error it precedes (the nearest). They are the error's own words: an error's level,
+    whatever NCCL's word for it, and the error's category where theirs is not known."""
+    errors = {
+        t
+        for t, info in data.templates.items()
+        if is_error(info.level) and _NCCL_ERROR.search(info.text)
+    }
+    warns = {
+        t
+        for t, info in data.templates.items()
+        if t not in errors and _NCCL_WARN.search(info.text) and not is_error(info.level)
+    }
+    if not errors or not warns:
+        return {}
+    failed: dict[str, list[tuple[float, str]]] = {}  # node -> where torch's NCCL errors began
+    for (node, tid), cell in data.cells.items():
+        if tid in errors and math.isfinite(cell.first_pos):
+            failed.setdefault(node, []).append((cell.first_pos, tid))
+    out: dict[str, tuple[float, str]] = {}
+    for (node, tid), cell in sorted(data.cells.items()):
+        if tid not in warns:
+            continue
+        after = [(at - cell.first_pos, e) for at, e in failed.get(node, ()) if at > cell.first_pos]
+        if (
+            after
+            and (near := min(after))[0] <= _DETAIL_LINES
+            and near < out.get(tid, (math.inf, ""))
+        ):
+            out[tid] = near
+    return {t: e for t, (_, e) in out.items()}
 
 
 def boilerplate(data: JobData, options: AnalysisOptions = DEFAULT_OPTIONS) -> set[str]:
@@ -478,7 +530,8 @@ def record_terms(data: JobData, lexicon: Lexicon) -> dict[str, Term]:
     """Each template's words, where the failure lexicon knows them: those of the template and
     of its exemplar record (:meth:`~l4_plugin.analysis.lexicon.Lexicon.classify_record`), or
     of another node's copy that names a cause where the exemplar names a consequence
-    (``JobData.variants``), read once for every use below."""
+    (``JobData.variants``), read once for every use below. NCCL's warning just before torch's
+    NCCL error (``nccl_details``) has the error's words where it has none of its own."""
     out = {}
     for tid, info in data.templates.items():
         term = lexicon.classify_record(f"{info.text}\n{info.message.strip()}")
@@ -491,6 +544,9 @@ def record_terms(data: JobData, lexicon: Lexicon) -> dict[str, Term]:
                 term = other
         if term is not None:
             out[tid] = term
+    for warn, error in nccl_details(data).items():
+        if warn not in out and error in out:
+            out[warn] = out[error]
     return out
 
 

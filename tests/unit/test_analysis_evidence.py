@@ -705,3 +705,46 @@ def test_a_template_one_node_printed_as_a_cause_is_the_causes() -> None:
     killed = replace(data, variants={"dl": (terminated.replace("Terminated", "Killed"),)})
     term = record_terms(killed, default_lexicon())["dl"]
     assert (term.category, term.cascade) == ("platform", False)
+
+
+def test_nccls_warning_just_before_torchs_nccl_error_is_its_words() -> None:
+    # NVIDIA-NeMo/Run#266: NCCL warns "Could not find NET with id 0" and returns an internal
+    # error; torch then reports "NCCL error in: …, internal error - please report this issue".
+    # The warning is the error's own words: an error's level, the error's category. A warning
+    # printed long before (a start-up banner a hundred lines up) or on another node is not.
+    from l4_plugin.analysis.evidence import event_stats, nccl_details, record_terms
+    from l4_plugin.analysis.lexicon import default_lexicon
+
+    texts = {
+        "net": "graph/topo.h:<NUM> NCCL WARN Could not find NET with id <NUM>",
+        "early": "NCCL WARN Missing iommu=pt from kernel command line",
+        "torch": "torch.distributed.DistBackendError: NCCL error in: <PATH>:<NUM>, internal error "
+        "- please report this issue to the NCCL developers, NCCL version <NUM>.<NUM>.<NUM>",
+    }
+    cells = {
+        ("a", "early"): Cell(1, 1.0, 1.0, 10.0),
+        ("a", "net"): Cell(1, 50.0, 50.0, 198.0),
+        ("a", "torch"): Cell(1, 50.0, 50.0, 200.0),
+        ("b", "net"): Cell(1, 50.0, 50.0, 150.0),
+    }
+    data = _data(cells, {}, texts)
+    levels = {"net": "WARN", "early": "WARN", "torch": "ERROR"}
+    data = replace(
+        data,
+        templates={
+            t: replace(info, levels={levels[t]: 1}, message=info.text)
+            for t, info in data.templates.items()
+        },
+    )
+    assert nccl_details(data) == {"net": "torch"}
+    stats = {e.template_id: e for e in event_stats(data)}
+    assert stats["net"].level == "ERROR" and stats["early"].level == "WARN"
+    terms = record_terms(data, default_lexicon())
+    assert terms["net"] == terms["torch"] and terms["torch"].category == "framework"
+    # on the node that printed no NCCL error, the same warning stays a warning
+    only_b = replace(
+        data,
+        cells={k: v for k, v in cells.items() if k[0] == "b"}
+        | {("b", "early"): Cell(1, 1.0, 1.0, 10.0)},
+    )
+    assert nccl_details(only_b) == {}
