@@ -105,6 +105,17 @@ def test_a_pasted_traceback_names_its_stage_by_its_innermost_frame() -> None:
     assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "checkpointing"
 
 
+def test_hf_datasets_building_its_cache_is_data_loading() -> None:
+    # hiyouga/LlamaFactory#275: a full system disk while datasets wrote the cache of a split
+    tb = (
+        'File "/root/miniconda3/lib/python3.8/site-packages/datasets/builder.py", line 1894, in '
+        "_prepare_split_single\n    writer.write_table(table)\n"
+        'File "/root/miniconda3/lib/python3.8/site-packages/fsspec/implementations/local.py", '
+        "line 382, in write\nOSError: [Errno 28] No space left on device"
+    )
+    assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "data_loading"
+
+
 def test_building_the_model_or_its_optimizer_is_model_loading() -> None:
     # NVIDIA/TransformerEngine#1123: Megatron-core builds each submodule from its spec
     # (spec_utils.build_module); an optimizer built before training (DeepSpeed's
