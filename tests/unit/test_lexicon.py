@@ -18,6 +18,32 @@ LEX = default_lexicon()
 
 # (line, category it names as a cause)
 CAUSES = [
+    # rwth-i6/returnn#1500: a GPU lost to a fatal PCIe error its driver could not recover from
+    (
+        "[  +0.000844] nvidia 0000:03:00.0: AER: can't recover (no error_detected callback)",
+        "hardware/accelerator",
+    ),
+    # the same dmesg: the root port's report ("PCIe Bus Error", not a SIGBUS "Bus error")
+    (
+        "[  +0.000004] pcieport 0000:00:03.0: PCIe Bus Error: severity=Uncorrected (Fatal), "
+        "type=Transaction Layer, (Requester ID)",
+        "hardware/node",
+    ),
+    (
+        "pcieport 0000:00:03.0: AER: Multiple Uncorrected (Fatal) error received: 0000:00:03.0",
+        "hardware/node",
+    ),
+    # h2oai/h2o-llmstudio#214: torch.save onto a full volume
+    (
+        "RuntimeError: [enforce fail at inline_container.cc:471] . PytorchStreamWriter failed "
+        "writing file data/228: file write failed",
+        "hardware/storage",
+    ),
+    (
+        "RuntimeError: [enforce fail at inline_container.cc:337] . unexpected pos 1580172082 vs "
+        "3189773315",
+        "hardware/storage",
+    ),
     # NVIDIA/Megatron-LM#296: a checkpoint saved with TP 1 loaded by a run launched with TP 2
     (
         '  File "/mnt/ws/megatron/checkpointing.py", line 58, in _compare\n'
@@ -352,6 +378,10 @@ def test_near_misses_are_not_failures() -> None:
         # an exit status that merely contains 137, a GPU named by its architecture
         "Job exited with error code 1370",
         "Found 8 Ampere GPUs",
+        # a corrected PCIe error is handled; a zip reader's position is no write that failed
+        "pcieport 0000:00:03.0: AER: Corrected error received: 0000:00:03.0",
+        "pcieport 0000:00:03.0: PCIe Bus Error: severity=Corrected, type=Physical Layer",
+        "PytorchStreamReader reading file data/228",
         # the machine's own loopback is no misconfigured peer address
         "INFO torch.distributed: connected to store at 127.0.1.1:29500",
     ):
