@@ -170,6 +170,35 @@ def nccl_details(data: JobData) -> dict[str, str]:
     return {t: e for t, (_, e) in out.items()}
 
 
+#: The collective a ProcessGroupNCCL work names ("WorkNCCL(SeqNum=3742816, OpType=REDUCE, …"):
+#: in a watchdog's timeout, a desync report, a flight recorder's entry.
+_WORK = re.compile(r"\bSeqNum=(\d+), OpType=(\w+)")
+
+
+def divergent_copies(data: JobData) -> dict[str, str]:
+    """Collective timeouts where the ranks were not in the same collective: of a template's
+    copies (the exemplar and ``JobData.variants``) that name one sequence number, the one copy
+    whose collective is not the one the others name ("[Rank 0] … SeqNum=3742816,
+    OpType=REDUCE" among ranks in "_ALLGATHER_BASE" at the same number: rank 0 called a reduce
+    the others never did). That copy says where the ranks diverged: the template's line to
+    show, template → copy."""
+    out: dict[str, str] = {}
+    for tid, info in data.templates.items():
+        if "OpType=" not in info.message:
+            continue
+        by_seq: dict[str, dict[str, list[str]]] = {}
+        for copy in (info.message, *data.variants.get(tid, ())):
+            work = _WORK.search(copy)
+            if work is not None:
+                by_seq.setdefault(work.group(1), {}).setdefault(work.group(2), []).append(copy)
+        for ops in by_seq.values():
+            sizes = sorted(len(copies) for copies in ops.values())
+            if len(ops) == 2 and sizes == [1, max(sizes)] and sizes[1] >= 2:
+                out[tid] = next(copies[0] for copies in ops.values() if len(copies) == 1)
+                break
+    return out
+
+
 def boilerplate(data: JobData, options: AnalysisOptions = DEFAULT_OPTIONS) -> set[str]:
     """Explanatory prose printed as part of another line's block.
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from l4_plugin import __version__
 from l4_plugin.analysis.attempts import AcrossAttempts, AttemptOutcome, across
+from l4_plugin.analysis.evidence import divergent_copies
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.params import AnalysisOptions
 from l4_plugin.analysis.recipe import Analysis, analyze
@@ -67,8 +68,10 @@ Discover = Callable[[str, str | None, float | None], str | None]
 
 
 def _sample_lines(store: Store, data: JobData, result: Analysis) -> dict[str, dict[str, Any]]:
-    """One telling line per leading event, from the most suspect nodes and the last hour first."""
-    return find_sample_lines(
+    """One telling line per leading event, from the most suspect nodes and the last hour first;
+    of a collective's timeouts where one rank was in another collective, that rank's
+    (``divergent_copies``)."""
+    found = find_sample_lines(
         store,
         data.job,
         [e.template_id for e in result.fusion.events],
@@ -76,6 +79,9 @@ def _sample_lines(store: Store, data: JobData, result: Analysis) -> dict[str, di
         recent_from=data.job.end_ts - RECENT_SECONDS if data.job.end_ts else None,
         telling=says_cause,
     )
+    for tid, copy in divergent_copies(data).items():
+        found[tid] = {"message": copy}  # (which node printed it, the variants do not keep)
+    return found
 
 
 def _each_attempt(

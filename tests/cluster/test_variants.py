@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from l4_plugin.diagnosis import diagnose_job
 from l4_plugin.diagnosis.queries import read_job, read_job_tables
 from l4_plugin.ingest.pipeline import ingest_job
 from l4_plugin.store import Store
@@ -54,3 +55,27 @@ def test_a_nodes_later_copy_with_other_words_is_a_variant(store: Store, tmp_path
     assert [v for v in variants if "exitcode: -9" in v], variants
     # copies that differ only in times and process ids are not told apart
     assert not [v for v in variants if "exitcode: -15" in v], variants
+
+
+def test_the_rank_in_another_collective_is_the_line_shown(store: Store, tmp_path: Path) -> None:
+    # pytorch/pytorch#77562, pasted: ranks 1 and 5 time out in FSDP's all-gather, rank 0 in a
+    # REDUCE at the same sequence number. The report shows rank 0's line.
+    job = tmp_path / "job" / "node-0"
+    job.mkdir(parents=True)
+    lines = [
+        (1, "_ALLGATHER_BASE", 1801750),
+        (0, "REDUCE", 1801377),
+        (5, "_ALLGATHER_BASE", 1801790),
+    ]
+    (job / "rank0.log").write_text(
+        "".join(
+            f"[E ProcessGroupNCCL.cpp:737] [Rank {r}] Watchdog caught collective operation "
+            f"timeout: WorkNCCL(SeqNum=3742816, OpType={op}, Timeout(ms)=1800000) ran for {ms} "
+            "milliseconds before timing out.\n"
+            for r, op, ms in lines
+        )
+    )
+    job_id = ingest_job(store, job.parent, job_id="d").job.id
+    report = diagnose_job(store, job_id, rules=[]).report.to_json()
+    watchdog = [e for e in report["events"] if "Watchdog caught" in e["sample"]]
+    assert watchdog and "[Rank 0]" in watchdog[0]["sample"], report["events"]

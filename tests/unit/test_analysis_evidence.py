@@ -748,3 +748,33 @@ def test_nccls_warning_just_before_torchs_nccl_error_is_its_words() -> None:
         | {("b", "early"): Cell(1, 1.0, 1.0, 10.0)},
     )
     assert nccl_details(only_b) == {}
+
+
+def test_the_rank_in_another_collective_at_the_same_sequence_number_is_shown() -> None:
+    # pytorch/pytorch#77562: rank 0 in a REDUCE only it called, ranks 1 and 5 in FSDP's
+    # all-gather at the same sequence number: rank 0's copy is the one to show. Ranks that
+    # agree, or split two against two, or differ only in the number, single out nobody.
+    from l4_plugin.analysis.evidence import divergent_copies
+
+    def copy(rank: int, op: str, seq: int = 3742816) -> str:
+        return (
+            f"[E ProcessGroupNCCL.cpp:737] [Rank {rank}] Watchdog caught collective operation "
+            f"timeout: WorkNCCL(SeqNum={seq}, OpType={op}, Timeout(ms)=1800000) ran for 1801750 "
+            "milliseconds before timing out."
+        )
+
+    text = "[Rank <RANK>] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=<NUM>, <*>"
+    cells = {("a", "wd"): Cell(3, 10.0, 10.0, 1.0)}
+
+    def job(first: str, *others: str) -> JobData:
+        data = _data(cells, {}, {"wd": text})
+        info = replace(data.templates["wd"], levels={"ERROR": 3}, message=first)
+        return replace(data, templates={"wd": info}, variants={"wd": others} if others else {})
+
+    odd = copy(0, "REDUCE")
+    gather = copy(1, "_ALLGATHER_BASE"), copy(5, "_ALLGATHER_BASE")
+    assert divergent_copies(job(gather[0], gather[1], odd)) == {"wd": odd}
+    assert divergent_copies(job(odd, *gather)) == {"wd": odd}
+    assert divergent_copies(job(gather[0], gather[1])) == {}
+    assert divergent_copies(job(odd, copy(2, "REDUCE"), *gather)) == {}
+    assert divergent_copies(job(copy(0, "REDUCE", 7), *gather)) == {}
