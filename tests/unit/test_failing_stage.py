@@ -210,6 +210,15 @@ def test_marker_and_words_of_the_shipped_rules() -> None:
     assert RULES.stage_of_words("NCCL WARN NET/IB : mlx5_5:1 Got async event : port error") == (
         "training"
     )
+    # modelscope/ms-swift#5808: torch.load refusing what a resumed checkpoint holds
+    assert RULES.stage_of_words("_pickle.UnpicklingError: Weights only load failed.") == (
+        "model_loading"
+    )
+    # huggingface/transformers#20988: the Trainer removing checkpoints past save_total_limit
+    assert (
+        RULES.marker_stage("Deleting older checkpoint [<PATH>] due to args.save_total_limit")
+        == "checkpointing"
+    )
 
 
 def test_frame_entries_are_validated(tmp_path: Path) -> None:

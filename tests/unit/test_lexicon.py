@@ -33,6 +33,12 @@ CAUSES = [
         "pcieport 0000:00:03.0: AER: Multiple Uncorrected (Fatal) error received: 0000:00:03.0",
         "hardware/node",
     ),
+    # modelscope/ms-swift#5808: torch 2.6's torch.load and DeepSpeed's pickled LossScaler
+    (
+        "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do "
+        "so you have two options, do those steps only if you trust the source of the checkpoint.",
+        "user/software-incompatibility",
+    ),
     # h2oai/h2o-llmstudio#214: torch.save onto a full volume
     (
         "RuntimeError: [enforce fail at inline_container.cc:471] . PytorchStreamWriter failed "

@@ -402,6 +402,35 @@ def test_load_state_dicts_messages_continue_its_error(rules: StageRules) -> None
     assert "Unexpected key(s)" in group.message
 
 
+def test_torch_loads_weights_only_refusal_is_one_record(rules: StageRules) -> None:
+    # modelscope/ms-swift#5808 (torch 2.6 resuming a DeepSpeed checkpoint): torch.load's error
+    # goes on over tab-indented lines, the last one naming the class it refused.
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "[rank4]: _pickle.UnpicklingError: Weights only load failed. This file can still be "
+        "loaded, to do so you have two options, do those steps only if you trust the source of "
+        "the checkpoint. ",
+        "[rank4]: \t(1) In PyTorch 2.6, we changed the default value of the `weights_only` "
+        "argument in `torch.load` from `False` to `True`. Re-running `torch.load` with "
+        "`weights_only` set to `False` will likely succeed, but it can result in arbitrary code "
+        "execution. Do it only if you got the file from a trusted source.",
+        "[rank4]: \t(2) Alternatively, to load with `weights_only=True` please check the "
+        "recommended steps in the following error message.",
+        "[rank4]: \tWeightsUnpickler error: Unsupported global: GLOBAL "
+        "deepspeed.runtime.fp16.loss_scaler.LossScaler was not an allowed global by default.",
+        "[rank4]: ",
+        "[rank4]: Check the documentation of torch.load to learn more about types accepted by "
+        "default with weights_only https://pytorch.org/docs/stable/generated/torch.load.html.",
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    # (the prefixed blank line is a line of its own)
+    [group] = [g for g in rollup.groups.values() if g.message.strip() != "[rank4]:"]
+    assert "LossScaler was not an allowed global" in group.message
+    assert "Check the documentation of torch.load" in group.message
+
+
 def test_an_nccl_line_never_continues_the_record_before_it(rules: StageRules) -> None:
     # Interleaved ranks: a warning, then another rank's NCCL WARN whose message ("NET/IB : …")
     # reads like the bare continuation NCCL prints after "Last error:"; with its own header it
