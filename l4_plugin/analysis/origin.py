@@ -75,8 +75,16 @@ def frames_of(text: str, libraries: frozenset[str]) -> list[Frame]:
     return out
 
 
+#: Scripts a library writes beside what it saved, run from there: DeepSpeed copies its
+#: ``utils/zero_to_fp32.py`` into every checkpoint folder (``engine._copy_recovery_script``).
+_COPIED_SCRIPTS = {"zero_to_fp32.py": "deepspeed"}
+
+
 def package_of(path: str, libraries: frozenset[str]) -> str:
     """Whose code a file is: a library's top-level package, :data:`STDLIB` or :data:`USER`."""
+    copied = _COPIED_SCRIPTS.get(path.rsplit("/", 1)[-1])
+    if copied is not None:
+        return copied
     installed = _INSTALLED.search(path)
     if installed is not None:
         return installed.group(1).split(".")[0]

@@ -105,6 +105,18 @@ def test_a_pasted_traceback_names_its_stage_by_its_innermost_frame() -> None:
     assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "checkpointing"
 
 
+def test_converting_a_zero_checkpoint_is_checkpointing() -> None:
+    # deepspeedai/DeepSpeed#1372: zero_to_fp32 gathering a ZeRO-2 checkpoint's partitions
+    tb = (
+        'File "/tmp/t/checkpoint-1/zero_to_fp32.py", line 292, in '
+        "convert_zero_checkpoint_to_fp32_state_dict\n"
+        'File "/tmp/t/checkpoint-1/zero_to_fp32.py", line 222, in '
+        "_get_fp32_state_dict_from_zero_checkpoint\n"
+        "ValueError: consumed 2160522 numels out of 2160524 - something is wrong"
+    )
+    assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "checkpointing"
+
+
 def test_hf_datasets_building_its_cache_is_data_loading() -> None:
     # hiyouga/LlamaFactory#275: a full system disk while datasets wrote the cache of a split
     tb = (

@@ -577,6 +577,8 @@ def test_paths_are_read_as_user_library_or_stdlib() -> None:
     assert package_of("/opt/conda/lib/python3.9/contextlib.py", LIBS) == STDLIB
     assert package_of("/mnt/x/Megatron-LM-fix/pretrain_gpt.py", LIBS) == USER
     assert package_of("/workspace/train/loop.py", LIBS) == USER
+    # deepspeedai/DeepSpeed#1372: DeepSpeed's script, copied into the checkpoint it converts
+    assert package_of("/tmp/tmp1t67ww0e/checkpoint-1/zero_to_fp32.py", LIBS) == "deepspeed"
 
 
 def test_frames_in_both_shapes() -> None:
