@@ -66,11 +66,11 @@ _PREFIX_PART = re.compile(r"\[(rank|default)(?:: )?(\d+)\]|\[\d+,(\d+)\]<std")
 # Labels a log collector puts before everything else: the CRI container log format of a
 # Kubernetes node ("2024-05-03T10:11:12.123456789Z stdout F "), `kubectl logs --prefix`
 # ("[pod/trainer-worker-3/pytorch] ") and Ray's worker prefix ("(RayTrainWorker pid=1234,
-# ip=10.0.0.5) ", "(pid=1234) ").
+# ip=10.0.0.5) ", "(pid=1234) "; indented, where an excerpt was pasted so).
 _CRI = re.compile(_ISO + r" (?:stdout|stderr) [FP] ")
 _KUBECTL = re.compile(r"\[pod/([\w.-]+)/[\w.-]+\] ")
 _RAY = re.compile(
-    r"\((?:[\w.:-]+ )?pid=\d+(?:, ip=(\d{1,3}(?:\.\d{1,3}){3}))?(?:, [\w]+=[^,)\s]+)*\) "
+    r"[ \t]*\((?:[\w.:-]+ )?pid=\d+(?:, ip=(\d{1,3}(?:\.\d{1,3}){3}))?(?:, [\w]+=[^,)\s]+)*\) "
 )
 # srun -l: "3: message" (the task id, a global rank), whatever follows ("3: 2025-01-27 22:49:45 …");
 # never "14:05:45" (a time: no space after its colon).
@@ -331,7 +331,8 @@ def outer_labels(line: str) -> tuple[float | None, str | None, int]:
             ts = _iso_groups(m.groups())
         elif c == "[" and line.startswith("[pod/", pos) and (m := _KUBECTL.match(line, pos)):
             host = m.group(1)
-        elif c == "(" and (m := _RAY.match(line, pos)) is not None:
+        # (a pasted excerpt indents Ray's prefix with the rest of the line)
+        elif c in "( \t" and (m := _RAY.match(line, pos)) is not None:
             host = m.group(1) or host
         else:
             break
