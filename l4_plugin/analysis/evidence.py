@@ -177,25 +177,24 @@ _WORK = re.compile(r"\bSeqNum=(\d+), OpType=(\w+)")
 
 def divergent_copies(data: JobData) -> dict[str, str]:
     """Collective timeouts where the ranks were not in the same collective: of a template's
-    copies (the exemplar and ``JobData.variants``) that name one sequence number, the one copy
-    whose collective is not the one the others name ("[Rank 0] … SeqNum=3742816,
-    OpType=REDUCE" among ranks in "_ALLGATHER_BASE" at the same number: rank 0 called a reduce
-    the others never did). That copy says where the ranks diverged: the template's line to
-    show, template → copy."""
+    copies (the exemplar and ``JobData.variants``), the one copy whose work is not the one all
+    the others name — another collective at the same sequence number ("[Rank 0] …
+    SeqNum=3742816, OpType=REDUCE" among ranks in "_ALLGATHER_BASE": rank 0 called a reduce the
+    others never did), or another sequence number (rank 0 at 959 while every other rank waits
+    at 963: rank 0 skipped or is behind four collectives). That copy says where the ranks
+    diverged: the template's line to show, template → copy."""
     out: dict[str, str] = {}
     for tid, info in data.templates.items():
         if "OpType=" not in info.message:
             continue
-        by_seq: dict[str, dict[str, list[str]]] = {}
+        works: dict[tuple[str, str], list[str]] = {}
         for copy in (info.message, *data.variants.get(tid, ())):
             work = _WORK.search(copy)
             if work is not None:
-                by_seq.setdefault(work.group(1), {}).setdefault(work.group(2), []).append(copy)
-        for ops in by_seq.values():
-            sizes = sorted(len(copies) for copies in ops.values())
-            if len(ops) == 2 and sizes == [1, max(sizes)] and sizes[1] >= 2:
-                out[tid] = next(copies[0] for copies in ops.values() if len(copies) == 1)
-                break
+                works.setdefault((work.group(1), work.group(2)), []).append(copy)
+        sizes = sorted(len(copies) for copies in works.values())
+        if len(works) == 2 and sizes[0] == 1 and sizes[1] >= 2:
+            out[tid] = next(copies[0] for copies in works.values() if len(copies) == 1)
     return out
 
 

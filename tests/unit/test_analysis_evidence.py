@@ -750,7 +750,7 @@ def test_nccls_warning_just_before_torchs_nccl_error_is_its_words() -> None:
     assert nccl_details(only_b) == {}
 
 
-def test_the_rank_in_another_collective_at_the_same_sequence_number_is_shown() -> None:
+def test_the_rank_whose_collective_is_not_the_others_is_shown() -> None:
     # pytorch/pytorch#77562: rank 0 in a REDUCE only it called, ranks 1 and 5 in FSDP's
     # all-gather at the same sequence number: rank 0's copy is the one to show. Ranks that
     # agree, or split two against two, or differ only in the number, single out nobody.
@@ -777,4 +777,9 @@ def test_the_rank_in_another_collective_at_the_same_sequence_number_is_shown() -
     assert divergent_copies(job(odd, *gather)) == {"wd": odd}
     assert divergent_copies(job(gather[0], gather[1])) == {}
     assert divergent_copies(job(odd, copy(2, "REDUCE"), *gather)) == {}
-    assert divergent_copies(job(copy(0, "REDUCE", 7), *gather)) == {}
+    # 2U1/Qwen-VL-Series-Finetune#17: rank 0 four collectives behind the others
+    behind = copy(0, "ALLREDUCE", 959)
+    waiting = copy(1, "ALLREDUCE", 963), copy(5, "ALLREDUCE", 963), copy(4, "ALLREDUCE", 963)
+    assert divergent_copies(job(waiting[0], behind, *waiting[1:])) == {"wd": behind}
+    # ranks spread over three works single out nobody
+    assert divergent_copies(job(behind, copy(3, "ALLREDUCE", 960), *waiting)) == {}
