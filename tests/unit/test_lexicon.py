@@ -560,6 +560,18 @@ def test_local_categories() -> None:
     )
     assert unreachable is not None
     assert (unreachable.category, unreachable.local) == ("user/config", "hardware/network")
+    # NVIDIA/DeepLearningExamples#549: BERT pre-training with a learning rate meant for a 64K
+    # batch diverges on every rank; Megatron's check of one rank's own gradients, when only a
+    # few nodes' fail it, is their GPUs
+    diverged = LEX.cause_of_record("ERROR:tensorflow:Model diverged with loss = NaN.")
+    assert diverged is not None and (diverged.category, diverged.local) == ("user/config", None)
+    local_norm = LEX.cause_of_record(
+        "RuntimeError: Rank 49, node nid005367, device 1, iteration 40: Unexpected result "
+        "tensor(nan, device='cuda:1') (message='found NaN in local grad norm for bucket #0 in "
+        "backward pass before data-parallel communication collective')"
+    )
+    assert local_norm is not None
+    assert (local_norm.category, local_norm.local) == ("user/config", "hardware/accelerator")
 
 
 # --- whose code raised it --------------------------------------------------------------------
