@@ -117,6 +117,17 @@ def test_converting_a_zero_checkpoint_is_checkpointing() -> None:
     assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "checkpointing"
 
 
+def test_lightnings_metric_sync_is_training() -> None:
+    # Lightning-AI/pytorch-lightning#19106: log_dict with keys that differ across ranks
+    tb = (
+        'File "/env/site-packages/lightning_fabric/utilities/distributed.py", line 220, in '
+        "_sync_ddp\n"
+        'File "/env/site-packages/torch/distributed/distributed_c10d.py", line 1906, in broadcast'
+        "\nRuntimeError: Detected mismatch between collectives on ranks."
+    )
+    assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "training"
+
+
 def test_hf_datasets_building_its_cache_is_data_loading() -> None:
     # hiyouga/LlamaFactory#275: a full system disk while datasets wrote the cache of a split
     tb = (
@@ -222,6 +233,11 @@ def test_marker_and_words_of_the_shipped_rules() -> None:
     assert RULES.stage_of_words("NCCL WARN NET/IB : mlx5_5:1 Got async event : port error") == (
         "training"
     )
+    # NVIDIA/Isaac-GR00T#243: DDP's reducer on parameters the forward pass left out
+    assert RULES.stage_of_words(
+        "RuntimeError: Expected to have finished reduction in the prior iteration before "
+        "starting a new one."
+    ) == ("training")
     # modelscope/ms-swift#5808: torch.load refusing what a resumed checkpoint holds
     assert RULES.stage_of_words("_pickle.UnpicklingError: Weights only load failed.") == (
         "model_loading"

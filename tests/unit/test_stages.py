@@ -431,6 +431,31 @@ def test_torch_loads_weights_only_refusal_is_one_record(rules: StageRules) -> No
     assert "Check the documentation of torch.load" in group.message
 
 
+def test_ddps_unused_parameter_error_is_one_record(rules: StageRules) -> None:
+    # speechbrain/speechbrain#2340: the reducer's error goes on over lines of its own, the last
+    # naming the parameters that got no gradient
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "RuntimeError: Expected to have finished reduction in the prior iteration before "
+        "starting a new one. This error indicates that your module has parameters that were not "
+        "used in producing loss. You can enable unused parameter detection by passing the "
+        "keyword argument `find_unused_parameters=True` to "
+        "`torch.nn.parallel.DistributedDataParallel`, and by ",
+        "making sure all `forward` function outputs participate in calculating loss. ",
+        "If you already have done the above, then the distributed data parallel module wasn't "
+        "able to locate the output tensors in the return value of your module's `forward` "
+        "function.",
+        "Parameters which did not receive grad for rank 0: model.encoder.layers.22.fc.bias, "
+        "model.encoder.layers.22.fc.weight",
+        "Parameter indices which did not receive grad for rank 0: 437 438 439",
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    [group] = list(rollup.groups.values())
+    assert "layers.22.fc.bias" in group.message and "437 438 439" in group.message
+
+
 def test_an_nccl_line_never_continues_the_record_before_it(rules: StageRules) -> None:
     # Interleaved ranks: a warning, then another rank's NCCL WARN whose message ("NET/IB : …")
     # reads like the bare continuation NCCL prints after "Last error:"; with its own header it
