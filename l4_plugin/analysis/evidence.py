@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from l4_plugin.analysis.fusion import is_error, is_flagged
-from l4_plugin.analysis.lexicon import Lexicon, Term
+from l4_plugin.analysis.lexicon import Lexicon, Term, default_lexicon
 from l4_plugin.analysis.params import DEFAULT_OPTIONS, AnalysisOptions
 from l4_plugin.analysis.results import EventStat, Slowdown, StragglerResult
 from l4_plugin.analysis.tables import JobData
@@ -139,16 +139,23 @@ def nccl_details(data: JobData) -> dict[str, str]:
     NCCL error there ("graph/topo.h:230 NCCL WARN Could not find NET with id 0", then
     "DistBackendError: NCCL error in: …, internal error - please report this issue"), each
     with the error it precedes (the nearest). They are the error's own words: an error's level,
-    whatever NCCL's word for it, and the error's category where theirs is not known."""
+    whatever NCCL's word for it, and the error's category. Only warnings whose words the
+    lexicon does not know: one that names its cause (NET/IB's failed completion) or is a banner
+    says so itself, and keeps its own level and time."""
     errors = {
         t
         for t, info in data.templates.items()
         if is_error(info.level) and _NCCL_ERROR.search(info.text)
     }
+    # (a warning with words of its own says them itself: NET/IB's completion error, a banner)
+    lexicon = default_lexicon()
     warns = {
         t
         for t, info in data.templates.items()
-        if t not in errors and _NCCL_WARN.search(info.text) and not is_error(info.level)
+        if t not in errors
+        and _NCCL_WARN.search(info.text)
+        and not is_error(info.level)
+        and lexicon.classify_record(f"{info.text}\n{info.message}") is None
     }
     if not errors or not warns:
         return {}

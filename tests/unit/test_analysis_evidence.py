@@ -737,6 +737,13 @@ def test_nccls_warning_just_before_torchs_nccl_error_is_its_words() -> None:
         },
     )
     assert nccl_details(data) == {"net": "torch"}
+    # a warning with words of its own (NET/IB's failed completion) says them itself
+    ib = "NCCL WARN NET/IB : Got completion from peer <IP><<NUM>> with status=<NUM> opcode=<NUM>"
+    own = replace(
+        data,
+        templates={**data.templates, "net": replace(data.templates["net"], text=ib, message=ib)},
+    )
+    assert nccl_details(own) == {}
     stats = {e.template_id: e for e in event_stats(data)}
     assert stats["net"].level == "ERROR" and stats["early"].level == "WARN"
     terms = record_terms(data, default_lexicon())
