@@ -58,11 +58,16 @@ _ISO = (
 # prefix ("[rank11]:", global rank), possibly both: "[default3]:[rank11]:[E1105 ...] ...".
 # A custom loop's "[rank0] [2026-09-19 20:40:00] ..." (a space, not a colon) is the same prefix;
 # Open MPI's --tag-output "[1,3]<stdout>:" names the global rank (job id, rank).
-# Lightning's rank_prefixed_message: "[rank: 1] Seed set to 42".
+# Lightning's rank_prefixed_message: "[rank: 1] Seed set to 42". torchelastic names the role
+# in its prefix ("[${role_name}${local_rank}]:"): a role other than torchrun's "default" (TorchX's
+# "[trainer3]:", "[trainer0|0]:" with the replica) is the same local rank.
 _RANK_PREFIX = re.compile(
-    r"((?:\[(?:rank|default)\d+\](?::|[ \t](?=\[))|\[rank: \d+\] |\[\d+,\d+\]<std(?:out|err)>:)+)"
+    r"((?:\[(?:rank|default)\d+\](?::|[ \t](?=\[))|\[[A-Za-z_][A-Za-z_-]*?\d+(?:\|\d+)?\]:"
+    r"|\[rank: \d+\] |\[\d+,\d+\]<std(?:out|err)>:)+)"
 )
-_PREFIX_PART = re.compile(r"\[(rank|default)(?:: )?(\d+)\]|\[\d+,(\d+)\]<std")
+_PREFIX_PART = re.compile(
+    r"\[(rank|[A-Za-z_][A-Za-z_-]*?)(?:: )?(\d+)(?:\|\d+)?\]|\[\d+,(\d+)\]<std"
+)
 # Labels a log collector puts before everything else: the CRI container log format of a
 # Kubernetes node ("2024-05-03T10:11:12.123456789Z stdout F "), `kubectl logs --prefix`
 # ("[pod/trainer-worker-3/pytorch] ") and Ray's worker prefix ("(RayTrainWorker pid=1234,
@@ -316,7 +321,7 @@ def _rank_of(line: str, spans: tuple[int, int, int, int]) -> tuple[int | None, i
     return None, end
 
 
-_OUTER_FIRST = frozenset("0123456789[(")
+_OUTER_FIRST = frozenset("0123456789[( \t")
 
 
 def outer_labels(line: str) -> tuple[float | None, str | None, int]:

@@ -4,7 +4,7 @@ import calendar
 
 import pytest
 
-from l4_plugin.ingest.header import infer_level, parse_header, parse_local, stated_zone
+from l4_plugin.ingest.header import infer_level, parse_header, parse_local, prefix_end, stated_zone
 
 T0 = calendar.timegm((2024, 5, 3, 10, 11, 12, 0, 0, 0))
 
@@ -297,6 +297,10 @@ def test_a_rank_prefix_followed_by_a_space_and_a_bracketed_time() -> None:
         # srun -l: the task id
         ("7: [2024-05-01 10:00:00,000] [WARNING] NCCL timeout soon", 7, "WARNING", 1714557600.0),
         ("0: Traceback (most recent call last):", 0, "ERROR", None),
+        # a TorchX role's torchelastic prefix (NVIDIA/nccl#1837): the role's local rank, as
+        # torchrun's "[default3]:", with or without the replica
+        ("[trainer3]:RuntimeError: NCCL error", 3, "ERROR", None),
+        ("[trainer0|1]:ncclInternalError: Internal check failed.", 0, "ERROR", None),
     ],
 )
 def test_launcher_rank_prefixes(line: str, rank: int, level: str | None, ts: float | None) -> None:
@@ -678,3 +682,9 @@ def test_the_zone_a_stamp_states(line: str, east: int | None) -> None:
 def test_a_line_without_a_time_states_no_zone() -> None:
     assert stated_zone("NCCL INFO Bootstrap : Using bond0:10.46.9.96<0>", 2025) == (None, None)
     assert parse_local("no time here", 2025, 3600) is None
+
+
+def test_an_indented_ray_prefix_ends_where_its_label_does() -> None:
+    # verl-project/verl#4799, pasted indented: the frame after Ray's label is the line's body
+    line = '  (WorkerDict pid=42417, ip=10.0.0.5)   File "/opt/verl/decorator.py", line 456, in f'
+    assert line[prefix_end(line) :] == '  File "/opt/verl/decorator.py", line 456, in f'

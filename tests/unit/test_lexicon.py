@@ -33,6 +33,12 @@ CAUSES = [
         "pcieport 0000:00:03.0: AER: Multiple Uncorrected (Fatal) error received: 0000:00:03.0",
         "hardware/node",
     ),
+    # NVIDIA/nccl#1837: NCCL_SOCKET_IFNAME=eth2 on hosts without eth2
+    (
+        "ncclSocketInit: connecting to address  with family 59936 is neither AF_INET(2) nor "
+        "AF_INET6(10)",
+        "user/config",
+    ),
     # modelscope/ms-swift#5808: torch 2.6's torch.load and DeepSpeed's pickled LossScaler
     (
         "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do "
