@@ -60,10 +60,11 @@ _ISO = (
 # Open MPI's --tag-output "[1,3]<stdout>:" names the global rank (job id, rank).
 # Lightning's rank_prefixed_message: "[rank: 1] Seed set to 42". torchelastic names the role
 # in its prefix ("[${role_name}${local_rank}]:"): a role other than torchrun's "default" (TorchX's
-# "[trainer3]:", "[trainer0|0]:" with the replica) is the same local rank.
+# "[trainer3]:", "[trainer0|0]:" with the replica) is the same local rank. A runner that names
+# each process's stream ("opt-1_3b.0 [stderr] ", milabench) labels it with no rank.
 _RANK_PREFIX = re.compile(
     r"((?:\[(?:rank|default)\d+\](?::|[ \t](?=\[))|\[[A-Za-z_][A-Za-z_-]*?\d+(?:\|\d+)?\]:"
-    r"|\[rank: \d+\] |\[\d+,\d+\]<std(?:out|err)>:)+)"
+    r"|\[rank: \d+\] |\[\d+,\d+\]<std(?:out|err)>:|[A-Za-z][\w.-]* \[std(?:out|err)\] )+)"
 )
 _PREFIX_PART = re.compile(
     r"\[(rank|[A-Za-z_][A-Za-z_-]*?)(?:: )?(\d+)(?:\|\d+)?\]|\[\d+,(\d+)\]<std"

@@ -688,3 +688,11 @@ def test_an_indented_ray_prefix_ends_where_its_label_does() -> None:
     # verl-project/verl#4799, pasted indented: the frame after Ray's label is the line's body
     line = '  (WorkerDict pid=42417, ip=10.0.0.5)   File "/opt/verl/decorator.py", line 456, in f'
     assert line[prefix_end(line) :] == '  File "/opt/verl/decorator.py", line 456, in f'
+
+
+def test_a_runners_stream_label_is_a_prefix() -> None:
+    # mila-iqia/milabench#183: each process's lines under "NAME.N [stderr] "; NCCL's "Last
+    # error:" and its words then continue torch's error as under any launcher's prefix
+    line = "opt-1_3b.0 [stderr] ncclInternalError: Internal check failed."
+    assert line[prefix_end(line) :] == "ncclInternalError: Internal check failed."
+    assert prefix_end("2024-01-01 [stderr] x") == 0
