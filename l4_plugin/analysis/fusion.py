@@ -408,9 +408,15 @@ class Fusion:
         chosen = tuple(c for c in candidates if weight(c) >= cut)[: self.max_events]
         if chosen:
             return chosen
-        # Nothing clears the cut-off, but the log holds warnings or errors: report the best of
-        # them rather than nothing — their low scores say how sure this is.
-        flagged = [c for c in candidates if c.score > 0 and is_flagged(c.level)]
+        # Nothing clears the cut-off, but the log holds warnings or errors, or lines whose words
+        # name a failure though no level says so (a loss printed as "76980 nan"): report the
+        # best of them rather than nothing — their low scores say how sure this is.
+        flagged = [
+            c
+            for c in candidates
+            if c.score > 0
+            and (is_flagged(c.level) or any(r.startswith("failure-words:") for r in c.reasons))
+        ]
         return tuple(flagged[:_FALLBACK_EVENTS])
 
     def _nodes(

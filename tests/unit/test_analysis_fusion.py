@@ -454,3 +454,19 @@ def test_lines_of_one_moment_rank_in_the_order_their_node_printed_them() -> None
     res = Fusion().fit(events, nodes).result_
     ids = [e.template_id for e in res.events if e.template_id != "iter"]
     assert ids[:3] == ["zz-mce", "aa-rip", "mm-panic"], ids
+
+
+def test_a_line_naming_a_failure_without_a_level_is_reported_when_nothing_else_is() -> None:
+    # prajdabre/yanmtt#7, pasted: a loss printed as "76980 nan" among plain progress, no line
+    # with a level. The lexicon's words (a weak prior, a low-information line) are all there is:
+    # the line is reported, with the low score that says how sure this is.
+    nodes = ["n0"]
+    events = [
+        EventStat("progress", None, {"n0": 1.0}, {"n0": 40}),
+        EventStat("nan", None, {"n0": 2.0}, {"n0": 4}),
+    ]
+    priors = {"nan": (0.15, "failure-words:user/config")}
+    discounts = {"nan": (0.6, "low-information")}
+    res = Fusion().fit(events, nodes, priors=priors, discounts=discounts).result_
+    assert [e.template_id for e in res.events] == ["nan"]
+    assert Fusion().fit(events, nodes, discounts=discounts).result_.events == ()
