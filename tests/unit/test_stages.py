@@ -431,6 +431,24 @@ def test_torch_loads_weights_only_refusal_is_one_record(rules: StageRules) -> No
     assert "Check the documentation of torch.load" in group.message
 
 
+def test_nccls_invalid_usage_and_its_last_error_continue_torchs_error(rules: StageRules) -> None:
+    # pytorch/torchtitan#2184: NCCL's result is "ncclInvalidUsage" (no "Error" in its name)
+    from l4_plugin.ingest.rollup import NodeRollup
+
+    lines = [
+        "[rank2]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/"
+        "distributed/c10d/NCCLUtils.cpp:77, invalid usage (run with NCCL_DEBUG=WARN for "
+        "details), NCCL version 2.26.5",
+        "[rank2]: ncclInvalidUsage: This usually reflects invalid usage of NCCL library.",
+        "[rank2]: Last error:",
+        "[rank2]: Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 6000",
+    ]
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    [group] = list(rollup.groups.values())
+    assert "Duplicate GPU detected" in group.message
+
+
 def test_ddps_unused_parameter_error_is_one_record(rules: StageRules) -> None:
     # speechbrain/speechbrain#2340: the reducer's error goes on over lines of its own, the last
     # naming the parameters that got no gradient
