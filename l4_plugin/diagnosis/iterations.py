@@ -666,7 +666,13 @@ def _by_the_clock(
             steps -= 1  # (the report came about an iteration after: as ``iteration_at``'s)
         # (a moment the next line would have shown, or a little past it — the error is
         # printed after the failure, a report after the error: no later than that line; past
-        # it, the moment says nothing)
+        # it, the moment says nothing. Unless it is when the job's stuck collective began: the
+        # job went forward till then, its lines lost with the buffer a kill took, counted
+        # however far, as ``iteration_at``'s ``beyond``)
+        if moment == _stall_moment(data, shown) and not bound:
+            if printed < last + steps:
+                return _clocked(last + steps, cell[1])
+            continue
         if steps > reach - last + _NOTICING:
             continue
         steps = min(max(1, steps), reach - last)
@@ -1104,6 +1110,15 @@ def _failure_moment(data: JobData, tid: str, after: float) -> float | None:
     waits = {t: w for t, info in data.templates.items() if (w := waited(info.message)) is not None}
     stalls = [c.first_ts - waits[t] for (_, t), c in data.cells.items() if t in waits]
     moments = [m for m in (*firsts, *stalls) if math.isfinite(m) and m >= after]
+    return min(moments) if moments else None
+
+
+def _stall_moment(data: JobData, after: float) -> float | None:
+    """The earliest moment, no earlier than ``after``, a timed-out wait began (the line's time
+    less what it says it waited, ``temporal.waited``): where the job stopped going forward."""
+    waits = {t: w for t, info in data.templates.items() if (w := waited(info.message)) is not None}
+    stalls = [c.first_ts - waits[t] for (_, t), c in data.cells.items() if t in waits]
+    moments = [m for m in stalls if math.isfinite(m) and m >= after]
     return min(moments) if moments else None
 
 

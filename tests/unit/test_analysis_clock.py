@@ -903,3 +903,34 @@ def test_a_bar_only_jobs_buckets_are_timed_over_the_iterations_between_them() ->
     )
     at = _bucket_times(data, its, [5.5] * 4)
     assert at == {1: T0, 49: T0 + 264.0, 97: T0 + 528.0, 145: T0 + 792.0}
+
+
+def test_a_stuck_collectives_start_counts_past_the_lines_a_kill_lost() -> None:
+    # gen3's NeMo job under srun: stdout block-buffered, the last ~130 progress lines lost with
+    # the kill. The save of step 160 ended at +600 (stamped), training runs 7.8 s a step (the
+    # stated train_step_timing), and the watchdog says its ALLREDUCE waited 1800 s: the job went
+    # forward till +1380, 100 steps past the save, far past where the last printed line (130)
+    # lets a moment say anything. A moment that is no such stall still stops at that reach.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+    from l4_plugin.diagnosis.iterations import report_iterations
+
+    watchdog = (
+        "[Rank 64] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=8407, "
+        "OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1800000) ran for 1800000 "
+        "milliseconds before timing out."
+    )
+    data = replace(
+        _data([], T0 + 600.0 + 780.0 + 1800.0),
+        templates={"oom": TemplateInfo("[Rank <RANK>] Watchdog caught <*>", message=watchdog)},
+        step_lines=((T0 + 600.0, "Async checkpoint save for step 160 (/ckpt/x) finalized"),),
+        node_iteration_seconds={("n1", 10 * k): 7.8 for k in range(14)},
+    )
+    assert [(i.iteration, i.why) for i in report_iterations(_oom_analysis(), data)] == [
+        (260, "clock")
+    ]
+    plain = replace(
+        data, templates={"oom": TemplateInfo("Workers killed due to memory pressure (OOM)")}
+    )
+    assert [i.why for i in report_iterations(_oom_analysis(), plain)] != ["clock"]
