@@ -21,7 +21,7 @@ from l4_plugin.ingest.hosts import _NCCL_HOST, HostRouter, line_label, plan
         ("[pod/trainer-worker-1/pytorch] Epoch 1", "trainer-worker-1", None, "Epoch 1"),
         ("(RayTrainWorker pid=7, ip=10.1.2.3) loss 2.0", "10.1.2.3", None, "loss 2.0"),
         # verl-project/verl#4799, pasted indented: Ray's prefix all the same
-        ("  (WorkerDict pid=7, ip=10.1.2.3)   File \"/x.py\"", "10.1.2.3", None, '  File "/x.py"'),
+        ('  (WorkerDict pid=7, ip=10.1.2.3)   File "/x.py"', "10.1.2.3", None, '  File "/x.py"'),
         # not host labels: a level word, a sentence, a time, a traceback line
         ("INFO: task python:1 blocked", None, None, ""),
         ("Epoch 1: 100%|####| 10/10", None, None, ""),
