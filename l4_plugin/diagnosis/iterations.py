@@ -666,10 +666,11 @@ def _by_the_clock(
             steps -= 1  # (the report came about an iteration after: as ``iteration_at``'s)
         # (a moment the next line would have shown, or a little past it — the error is
         # printed after the failure, a report after the error: no later than that line; past
-        # it, the moment says nothing. Unless it is when the job's stuck collective began: the
-        # job went forward till then, its lines lost with the buffer a kill took, counted
-        # however far, as ``iteration_at``'s ``beyond``)
-        if moment == _stall_moment(data, shown) and not bound:
+        # it, the moment says nothing. Unless it is when the job's stuck collective began and
+        # the point is a stamped step: the job went forward till then, its lines lost with the
+        # buffer a kill took, counted however far, as ``iteration_at``'s ``beyond``; a bar's
+        # last frame placed by a borrowed stamp is no such sure point)
+        if after == _AFTER and moment == _stall_moment(data, shown):
             if printed < last + steps:
                 return _clocked(last + steps, cell[1])
             continue

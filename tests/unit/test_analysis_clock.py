@@ -934,3 +934,12 @@ def test_a_stuck_collectives_start_counts_past_the_lines_a_kill_lost() -> None:
         data, templates={"oom": TemplateInfo("Workers killed due to memory pressure (OOM)")}
     )
     assert [i.why for i in report_iterations(_oom_analysis(), plain)] != ["clock"]
+    # a bar's last frame, placed by the stale stamp its lines borrowed, is no sure point to
+    # count from that far: the stall an hour past it places nothing by the clock
+    bar = [("n1", "bar", None, T0, _frame(10 * k, 77 * k)) for k in range(1, 14)]
+    bar.append(("n1", "bar0", None, T0, "  0%|          | 0/525 [00:00<?, ?it/s]"))
+    barred = replace(
+        _data(bar, T0 + 1001.0 + 3600.0 + 1800.0),
+        templates={"oom": TemplateInfo("[Rank <RANK>] Watchdog caught <*>", message=watchdog)},
+    )
+    assert [i.why for i in report_iterations(_oom_analysis(), barred)][:1] != ["clock"]
