@@ -133,7 +133,7 @@ _NCCL_WARN = re.compile(r"\bNCCL WARN\b")
 _DETAIL_LINES = 40
 
 
-def nccl_details(data: JobData) -> dict[str, str]:
+def nccl_details(data: JobData, lexicon: Lexicon | None = None) -> dict[str, str]:
     """NCCL's warnings that say why the NCCL call torch then reported failed: templates of
     "NCCL WARN" a node printed within ``_DETAIL_LINES`` lines before the first line of torch's
     NCCL error there ("graph/topo.h:230 NCCL WARN Could not find NET with id 0", then
@@ -141,14 +141,15 @@ def nccl_details(data: JobData) -> dict[str, str]:
     with the error it precedes (the nearest). They are the error's own words: an error's level,
     whatever NCCL's word for it, and the error's category. Only warnings whose words the
     lexicon does not know: one that names its cause (NET/IB's failed completion) or is a banner
-    says so itself, and keeps its own level and time."""
+    says so itself, and keeps its own level and time (``lexicon``: the shipped one unless
+    given)."""
     errors = {
         t
         for t, info in data.templates.items()
         if is_error(info.level) and _NCCL_ERROR.search(info.text)
     }
     # (a warning with words of its own says them itself: NET/IB's completion error, a banner)
-    lexicon = default_lexicon()
+    lexicon = lexicon or default_lexicon()
     warns = {
         t
         for t, info in data.templates.items()
@@ -579,7 +580,7 @@ def record_terms(data: JobData, lexicon: Lexicon) -> dict[str, Term]:
                 term = other
         if term is not None:
             out[tid] = term
-    for warn, error in nccl_details(data).items():
+    for warn, error in nccl_details(data, lexicon).items():
         if warn not in out and error in out:
             out[warn] = out[error]
     return out
