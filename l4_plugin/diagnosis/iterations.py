@@ -1108,9 +1108,8 @@ def _failure_moment(data: JobData, tid: str, after: float) -> float | None:
     began (``temporal.waited``); None when neither falls after ``after`` (the event came before
     the bar's last frame: it is not what stopped the job)."""
     firsts = [c.first_ts for (_, t), c in data.cells.items() if t == tid]
-    waits = {t: w for t, info in data.templates.items() if (w := waited(info.message)) is not None}
-    stalls = [c.first_ts - waits[t] for (_, t), c in data.cells.items() if t in waits]
-    moments = [m for m in (*firsts, *stalls) if math.isfinite(m) and m >= after]
+    stall = _stall_moment(data, after)
+    moments = [m for m in (*firsts, stall) if m is not None and math.isfinite(m) and m >= after]
     return min(moments) if moments else None
 
 
