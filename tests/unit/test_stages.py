@@ -9,7 +9,15 @@ import pytest
 
 from l4_plugin.errors import ConfigError
 from l4_plugin.ingest.parser import LineParser
+from l4_plugin.ingest.rollup import NodeRollup
 from l4_plugin.ingest.stages import StageRules
+
+
+def _scanned(rules: StageRules, lines: list[str]) -> NodeRollup:
+    """One node's rollup of ``lines``, read as one file."""
+    rollup = NodeRollup("n1", rules)
+    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    return rollup
 
 
 @pytest.fixture(scope="module")
@@ -148,7 +156,6 @@ def _stages_by_body(job_dir: Path) -> dict[str, set[str]]:
     """Stage(s) every line kind of a job's rank files was tagged with (the ingest's scan)."""
     from l4_plugin.ingest.jobdir import discover
     from l4_plugin.ingest.reader import read_lines
-    from l4_plugin.ingest.rollup import NodeRollup
 
     parser, rules = LineParser(), StageRules.load()
     out: dict[str, set[str]] = {}
@@ -162,8 +169,6 @@ def _stages_by_body(job_dir: Path) -> dict[str, set[str]]:
 
 
 def test_lines_after_a_finished_save_are_training_again(rules: StageRules) -> None:
-    from l4_plugin.ingest.rollup import NodeRollup
-
     lines = [
         "[rank0]: [2024-03-18 04:01:03] iteration      100/   1000 | consumed samples: 512 |",
         "[rank0]:saving checkpoint at iteration     100 to /ckpt",
@@ -194,11 +199,8 @@ def test_lines_after_a_finished_save_are_training_again(rules: StageRules) -> No
 
 
 def test_done_line_before_training_does_not_start_training(rules: StageRules) -> None:
-    from l4_plugin.ingest.rollup import NodeRollup
-
     lines = ["[rank0]:Configuration saved in /out/config.json", "[rank0]:building model"]
-    rollup = NodeRollup("n1", rules)
-    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    rollup = _scanned(rules, lines)
     # the file's own stage ("?": no iteration marker of its own, placed on the job timeline later)
     assert {stage for (_, stage, _) in rollup.groups} == {"?checkpointing"}
 
@@ -209,7 +211,6 @@ def test_an_async_save_is_no_checkpointing_stage(
     # NeMo 2 on a rank that prints no progress (per-task Slurm files): an asynchronous save
     # runs beside training, so neither its scheduling nor its end is a checkpointing stage; the
     # watchdog timeout after it keeps the file's provisional stage (placed on the job timeline).
-    from l4_plugin.ingest.rollup import NodeRollup
 
     lines = [
         "[NeMo I 2025-10-01 04:53:38 nemo_model_checkpoint:497] Scheduled async checkpoint save "
@@ -219,8 +220,7 @@ def test_an_async_save_is_no_checkpointing_stage(
         "[rank0]:[E1001 05:26:42.368454694 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
         "collective operation timeout: WorkNCCL(SeqNum=1379, OpType=ALLREDUCE)",
     ]
-    rollup = NodeRollup("n1", rules)
-    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    rollup = _scanned(rules, lines)
     stages = {kind.body[:20]: stage for (kind, stage, _) in rollup.groups}
     assert not any(stage.endswith("checkpointing") for stage in stages.values()), stages
 
@@ -231,7 +231,6 @@ def test_a_save_seen_begin_and_end_returns_to_training_without_progress_lines(
     # A rank that prints no progress of its own (Megatron-LM's earlier pipeline stages): a save
     # it saw begin and end is its only mark; what follows (the watchdog timeout that ended the
     # job) is training, not a save that never ended.
-    from l4_plugin.ingest.rollup import NodeRollup
 
     lines = [
         "[2025-10-01 04:53:38] saving checkpoint at iteration     900 to /ckpt",
@@ -239,8 +238,7 @@ def test_a_save_seen_begin_and_end_returns_to_training_without_progress_lines(
         "[rank0]:[E1001 05:26:42.368454694 ProcessGroupNCCL.cpp:616] [Rank 0] Watchdog caught "
         "collective operation timeout: WorkNCCL(SeqNum=1379, OpType=ALLREDUCE)",
     ]
-    rollup = NodeRollup("n1", rules)
-    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    rollup = _scanned(rules, lines)
     stages = {kind.body[:20]: stage for (kind, stage, _) in rollup.groups}
     assert stages["[Rank <RANK>] Watchd"].endswith("training"), stages
 
@@ -287,7 +285,6 @@ def test_a_worker_error_re_raised_is_one_record_named_by_the_workers_exception(
     # torch's ExceptionWrapper (DataLoader workers): the main process re-raises the worker's
     # error with the worker's traceback in its message, after "Original Traceback"; the record
     # is one, named by what the worker raised, an error whatever its class is called.
-    from l4_plugin.ingest.rollup import NodeRollup
 
     body = [
         "Traceback (most recent call last):",
@@ -303,8 +300,7 @@ def test_a_worker_error_re_raised_is_one_record_named_by_the_workers_exception(
         "",
     ]
     lines = [f"[rank14]: {line}" for line in body]
-    rollup = NodeRollup("n1", rules)
-    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    rollup = _scanned(rules, lines)
     records = [(key[0], group) for key, group in rollup.groups.items() if key[0].body.strip()]
     assert len(records) == 1, [kind.body for kind, _ in records]
     kind, group = records[0]
@@ -317,7 +313,6 @@ def test_an_engines_count_beside_a_trainers_numbers_nothing(rules: StageRules) -
     # HF's Trainer on DeepSpeed: the bar counts the trainer's steps, the engine's step= line
     # (every steps_per_print) may count otherwise; the trainer's number is the iteration. A
     # file with only the engine's lines is numbered by them.
-    from l4_plugin.ingest.rollup import NodeRollup
 
     bar = " 72%|███████   | {k}/2735 [1:39:46<37:58,  3.02s/it]"
     engine = (
@@ -325,8 +320,7 @@ def test_an_engines_count_beside_a_trainers_numbers_nothing(rules: StageRules) -
         "skipped=0, lr=[6.3e-06], mom=[[0.9, 0.95]]"
     )
     lines = [bar.format(k=390), engine.format(k=780), "after both", bar.format(k=391)]
-    rollup = NodeRollup("n1", rules)
-    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    rollup = _scanned(rules, lines)
     assert rollup.last_iteration == 391
     its = {key[0].body: key[2] for key in rollup.groups if key[0].body == "after both"}
     assert its == {"after both": 390}, its
@@ -348,7 +342,6 @@ def test_an_engines_count_beside_a_trainers_numbers_nothing(rules: StageRules) -
 def test_a_c10_warning_keeps_its_stack(rules: StageRules) -> None:
     # torch's TCPStore client when the store's host went away (a real gloo run): a warning with
     # the C++ stack c10 appends; the stack's lines are no records of their own.
-    from l4_plugin.ingest.rollup import NodeRollup
 
     lines = [
         "[W1127 15:53:18.822621315 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on "
@@ -360,8 +353,7 @@ def test_a_c10_warning_keeps_its_stack(rules: StageRules) -> None:
         "frame #1: c10::DistError::DistError(c10::SourceLocation, std::string) + 0x72 (0x7f in "
         "libc10.so)",
     ]
-    rollup = NodeRollup("n1", rules)
-    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    rollup = _scanned(rules, lines)
     [(key, group)] = list(rollup.groups.items())
     assert key[0].level == "WARNING"
     assert group.message.count("\n") == 3
@@ -382,7 +374,6 @@ def test_a_c10_warning_keeps_its_stack(rules: StageRules) -> None:
 def test_load_state_dicts_messages_continue_its_error(rules: StageRules) -> None:
     # torch's load_state_dict raises "Error(s) in loading state_dict for M:" and a tab-indented
     # line per mismatch; under a pod's stamps each has a time of its own and still belongs to it.
-    from l4_plugin.ingest.rollup import NodeRollup
 
     stamp = "2025-01-22T15:08:43.90441{}Z [rank3]: "
     lines = [
@@ -395,8 +386,7 @@ def test_load_state_dicts_messages_continue_its_error(rules: StageRules) -> None
         "torch.Size([128256, 8192]).",
         stamp.format(6) + '\tUnexpected key(s) in state_dict: "lm_head.bias". ',
     ]
-    rollup = NodeRollup("n1", rules)
-    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    rollup = _scanned(rules, lines)
     [(_, group)] = list(rollup.groups.items())
     assert "size mismatch for model.embed_tokens.weight" in group.message
     assert "Unexpected key(s)" in group.message
@@ -405,7 +395,6 @@ def test_load_state_dicts_messages_continue_its_error(rules: StageRules) -> None
 def test_torch_loads_weights_only_refusal_is_one_record(rules: StageRules) -> None:
     # modelscope/ms-swift#5808 (torch 2.6 resuming a DeepSpeed checkpoint): torch.load's error
     # goes on over tab-indented lines, the last one naming the class it refused.
-    from l4_plugin.ingest.rollup import NodeRollup
 
     lines = [
         "[rank4]: _pickle.UnpicklingError: Weights only load failed. This file can still be "
@@ -423,8 +412,7 @@ def test_torch_loads_weights_only_refusal_is_one_record(rules: StageRules) -> No
         "[rank4]: Check the documentation of torch.load to learn more about types accepted by "
         "default with weights_only https://pytorch.org/docs/stable/generated/torch.load.html.",
     ]
-    rollup = NodeRollup("n1", rules)
-    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    rollup = _scanned(rules, lines)
     # (the prefixed blank line is a line of its own)
     [group] = [g for g in rollup.groups.values() if g.message.strip() != "[rank4]:"]
     assert "LossScaler was not an allowed global" in group.message
@@ -433,7 +421,6 @@ def test_torch_loads_weights_only_refusal_is_one_record(rules: StageRules) -> No
 
 def test_nccls_invalid_usage_and_its_last_error_continue_torchs_error(rules: StageRules) -> None:
     # pytorch/torchtitan#2184: NCCL's result is "ncclInvalidUsage" (no "Error" in its name)
-    from l4_plugin.ingest.rollup import NodeRollup
 
     lines = [
         "[rank2]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/"
@@ -443,8 +430,7 @@ def test_nccls_invalid_usage_and_its_last_error_continue_torchs_error(rules: Sta
         "[rank2]: Last error:",
         "[rank2]: Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 6000",
     ]
-    rollup = NodeRollup("n1", rules)
-    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    rollup = _scanned(rules, lines)
     [group] = list(rollup.groups.values())
     assert "Duplicate GPU detected" in group.message
 
@@ -452,7 +438,6 @@ def test_nccls_invalid_usage_and_its_last_error_continue_torchs_error(rules: Sta
 def test_ddps_unused_parameter_error_is_one_record(rules: StageRules) -> None:
     # speechbrain/speechbrain#2340: the reducer's error goes on over lines of its own, the last
     # naming the parameters that got no gradient
-    from l4_plugin.ingest.rollup import NodeRollup
 
     lines = [
         "RuntimeError: Expected to have finished reduction in the prior iteration before "
@@ -468,8 +453,7 @@ def test_ddps_unused_parameter_error_is_one_record(rules: StageRules) -> None:
         "model.encoder.layers.22.fc.weight",
         "Parameter indices which did not receive grad for rank 0: 437 438 439",
     ]
-    rollup = NodeRollup("n1", rules)
-    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    rollup = _scanned(rules, lines)
     [group] = list(rollup.groups.values())
     assert "layers.22.fc.bias" in group.message and "437 438 439" in group.message
 
@@ -478,7 +462,6 @@ def test_an_nccl_line_never_continues_the_record_before_it(rules: StageRules) ->
     # Interleaved ranks: a warning, then another rank's NCCL WARN whose message ("NET/IB : …")
     # reads like the bare continuation NCCL prints after "Last error:"; with its own header it
     # is a record of its own.
-    from l4_plugin.ingest.rollup import NodeRollup
 
     lines = [
         "[default1]:[W reducer.cpp:1389] Warning: find_unused_parameters=True was specified in "
@@ -486,15 +469,13 @@ def test_an_nccl_line_never_continues_the_record_before_it(rules: StageRules) ->
         "[default6]:worker-390:87466:87485 [6] NCCL WARN NET/IB : Got completion from peer "
         "10.99.162.189<51450> with status=12 opcode=0 len=0 vendor err 129 (Send)",
     ]
-    rollup = NodeRollup("n1", rules)
-    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    rollup = _scanned(rules, lines)
     assert len(rollup.groups) == 2, [key[0].body for key in rollup.groups]
 
 
 def test_torchs_nccl_error_with_nccls_last_error_is_one_record(rules: StageRules) -> None:
     # NVIDIA/nccl#2076: torch's DistBackendError goes on with NCCL's result and its last error,
     # NCCL's own message bare; one record, so its last line (the cause's words) names it.
-    from l4_plugin.ingest.rollup import NodeRollup
 
     lines = [
         "torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
@@ -520,7 +501,6 @@ def test_the_line_after_nccls_last_error_is_its_words_whatever_they_are(
     # gen3's node-image mismatch (NCCL bootstrap.cc's words after "Last error:"): the line is
     # the record's, not another rank's NCCL warning after it, nor a line after a blank one's
     # turn of another stream.
-    from l4_plugin.ingest.rollup import NodeRollup
 
     head = [
         "[default2]:[rank34]: torch.distributed.DistBackendError: NCCL error in: NCCLUtils.hpp:317,"
@@ -547,7 +527,6 @@ def test_the_line_after_nccls_last_error_is_its_words_whatever_they_are(
 def test_torchs_desync_report_is_one_record(rules: StageRules) -> None:
     # ProcessGroupNCCL's desync report: a header line, then tab-indented lines naming the
     # lagging ranks; one record, so its sample says who lagged.
-    from l4_plugin.ingest.rollup import NodeRollup
 
     lines = [
         "[rank0]:[E119 19:58:43.925002098 ProcessGroupNCCL.cpp:1330] [PG ID 0 PG GUID "
@@ -558,18 +537,15 @@ def test_torchs_desync_report_is_one_record(rules: StageRules) -> None:
         "\t   #33301 started ranks:",
         "\t     [80, 81, 82, 83]",
     ]
-    rollup = NodeRollup("n1", rules)
-    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    rollup = _scanned(rules, lines)
     [group] = list(rollup.groups.values())
     assert "joined but didn't finish collective" in group.message
 
 
 def _records(rules: StageRules, lines: list[str]) -> list[tuple[str, str]]:
     """(record's kind body, its message) of the lines scanned as one file."""
-    from l4_plugin.ingest.rollup import NodeRollup
 
-    rollup = NodeRollup("n1", rules)
-    rollup.scan("r0.log", 0, [(lines, LineParser().feed(lines), None, 0)])
+    rollup = _scanned(rules, lines)
     return [(k[0].body, g.message) for k, g in rollup.groups.items() if k[0].body.strip()]
 
 
@@ -634,7 +610,7 @@ def test_a_traceback_a_file_ends_with_takes_the_last_time_its_process_printed(
 ) -> None:
     # torchrun --log-dir: a rank's stderr holds a start-up warning, then, half an hour later,
     # the traceback it died with, stamp-less; its stdout went on printing steps until then.
-    from l4_plugin.ingest.rollup import NodeRollup, process_key, time_ref
+    from l4_plugin.ingest.rollup import process_key, time_ref
     from l4_plugin.ingest.timeline import Timeline
 
     stderr = [
@@ -678,7 +654,6 @@ def test_a_ranks_buffered_steps_mark_the_timeline_by_its_own_stream(rules: Stage
     # torchrun's tee log: rank 0's print()ed steps, block-buffered, reach the file at exit,
     # after the agent's report of its death. The steps began no later than rank 0's own last
     # stamp (its start-up warning), not the agent's report; its lines keep the file's time.
-    from l4_plugin.ingest.rollup import NodeRollup
     from l4_plugin.ingest.timeline import Timeline
 
     start = "[default0]:[W1127 15:57:10.732304168 socket.cpp:207] [c10d] The hostname of the client"
@@ -760,7 +735,6 @@ _OOM_REPORT = [
 def test_the_oom_killers_task_table_is_one_record(rules: StageRules) -> None:
     # mm/oom_kill.c's dump_tasks: the table joins its "Tasks state" line; the kill that follows
     # is a record of its own.
-    from l4_plugin.ingest.rollup import NodeRollup
 
     rollup = NodeRollup("n1", rules)
     rollup.scan("kern.log", None, [(_OOM_REPORT, LineParser().feed(_OOM_REPORT), None, 0)])
@@ -772,8 +746,6 @@ def test_the_oom_killers_task_table_is_one_record(rules: StageRules) -> None:
 
 
 def test_rays_top_memory_users_join_its_out_of_memory_error(rules: StageRules) -> None:
-    from l4_plugin.ingest.rollup import NodeRollup
-
     lines = [
         "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
         "Memory on the node (IP: 10.1.2.3, ID: c66e87154965) where the task (actor ID: 41fc, "
@@ -798,7 +770,6 @@ def test_a_faulthandler_dump_is_one_record_with_the_crash_it_follows(rules: Stag
     # it) prints every thread's stack after "Fatal Python error"; none of its lines is a record
     # of its own, and its frames (innermost first, no comma) open no traceback. The line after
     # the dump is a record again; so is a stack pasted with no error before it.
-    from l4_plugin.ingest.rollup import NodeRollup
     from tests.unit.test_stacks import CRASH
 
     for label in ("", "[default0]:"):
