@@ -344,6 +344,8 @@ CONSEQUENCES = [
     "    result = f(*args, **kwargs)",
     # meta-pytorch/torchx#540: c10d's rendezvous store writing to a socket whose end is gone
     "RuntimeError: Broken pipe",
+    # hiyouga/LlamaFactory#2424: torch 2.0's watchdog thread ending, its exception cut off
+    "[E ProcessGroupNCCL.cpp:916] [Rank 2] NCCL watchdog thread terminated with",
     # DeepSpeed's launcher tearing the job down after a rank failed
     "[2023-01-05 10:12:31,114] [ERROR] [launch.py:324:sigkill_handler] ['/usr/bin/python', "
     "'train.py', '--local_rank=3'] exits with return code = 1",
