@@ -9,7 +9,7 @@ errors in the order they were printed):
   printed after it (torchrun restarts the workers, which go through start-up again);
 * a job in training whose root record's *innermost* stack frame belongs to another stage failed
   there: a DataLoader worker's death, a checkpoint save, a resume's load all happen while the
-  iteration markers say "training";
+  iteration markers say "training" (and a DataLoader's after a save's marker);
 * a job whose ranks printed no marker beyond start-up (a pasted excerpt) failed where the root
   records' stack says, or the stack frames printed just above the first (rich prints a
   traceback's frames above the error); else in start-up when a start-up marker came right before
@@ -45,8 +45,13 @@ BEFORE_SECONDS = 2.0
 #: marker on its node happened during start-up.
 NEAR_LINES = 100
 NEAR_SECONDS = 300.0
-#: Stages a failing record's frames may name while the markers say training.
-_WITHIN_TRAINING = ("data_loading", "model_loading", "checkpointing")
+#: Stages a failing record's frames may name while the markers say training, or checkpointing
+#: (the last marker a save's, finished or not, and the stack in a DataLoader: Megatron evaluating
+#: right after it saved, its validation iterator run dry).
+_WITHIN = {
+    "training": ("data_loading", "model_loading", "checkpointing"),
+    "checkpointing": ("data_loading",),
+}
 #: Stages of a running job: a root cause printed in one was not a start-up failure.
 _RUNNING = ("training", "checkpointing")
 #: The failing records (most telling first) whose stage or stack is the root's.
@@ -90,11 +95,11 @@ def failing_stage(
             # The ranks went through start-up again after the failure began in training: a
             # restart (a kernel line whose clock says nothing of the stage is skipped).
             stage = running[0]
-        if stage == "training":
+        if stage in _RUNNING:
             # (the ranks' records: a kernel's line has no stack of the job's)
             ranks = [t for t in failing if t not in data.job.system_templates]
             inner = _first_stage(reader.stage_of_stack, [_text(data, t) for t in ranks[:_INNER]])
-            if inner in _WITHIN_TRAINING:
+            if inner in _WITHIN.get(stage, ()):
                 return inner
         return stage
     # Only the root's records: the stacks of ranks that failed in reaction were wherever they

@@ -174,6 +174,9 @@ _EPOCH = re.compile(r"(1\d{9}|[2-3]\d{9})(?:\.(\d+)|(\d{3}))?(?![\d.])[ \t,:|]*"
 # Level from the body where the header has none.
 _INFER_ERROR = re.compile(
     r"Traceback \(most recent call last\)|\b[A-Za-z_.]*(?:Error|Exception|Interrupt)\b(?::(?!:)|$)"
+    # Python's exceptions named otherwise, as a traceback's last line says them ("StopIteration"
+    # from a data iterator run dry, "SystemExit: 2" from argparse)
+    r"|^\s*(?:Stop(?:Async)?Iteration|SystemExit|GeneratorExit)\b(?::(?!:)|$)"
     r"|\b(?:ERROR|[Ee]rror)\b:|\bCUDA error\b|\bSegmentation fault\b|\bcore dumped\b"
     # the kernel's own (dmesg without a level): a BUG (soft lockup, a bad page), a panic, a task
     # hung in D state, the OOM killer: printed at KERN_ERR or above

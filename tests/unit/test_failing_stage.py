@@ -77,6 +77,25 @@ def test_a_dataloader_failure_inside_training_is_data_loading() -> None:
     assert failing_stage(data, _marked("training"), ["tb"], RULES) == "training"
 
 
+def test_a_dataloader_failure_after_a_saves_marker_is_data_loading() -> None:
+    # NVIDIA/Megatron-LM#5: saved, then evaluated; the validation iterator ran dry. A save's
+    # own stack after its marker stays checkpointing.
+    tb = (
+        'File "pretrain_bert.py", line 189, in get_batch\n    data = next(data_iterator)\n'
+        'File "/env/site-packages/torch/utils/data/dataloader.py", line 794, in __next__\n'
+        "    raise StopIteration\nStopIteration"
+    )
+    spans = {("n", "init"): (0, 1), ("n", "checkpointing"): (1, 9)}
+    data = _data([("tb", tb)], spans)
+    assert failing_stage(data, _marked("checkpointing"), ["tb"], RULES) == "data_loading"
+    save = 'File "/m/checkpointing.py", line 9, in save_checkpoint\nOSError: [Errno 28] x'
+    data = _data([("tb", save)], spans)
+    assert failing_stage(data, _marked("checkpointing"), ["tb"], RULES) == "checkpointing"
+    step = 'File "/workspace/train.py", line 90, in build_model\nRuntimeError: x'
+    data = _data([("tb", step)], spans)
+    assert failing_stage(data, _marked("checkpointing"), ["tb"], RULES) == "checkpointing"
+
+
 def test_the_kernels_lines_before_a_ranks_traceback_do_not_hide_its_stack() -> None:
     # Lustre: the kernel's eviction and its lost connection lead; the rank's traceback in the
     # checkpoint writer's frames says the job was saving.
@@ -679,6 +698,19 @@ def test_a_faulthandler_dump_names_the_stage_by_the_crashed_threads_innermost_fr
             "init",
         ),
         ("FileNotFoundError: [Errno 2] No such file or directory: 'config.json'", "init"),
+        # EleutherAI/gpt-neox#835: torch's collate stacking a sample of the wrong size;
+        # Lightning-AI/lit-llama#465: a packed dataset's iterator out of chunks
+        (
+            '  File "torch/utils/data/_utils/collate.py", line 141, in default_collate\n'
+            "    return torch.stack(batch, 0, out=out)\n"
+            "RuntimeError: stack expects each tensor to be equal size",
+            "data_loading",
+        ),
+        (
+            '  File "/root/lit-llama/lit_llama/packed_dataset.py", line 188, in _load_n_chunks\n'
+            "    raise StopIteration\nStopIteration",
+            "data_loading",
+        ),
     ],
 )
 def test_a_saves_writer_a_loads_argument_check_and_a_datasets_files(tail: str, stage: str) -> None:

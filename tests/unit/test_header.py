@@ -190,7 +190,11 @@ def test_impossible_date_is_no_timestamp() -> None:
             "refused",
             "ERROR",
         ),
+        # Python's exceptions whose names end otherwise, as a traceback's last line
+        ("StopIteration", "ERROR"),
+        ("SystemExit: 2", "ERROR"),
         ("a what(): in prose", None),
+        ("the loop ends at StopIteration of its iterator", None),
         ("all good", None),
     ],
 )

@@ -250,6 +250,21 @@ CAUSES = [
         "'ray_workers_use_nsight'",
         "user/code",
     ),
+    # NVIDIA/nccl-tests#264, NVIDIA/nccl#1488, pytorch/pytorch#177472: the Fabric Manager of an
+    # NVSwitch machine not running, or restarted under live GPUs
+    ("test: Test CUDA failure common.cu:941 'system not yet initialized'", "platform"),
+    (
+        "node23:12098:12141 [2] transport/nvls.cc:244 NCCL WARN Cuda failure 1 'invalid argument'",
+        "platform",
+    ),
+    (
+        "Failed to bind NVLink SHARP (NVLS) Multicast memory of size 2097152 : CUDA error 401 "
+        "'the operation cannot be performed in the present state'. ",
+        "platform",
+    ),
+    # NVIDIA/Megatron-LM#5, Lightning-AI/lit-llama#465: a data iterator run dry
+    ("StopIteration", "user/config"),
+    ("RuntimeError: generator raised StopIteration", "user/config"),
     # huggingface/accelerate#1192
     ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "hardware/accelerator"),
     # pytorch/pytorch#113128's shape: the watchdog thread names the CUDA error that ended it
@@ -389,6 +404,14 @@ def test_near_misses_are_not_failures() -> None:
         # NVIDIA-NeMo/Run#266: NCCL's topology search settling for a plainer ring, and going on
         "graph/search.cc:1135 NCCL WARN Could not find a path for pattern 1, falling back to "
         "simple order",
+        # NVIDIA/nccl#1240 and NCCL 2.20's wording: no optional plugin, NCCL's own transports
+        "Spotllm:73025:73025 [0] NCCL INFO NET/Plugin : dlerror=libnccl-net.so: cannot open "
+        "shared object file: No such file or directory No plugin found (libnccl-net.so), using "
+        "internal implementation",
+        "gpu-a1:77:77 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal "
+        "network plugin.",
+        "gpu-a1:77:77 [0] NCCL INFO TUNER/Plugin: Could not find: libnccl-tuner.so. Using "
+        "internal tuner plugin.",
         # an exit status that merely contains 137, a GPU named by its architecture
         "Job exited with error code 1370",
         "Found 8 Ampere GPUs",
