@@ -121,6 +121,13 @@ def test_iteration_duration_rules_are_checked(tmp_path: Path) -> None:
             "checkpointing",
         ),
         ("[rank0]:training ...", "training"),
+        # OpenRLHF's bars (TideDra/lmm-r1#43), diffusers' "Steps:"; an evaluation's bar is none
+        (
+            "Train epoch [1/1]:  88%|████████▊ | 7/8 [01:46<00:14, 14.28s/it, pg=-0.795, kl=0]",
+            "training",
+        ),
+        ("Episode [1/16]:   0%|          | 0/309 [03:58<?, ?it/s]", "training"),
+        ("Steps:  12%|█▏        | 120/1000 [02:00<14:40,  1.00s/it, loss=0.1]", "training"),
         ("[rank0]:[after training is done] datetime: 2024-03-18 05:00:00", "shutdown"),
     ],
 )
