@@ -28,7 +28,6 @@ from l4_plugin.ingest.jobdir import STATUSES, JobMeta, fingerprint
 from l4_plugin.ingest.pipeline import IngestSummary, Progress, ingest_streams
 from l4_plugin.ingest.reader import Block
 from l4_plugin.ingest.sources import LogStream
-from l4_plugin.ingest.terminal import unglued
 from l4_plugin.jobid import check_job_id
 from l4_plugin.store import Store
 from l4_plugin.store import fields as F
@@ -201,9 +200,8 @@ def _reader(
             if text.endswith("\n"):
                 text = text[:-1]
             for part in text.split("\n"):
-                shown = unglued(part) if "%|" in part else (part,)
-                lines.extend(shown)
-                offsets.extend([at] * len(shown))
+                lines.append(part)
+                offsets.append(at)
                 if at is not None:
                     at += len(part.encode("utf-8", "replace")) + 1
             if len(lines) >= PAGE_SIZE:

@@ -19,6 +19,7 @@ from l4_plugin.ingest.header import parse_header, rank_prefix
 from l4_plugin.ingest.masking import Masker
 from l4_plugin.ingest.reader import is_gzip, read_lines
 from l4_plugin.ingest.templates import TemplateMiner
+from l4_plugin.ingest.terminal import glued_at
 from l4_plugin.limits import MAX_LINE_CHARS, ReadLimits
 from l4_plugin.records import ParsedLine, Template
 
@@ -221,13 +222,16 @@ class LineParser:
             kind = LineKind(*kind_spec(pin))
         else:
             header = parse_header(raw)
+            start, level = header.body_start, header.level
+            if "%|" in raw and level not in _FLAGGED:
+                start, level = _glued_record(raw) or (start, level)
             # key is raw with digits normalised, same length: the body offset applies to it.
             # ``mask`` of a key is ``mask_folded(fold(key))``: the folded keys' cache serves
             # (and, in a worker process, shares) the body's mask too.
-            body = self._masked([key[header.body_start :]])[0].strip()
+            body = self._masked([key[start:]])[0].strip()
             kind = LineKind(
                 key=masked_line,
-                level=header.level,
+                level=level,
                 emitter=header.emitter,
                 has_timestamp=header.timestamp is not None,
                 rank_prefix=rank_prefix(raw)[1] > 0,
@@ -236,6 +240,28 @@ class LineParser:
         if self.mine:
             self._handles.append((kind, self.miner.add(kind.body)))
         return kind
+
+
+#: The levels of a line that flags a problem (``Level.is_flagged``), as headers spell them.
+_FLAGGED = frozenset(("WARNING", "ERROR", "CRITICAL"))
+
+
+def _glued_record(raw: str) -> tuple[int, str] | None:
+    """Where the body of a record printed after a bar's frame begins in ``raw``, and its level,
+    when that record is a warning or an error (None otherwise).
+
+    A line whose own reading flags nothing but which holds such a record after a frame
+    (``terminal.glued_at``) is that writer's record — its level, its words, its role — with the
+    frame before it as printed: a watchdog's timeout glued to a dataset's "Running tokenizer"
+    bar is an error, not the bar's progress. A line of lower level after a frame (a Trainer's
+    metrics) leaves the line the bar's."""
+    at = glued_at(raw)
+    if not at:
+        return None
+    header = parse_header(raw[at:])
+    if header.level not in _FLAGGED:
+        return None
+    return at + header.body_start, header.level
 
 
 _MASKER: Masker | None = None

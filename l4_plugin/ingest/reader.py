@@ -27,7 +27,7 @@ from typing import Protocol
 from l4_plugin.errors import FileCutError, IngestError
 from l4_plugin.ingest import jsonlines
 from l4_plugin.ingest.masking import digit_key
-from l4_plugin.ingest.terminal import labelled, last_frame, unglued, without_ansi
+from l4_plugin.ingest.terminal import labelled, last_frame, without_ansi
 from l4_plugin.limits import MAX_LINE_BYTES, RATIO_WINDOW, ReadLimits, human_size
 
 #: Bytes asked of the file (or of the inflater) per read.
@@ -293,9 +293,7 @@ def read_blocks(
 
     Bytes are decoded as UTF-8 with replacement characters, NUL is removed, lines are split on
     ``\\n`` only (so line numbers match ``wc -l``/editors); a line redrawn with ``\\r`` (a tqdm
-    bar) is its last frame, what a terminal shows; a bar's frame with another writer's line
-    glued to it is two lines at the file line's offset (the only lines that shift the count,
-    as a JSON object's message of several lines does). A line longer than ``MAX_LINE_BYTES`` is cut
+    bar) is its last frame, what a terminal shows. A line longer than ``MAX_LINE_BYTES`` is cut
     (its own block, ``Block.cut``); a gzip stream is inflated within ``limits``' guard
     (``GuardedGzip``). A truncated or corrupt ``.gz`` yields every line that could be read and
     then raises ``IngestError`` naming the file; a file the guard cuts, ``FileCutError`` naming
@@ -325,8 +323,8 @@ def _decoded(blocks: Iterator[Block]) -> Iterator[Block]:
     if first is None:
         return
     if not jsonlines.is_json_lines(first.lines[: jsonlines.SAMPLE_LINES * 10]):
-        yield _unglued(first)
-        yield from map(_unglued, blocks)
+        yield first
+        yield from blocks
         return
     # Whether the lines need their host's label is decided on the file's start.
     head = [first]
@@ -338,22 +336,7 @@ def _decoded(blocks: Iterator[Block]) -> Iterator[Block]:
             break
     labelled = len(jsonlines.host_of(line for b in head for line in b.lines)) > 1
     for block in itertools.chain(head, blocks):
-        yield _unglued(block.relined(*jsonlines.rendered(block.lines, labelled)))
-
-
-def _unglued(block: Block) -> Block:
-    """``block`` with each line that holds a bar's frame and another writer's line glued to it
-    as those two lines (``terminal.unglued``), both at the file line's offset."""
-    text = block._text
-    if "%|" not in text if text is not None else not any("%|" in ln for ln in block.lines):
-        return block
-    lines: list[str] = []
-    sources: list[int] = []
-    for i, line in enumerate(block.lines):
-        parts = unglued(line) if "%|" in line else (line,)
-        lines.extend(parts)
-        sources.extend([i] * len(parts))
-    return block if len(lines) == len(block.lines) else block.relined(lines, sources)
+        yield block.relined(*jsonlines.rendered(block.lines, labelled))
 
 
 def _split(reads: _Reads) -> Iterator[Block]:

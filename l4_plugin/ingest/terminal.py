@@ -1,7 +1,7 @@
 """What a terminal shows of a line: colours and cursor moves drawn, not text; a bar redrawn
-with carriage returns shown as its last frame; a bar's frame with another writer's line glued
-to it as two lines. Shared by the file reader, the JSON-lines reader and the reader of an
-index, so a line reads the same whichever way it was stored."""
+with carriage returns shown as its last frame; where a line printed after a bar's frame, on its
+line, begins. Shared by the file reader, the JSON-lines reader and the parser, so a line reads
+the same whichever way it was stored."""
 
 from __future__ import annotations
 
@@ -19,8 +19,20 @@ _FRAME_END = re.compile(
     r"%\|[^|\n]*\|\s*[\d.]+[kMGTP]?/[\d.?]+[kMGTP]? "
     r"\[(?:\d+:)?\d+:\d+<(?:(?:\d+:)?\d+:\d+|\?), [^\]\n]*\]"
 )
-#: What Ray's log deduplication appends to a line it printed for several workers.
-_RAY_REPEATED = "[repeated "
+
+
+def glued_at(line: str) -> int:
+    """Where the line another writer printed after a bar's frames begins in ``line`` (0: none).
+
+    tqdm draws a frame without a newline and the next one after a carriage return; a line that
+    another thread or process prints meanwhile (a NCCL watchdog's error, a logger's record, a
+    traceback's first line) lands after the frame, on its line."""
+    end = 0
+    for match in _FRAME_END.finditer(line):
+        end = match.end()
+    while end < len(line) and line[end] in " \t":
+        end += 1
+    return end if end < len(line) else 0
 
 
 def without_ansi(text: str) -> str:
@@ -35,25 +47,6 @@ def last_frame(line: str) -> str:
     if not frames:
         return ""
     return labelled(frames[0], frames[-1]) if len(frames) > 1 else frames[0]
-
-
-def unglued(line: str) -> list[str]:
-    """``line`` as the lines it holds: a bar's frames, then another writer's line glued to them.
-
-    tqdm draws a frame without a newline and the next one after a carriage return; a line that
-    another thread or process prints meanwhile (a NCCL watchdog's error, a logger's record, a
-    traceback's first line) lands after the frame, on its line. Both are said: the frame (its
-    step, its description: "Running tokenizer on dataset") and the writer's line (its level,
-    its words, its record). The glued line keeps the frame's labels (a launcher's rank prefix)
-    when it has none of its own; Ray's " [repeated Nx across cluster]" after a frame is Ray's
-    note on the frame, not a line."""
-    end = 0
-    for match in _FRAME_END.finditer(line):
-        end = match.end()
-    rest = line[end:].lstrip() if end else ""
-    if not rest or rest.startswith(_RAY_REPEATED):
-        return [line]
-    return [line[:end], rest if prefix_end(rest) else labelled(line, rest)]
 
 
 def labelled(first: str, shown: str) -> str:

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 import gzip
-import json
 from pathlib import Path
 
 import pytest
@@ -120,45 +119,6 @@ def test_a_redrawn_bar_keeps_the_labels_its_line_began_with(tmp_path: Path) -> N
     assert lines == [*(label + frames[-1] for label in labels), labels[0] + frames[-1], "plain"]
 
 
-def test_a_line_glued_to_a_bars_frame_is_a_line_of_its_own(tmp_path: Path) -> None:
-    # tqdm draws a frame without a newline: what another writer prints meanwhile lands after it
-    # (hiyouga/LlamaFactory#2424, 2U1/Qwen-VL-Series-Finetune#17). Both are said, at the file
-    # line's offset; the writer's line keeps the frame's label when it has none of its own.
-    bar = "Running tokenizer:   9%|##   | 280000/2969526 [29:55<4:48:08, 155.57 examples/s]"
-    nccl = "[E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog caught collective operation timeout"
-    own = "  0%|          | 0/60 [00:00<?, ?it/s]"
-    ray = " 50%|#   | 1/2 [00:01<00:01, 1.0it/s] [repeated 7x across cluster]"
-    post = " 10%|#   | 1/10 [00:01<00:09, 1.0it/s, loss=0.3]"
-    text = (
-        f"start\n{bar}{nccl}\n[default3]:{post}Traceback (most recent call last):\n"
-        f"{own}[rank0]:[E ProcessGroupNCCL.cpp:563] x\n{ray}\n{post}\nend\n"
-    )
-    path = tmp_path / "glued.log"
-    path.write_bytes(text.encode())
-    [block] = read_blocks(path)
-    assert block.lines == [
-        "start",
-        bar,
-        nccl,
-        f"[default3]:{post}",
-        "[default3]:Traceback (most recent call last):",
-        own,
-        "[rank0]:[E ProcessGroupNCCL.cpp:563] x",
-        ray,
-        post,
-        "end",
-    ]
-    raw = path.read_bytes()
-    starts = [0, 6, 6, raw.index(b"[default3]"), raw.index(b"[default3]")]
-    starts += [raw.index(b"  0%"), raw.index(b"  0%"), raw.index(b" 50%"), raw.rindex(b" 10%")]
-    assert [block.offset(i) for i in range(9)] == starts
-    # The same line redrawn with "\r", and as a JSON object's message, reads the same.
-    path.write_bytes(f"a\n{own}\r{bar}{nccl}\n".encode())
-    assert [ln for b in read_blocks(path) for ln in b.lines] == ["a", bar, nccl]
-    path.write_bytes((json.dumps({"message": f"{bar}{nccl}"}) + "\n").encode() * 3)
-    assert [ln for b in read_blocks(path) for ln in b.lines][:2] == [bar, nccl]
-
-
 def test_terminal_colours_are_removed_and_offsets_stay_those_of_the_file(tmp_path: Path) -> None:
     # torchtitan colours its step line; a rich handler its level; an OSC link its URL.
     step = "\x1b[31mstep:  5  \x1b[32mloss:  9.84\x1b[39m"
@@ -175,6 +135,37 @@ def test_terminal_colours_are_removed_and_offsets_stay_those_of_the_file(tmp_pat
         raw.index(b"\x1b]8"),
         raw.rindex(b"z"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("raw", "level", "body"),
+    [
+        # hiyouga/LlamaFactory#2424: a watchdog's error printed after a dataset's bar frame
+        (
+            "Running tokenizer on dataset:   9%|#7   | 280000/2969526 [29:55<4:48:08, 155.57 "
+            "examples/s][E ProcessGroupNCCL.cpp:475] [Rank 2] Watchdog caught collective "
+            "operation timeout",
+            "ERROR",
+            "[Rank <RANK>] Watchdog caught collective operation timeout",
+        ),
+        # 2U1/Qwen-VL-Series-Finetune#17: after a bar with no description, under a rank prefix
+        (
+            "  0%|          | 0/60 [00:00<?, ?it/s][rank0]:[E ProcessGroupNCCL.cpp:563] "
+            "[Rank 0] Watchdog caught collective operation timeout",
+            "ERROR",
+            "[Rank <RANK>] Watchdog caught collective operation timeout",
+        ),
+        # a Trainer's metrics after its bar, Ray's note on a frame: the bar's line
+        (" 10%|#   | 1/10 [00:01<00:09, 1.0it/s]{'loss': 0.3, 'epoch': 0.1}", None, "<NUM>%|"),
+        (" 50%|#   | 1/2 [00:01<00:01, 1.0it/s] [repeated 7x across cluster]", None, "<NUM>%|"),
+    ],
+)
+def test_a_record_printed_after_a_bars_frame_is_that_records(
+    raw: str, level: str | None, body: str
+) -> None:
+    [kind] = LineParser().feed([raw])
+    assert (kind.level, kind.body[: len(body)]) == (level, body)
+    assert "%|" in kind.key  # the line as printed, the frame first
 
 
 def test_block_keys_are_those_of_the_lines_the_parser_sees(tmp_path: Path) -> None:
