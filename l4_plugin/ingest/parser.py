@@ -21,7 +21,7 @@ from l4_plugin.ingest.reader import is_gzip, read_lines
 from l4_plugin.ingest.templates import TemplateMiner
 from l4_plugin.ingest.terminal import glued_at
 from l4_plugin.limits import MAX_LINE_CHARS, ReadLimits
-from l4_plugin.records import ParsedLine, Template
+from l4_plugin.records import Level, ParsedLine, Template
 
 MAX_CACHED_KEYS = 1_000_000
 MAX_FOLDED_KEYS = 250_000  # ``LineParser._masked``'s cache, a second one in front of by_masked
@@ -223,7 +223,7 @@ class LineParser:
         else:
             header = parse_header(raw)
             start, level = header.body_start, header.level
-            if "%|" in raw and level not in _FLAGGED:
+            if "%|" in raw and not _flagged(level):
                 start, level = _glued_record(raw) or (start, level)
             # key is raw with digits normalised, same length: the body offset applies to it.
             # ``mask`` of a key is ``mask_folded(fold(key))``: the folded keys' cache serves
@@ -242,8 +242,10 @@ class LineParser:
         return kind
 
 
-#: The levels of a line that flags a problem (``Level.is_flagged``), as headers spell them.
-_FLAGGED = frozenset(("WARNING", "ERROR", "CRITICAL"))
+def _flagged(level: str | None) -> bool:
+    """Whether a header's level flags a problem (``Level.is_flagged``: a warning or worse)."""
+    parsed = Level.parse(level)
+    return parsed is not None and parsed.is_flagged
 
 
 def _glued_record(raw: str) -> tuple[int, str] | None:
@@ -259,7 +261,7 @@ def _glued_record(raw: str) -> tuple[int, str] | None:
     if not at:
         return None
     header = parse_header(raw[at:])
-    if header.level not in _FLAGGED:
+    if not _flagged(header.level):
         return None
     return at + header.body_start, header.level
 
