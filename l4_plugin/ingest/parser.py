@@ -261,9 +261,10 @@ def _glued_record(raw: str) -> tuple[int, str] | None:
     if not at:
         return None
     header = parse_header(raw[at:])
-    if not _flagged(header.level):
+    level = header.level
+    if level is None or not _flagged(level):
         return None
-    return at + header.body_start, header.level
+    return at + header.body_start, level
 
 
 _MASKER: Masker | None = None
