@@ -265,6 +265,16 @@ CAUSES = [
     # NVIDIA/Megatron-LM#5, Lightning-AI/lit-llama#465: a data iterator run dry
     ("StopIteration", "user/config"),
     ("RuntimeError: generator raised StopIteration", "user/config"),
+    # deepspeedai/DeepSpeed#2612: the first host's address looked up as nothing in a pod
+    (
+        "[2022-12-15 21:00:19,543] [INFO] [runner.py:417:main] Using IP address of  for node "
+        "ddp-0.ddp.ml-dev.svc.cluster.local",
+        "platform",
+    ),
+    (
+        "cmd = pdsh -S -f 1024 -w a,b export X=1; cd /w; launch.py --master_addr= --master_port=29500",
+        "platform",
+    ),
     # huggingface/accelerate#1192
     ("RuntimeError: CUDA error: uncorrectable ECC error encountered", "hardware/accelerator"),
     # pytorch/pytorch#113128's shape: the watchdog thread names the CUDA error that ended it
@@ -419,6 +429,9 @@ def test_near_misses_are_not_failures() -> None:
         "pcieport 0000:00:03.0: AER: Corrected error received: 0000:00:03.0",
         "pcieport 0000:00:03.0: PCIe Bus Error: severity=Corrected, type=Physical Layer",
         "PytorchStreamReader reading file data/228",
+        # an address that is there
+        "[INFO] [runner.py:417:main] Using IP address of 10.0.0.4 for node ddp-0",
+        "launch.py --master_addr=10.0.0.4 --master_port=29500",
         # the machine's own loopback is no misconfigured peer address
         "INFO torch.distributed: connected to store at 127.0.1.1:29500",
     ):
