@@ -210,12 +210,13 @@ def _from_the_save(
     """The iteration of ``moment`` counted from the end of the save the job was last seen at
     (``alive``, ``_resumed``), when the save's stamped lines state its step at or past the
     bucket's (``key``; "Checkpoint global_step60 is ready now!") and the stated steps give the
-    pace of training alone (``JobData.step_pace``): the save began once its step was done and
-    held the iterations up until it ended. The bucket's own time may be another line's (HF's
-    loss line has no stamp: it takes the last stamped line before it, minutes earlier), its
-    save's is its own. None: no such save, no pace, or a count past the next progress line,
-    which never came (the moment says only that the job got past the save)."""
-    pace = data.step_pace
+    pace of training alone (``JobData.step_pace``; else the seconds the progress lines state,
+    tqdm's "s/it": ``_stated_pace``): the save began once its step was done and held the
+    iterations up until it ended. The bucket's own time may be another line's (HF's loss line
+    has no stamp: it takes the last stamped line before it, minutes earlier), its save's is its
+    own. None: no such save, no pace, or a count past the next progress line, which never came
+    (the moment says only that the job got past the save)."""
+    pace = data.step_pace or _stated_pace(data)
     if pace is None or not pace > 0 or not math.isfinite(alive) or not alive < moment:
         return None
     interval = line_interval(starts, spans, key)

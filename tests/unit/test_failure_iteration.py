@@ -526,6 +526,37 @@ def test_a_save_that_states_its_step_counts_from_its_end_at_the_pace_of_training
         assert failure_iteration(other, _analysis("oom")) == (281, "oom")
 
 
+def test_a_save_that_states_its_step_counts_at_the_bars_stated_pace() -> None:
+    # gen3's k8s/DeepSpeed shape: no stated steps give training's pace, the bar's frames do
+    # ("… 2.00s/it"); the save of step 280 ended at +120 and the others' watchdog says their
+    # collective began at +130 (a pod killed): five iterations on, 285 (the buckets' own
+    # count, the save's minute in it: 281).
+    from l4_plugin.analysis.tables import Cell, TemplateInfo
+
+    ready = "[Torch] Checkpoint global_step280 is ready now!"
+    msg = "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType="
+    msg += "ALLREDUCE) ran for 600000 milliseconds before timing out."
+    cells = {
+        (280, "begin"): (STARTS[280] + 60.0, 1),
+        (280, "ready"): (STARTS[280] + 120.0, 8),
+        (280, "wd"): (STARTS[280] + 730.0, 8),
+    }
+    templates = {
+        "begin": TemplateInfo("[Torch] Checkpoint global_step<NUM> is about to be saved!"),
+        "ready": TemplateInfo("[Torch] Checkpoint global_step<NUM> is ready now!"),
+        "wd": TemplateInfo("Watchdog caught collective operation timeout", message=msg),
+    }
+    data = replace(
+        _data(cells, STARTS),
+        templates=templates,
+        cells={("a", "ready"): Cell(8, 30.0, STARTS[280] + 120.0)},
+        step_lines=((STARTS[280] + 120.0, ready),),
+        node_iteration_seconds={("a", b): 2.0 for b in STARTS},
+    )
+    assert failure_iteration(data, _analysis("wd")) == (285, "wd")
+    assert failure_iteration(replace(data, node_iteration_seconds={}), _analysis("wd"))[0] < 285
+
+
 def test_a_noticed_failure_counts_from_the_last_progress_line_before_it() -> None:
     # As above (a borrowed time at bucket 280's line, noticed 58 s on), but HF's loss line,
     # printed every interval, came 30 s into the bucket: the job went on till then, and the

@@ -272,7 +272,8 @@ CAUSES = [
         "platform",
     ),
     (
-        "cmd = pdsh -S -f 1024 -w a,b export X=1; cd /w; launch.py --master_addr= --master_port=29500",
+        "cmd = pdsh -S -f 1024 -w a,b export X=1; cd /w; launch.py --master_addr= "
+        "--master_port=29500",
         "platform",
     ),
     # huggingface/accelerate#1192
