@@ -230,6 +230,12 @@ def test_a_job_that_saved_a_step_before_failing_was_training() -> None:
             "training",
         ),
         ("RuntimeError: CUDA error: device-side assert triggered", "training"),
+        # tensorflow/tpu#785: TPUEstimator's training loop recording a TPU's error
+        (
+            "ERROR:tensorflow:Error recorded from training_loop: From /job:worker/replica:0/"
+            "task:0:",
+            "training",
+        ),
         ("something odd", "init"),
     ],
 )

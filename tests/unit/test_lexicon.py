@@ -372,6 +372,12 @@ CONSEQUENCES = [
     "RuntimeError: Broken pipe",
     # hiyouga/LlamaFactory#2424: torch 2.0's watchdog thread ending, its exception cut off
     "[E ProcessGroupNCCL.cpp:916] [Rank 2] NCCL watchdog thread terminated with",
+    # PaddlePaddle/Paddle#1451: glog's abort after a failed CHECK, the check's stack header
+    'Fri Feb 24 15:19:45 2017[1,21]<stderr>:*** Aborted at 1487920785 (unix time) try "date -d '
+    '@1487920785" if you are using GNU date ***',
+    "*** Check failure stack trace: ***",
+    "*** SIGABRT (@0x3e800007335) received by PID 29493 (TID 0x7f6b1c) from PID 29493; stack "
+    "trace: ***",
     # DeepSpeed's launcher tearing the job down after a rank failed
     "[2023-01-05 10:12:31,114] [ERROR] [launch.py:324:sigkill_handler] ['/usr/bin/python', "
     "'train.py', '--local_rank=3'] exits with return code = 1",
