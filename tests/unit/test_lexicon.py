@@ -265,6 +265,13 @@ CAUSES = [
     # NVIDIA/Megatron-LM#5, Lightning-AI/lit-llama#465: a data iterator run dry
     ("StopIteration", "user/config"),
     ("RuntimeError: generator raised StopIteration", "user/config"),
+    # vllm-project/vllm#6295: a limit of 4096 threads per user
+    (
+        "E0710 15:24:06.605366961 2474524 thd.cc:157]                           pthread_create "
+        "failed: Resource temporarily unavailable",
+        "platform",
+    ),
+    ("RuntimeError: can't start new thread", "platform"),
     # deepspeedai/DeepSpeed#2612: the first host's address looked up as nothing in a pod
     (
         "[2022-12-15 21:00:19,543] [INFO] [runner.py:417:main] Using IP address of  for node "
