@@ -704,6 +704,20 @@ def test_a_faulthandler_dump_names_the_stage_by_the_crashed_threads_innermost_fr
             "init",
         ),
         ("FileNotFoundError: [Errno 2] No such file or directory: 'config.json'", "init"),
+        # deepspeedai/DeepSpeed#3647 (ZeRO-3 fetching a module's parameters for its call),
+        # Lightning-AI/lit-llama#62 (Dynamo compiling at the first call)
+        (
+            '  File "/env/deepspeed/runtime/zero/partitioned_param_coordinator.py", line 282, in '
+            "fetch_sub_module\n    assert param.ds_status == ZeroParamStatus.AVAILABLE\n"
+            "AssertionError: {'id': 419, 'status': 'INFLIGHT'}",
+            "training",
+        ),
+        (
+            '  File ".../site-packages/torch/_dynamo/variables/builder.py", line 345, in _wrap\n'
+            "    assert getattr(\n"
+            "AssertionError: Dynamo only supports FSDP with use_orig_params=True",
+            "training",
+        ),
         # EleutherAI/gpt-neox#835: torch's collate stacking a sample of the wrong size;
         # Lightning-AI/lit-llama#465: a packed dataset's iterator out of chunks
         (
