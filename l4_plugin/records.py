@@ -94,6 +94,18 @@ class Level(IntEnum):
         return self >= Level.WARNING
 
 
+def is_flagged(level: str | None) -> bool:
+    """True for a spelling of a warning or error level (what a log flags as a problem)."""
+    parsed = Level.parse(level)
+    return parsed is not None and parsed.is_flagged
+
+
+def is_error(level: str | None) -> bool:
+    """True for a spelling of an ERROR-like level (ERROR, FATAL, CRITICAL…)."""
+    parsed = Level.parse(level)
+    return parsed is not None and parsed.is_error
+
+
 #: Every level spelling logs use (upper case) → its :class:`Level`.
 LEVEL_SPELLINGS: dict[str, Level] = {
     "TRACE": Level.DEBUG,

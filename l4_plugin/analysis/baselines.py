@@ -17,10 +17,10 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from l4_plugin.analysis.fusion import is_error
 from l4_plugin.analysis.results import EventStat, FusionResult, RankedEvent, RankedNode
 from l4_plugin.analysis.spatial import SpatialAnalyzer
 from l4_plugin.errors import AnalysisError
+from l4_plugin.records import is_error
 
 
 def _event(e: EventStat, score: float, reason: str) -> RankedEvent:

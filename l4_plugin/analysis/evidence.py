@@ -15,12 +15,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import replace
 
-from l4_plugin.analysis.fusion import is_error, is_flagged
 from l4_plugin.analysis.lexicon import Lexicon, Term, default_lexicon
 from l4_plugin.analysis.params import DEFAULT_OPTIONS, AnalysisOptions
 from l4_plugin.analysis.results import EventStat, Slowdown, StragglerResult
 from l4_plugin.analysis.tables import JobData
-from l4_plugin.records import Level
+from l4_plugin.records import Level, is_error, is_flagged
 from l4_plugin.stacks import bare
 
 # Kernel, BMC and Slurm lines carry no level; these words give them one.

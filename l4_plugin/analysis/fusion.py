@@ -49,7 +49,7 @@ from l4_plugin.analysis.results import (
 )
 from l4_plugin.analysis.spatial import level_weight
 from l4_plugin.errors import AnalysisError
-from l4_plugin.records import Level, is_job_node
+from l4_plugin.records import Level, is_error, is_flagged, is_job_node
 
 # Reason weights. Cross-job absence and spatial attribution are the paper's two main signals; the
 # rest corroborate. They were set so that one corroborated signal clears the default cut-off and a
@@ -103,18 +103,6 @@ HANG_REASONS = ("collective-mismatch", "collective-behind", "no-trace", "stack-a
 
 
 _FALLBACK_EVENTS = 3
-
-
-def is_flagged(level: str | None) -> bool:
-    """True for warning and error levels (what a log flags as a problem)."""
-    parsed = Level.parse(level)
-    return parsed is not None and parsed.is_flagged
-
-
-def is_error(level: str | None) -> bool:
-    """True for ERROR-like levels (ERROR, FATAL, CRITICAL…)."""
-    parsed = Level.parse(level)
-    return parsed is not None and parsed.is_error
 
 
 def _noisy_or(weights: Iterable[float]) -> float:

@@ -34,7 +34,7 @@ from l4_plugin.analysis.evidence import (
     timed_in_stage,
 )
 from l4_plugin.analysis.failing_stage import StageReader, failing_stage
-from l4_plugin.analysis.fusion import Fusion, is_error, is_flagged
+from l4_plugin.analysis.fusion import Fusion
 from l4_plugin.analysis.hang import HangResult
 from l4_plugin.analysis.hang import analyse as analyse_hang
 from l4_plugin.analysis.lexicon import Term, default_lexicon
@@ -68,7 +68,7 @@ from l4_plugin.analysis.temporal import (
     progress_templates,
 )
 from l4_plugin.analysis.versions import OddVersion, odd_versions
-from l4_plugin.records import PRE_TRAINING_STAGES, STAGE_ORDER
+from l4_plugin.records import PRE_TRAINING_STAGES, STAGE_ORDER, is_error, is_flagged
 
 __all__ = ["Analysis", "analyze", "cross_job"]
 

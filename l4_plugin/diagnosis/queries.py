@@ -37,12 +37,11 @@ from l4_plugin.analysis.clock import (
     stated_step,
     stated_times,
 )
-from l4_plugin.analysis.fusion import is_flagged
 from l4_plugin.analysis.tables import BaselinePool, Cell, JobAttempt, JobData, JobDoc, TemplateInfo
 from l4_plugin.analysis.temporal import progress_templates
 from l4_plugin.errors import AnalysisError
 from l4_plugin.ingest.stages import default_stage_rules
-from l4_plugin.records import host_shapes, level_label, may_name_a_node
+from l4_plugin.records import host_shapes, is_flagged, level_label, may_name_a_node
 from l4_plugin.store import Store, generations, jobs
 from l4_plugin.store import fields as F
 from l4_plugin.store.events import JobEvents, Key, Metric, template_totals

@@ -21,7 +21,7 @@ from l4_plugin.ingest.reader import is_gzip, read_lines
 from l4_plugin.ingest.templates import TemplateMiner
 from l4_plugin.ingest.terminal import glued_at
 from l4_plugin.limits import MAX_LINE_CHARS, ReadLimits
-from l4_plugin.records import Level, ParsedLine, Template
+from l4_plugin.records import ParsedLine, Template, is_flagged
 
 MAX_CACHED_KEYS = 1_000_000
 MAX_FOLDED_KEYS = 250_000  # ``LineParser._masked``'s cache, a second one in front of by_masked
@@ -223,7 +223,7 @@ class LineParser:
         else:
             header = parse_header(raw)
             start, level = header.body_start, header.level
-            if "%|" in raw and not _flagged(level):
+            if "%|" in raw and not is_flagged(level):
                 start, level = _glued_record(raw) or (start, level)
             # key is raw with digits normalised, same length: the body offset applies to it.
             # ``mask`` of a key is ``mask_folded(fold(key))``: the folded keys' cache serves
@@ -242,12 +242,6 @@ class LineParser:
         return kind
 
 
-def _flagged(level: str | None) -> bool:
-    """Whether a header's level flags a problem (``Level.is_flagged``: a warning or worse)."""
-    parsed = Level.parse(level)
-    return parsed is not None and parsed.is_flagged
-
-
 def _glued_record(raw: str) -> tuple[int, str] | None:
     """Where the body of a record printed after a bar's frame begins in ``raw``, and its level,
     when that record is a warning or an error (None otherwise).
@@ -262,7 +256,7 @@ def _glued_record(raw: str) -> tuple[int, str] | None:
         return None
     header = parse_header(raw[at:])
     level = header.level
-    if level is None or not _flagged(level):
+    if level is None or not is_flagged(level):
         return None
     return at + header.body_start, level
 
