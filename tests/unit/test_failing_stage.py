@@ -124,40 +124,6 @@ def test_a_pasted_traceback_names_its_stage_by_its_innermost_frame() -> None:
     assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "checkpointing"
 
 
-def test_converting_a_zero_checkpoint_is_checkpointing() -> None:
-    # deepspeedai/DeepSpeed#1372: zero_to_fp32 gathering a ZeRO-2 checkpoint's partitions
-    tb = (
-        'File "/tmp/t/checkpoint-1/zero_to_fp32.py", line 292, in '
-        "convert_zero_checkpoint_to_fp32_state_dict\n"
-        'File "/tmp/t/checkpoint-1/zero_to_fp32.py", line 222, in '
-        "_get_fp32_state_dict_from_zero_checkpoint\n"
-        "ValueError: consumed 2160522 numels out of 2160524 - something is wrong"
-    )
-    assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "checkpointing"
-
-
-def test_lightnings_metric_sync_is_training() -> None:
-    # Lightning-AI/pytorch-lightning#19106: log_dict with keys that differ across ranks
-    tb = (
-        'File "/env/site-packages/lightning_fabric/utilities/distributed.py", line 220, in '
-        "_sync_ddp\n"
-        'File "/env/site-packages/torch/distributed/distributed_c10d.py", line 1906, in broadcast'
-        "\nRuntimeError: Detected mismatch between collectives on ranks."
-    )
-    assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "training"
-
-
-def test_hf_datasets_building_its_cache_is_data_loading() -> None:
-    # hiyouga/LlamaFactory#275: a full system disk while datasets wrote the cache of a split
-    tb = (
-        'File "/root/miniconda3/lib/python3.8/site-packages/datasets/builder.py", line 1894, in '
-        "_prepare_split_single\n    writer.write_table(table)\n"
-        'File "/root/miniconda3/lib/python3.8/site-packages/fsspec/implementations/local.py", '
-        "line 382, in write\nOSError: [Errno 28] No space left on device"
-    )
-    assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "data_loading"
-
-
 def test_building_the_model_or_its_optimizer_is_model_loading() -> None:
     # NVIDIA/TransformerEngine#1123: Megatron-core builds each submodule from its spec
     # (spec_utils.build_module); an optimizer built before training (DeepSpeed's
@@ -717,6 +683,31 @@ def test_a_faulthandler_dump_names_the_stage_by_the_crashed_threads_innermost_fr
             "    assert getattr(\n"
             "AssertionError: Dynamo only supports FSDP with use_orig_params=True",
             "training",
+        ),
+        # deepspeedai/DeepSpeed#1372: zero_to_fp32 gathering a ZeRO-2 checkpoint's partitions
+        (
+            'File "/tmp/t/checkpoint-1/zero_to_fp32.py", line 292, in '
+            "convert_zero_checkpoint_to_fp32_state_dict\n"
+            'File "/tmp/t/checkpoint-1/zero_to_fp32.py", line 222, in '
+            "_get_fp32_state_dict_from_zero_checkpoint\n"
+            "ValueError: consumed 2160522 numels out of 2160524 - something is wrong",
+            "checkpointing",
+        ),
+        # Lightning-AI/pytorch-lightning#19106: log_dict with keys that differ across ranks
+        (
+            'File "/env/site-packages/lightning_fabric/utilities/distributed.py", line 220, in '
+            "_sync_ddp\n"
+            'File "/env/site-packages/torch/distributed/distributed_c10d.py", line 1906, in '
+            "broadcast\nRuntimeError: Detected mismatch between collectives on ranks.",
+            "training",
+        ),
+        # hiyouga/LlamaFactory#275: a full system disk while datasets wrote the cache of a split
+        (
+            'File "/root/miniconda3/lib/python3.8/site-packages/datasets/builder.py", line 1894, '
+            "in _prepare_split_single\n    writer.write_table(table)\n"
+            'File "/root/miniconda3/lib/python3.8/site-packages/fsspec/implementations/local.py", '
+            "line 382, in write\nOSError: [Errno 28] No space left on device",
+            "data_loading",
         ),
         # EleutherAI/gpt-neox#835: torch's collate stacking a sample of the wrong size;
         # Lightning-AI/lit-llama#465: a packed dataset's iterator out of chunks
