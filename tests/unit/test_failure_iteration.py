@@ -486,41 +486,53 @@ def test_a_saves_failure_that_names_its_checkpoint_is_of_that_step() -> None:
     assert [i.iteration for i in report_iterations(saving, later)] == [297, 293]
 
 
+#: Bucket 280's save of step 280: begun at +60 ("… is about to be saved!"), ended at +120.
+_READY = "[Torch] Checkpoint global_step280 is ready now!"
+
+
+def _saved_at_280(tid: str, after: float, count: int, info: Any, **changes: Any) -> JobData:
+    """Bucket 280 with its save of step 280 (``_READY``, its stamped line stating the step) and
+    one more template ``tid`` (``info``) first printed ``after`` seconds into the bucket, on
+    ``count`` nodes; ``changes``: other fields of the job's data."""
+    from l4_plugin.analysis.tables import Cell, TemplateInfo
+
+    cells = {
+        (280, "begin"): (STARTS[280] + 60.0, 1),
+        (280, "ready"): (STARTS[280] + 120.0, 8),
+        (280, tid): (STARTS[280] + after, count),
+    }
+    templates = {
+        "begin": TemplateInfo("[Torch] Checkpoint global_step<NUM> is about to be saved!"),
+        "ready": TemplateInfo("[Torch] Checkpoint global_step<NUM> is ready now!"),
+        tid: info,
+    }
+    return replace(
+        _data(cells, STARTS),
+        templates=templates,
+        cells={("a", "ready"): Cell(8, 30.0, STARTS[280] + 120.0)},
+        step_lines=((STARTS[280] + 120.0, _READY),),
+        **changes,
+    )
+
+
 def test_a_save_that_states_its_step_counts_from_its_end_at_the_pace_of_training() -> None:
     # HF's loss line has no stamp: bucket 280's took a line's from a minute before it. The
     # save of step 280 began at +60 ("… is about to be saved!") and ended at +120 ("Checkpoint
     # global_step280 is ready now!"); training alone runs 2 s an iteration (the stated steps);
     # a node ran out of memory at +130: 285 (counted from the bucket's borrowed time, less
     # the save, at the buckets' pace: 281).
-    from dataclasses import replace
+    from l4_plugin.analysis.tables import TemplateInfo
 
-    from l4_plugin.analysis.tables import Cell, TemplateInfo
-
-    ready = "[Torch] Checkpoint global_step280 is ready now!"
-    cells = {
-        (280, "begin"): (STARTS[280] + 60.0, 1),
-        (280, "ready"): (STARTS[280] + 120.0, 8),
-        (280, "oom"): (STARTS[280] + 130.0, 1),
-    }
-    templates = {
-        "begin": TemplateInfo("[Torch] Checkpoint global_step<NUM> is about to be saved!"),
-        "ready": TemplateInfo("[Torch] Checkpoint global_step<NUM> is ready now!"),
-        "oom": TemplateInfo("Workers killed due to memory pressure (OOM)"),
-    }
-    data = replace(
-        _data(cells, STARTS),
-        templates=templates,
-        cells={("a", "ready"): Cell(8, 30.0, STARTS[280] + 120.0)},
-        step_lines=((STARTS[280] + 120.0, ready),),
-        step_pace=2.0,
-    )
+    oom = TemplateInfo("Workers killed due to memory pressure (OOM)")
+    data = _saved_at_280("oom", 130.0, 1, oom, step_pace=2.0)
     assert failure_iteration(data, _analysis("oom")) == (285, "oom")
     # past the next progress line at that pace (due at 290, never printed): not counted so
-    late = replace(data, iteration_cells={**cells, (280, "oom"): (STARTS[280] + 150.0, 1)})
+    cells = {**data.iteration_cells, (280, "oom"): (STARTS[280] + 150.0, 1)}
+    late = replace(data, iteration_cells=cells)
     assert failure_iteration(late, _analysis("oom")) != (295, "oom")
     # the save of an earlier bucket's step, or no pace stated: the buckets' own count
     for other in (
-        replace(data, step_lines=((STARTS[280] + 120.0, ready.replace("280", "270")),)),
+        replace(data, step_lines=((STARTS[280] + 120.0, _READY.replace("280", "270")),)),
         replace(data, step_pace=None),
     ):
         assert failure_iteration(other, _analysis("oom")) == (281, "oom")
@@ -531,28 +543,13 @@ def test_a_save_that_states_its_step_counts_at_the_bars_stated_pace() -> None:
     # ("… 2.00s/it"); the save of step 280 ended at +120 and the others' watchdog says their
     # collective began at +130 (a pod killed): five iterations on, 285 (the buckets' own
     # count, the save's minute in it: 281).
-    from l4_plugin.analysis.tables import Cell, TemplateInfo
+    from l4_plugin.analysis.tables import TemplateInfo
 
-    ready = "[Torch] Checkpoint global_step280 is ready now!"
     msg = "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType="
     msg += "ALLREDUCE) ran for 600000 milliseconds before timing out."
-    cells = {
-        (280, "begin"): (STARTS[280] + 60.0, 1),
-        (280, "ready"): (STARTS[280] + 120.0, 8),
-        (280, "wd"): (STARTS[280] + 730.0, 8),
-    }
-    templates = {
-        "begin": TemplateInfo("[Torch] Checkpoint global_step<NUM> is about to be saved!"),
-        "ready": TemplateInfo("[Torch] Checkpoint global_step<NUM> is ready now!"),
-        "wd": TemplateInfo("Watchdog caught collective operation timeout", message=msg),
-    }
-    data = replace(
-        _data(cells, STARTS),
-        templates=templates,
-        cells={("a", "ready"): Cell(8, 30.0, STARTS[280] + 120.0)},
-        step_lines=((STARTS[280] + 120.0, ready),),
-        node_iteration_seconds={("a", b): 2.0 for b in STARTS},
-    )
+    wd = TemplateInfo("Watchdog caught collective operation timeout", message=msg)
+    paced = {("a", b): 2.0 for b in STARTS}
+    data = _saved_at_280("wd", 730.0, 8, wd, node_iteration_seconds=paced)
     assert failure_iteration(data, _analysis("wd")) == (285, "wd")
     assert failure_iteration(replace(data, node_iteration_seconds={}), _analysis("wd"))[0] < 285
 
