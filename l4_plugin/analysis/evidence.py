@@ -493,16 +493,34 @@ def at_stage_start(
     the log just before the progress bar's first frame that marks training ("0%| | 0/1500"),
     so ingest tags it with the stage before. An error-level event whose every first occurrence
     lies within ``window`` (the fusion's root window) of its node's first line of ``stage``
+    (on a node whose lines carry no time: the last line its node printed before that one)
     is taken as printed in it — unless its words are a consequence's (``consequences``: a
-    watchdog's timeout just before the traceback of the save it waited in stays where it was).
+    watchdog's timeout just before the traceback of the save it waited in stays where it was)
+    and the stage holds an error of its own that is not: where the stage printed nothing but
+    consequences (a watchdog's timeout, then its boilerplate under the bar's first frame), the
+    first of them is as much the stage's as the rest.
     """
     if stage is None:
         return events
-    starts = {
-        n: first
-        for (n, s), (first, _, _, _) in data.stage_spans.items()
-        if s == stage and math.isfinite(first)
-    }
+    if not any(
+        e.stage == stage and is_error(e.level) and e.template_id not in consequences
+        for e in events
+    ):
+        consequences = frozenset()
+    starts = {n: (t, p) for (n, s), (t, _, p, _) in data.stage_spans.items() if s == stage}
+    printed: dict[str, list[float]] = {}
+    for (n, _), cell in data.cells.items():
+        printed.setdefault(n, []).append(cell.first_pos)
+
+    def at_start(e: EventStat, n: str, at: float) -> bool:
+        if n not in starts:
+            return False
+        t, p = starts[n]
+        if math.isfinite(t):
+            return abs(at - t) <= window
+        mine = e.positions.get(n, math.inf)
+        return mine < p and not any(mine < q < p for q in printed.get(n, ()))
+
     out = []
     for e in events:
         if (
@@ -510,7 +528,7 @@ def at_stage_start(
             and e.template_id not in consequences
             and is_error(e.level)
             and e.first_seen
-            and all(n in starts and abs(at - starts[n]) <= window for n, at in e.first_seen.items())
+            and all(at_start(e, n, at) for n, at in e.first_seen.items())
         ):
             e = replace(e, stage=stage)
         out.append(e)

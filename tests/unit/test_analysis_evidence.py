@@ -155,10 +155,40 @@ def test_an_error_printed_as_its_stage_began_belongs_to_it() -> None:
     # (training starts at 10.0 on node a: the error 1 ms before it; the other error 8 s before
     # it stays in init, and so does a warning)
     assert moved == {"err": "training", "early": "init", "warn": "init"}
-    # the words of a consequence (a watchdog's timeout) stay where they were printed
-    kept = at_stage_start(events, data, "training", 5.0, frozenset({"err"}))
+    # the words of a consequence (a watchdog's timeout) stay where they were printed when the
+    # stage failed with an error of its own (the save's traceback the watchdog waited in) ...
+    own = EventStat("own", "ERROR", {"a": 50.0}, {"a": 1}, "training", {"a": 40.0})
+    kept = at_stage_start((*events, own), data, "training", 5.0, frozenset({"err"}))
     assert {e.template_id: e.stage for e in kept}["err"] == "init"
+    # ... and are the stage's where it printed nothing but consequences
+    alone = at_stage_start(events, data, "training", 5.0, frozenset({"err"}))
+    assert {e.template_id: e.stage for e in alone}["err"] == "training"
     assert at_stage_start(events, data, None, 5.0) == events
+
+
+def test_an_untimed_error_just_before_its_stage_belongs_to_it() -> None:
+    # hiyouga/LlamaFactory#1845 (ZeRO-3 Mixtral): a pasted log without times, the watchdog's
+    # traceback on lines 1-3, the bar's frame that marks training on line 4, then the NCCL
+    # boilerplate; an error with another line between it and the bar stays where it was.
+    cells = {
+        ("a", "err"): Cell(1, math.inf, -math.inf, 1.0),
+        ("a", "far"): Cell(1, math.inf, -math.inf, 0.0),
+        ("a", "info"): Cell(1, math.inf, -math.inf, 0.5),
+        ("a", "bar"): Cell(1, math.inf, -math.inf, 4.0),
+    }
+    texts = {"err": "x", "far": "y", "info": "z", "bar": "w"}
+    data = _data(cells, {}, texts, {"err": "init", "far": "init", "info": "init"})
+    data.stage_spans = {("a", "init"): (math.nan, math.nan, 0.0, 3.0)}
+    data.stage_spans[("a", "training")] = (math.nan, math.nan, 4.0, 4.0)
+    for t in ("err", "far"):
+        data.templates[t].levels["ERROR"] = 1
+    events = tuple(
+        EventStat(t, "ERROR", {"a": c.first_pos}, {"a": 1}, "init", {"a": c.first_pos})
+        for (_, t), c in cells.items()
+        if t in ("err", "far")
+    )
+    moved = {e.template_id: e.stage for e in at_stage_start(events, data, "training", 5.0)}
+    assert moved == {"err": "training", "far": "init"}
 
 
 def test_fusion_discount_lowers_score_and_says_why() -> None:

@@ -379,6 +379,9 @@ CONSEQUENCES = [
     "RuntimeError: Broken pipe",
     # hiyouga/LlamaFactory#2424: torch 2.0's watchdog thread ending, its exception cut off
     "[E ProcessGroupNCCL.cpp:916] [Rank 2] NCCL watchdog thread terminated with",
+    # hiyouga/LlamaFactory#1845 (ZeRO-3 Mixtral, the paste's last line): the sentence after "Some
+    # NCCL operations have failed", cut off where the process died
+    "[E ProcessGroupNCCL.cpp:460] To avoid data inconsistency, we are taking the",
     # PaddlePaddle/Paddle#1451: glog's abort after a failed CHECK, the check's stack header
     'Fri Feb 24 15:19:45 2017[1,21]<stderr>:*** Aborted at 1487920785 (unix time) try "date -d '
     '@1487920785" if you are using GNU date ***',
