@@ -709,6 +709,38 @@ def test_a_faulthandler_dump_names_the_stage_by_the_crashed_threads_innermost_fr
             "line 382, in write\nOSError: [Errno 28] No space left on device",
             "data_loading",
         ),
+        # dmlc/dgl#4061 (DGL's dataloading package), meta-pytorch/data#1142 (torchdata's
+        # dataloader2 setting up its process group: inside a data loader, not at start-up)
+        (
+            '  File "/env/site-packages/dgl/dataloading/dataloader.py", line 496, in '
+            "_next_threaded\n    exception.reraise()\n"
+            '  File "/env/site-packages/dgl/utils/exception.py", line 57, in reraise\n'
+            "    raise exception\nRuntimeError: Caught RuntimeError in prefetcher.",
+            "data_loading",
+        ),
+        (
+            '  File "/env/site-packages/torchdata/dataloader2/reading_service.py", line 446, in '
+            "initialize\n"
+            '    self._pg = dist.new_group(backend="gloo", timeout=timedelta(seconds=30))\n'
+            '  File "/env/site-packages/torch/distributed/distributed_c10d.py", line 3505, in '
+            "new_group\nRuntimeError: Connection refused",
+            "data_loading",
+        ),
+        # NVIDIA-NeMo/Speech#7948: NeMo's exp_manager resuming a run; a script that passes
+        # resume_from_checkpoint on to HF Trainer's train is no resume by that alone
+        (
+            '  File "/opt/NeMo/nemo/utils/exp_manager.py", line 622, in check_resume\n'
+            '    raise ValueError(f"Multiple checkpoints {last_checkpoints} that matches '
+            '*last.ckpt.")\nValueError: Multiple checkpoints [] that matches *last.ckpt.',
+            "model_loading",
+        ),
+        (
+            '  File "run_clm.py", line 590, in main\n'
+            "    train_result = trainer.train(resume_from_checkpoint=checkpoint)\n"
+            '  File "/env/site-packages/transformers/trainer.py", line 1645, in on_log\n'
+            "KeyError: 'loss'",
+            "init",
+        ),
         # EleutherAI/gpt-neox#835: torch's collate stacking a sample of the wrong size;
         # Lightning-AI/lit-llama#465: a packed dataset's iterator out of chunks
         (
