@@ -726,6 +726,14 @@ def test_a_faulthandler_dump_names_the_stage_by_the_crashed_threads_innermost_fr
             "new_group\nRuntimeError: Connection refused",
             "data_loading",
         ),
+        # pytorch/pytorch#13750: a script named for what it does without a data loader
+        (
+            '  File "/home/u/nccl_hang/main_distributed_dp_nodataloader.py", line 116, in main\n'
+            '  File "/env/torch/nn/parallel/distributed.py", line 266, in '
+            "_dist_broadcast_coalesced\n"
+            "RuntimeError: open(/home/u/new_store_test.txt): No such file or directory",
+            "init",
+        ),
         # NVIDIA-NeMo/Speech#7948: NeMo's exp_manager resuming a run; a script that passes
         # resume_from_checkpoint on to HF Trainer's train is no resume by that alone
         (
