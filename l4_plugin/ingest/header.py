@@ -184,6 +184,9 @@ _INFER_ERROR = re.compile(
     r"|\bblocked for more than \d+ seconds|\b[Oo]ut of memory: Killed process\b"
     # the C++ runtime's std::terminate on an uncaught exception, and the exception's what()
     r"|^terminate called after throwing an instance of\b|^\s*what\(\):\s"
+    # a shell that could not run a job script's command (bash, dash, zsh say it so)
+    r"|\b(?:ba|da|z|k)?sh: (?:line \d+: |\d+: )?\S+: (?:command )?not found\s*$"
+    r"|\bcommand not found: \S"
 )
 # A Python exception named with its module (``pyarrow.lib.ArrowInvalid: …``, what a traceback
 # ends with) whatever its class is called; a logger's name (``transformers.trainer: …``) ends in

@@ -193,6 +193,12 @@ def test_impossible_date_is_no_timestamp() -> None:
         # Python's exceptions whose names end otherwise, as a traceback's last line
         ("StopIteration", "ERROR"),
         ("SystemExit: 2", "ERROR"),
+        # skypilot-org/skypilot#5181: the job script's shell without the command (bash; dash and
+        # zsh word it so too)
+        ("bash: torchrun: command not found", "ERROR"),
+        ("/bin/sh: 1: deepspeed: not found", "ERROR"),
+        ("zsh: command not found: accelerate", "ERROR"),
+        ("the step was not found in the cache: retrying", None),
         ("a what(): in prose", None),
         ("the loop ends at StopIteration of its iterator", None),
         ("all good", None),

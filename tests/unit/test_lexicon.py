@@ -293,6 +293,26 @@ CAUSES = [
     ),
     # hiyouga/LlamaFactory#6268: a framework refusing a launch
     ("ValueError: Please use `FORCE_TORCHRUN=1` to launch DeepSpeed training.", "user/config"),
+    # huggingface/pytorch-image-models#1724: torch 2.0's launcher and a script parsing
+    # --local_rank
+    ("train.py: error: unrecognized arguments: --local-rank=0", "user/software-incompatibility"),
+    ("train.py: error: unrecognized arguments: --lr-warmup 5", "user/config"),
+    # skypilot-org/skypilot#5181: a PATH without the virtualenv's torchrun
+    ("(head, rank=0, pid=1113) bash: torchrun: command not found", "user/config"),
+    ("/bin/sh: 1: deepspeed: not found", "user/config"),
+    # hiyouga/LlamaFactory#4359: torchrun with NCCL on Windows
+    ('RuntimeError: Distributed package doesn\'t have NCCL built in', "user/config"),
+    # rasbt/LLMs-from-scratch#375: torch 2.4's TCPStore on a Windows build
+    (
+        "RuntimeError: use_libuv was requested but PyTorch was build without libuv support",
+        "user/software-incompatibility",
+    ),
+    # mosaicml/streaming#306: two runs started on one local cache directory
+    (
+        "ValueError: Reused local directory: ['/nvme/c4/train_small'] vs ['/nvme/c4/train_small']."
+        " Provide a different one.",
+        "user/config",
+    ),
     # pytorch/pytorch#38079 shape (a resumed run whose model changed)
     (
         "size mismatch for model.embed_tokens.weight: copying a param with shape "
