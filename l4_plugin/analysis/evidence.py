@@ -503,8 +503,7 @@ def at_stage_start(
     if stage is None:
         return events
     if not any(
-        e.stage == stage and is_error(e.level) and e.template_id not in consequences
-        for e in events
+        e.stage == stage and is_error(e.level) and e.template_id not in consequences for e in events
     ):
         consequences = frozenset()
     starts = {n: (t, p) for (n, s), (t, _, p, _) in data.stage_spans.items() if s == stage}

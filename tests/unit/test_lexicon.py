@@ -301,7 +301,7 @@ CAUSES = [
     ("(head, rank=0, pid=1113) bash: torchrun: command not found", "user/config"),
     ("/bin/sh: 1: deepspeed: not found", "user/config"),
     # hiyouga/LlamaFactory#4359: torchrun with NCCL on Windows
-    ('RuntimeError: Distributed package doesn\'t have NCCL built in', "user/config"),
+    ("RuntimeError: Distributed package doesn't have NCCL built in", "user/config"),
     # rasbt/LLMs-from-scratch#375: torch 2.4's TCPStore on a Windows build
     (
         "RuntimeError: use_libuv was requested but PyTorch was build without libuv support",
