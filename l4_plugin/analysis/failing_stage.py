@@ -7,6 +7,9 @@ errors in the order they were printed):
 
 * a job whose failure began while it was training did not fail in start-up, whatever the ranks
   printed after it (torchrun restarts the workers, which go through start-up again);
+* a job loading its data or its model failed in whichever of the two the root record's
+  frames or words name (the order of the two differs per framework; the last marker may be
+  the other's);
 * a job in training whose root record's *innermost* stack frame belongs to another stage failed
   there: a DataLoader worker's death, a checkpoint save, a resume's load all happen while the
   iteration markers say "training" (and a DataLoader's after a save's marker);
@@ -52,6 +55,9 @@ _WITHIN = {
     "training": ("data_loading", "model_loading", "checkpointing"),
     "checkpointing": ("data_loading",),
 }
+#: Start-up stages whose order differs per framework: a failing record's frames or words
+#: choose between them over the last marker.
+_LOADING = ("data_loading", "model_loading")
 #: Stages of a running job: a root cause printed in one was not a start-up failure.
 _RUNNING = ("training", "checkpointing")
 #: The failing records (most telling first) whose stage or stack is the root's.
@@ -101,6 +107,15 @@ def failing_stage(
             inner = _first_stage(reader.stage_of_stack, [_text(data, t) for t in ranks[:_INNER]])
             if inner in _WITHIN.get(stage, ()):
                 return inner
+        if stage in _LOADING:
+            # Loading the data and the model interleave (a dataset indexed after the weights
+            # load, the first batch fetched after both): the root record's own frames, or
+            # words only one of them prints (a DataLoader worker's death, a state dict that
+            # does not fit), say which of the two it was in, past the last marker.
+            other = _first_stage(reader.stage_of_stack, texts[:_INNER])
+            other = other or _first_stage(reader.stage_of_words, texts[:1])
+            if other in _LOADING:
+                return other
         return stage
     # Only the root's records: the stacks of ranks that failed in reaction were wherever they
     # happened to be.
