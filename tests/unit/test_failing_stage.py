@@ -96,6 +96,26 @@ def test_a_dataloader_failure_after_a_saves_marker_is_data_loading() -> None:
     assert failing_stage(data, _marked("checkpointing"), ["tb"], RULES) == "checkpointing"
 
 
+def test_loading_the_data_or_the_model_is_what_the_failing_record_names() -> None:
+    # open-mmlab/mmdetection#1997: the weights loaded (the last marker model loading's), the
+    # annotations indexed, then a DataLoader worker's bus error; a state dict that does not fit
+    # after the data's marker is the model's. Other words keep the marker's stage.
+    bus = "ERROR: Unexpected bus error encountered in worker. This might be caused by shm."
+    spans = {("n", "init"): (0, 1), ("n", "model_loading"): (1, 9)}
+    assert failing_stage(_data([("e", bus)], spans), _marked("model_loading"), ["e"], RULES) == (
+        "data_loading"
+    )
+    fit = "RuntimeError: Error(s) in loading state_dict for GPT: size mismatch for wte"
+    spans = {("n", "init"): (0, 1), ("n", "data_loading"): (1, 9)}
+    assert failing_stage(_data([("e", fit)], spans), _marked("data_loading"), ["e"], RULES) == (
+        "model_loading"
+    )
+    ecc = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    assert failing_stage(_data([("e", ecc)], spans), _marked("data_loading"), ["e"], RULES) == (
+        "data_loading"
+    )
+
+
 def test_the_kernels_lines_before_a_ranks_traceback_do_not_hide_its_stack() -> None:
     # Lustre: the kernel's eviction and its lost connection lead; the rank's traceback in the
     # checkpoint writer's frames says the job was saving.
@@ -733,6 +753,21 @@ def test_a_faulthandler_dump_names_the_stage_by_the_crashed_threads_innermost_fr
             "_dist_broadcast_coalesced\n"
             "RuntimeError: open(/home/u/new_store_test.txt): No such file or directory",
             "init",
+        ),
+        # open-mmlab/mmaction2#313: mmcv's runner evaluating in its after-epoch hook;
+        # Lightning's fit loop
+        (
+            '  File "/env/site-packages/mmcv/runner/epoch_based_runner.py", line 54, in train\n'
+            "    self.call_hook('after_train_epoch')\n"
+            '  File "/w/mmaction/core/evaluation/eval_hooks.py", line 265, in after_train_epoch\n'
+            "RuntimeError: replicas_[0].size() == rebuilt_param_indices_.size() INTERNAL ASSERT",
+            "training",
+        ),
+        (
+            '  File "/env/site-packages/pytorch_lightning/loops/fit_loop.py", line 266, in '
+            "advance\n    self._outputs = self.epoch_loop.run(self._data_fetcher)\n"
+            "KeyError: 'loss'",
+            "training",
         ),
         # NVIDIA-NeMo/Speech#7948: NeMo's exp_manager resuming a run; a script that passes
         # resume_from_checkpoint on to HF Trainer's train is no resume by that alone
