@@ -395,6 +395,14 @@ CONSEQUENCES = [
     '  File \\"/home/ray/anaconda3/lib/python3.9/site-packages/torch/distributed/elastic/'
     'metrics/api.py\\", line 125, in wrapper\n'
     "    result = f(*args, **kwargs)",
+    # pytorch/pytorch#150916: torchrun's own frames under Python 3.12, carets under each call,
+    # the paste cut before the exception
+    "Traceback (most recent call last):\n"
+    '  File "/venv/bin/torchrun", line 8, in <module>\n'
+    "    sys.exit(main())\n"
+    "             ^^^^^^\n"
+    '  File "/venv/lib/python3.12/site-packages/torch/distributed/run.py", line 918, in main\n'
+    "    run(args)",
     # meta-pytorch/torchx#540: c10d's rendezvous store writing to a socket whose end is gone
     "RuntimeError: Broken pipe",
     # hiyouga/LlamaFactory#2424: torch 2.0's watchdog thread ending, its exception cut off
