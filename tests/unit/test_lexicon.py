@@ -293,6 +293,13 @@ CAUSES = [
     ),
     # hiyouga/LlamaFactory#6268: a framework refusing a launch
     ("ValueError: Please use `FORCE_TORCHRUN=1` to launch DeepSpeed training.", "user/config"),
+    # ray-project/ray#31828: a Ray Train worker killed for its container's memory
+    (
+        "2023-01-17 17:21:35,472\tWARNING worker.py:1829 -- A worker died or was killed while "
+        "executing a task by an unexpected system error. To troubleshoot the problem, check the "
+        "logs for the dead worker.",
+        "user/config",
+    ),
     # huggingface/pytorch-image-models#1724: torch 2.0's launcher and a script parsing
     # --local_rank
     ("train.py: error: unrecognized arguments: --local-rank=0", "user/software-incompatibility"),
@@ -346,6 +353,9 @@ CONSEQUENCES = [
     "previous error messages for a cause. After fixing the issue (assuming that the error is not "
     "caused by your own application logic, but rather an error such as OOM), you can restart the "
     "run from scratch or continue this run.",
+    # ray-project/ray#31828: Ray 2.2's trial runner on the same
+    "2023-01-17 17:21:35,509\tERROR trial_runner.py:980 -- Trial TorchTrainer_b13e7_00000: Error "
+    "processing event.",
     # ray-project/ray#36537
     "2023-06-17 02:16:38,194 ERROR tune_controller.py:905 -- Trial task failed for trial "
     "TransformersTrainer_31d61_00000",
