@@ -769,6 +769,15 @@ def test_a_faulthandler_dump_names_the_stage_by_the_crashed_threads_innermost_fr
             "KeyError: 'loss'",
             "training",
         ),
+        # haotian-liu/LLaVA#1496: HF Trainer resuming from a checkpoint without its state
+        (
+            '  File "/transformers/trainer.py", line 1850, in train\n'
+            "    state = TrainerState.load_from_json(os.path.join(resume_from_checkpoint, NAME))\n"
+            '  File "/transformers/trainer_callback.py", line 148, in load_from_json\n'
+            '    with open(json_path, "r", encoding="utf-8") as f:\n'
+            "FileNotFoundError: [Errno 2] No such file or directory: './ckpt/trainer_state.json'",
+            "model_loading",
+        ),
         # NVIDIA-NeMo/Speech#7948: NeMo's exp_manager resuming a run; a script that passes
         # resume_from_checkpoint on to HF Trainer's train is no resume by that alone
         (
