@@ -20,7 +20,7 @@ from l4_plugin.analysis.params import DEFAULT_OPTIONS, AnalysisOptions
 from l4_plugin.analysis.results import EventStat, Slowdown, StragglerResult
 from l4_plugin.analysis.tables import JobData
 from l4_plugin.records import Level, is_error, is_flagged
-from l4_plugin.stacks import bare
+from l4_plugin.stacks import FRAME, bare
 
 # Kernel, BMC and Slurm lines carry no level; these words give them one.
 _ERROR_WORDS = re.compile(
@@ -496,15 +496,22 @@ def at_stage_start(
     (on a node whose lines carry no time: the last line its node printed before that one)
     is taken as printed in it — unless its words are a consequence's (``consequences``: a
     watchdog's timeout just before the traceback of the save it waited in stays where it was)
-    and the stage holds an error of its own that is not: where the stage printed nothing but
-    consequences (a watchdog's timeout, then its boilerplate under the bar's first frame), the
-    first of them is as much the stage's as the rest.
+    and the stage holds an error of its own that is not, or a stack that says where it stood
+    (the save's frames waiting in its all-reduce): where the stage printed nothing but a
+    consequence's words (a watchdog's timeout, then its boilerplate under the bar's first
+    frame), the first of them is as much the stage's as the rest.
     """
     if stage is None:
         return events
-    if not any(
-        e.stage == stage and is_error(e.level) and e.template_id not in consequences for e in events
-    ):
+
+    def own(e: EventStat) -> bool:
+        info = data.templates.get(e.template_id)
+        where = info is not None and FRAME.search(info.message) is not None
+        return (
+            e.stage == stage and is_error(e.level) and (e.template_id not in consequences or where)
+        )
+
+    if not any(own(e) for e in events):
         consequences = frozenset()
     starts = {n: (t, p) for (n, s), (t, _, p, _) in data.stage_spans.items() if s == stage}
     printed: dict[str, list[float]] = {}

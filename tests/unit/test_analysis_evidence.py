@@ -160,8 +160,20 @@ def test_an_error_printed_as_its_stage_began_belongs_to_it() -> None:
     own = EventStat("own", "ERROR", {"a": 50.0}, {"a": 1}, "training", {"a": 40.0})
     kept = at_stage_start((*events, own), data, "training", 5.0, frozenset({"err"}))
     assert {e.template_id: e.stage for e in kept}["err"] == "init"
-    # ... and are the stage's where it printed nothing but consequences
-    alone = at_stage_start(events, data, "training", 5.0, frozenset({"err"}))
+    # ... or a stack that says where it stood, its words a consequence's too (real-dev's
+    # moss: the save's frames waiting in its all-reduce, the watchdog's timeout before them) ...
+    stack = EventStat("stack", "ERROR", {"a": 50.0}, {"a": 1}, "training", {"a": 40.0})
+    data.templates["stack"] = TemplateInfo(text="Traceback (most recent call last):")
+    data.templates["stack"].message = (
+        'Traceback (most recent call last):\n  File "/w/train.py", line 9, in save_checkpoint\n'
+        '  File "/env/torch/distributed/distributed_c10d.py", line 1, in all_reduce'
+    )
+    said = frozenset({"err", "stack"})
+    kept = at_stage_start((*events, stack), data, "training", 5.0, said)
+    assert {e.template_id: e.stage for e in kept}["err"] == "init"
+    # ... and are the stage's where it printed nothing but a consequence's words
+    data.templates["stack"].message = "[Rank 0] Some NCCL operations have failed or timed out."
+    alone = at_stage_start((*events, stack), data, "training", 5.0, said)
     assert {e.template_id: e.stage for e in alone}["err"] == "training"
     assert at_stage_start(events, data, None, 5.0) == events
 
