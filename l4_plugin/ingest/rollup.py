@@ -558,6 +558,10 @@ class NodeRollup:
         # error's own words, whatever they say (NCCL's last warning, bare).
         last_error = False
         last_error_rank: int | None = None
+        # ... or an error whose message ends announcing more ("Error recorded from
+        # training_loop: From /job:worker/replica:0/task:0:"): its next line, when that line
+        # has no level and no time of its own, is the rest of the message.
+        said_more = False
         for chunk in chunks:
             lines, kinds, block, base = chunk[:4]
             if not base and block is not None and block.ref is not None:
@@ -732,8 +736,10 @@ class NodeRollup:
                     and not blank
                     and line_rank == last_error_rank
                     and not (kind.emitter == "nccl" and kind.level in _OPEN_LEVELS)
+                    and not (said_more and (kind.level is not None or kind.has_timestamp))
                 )
                 last_error = last_error and blank
+                said_more = said_more and last_error
                 if chain is not None and tb is None:
                     body = _after_prefix(raw, prefix_end)
                     # (the kind's body: the message past a collector's or a pod log's time)
@@ -913,6 +919,9 @@ class NodeRollup:
                 if joined or opener or open_level:
                     open_group, open_kept = group, this_kept
                     open_first, open_lines = group.count == 1, 0
+                    if open_level and not joined and kind.body.endswith(":"):
+                        last_error = said_more = True
+                        last_error_rank = line_rank
                 elif not blank:
                     open_group = open_kept = None
                 if then is not None and then != stage:

@@ -502,6 +502,26 @@ def test_torchs_nccl_error_with_nccls_last_error_is_one_record(rules: StageRules
         assert group.message.endswith(labelled[-1])
 
 
+def test_an_error_whose_message_ends_announcing_more_takes_its_next_bare_line(
+    rules: StageRules,
+) -> None:
+    # tensorflow/tpu#785: TPUEstimator's error names the task, its message on the next line; a
+    # next line with a level or a time of its own is a record of its own.
+
+    lines = [
+        "ERROR:tensorflow:Error recorded from training_loop: From /job:worker/replica:0/task:0:",
+        "Core halted unexpectedly: No error message available as no compiler metadata was found.",
+        "INFO:tensorflow:training_loop marked as finished",
+    ]
+    rollup = _scanned(rules, lines)
+    assert len(rollup.groups) == 2
+    error = next(g for k, g in rollup.groups.items() if k[0].level == "ERROR")
+    assert error.message.endswith(lines[1])
+    for own in ("WARNING:tensorflow:Reraising captured error", "2024-01-02 03:04:05 core halted"):
+        rollup = _scanned(rules, [lines[0], own])
+        assert len(rollup.groups) == 2, own
+
+
 def test_the_line_after_nccls_last_error_is_its_words_whatever_they_are(
     rules: StageRules,
 ) -> None:
