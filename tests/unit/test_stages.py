@@ -41,6 +41,19 @@ def _body(raw: str) -> str:
         # a custom loop's print() behind torchrun's --tee label and mpirun's
         ("[default0]:step 17 loss 0.2758", 17),
         ("[1,0]<stdout>:step 9 | loss 2.31", 9),
+        # TF Estimator's loss hook (NVIDIA/DeepLearningExamples' BERT with LAMB), as Python's
+        # logging and as absl's glog-style line; detectron2's metrics line
+        ("INFO:tensorflow:loss = 11.222988, step = 1", 1),
+        (
+            "I0606 09:26:10.654364 46912496659904 basic_session_run_hooks.py:262] loss = 9.5, "
+            "step = 101 (2.707 sec)",
+            101,
+        ),
+        (
+            "[03/02 11:20:13 d2.utils.events]:  eta: 0:10:54  iter: 19  total_loss: 2.318  "
+            "loss_cls: 0.7263  time: 0.3412  lr: 0.00039962  max_mem: 2876M",
+            19,
+        ),
         # Lightning's bar: the trainer's global step; where tqdm shows it in scientific
         # notation (shorter for 1000.0), the bar's batch
         (
