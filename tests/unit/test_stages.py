@@ -54,6 +54,8 @@ def _body(raw: str) -> str:
             "loss_cls: 0.7263  time: 0.3412  lr: 0.00039962  max_mem: 2876M",
             19,
         ),
+        # RETURNN's progress: an epoch and a step, no loss by that name
+        ("ep 1 train, step 97, ce 0.859, fer 0.977, mem_usage:cuda:0 1.6GB", 97),
         # Lightning's bar: the trainer's global step; where tqdm shows it in scientific
         # notation (shorter for 1000.0), the bar's batch
         (
