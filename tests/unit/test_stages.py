@@ -56,6 +56,9 @@ def _body(raw: str) -> str:
         ),
         # RETURNN's progress: an epoch and a step, no loss by that name
         ("ep 1 train, step 97, ce 0.859, fer 0.977, mem_usage:cuda:0 1.6GB", 97),
+        # PaddlePaddle's pass and batch, behind mpirun's label (PaddlePaddle/Paddle#14739)
+        ("Tue Dec  4 23:03:36 2018[1,8]<stdout>:PassID 0, BatchID 0001, Test Loss 0.59", 1),
+        ("Pass 3, Batch 200, Cost 0.693147", 200),
         # Lightning's bar: the trainer's global step; where tqdm shows it in scientific
         # notation (shorter for 1000.0), the bar's batch
         (
