@@ -10,6 +10,7 @@ the recipe (:mod:`l4_plugin.analysis.recipe`) runs them.
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Mapping
@@ -505,18 +506,16 @@ def at_stage_start(
         return events
 
     def own(e: EventStat) -> bool:
+        if e.stage != stage or not is_error(e.level):
+            return False
         info = data.templates.get(e.template_id)
         where = info is not None and FRAME.search(info.message) is not None
-        return (
-            e.stage == stage and is_error(e.level) and (e.template_id not in consequences or where)
-        )
+        return e.template_id not in consequences or where
 
     if not any(own(e) for e in events):
         consequences = frozenset()
     starts = {n: (t, p) for (n, s), (t, _, p, _) in data.stage_spans.items() if s == stage}
-    printed: dict[str, list[float]] = {}
-    for (n, _), cell in data.cells.items():
-        printed.setdefault(n, []).append(cell.first_pos)
+    printed: dict[str, list[float]] = {}  # each node's first positions, sorted (when needed)
 
     def at_start(e: EventStat, n: str, at: float) -> bool:
         if n not in starts:
@@ -525,7 +524,16 @@ def at_stage_start(
         if math.isfinite(t):
             return abs(at - t) <= window
         mine = e.positions.get(n, math.inf)
-        return mine < p and not any(mine < q < p for q in printed.get(n, ()))
+        if not mine < p:
+            return False
+        if not printed:
+            for (node, _), cell in data.cells.items():
+                printed.setdefault(node, []).append(cell.first_pos)
+            for positions in printed.values():
+                positions.sort()
+        after = printed.get(n, [])
+        i = bisect.bisect_right(after, mine)
+        return i == len(after) or after[i] >= p
 
     out = []
     for e in events:
