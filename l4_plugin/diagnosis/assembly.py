@@ -167,6 +167,37 @@ def _slowdown_line(
     )
 
 
+def with_last_progress(
+    data: JobData, events: Sequence[ReportEvent], verdict: Verdict
+) -> tuple[ReportEvent, ...]:
+    """``events`` and, when the verdict names no cause (a job that stopped without an error
+    line: an early return, a quiet exit), the last progress line the job printed, last: where
+    it stood when it ended. Unchanged when a cause is named, no line states progress, or that
+    line's template is an event already."""
+    if verdict.category != "unknown" or not data.progress_lines:
+        return tuple(events)
+    node, tid, _, t, line = max(
+        data.progress_lines, key=lambda r: (-1 if r[2] is None else r[2], r[3], r[0])
+    )
+    if any(e.template_id == tid for e in events):
+        return tuple(events)
+    cell = data.cells.get((node, tid))
+    last = ReportEvent(
+        template_id=tid,
+        template=data.templates[tid].text if tid in data.templates else "",
+        sample=line,
+        sample_node=node,
+        score=0.0,
+        nodes=(node,),
+        count=cell.count if cell is not None else 1,
+        first_seen=iso(t, data.time_unit) if math.isfinite(t) else None,
+        level=None,
+        stage="training",
+        reasons=("last-progress",),
+    )
+    return (*events, last)
+
+
 def _slowdown(analysis: Analysis) -> ReportSlowdown | None:
     slow = analysis.slowdown
     if slow is None:

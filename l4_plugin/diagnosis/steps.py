@@ -34,6 +34,7 @@ from l4_plugin.diagnosis.assembly import (
     decide_verdict,
     findings,
     report_events,
+    with_last_progress,
 )
 from l4_plugin.diagnosis.attempts import outcome, silent_outcome, with_attempts
 from l4_plugin.diagnosis.pool import Warn, find_pool
@@ -171,6 +172,7 @@ def diagnose(
     samples = timed("fetch sample lines", lambda: _sample_lines(store, data, result))
     events = report_events(data, result, samples)
     verdict = timed("decide verdict", lambda: decide_verdict(data, result, events, matches))
+    events = with_last_progress(data, events, verdict)
     report = build_report(
         data,
         result,

@@ -943,3 +943,36 @@ def test_a_stuck_collectives_start_counts_past_the_lines_a_kill_lost() -> None:
         templates={"oom": TemplateInfo("[Rank <RANK>] Watchdog caught <*>", message=watchdog)},
     )
     assert [i.why for i in report_iterations(_oom_analysis(), barred)][:1] != ["clock"]
+
+
+def test_a_job_that_ended_with_no_cause_named_shows_its_last_progress_line() -> None:
+    # PaddlePaddle/Paddle#14739: a trainer returned early after a test pass (its AUC under a
+    # threshold) and the job ended quietly; no line names a cause, its last progress line says
+    # where it stood. With a cause named, or its template an event already, nothing is added.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.tables import TemplateInfo
+    from l4_plugin.diagnosis.assembly import with_last_progress
+    from l4_plugin.records import Verdict
+    from l4_plugin.report.model import ReportEvent
+
+    last = "PassID 0, BatchID 0002, Test Loss 0.59, Auc 0.58"
+    data = replace(
+        _data([], T0 + 600.0),
+        templates={"pb": TemplateInfo("PassID <NUM>, BatchID <NUM>, Test Loss <NUM>")},
+        progress_lines=(
+            ("n1", "pb", 1, T0 + 5.0, last.replace("0002", "0001")),
+            ("n1", "pb", 2, T0 + 9.0, last),
+        ),
+    )
+    shutdown = ReportEvent(
+        "exc", "Exception in <*>", "Exception in thread", "n1", 0.5, ("n1",), 1, None, "ERROR",
+        "training", ("error-level",),
+    )  # fmt: skip
+    unknown = Verdict("unknown", "unknown", (), "as-is", 0.2, ("no rule",))
+    events = with_last_progress(data, (shutdown,), unknown)
+    assert [e.template_id for e in events] == ["exc", "pb"]
+    assert events[1].sample == last and events[1].reasons == ("last-progress",)
+    named = replace(unknown, category="user/config")
+    assert with_last_progress(data, (shutdown,), named) == (shutdown,)
+    assert with_last_progress(data, events, unknown) == events
