@@ -890,3 +890,16 @@ def test_a_faulthandler_stack_waiting_in_a_collective_is_a_consequence() -> None
     )
     term = LEX.classify_record(stack)
     assert term is not None and term.cascade and term.category == "framework"
+
+
+def test_a_long_traceback_ending_in_an_unknown_exception_is_read_in_one_pass() -> None:
+    # The frames-only entry is tried on a whole record whose last line names nothing the
+    # lexicon knows; a frame's indentation split two ways per frame made that 4^frames steps
+    # (a 60-frame traceback never returned). It reads each frame once now.
+    frames = "".join(
+        f'  File "/env/lib/pkg/mod{i}.py", line {i}, in call{i}\n    inner(a, b)\n        ^^^^^\n'
+        for i in range(60)
+    )
+    record = f"Traceback (most recent call last):\n{frames}pkg.errors.CustomThing: boom"
+    assert LEX.classify_record(record) is None
+    assert LEX.classify_record(f"Traceback (most recent call last):\n{frames}") is not None
