@@ -151,6 +151,14 @@ def _slowdown_line(
     _, node, tid, t, line = min(rows)
     if any(e.template_id == tid for e in events):
         return None
+    return _progress_event(data, node, tid, t, line, f"slowdown-line:{slow.first_iteration}")
+
+
+def _progress_event(
+    data: JobData, node: str, tid: str, t: float, line: str, reason: str
+) -> ReportEvent:
+    """A progress line (``JobData.progress_lines``' row) as an event the report adds: no score
+    of its own, ``reason`` its only reason."""
     cell = data.cells.get((node, tid))
     return ReportEvent(
         template_id=tid,
@@ -163,7 +171,7 @@ def _slowdown_line(
         first_seen=iso(t, data.time_unit) if math.isfinite(t) else None,
         level=None,
         stage="training",
-        reasons=(f"slowdown-line:{slow.first_iteration}",),
+        reasons=(reason,),
     )
 
 
@@ -181,21 +189,7 @@ def with_last_progress(
     )
     if any(e.template_id == tid for e in events):
         return tuple(events)
-    cell = data.cells.get((node, tid))
-    last = ReportEvent(
-        template_id=tid,
-        template=data.templates[tid].text if tid in data.templates else "",
-        sample=line,
-        sample_node=node,
-        score=0.0,
-        nodes=(node,),
-        count=cell.count if cell is not None else 1,
-        first_seen=iso(t, data.time_unit) if math.isfinite(t) else None,
-        level=None,
-        stage="training",
-        reasons=("last-progress",),
-    )
-    return (*events, last)
+    return (*events, _progress_event(data, node, tid, t, line, "last-progress"))
 
 
 def _slowdown(analysis: Analysis) -> ReportSlowdown | None:
