@@ -175,6 +175,20 @@ def _progress_event(
     )
 
 
+def decided(
+    data: JobData,
+    analysis: Analysis,
+    samples: Mapping[str, Mapping[str, Any]],
+    rule_matches: Sequence[RuleMatch],
+) -> tuple[Verdict, tuple[ReportEvent, ...]]:
+    """The verdict on the report's events (:func:`report_events`, :func:`decide_verdict`), and
+    those events as the report shows them: the last progress line added when the verdict names
+    no cause (:func:`with_last_progress`)."""
+    events = report_events(data, analysis, samples)
+    verdict = decide_verdict(data, analysis, events, rule_matches)
+    return verdict, with_last_progress(data, events, verdict)
+
+
 def with_last_progress(
     data: JobData, events: Sequence[ReportEvent], verdict: Verdict
 ) -> tuple[ReportEvent, ...]:

@@ -32,9 +32,9 @@ from l4_plugin.diagnosis.assembly import (
     build_extras,
     build_report,
     decide_verdict,
+    decided,
     findings,
     report_events,
-    with_last_progress,
 )
 from l4_plugin.diagnosis.attempts import outcome, silent_outcome, with_attempts
 from l4_plugin.diagnosis.pool import Warn, find_pool
@@ -170,9 +170,7 @@ def diagnose(
     if result is None:
         result = timed("analyse", lambda: analysed(data))
     samples = timed("fetch sample lines", lambda: _sample_lines(store, data, result))
-    events = report_events(data, result, samples)
-    verdict = timed("decide verdict", lambda: decide_verdict(data, result, events, matches))
-    events = with_last_progress(data, events, verdict)
+    verdict, events = timed("decide verdict", lambda: decided(data, result, samples, matches))
     report = build_report(
         data,
         result,
