@@ -357,20 +357,15 @@ def test_the_line_where_a_slowdown_began_is_an_event() -> None:
     from l4_plugin.diagnosis.assembly import decide_verdict, report_events
 
     line = " iteration        8/      40 | elapsed time per iteration (ms): 1035.1 |"
+    first = " iteration        1/      40 | elapsed time per iteration (ms): 8635.4 |"
+    rows = [
+        ("n1", "it", 0, T0, first),
+        ("n1", "it", 8, T0 + 9.0, line),
+        ("n1", "it", 9, T0 + 10.0, line.replace("8/", "9/")),
+    ]
     data = replace(
-        _data([], T0 + 600.0),
+        _data(rows, T0 + 600.0),
         templates={"it": TemplateInfo("iteration <NUM>/ <NUM> | elapsed time per iteration")},
-        progress_lines=(
-            (
-                "n1",
-                "it",
-                0,
-                T0,
-                " iteration        1/      40 | elapsed time per iteration (ms): 8635.4 |",
-            ),
-            ("n1", "it", 8, T0 + 9.0, line),
-            ("n1", "it", 9, T0 + 10.0, line.replace("8/", "9/")),
-        ),
         iteration_cells={(b, "it"): (T0 + b, 1) for b in range(14)},
         node_iteration_seconds={("n1", b): 0.05 if b < 8 else 1.0 for b in range(14)},
     )
@@ -957,13 +952,13 @@ def test_a_job_that_ended_with_no_cause_named_shows_its_last_progress_line() -> 
     from l4_plugin.report.model import ReportEvent
 
     last = "PassID 0, BatchID 0002, Test Loss 0.59, Auc 0.58"
+    rows = [
+        ("n1", "pb", 1, T0 + 5.0, last.replace("0002", "0001")),
+        ("n1", "pb", 2, T0 + 9.0, last),
+    ]
     data = replace(
-        _data([], T0 + 600.0),
+        _data(rows, T0 + 600.0),
         templates={"pb": TemplateInfo("PassID <NUM>, BatchID <NUM>, Test Loss <NUM>")},
-        progress_lines=(
-            ("n1", "pb", 1, T0 + 5.0, last.replace("0002", "0001")),
-            ("n1", "pb", 2, T0 + 9.0, last),
-        ),
     )
     shutdown = ReportEvent(
         "exc", "Exception in <*>", "Exception in thread", "n1", 0.5, ("n1",), 1, None, "ERROR",
