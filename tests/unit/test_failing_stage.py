@@ -157,6 +157,54 @@ def test_building_the_model_or_its_optimizer_is_model_loading() -> None:
         assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "model_loading"
 
 
+@pytest.mark.parametrize(
+    ("frame", "error"),
+    [
+        # Lightning-AI/pytorch-lightning#10379: metrics synced as they are logged (1.5's names)
+        (
+            'File "/env/site-packages/pytorch_lightning/utilities/distributed.py", line 158, in '
+            "sync_ddp_if_available",
+            "RuntimeError: Tensors must be CUDA and dense",
+        ),
+        # modelscope/ms-swift#10183: DDP broadcasting its buffers before a forward
+        (
+            'File "/env/site-packages/torch/nn/parallel/distributed.py", line 2231, in '
+            "_sync_buffers",
+            "RuntimeError: Detected mismatch between collectives on ranks.",
+        ),
+        # pytorch/torchtitan#774: a pipeline schedule stepping its microbatches
+        (
+            'File "/env/site-packages/torch/distributed/pipelining/schedules.py", line 1251, in '
+            "_step_microbatches",
+            "KeyError: 6",
+        ),
+    ],
+)
+def test_a_step_of_syncs_buffers_and_pipelines_is_training(frame: str, error: str) -> None:
+    tb = f"{frame}\n    x = y\n{error}"
+    assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "training"
+
+
+def test_a_jit_built_op_is_set_up_with_the_model() -> None:
+    # DeepSpeed builds its optimizer's ops with torch.utils.cpp_extension as the engine starts:
+    # OpenRLHF/OpenRLHF#208 (its lock held), deepspeedai/DeepSpeed#5627 (no ninja on a node).
+    for line in (
+        "Using <PATH> as PyTorch extensions root...",
+        "Building extension module cpu_adam...",
+        "Loading extension module fused_adam...",
+    ):
+        assert RULES.marker_stage(line) == "model_loading"
+    # QwenLM/Qwen#1125, pytorch/pytorch#69746: the build's own failure, alone
+    for words in (
+        "nvcc fatal   : Unsupported gpu architecture 'compute_89'",
+        "RuntimeError: Error building extension 'fused_adam'",
+        "ninja: build stopped: subcommand failed.",
+    ):
+        assert RULES.stage_of_words(words) == "model_loading"
+    # Triton compiling a kernel at a step's first call is no such build
+    assert RULES.stage_of_words("ptxas fatal   : Value 'sm_100' is not defined") is None
+
+
 def test_rich_frames_printed_above_the_error_count() -> None:
     # accelerate launch prints a rich traceback: the frames are lines of their own above it.
     lines = [
@@ -216,6 +264,18 @@ def test_a_job_that_saved_a_step_before_failing_was_training() -> None:
             "training",
         ),
         ("RuntimeError: CUDA error: device-side assert triggered", "training"),
+        # KellerJordan/modded-nanogpt#61: more ranks than GPUs; CUDA's hint on device-side
+        # assertions, which ends every CUDA error, says nothing of the stage
+        (
+            "RuntimeError: CUDA error: invalid device ordinal\nCompile with `TORCH_USE_CUDA_DSA`"
+            " to enable device-side assertions.",
+            "init",
+        ),
+        (
+            "RuntimeError: CUDA error: an unknown failure\nCompile with `TORCH_USE_CUDA_DSA` to "
+            "enable device-side assertions.",
+            "init",
+        ),
         # tensorflow/tpu#785: TPUEstimator's training loop recording a TPU's error
         (
             "ERROR:tensorflow:Error recorded from training_loop: From /job:worker/replica:0/"
