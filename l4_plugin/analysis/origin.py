@@ -51,6 +51,9 @@ _DISPATCH = re.compile(
     r"^(?:_call_impl|_wrapped_call_impl|__call__|wrapper|inner|wrapped|_fn|decorate_context|"
     r"log_wrapper|wrapped_func|wrapped_fn|_wrapper)$"
 )
+# Library modules that only hand a request to the CUDA runtime (``torch.cuda.set_device``,
+# ``torch.cuda.device``): an error raised there is about what their caller asked for.
+_RUNTIME_API = re.compile(r"/torch/cuda/__init__\.py$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,10 +139,12 @@ def _checks_settings(text: str) -> bool:
 
 def _raising(frames: Sequence[Frame]) -> int | None:
     """The index of the frame an error is blamed on: the last one that is neither the
-    interpreter's nor a library's call dispatch."""
+    interpreter's, a library's call dispatch nor torch's hand-over to the CUDA runtime."""
     for i in range(len(frames) - 1, -1, -1):
         f = frames[i]
         if f.package == STDLIB or (f.package != USER and _DISPATCH.match(f.function)):
+            continue
+        if f.package != USER and _RUNTIME_API.search(f.path):
             continue
         return i
     return None

@@ -333,9 +333,26 @@ CAUSES = [
         "tasks have been OOM Killed.",
         "user/config",
     ),
+    # ashkamath/mdetr#101: LSF ended an 8-GPU job for its threads (2,482 of them)
+    ("TERM_THREADLIMIT: job killed after reaching LSF thread limit.", "platform"),
+    # LSF's memory limit and its preemption (IBM's list of termination reasons)
+    ("TERM_MEMLIMIT: job killed after reaching LSF memory usage limit.", "user/config"),
+    ("TERM_PREEMPT: job killed after preemption.", "platform"),
+    # kubeflow/trainer#301: the kubelet evicted a TFJob's pod under memory pressure
+    ("Message:        The node was low on resource: memory.", "user/config"),
+    # ultralytics/ultralytics#918: the SSH session closed under torchrun (nohup without disown)
+    (
+        "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4193 closing "
+        "signal SIGHUP",
+        "user/config",
+    ),
 ]
 
 CONSEQUENCES = [
+    # torchrun tearing its workers down after one failed, and LSF's kill on its owner's word
+    "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4194 closing signal "
+    "SIGTERM",
+    "TERM_OWNER: job killed by owner.",
     # c10d's TCPStore client when the store's server went away (the same run's teardown)
     "[W1127 15:57:56.446267395 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on "
     "SocketImpl(fd=4, addr=[1063:3bf6:ed7f:0]:8984, remote=[d4:5286:c055:0]:34385): Failed to "
@@ -640,6 +657,7 @@ def test_a_time_limit_is_how_a_job_ended_and_alone_its_configuration() -> None:
         "slurmstepd: error: *** STEP 32233190.0 ON nid01934 CANCELLED AT 2020-07-03T02:59:56 "
         "DUE TO TIME LIMIT ***",
         "timeout: sending signal TERM to command 'torchrun'",
+        "TERM_RUNLIMIT: job killed after reaching LSF run time limit.",
     ):
         term = LEX.cause_of_record(line)
         assert term is not None and term.cascade and term.alone == "user/config", line
@@ -739,6 +757,25 @@ def test_an_error_raised_in_the_users_code_is_theirs() -> None:
     )
     assert refine("user/code", text, LEX) == "user/code"
     assert refine("user/code", "ZeroDivisionError: division by zero", LEX) == "user/code"
+
+
+def test_a_device_asked_of_cuda_is_the_callers_choice() -> None:
+    # KellerJordan/modded-nanogpt#61: --nproc_per_node=8 on a host of 4 GPUs; torch.cuda's
+    # set_device only handed the script's index to the runtime.
+    text = _tb(
+        ("/home/u/modded-nanogpt/train_gpt.py", "<module>"),
+        (f"{SITE}/torch/cuda/__init__.py", "set_device"),
+        last="RuntimeError: CUDA error: invalid device ordinal",
+    )
+    assert refine("user/config", text, LEX) == "user/config"
+    # ... and a library's own choice of device stays the library's.
+    chosen = _tb(
+        ("/home/u/train.py", "<module>"),
+        (f"{SITE}/accelerate/state.py", "__init__"),
+        (f"{SITE}/torch/cuda/__init__.py", "set_device"),
+        last="RuntimeError: CUDA error: invalid device ordinal",
+    )
+    assert refine("user/config", chosen, LEX) == "framework"
 
 
 def test_a_library_calling_with_an_argument_its_callee_lacks_is_a_version_mismatch() -> None:
