@@ -353,13 +353,15 @@ def _silence(
     kept: frozenset[str],
     peers: PeerResult | None,
     options: AnalysisOptions,
+    ends: frozenset[str] = frozenset(),
 ) -> SilenceResult:
     """Nodes whose own logging stopped while the job went on (:mod:`~l4_plugin.analysis.silence`),
     less those that ended with an error of their own (they died loudly: their error says why),
     plus nodes the peers' failure evidence names that printed nothing from before a witness
     spoke on: a node lost seconds before its peers give up is as silent as one lost an hour
-    before; and nodes whose launcher agent died with them (``_unreported``)."""
-    result = _silence_detector(data, events, nodes)
+    before; and nodes whose launcher agent died with them (``_unreported``). ``ends``: the
+    templates of the job's teardown (``evidence.teardown``)."""
+    result = _silence_detector(data, events, nodes, ends)
     if data.time_unit != "ts":
         return result
     last = _node_last(data)
@@ -415,11 +417,14 @@ def _silence(
 
 
 def _silence_detector(
-    data: JobData, events: tuple[EventStat, ...], nodes: list[str]
+    data: JobData, events: tuple[EventStat, ...], nodes: list[str], ends: frozenset[str]
 ) -> SilenceResult:
     """Silent nodes judged among peers of the same role: nodes whose ranks print iteration
     lines against each other, the quiet ones (earlier pipeline stages, ranks other than 0)
-    against each other; a role with a single node is judged against every node."""
+    against each other; a role with a single node is judged against every node. A teardown's
+    line (``ends``: a stop signal received, the launcher stopping its workers) that the node
+    printed too is nothing it stopped printing: it was there to be torn down, and its copy,
+    without a stamp of its own, took the last one its stream had."""
     progress = data.job.progress_nodes
     groups = (
         [sorted(n for n in nodes if n in progress), sorted(n for n in nodes if n not in progress)]
@@ -429,11 +434,23 @@ def _silence_detector(
     groups = [g for g in groups if g]
     if len(groups) == 1 or any(len(g) < 2 for g in groups):
         whole = _silence_among(data, events, nodes, progress)
-        return replace(whole, silent=_stopped_printing(whole.silent, progress, nodes))
+        silent = _ended_with_the_job(whole.silent, ends)
+        return replace(whole, silent=_stopped_printing(silent, progress, nodes))
     parts = [_silence_among(data, events, g, progress) for g in groups]
     silent = tuple(sorted((s for p in parts for s in p.silent), key=lambda s: (-s.score, s.node)))
     whole = _silence_among(data, events, nodes, progress)
+    silent = _ended_with_the_job(silent, ends)
     return replace(whole, silent=_stopped_printing(silent, progress, nodes))
+
+
+def _ended_with_the_job(
+    silent: tuple[SilentNode, ...], ends: frozenset[str]
+) -> tuple[SilentNode, ...]:
+    """``silent`` without the teardown's templates among what each stopped printing."""
+    return tuple(
+        replace(s, missing_periodic=tuple(t for t in s.missing_periodic if t not in ends))
+        for s in silent
+    )
 
 
 def _stopped_printing(
@@ -976,7 +993,8 @@ def analyze(
     stage = _stage(data)
     terms = record_terms(data, default_lexicon())
     peers = _peers(data, events, kept, stage.stage if stage else None, _hardware(terms))
-    silence = _silence(data, events, nodes, kept, peers, options) if len(nodes) >= 2 else None
+    ends = teardown(terms)
+    silence = _silence(data, events, nodes, kept, peers, options, ends) if len(nodes) >= 2 else None
     iterations = _iterations(data, kept, options)
     stragglers = _stragglers(data, nodes)
     slowdown = _slowdown(data, kept, len(nodes), options)
@@ -1002,7 +1020,7 @@ def analyze(
             ordering=consequences,
             stack={o.node: o.why for o in odd},
             hang=hang.evidence if hang is not None else None,
-            teardown=teardown(terms),
+            teardown=ends,
             named=named_causes(terms),
         )
         .result_

@@ -706,8 +706,45 @@ def test_a_quiet_node_is_silent_only_when_it_stopped_printing_what_it_printed() 
     cells |= {("q3", "saved"): Cell(4, 600.0, 3000.0, 4.0)}
     data = _data(cells, {}, texts)
     data = replace(data, job=replace(data.job, progress_nodes=frozenset({"p"})))
-    silent = {s.node for s in _silence_detector(data, event_stats(data), list(data.nodes)).silent}
+    silent = {
+        s.node
+        for s in _silence_detector(data, event_stats(data), list(data.nodes), frozenset()).silent
+    }
     assert silent == {"q3"}
+
+
+def test_a_quiet_node_that_was_torn_down_with_the_others_did_not_stop_printing() -> None:
+    # Ray (gen3 4141 case-03): every worker's process prints abseil's "SIGTERM received" as the
+    # job is torn down. q2's copy has no stamp of its own and takes its stream's last one, an
+    # hour old; q1's and q3's were forwarded by the driver and take its time, the end. q2 was
+    # there to be torn down: it stopped printing nothing. q4 never printed it: still silent.
+    from l4_plugin.analysis.evidence import event_stats, record_terms, teardown
+    from l4_plugin.analysis.lexicon import default_lexicon
+    from l4_plugin.analysis.recipe import _silence_detector
+
+    texts = {
+        "boot": "Initializing TorchBackend in DeepSpeed with backend nccl",
+        "step": "step=<NUM>, skipped=<NUM>",
+        "saved": "zero checkpoint saved <PATH>",
+        "term": "*** SIGTERM received at time=1745877716 on cpu 46 ***",
+    }
+    quiet = ["q1", "q2", "q3", "q4", "q5", "q6"]
+    cells = {(n, "boot"): Cell(1, 0.0, 0.0, 1.0) for n in ["p", *quiet]}
+    cells |= {("p", "step"): Cell(500, 10.0, 7000.0, 2.0)}
+    cells |= {(n, "saved"): Cell(3, 600.0, 3600.0, 3.0) for n in ["p", *quiet]}
+    cells |= {(n, "term"): Cell(2, 3600.0, 7000.0, 4.0) for n in ["p", "q1", "q3", "q5", "q6"]}
+    cells[("q2", "term")] = Cell(1, 3600.0, 3600.0, 4.0)
+    data = _data(cells, {}, texts)
+    data = replace(data, job=replace(data.job, progress_nodes=frozenset({"p"})))
+    ends = teardown(record_terms(data, default_lexicon()))
+    assert "term" in ends
+    silent = {
+        s.node for s in _silence_detector(data, event_stats(data), [*quiet, "p"], ends).silent
+    }
+    assert silent == {"q4"}
+    # (without the teardown's words, q2 seemed to stop printing the banner it printed)
+    before = _silence_detector(data, event_stats(data), [*quiet, "p"], frozenset()).silent
+    assert {s.node for s in before} == {"q2", "q4"}
 
 
 def test_one_quiet_node_of_many_that_missed_the_end_everyone_printed_is_silent() -> None:
@@ -728,7 +765,10 @@ def test_one_quiet_node_of_many_that_missed_the_end_everyone_printed_is_silent()
     cells[("q0", "boot")] = Cell(1, 0.0, 5000.0, 1.0)
     data = _data(cells, {}, texts)
     data = replace(data, job=replace(data.job, progress_nodes=frozenset({"p"})))
-    silent = {s.node for s in _silence_detector(data, event_stats(data), list(data.nodes)).silent}
+    silent = {
+        s.node
+        for s in _silence_detector(data, event_stats(data), list(data.nodes), frozenset()).silent
+    }
     assert silent == {"q0"}
 
 
