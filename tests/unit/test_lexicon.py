@@ -333,6 +333,13 @@ CAUSES = [
         "tasks have been OOM Killed.",
         "user/config",
     ),
+    # QwenLM/Qwen#1125: a CUDA 11.7 image's nvcc building DeepSpeed's fused_adam for an Ada GPU
+    ("nvcc fatal   : Unsupported gpu architecture 'compute_89'", "user/software-incompatibility"),
+    # mlcommons/training#826: Triton's bundled ptxas compiling a kernel for a B200
+    (
+        "[default6]:[rank6]: ptxas fatal   : Value 'sm_100' is not defined for option 'gpu-name'",
+        "user/software-incompatibility",
+    ),
     # ashkamath/mdetr#101: LSF ended an 8-GPU job for its threads (2,482 of them)
     ("TERM_THREADLIMIT: job killed after reaching LSF thread limit.", "platform"),
     # LSF's memory limit and its preemption (IBM's list of termination reasons)
@@ -353,6 +360,12 @@ CONSEQUENCES = [
     "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4194 closing signal "
     "SIGTERM",
     "TERM_OWNER: job killed by owner.",
+    # deepspeedai/DeepSpeed#7174: ninja's failed step and the linker driver's summary around
+    # the linker's own "cannot find -lcurand", then torch's RuntimeError
+    "FAILED: cpu_adam.so",
+    "collect2: error: ld returned 1 exit status",
+    "ninja: build stopped: subcommand failed.",
+    "RuntimeError: Error building extension 'cpu_adam'",
     # c10d's TCPStore client when the store's server went away (the same run's teardown)
     "[W1127 15:57:56.446267395 TCPStore.cpp:138] [c10d] recvValueWithTimeout failed on "
     "SocketImpl(fd=4, addr=[1063:3bf6:ed7f:0]:8984, remote=[d4:5286:c055:0]:34385): Failed to "
@@ -616,6 +629,12 @@ def test_consequences_that_mean_something_alone() -> None:
     assert watchdog.preparing == "user/config"
     cancel = LEX.cause_of_record(next(c for c in CONSEQUENCES if "CANCELLED AT" in c))
     assert cancel is not None and cancel.alone == "user/config"
+    # pytorch/pytorch#69746: Megatron-DeepSpeed's fused kernels failing to build, the
+    # compiler's error not in the paste: the build's own failure
+    build = LEX.cause_of_record(
+        "RuntimeError: Error building extension 'fused_mix_prec_layer_norm_cuda'"
+    )
+    assert build is not None and build.cascade and build.alone == "framework"
     # axolotl-ai-cloud/axolotl#2684: rank 1's store client gave up while rank 0 tokenized; the
     # template of the same line (digits zeroed: "c00d") is the same consequence, not a cause.
     waited = LEX.cause_of_record(
