@@ -219,3 +219,21 @@ def _soon_after_start(data: JobData, tid: str, reader: StageReader) -> bool:
             continue
         return True
     return False
+
+
+def last_marker(data: JobData, reader: StageReader | None) -> tuple[str, str] | None:
+    """The stage or iteration marker the job printed last (node, template): where it stood
+    when it ended, for a job that stopped without saying why. By time where the marker's
+    lines have one, else by place in their file; None without markers."""
+    if reader is None:
+        return None
+    best: tuple[float, float, str, str] | None = None
+    for (node, tid), cell in data.cells.items():
+        info = data.templates.get(tid)
+        if info is None or reader.marker_stage(info.text) is None:
+            continue
+        at = cell.last_ts if data.time_unit == "ts" and math.isfinite(cell.last_ts) else -math.inf
+        key = (at, cell.first_pos, node, tid)
+        if best is None or key > best:
+            best = key
+    return (best[2], best[3]) if best is not None else None

@@ -33,7 +33,7 @@ from l4_plugin.analysis.evidence import (
     teardown,
     timed_in_stage,
 )
-from l4_plugin.analysis.failing_stage import StageReader, failing_stage
+from l4_plugin.analysis.failing_stage import StageReader, failing_stage, last_marker
 from l4_plugin.analysis.fusion import Fusion
 from l4_plugin.analysis.hang import HangResult
 from l4_plugin.analysis.hang import analyse as analyse_hang
@@ -95,6 +95,8 @@ class Analysis:
     hang: HangResult | None = None
     #: Nodes whose out-of-memory report shows another's process holding the most memory.
     outsiders: Mapping[str, Hog] = field(default_factory=dict)
+    #: The marker the job printed last (node, template; ``failing_stage.last_marker``).
+    last_marker: tuple[str, str] | None = None
 
 
 def _periodic(data: JobData, tid: str) -> bool:
@@ -1025,15 +1027,8 @@ def analyze(
         )
         .result_
     )
-    # The stage the failing records' stacks and words name refines the markers' (the fusion
-    # keeps judging "in the failing stage" by the lines' own stages); the stack of a rank its
-    # peers wait for (the ranks' dumps) names where a hung job stood.
-    printed_in = {e.template_id: e.stage for e in events}
-    failing = _failing_records(fusion, events, kept)
-    reported = failing_stage(data, stage, failing, stages, printed_in)
-    reported = _stage_of_hang(hang, stages) or reported
-    if reported is not None and reported != fusion.stage:
-        fusion = replace(fusion, stage=reported)
+    # The stage the failing records' stacks and words name refines the markers'.
+    fusion = _with_failing_stage(fusion, data, events, kept, stage, hang, stages)
     return Analysis(
         events=events,
         nodes=tuple(nodes),
@@ -1051,7 +1046,29 @@ def analyze(
         matrix=matrix,
         hang=hang,
         outsiders=outsiders(data.memory_lines, AddressBook(nodes, data.announcements).owner),
+        last_marker=last_marker(data, stages),
     )
+
+
+def _with_failing_stage(
+    fusion: FusionResult,
+    data: JobData,
+    events: tuple[EventStat, ...],
+    kept: frozenset[str],
+    stage: StageResult | None,
+    hang: HangResult | None,
+    stages: StageReader | None,
+) -> FusionResult:
+    """``fusion`` with the stage the failing records' stacks and words name (the fusion keeps
+    judging "in the failing stage" by the lines' own stages), or the stack of a rank its peers
+    wait for (the ranks' dumps): where a hung job stood."""
+    printed_in = {e.template_id: e.stage for e in events}
+    failing = _failing_records(fusion, events, kept)
+    reported = failing_stage(data, stage, failing, stages, printed_in)
+    reported = _stage_of_hang(hang, stages) or reported
+    if reported is not None and reported != fusion.stage:
+        return replace(fusion, stage=reported)
+    return fusion
 
 
 def _in_failing_stage(

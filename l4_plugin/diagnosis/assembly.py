@@ -155,10 +155,10 @@ def _slowdown_line(
 
 
 def _progress_event(
-    data: JobData, node: str, tid: str, t: float, line: str, reason: str
+    data: JobData, node: str, tid: str, t: float, line: str, reason: str, stage: str = "training"
 ) -> ReportEvent:
-    """A progress line (``JobData.progress_lines``' row) as an event the report adds: no score
-    of its own, ``reason`` its only reason."""
+    """A progress line (``JobData.progress_lines``' row) or a stage's marker as an event the
+    report adds: no score of its own, ``reason`` its only reason."""
     cell = data.cells.get((node, tid))
     return ReportEvent(
         template_id=tid,
@@ -170,7 +170,7 @@ def _progress_event(
         count=cell.count if cell is not None else 1,
         first_seen=iso(t, data.time_unit) if math.isfinite(t) else None,
         level=None,
-        stage="training",
+        stage=stage,
         reasons=(reason,),
     )
 
@@ -186,24 +186,36 @@ def decided(
     no cause (:func:`with_last_progress`)."""
     events = report_events(data, analysis, samples)
     verdict = decide_verdict(data, analysis, events, rule_matches)
-    return verdict, with_last_progress(data, events, verdict)
+    return verdict, with_last_progress(data, events, verdict, analysis.last_marker)
 
 
 def with_last_progress(
-    data: JobData, events: Sequence[ReportEvent], verdict: Verdict
+    data: JobData,
+    events: Sequence[ReportEvent],
+    verdict: Verdict,
+    marker: tuple[str, str] | None = None,
 ) -> tuple[ReportEvent, ...]:
     """``events`` and, when the verdict names no cause (a job that stopped without an error
-    line: an early return, a quiet exit), the last progress line the job printed, last: where
-    it stood when it ended. Unchanged when a cause is named, no line states progress, or that
-    line's template is an event already."""
-    if verdict.category != "unknown" or not data.progress_lines:
+    line: an early return, a quiet exit, a hang), the last progress line the job printed, last:
+    where it stood when it ended; in a job that printed none, the last stage marker (``marker``:
+    node, template — a rendezvous, a JIT build begun). Unchanged when a cause is named, neither
+    is known, or that line's template is an event already."""
+    if verdict.category != "unknown":
         return tuple(events)
-    node, tid, _, t, line = max(
-        data.progress_lines, key=lambda r: (-1 if r[2] is None else r[2], r[3], r[0])
-    )
+    if data.progress_lines:
+        node, tid, _, t, line = max(
+            data.progress_lines, key=lambda r: (-1 if r[2] is None else r[2], r[3], r[0])
+        )
+        stage, reason = "training", "last-progress"
+    elif marker is not None and marker in data.cells and marker[1] in data.templates:
+        node, tid = marker
+        t, line = data.cells[marker].last_ts, data.templates[tid].message
+        stage, reason = data.templates[tid].stage or "init", "last-marker"
+    else:
+        return tuple(events)
     if any(e.template_id == tid for e in events):
         return tuple(events)
-    return (*events, _progress_event(data, node, tid, t, line, "last-progress"))
+    return (*events, _progress_event(data, node, tid, t, line, reason, stage))
 
 
 def _slowdown(analysis: Analysis) -> ReportSlowdown | None:

@@ -971,3 +971,52 @@ def test_a_job_that_ended_with_no_cause_named_shows_its_last_progress_line() -> 
     named = replace(unknown, category="user/config")
     assert with_last_progress(data, (shutdown,), named) == (shutdown,)
     assert with_last_progress(data, events, unknown) == events
+
+
+def test_a_job_that_ended_with_no_cause_and_no_progress_shows_its_last_marker() -> None:
+    # OpenRLHF/OpenRLHF#208: every rank printed that it would build its ops under a cache whose
+    # stale lock then held them; NVIDIA-NeMo/Speech#2370: Lightning started its process group
+    # from a notebook and the process died. No line names a cause and none states progress:
+    # the last marker printed says where the job stood.
+    from dataclasses import replace
+
+    from l4_plugin.analysis.failing_stage import last_marker
+    from l4_plugin.analysis.tables import Cell, TemplateInfo
+    from l4_plugin.diagnosis.assembly import with_last_progress
+    from l4_plugin.ingest.stages import default_stage_rules
+    from l4_plugin.records import Verdict
+
+    texts = {
+        "gpu": "GPU available: True, used: True",
+        "ddp": "initializing ddp: GLOBAL_RANK: <NUM>, MEMBER: <NUM>/<NUM>",
+        "ext": "Using <PATH> as PyTorch extensions root...",
+        "warn": "RuntimeWarning: Couldn't find ffmpeg",
+    }
+    cells = {
+        ("n1", "gpu"): Cell(1, T0, T0, 0.0),
+        ("n1", "ddp"): Cell(1, T0 + 1.0, T0 + 1.0, 1.0),
+        ("n1", "ext"): Cell(8, T0 + 5.0, T0 + 6.0, 2.0),
+        ("n1", "warn"): Cell(1, T0 + 7.0, T0 + 7.0, 3.0),
+    }
+    data = replace(
+        _data([], T0 + 600.0),
+        cells=cells,
+        templates={t: TemplateInfo(x, message=x, stages={"init": 1}) for t, x in texts.items()},
+    )
+    rules = default_stage_rules()
+    assert last_marker(data, rules) == ("n1", "ext")
+    assert last_marker(data, None) is None
+    # (by place in the file where the lines have no time)
+    untimed = replace(
+        data,
+        time_unit="position",
+        cells={k: replace(c, last_ts=math.nan) for k, c in cells.items() if k[1] != "ext"},
+    )
+    assert last_marker(untimed, rules) == ("n1", "ddp")
+    unknown = Verdict("unknown", "unknown", (), "as-is", 0.2, ("no rule",))
+    events = with_last_progress(data, (), unknown, ("n1", "ext"))
+    assert [(e.template_id, e.reasons) for e in events] == [("ext", ("last-marker",))]
+    assert events[0].sample == texts["ext"] and events[0].stage == "init"
+    named = replace(unknown, category="user/config")
+    assert with_last_progress(data, (), named, ("n1", "ext")) == ()
+    assert with_last_progress(data, events, unknown, ("n1", "ext")) == events
