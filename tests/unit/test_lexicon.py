@@ -340,6 +340,22 @@ CAUSES = [
         "[default6]:[rank6]: ptxas fatal   : Value 'sm_100' is not defined for option 'gpu-name'",
         "user/software-incompatibility",
     ),
+    # horovod/horovod#1197: Open MPI's handler on a rank that crashed in Horovod's mpi_lib.so
+    ("[1,2]<stderr>:[XXX:40705] Signal: Segmentation fault (11)", "framework"),
+    # open-mmlab/mmpretrain#603: gdb on the core of a crash in torch's cuBLAS handle
+    ("Program terminated with signal SIGSEGV, Segmentation fault.", "framework"),
+    # horovod/horovod#1824: DataLoader workers forked under an InfiniBand MPI stack
+    ("ERROR: Unexpected segmentation fault encountered in worker.", "framework"),
+    (
+        "RuntimeError: DataLoader worker (pid 4242) is killed by signal: Segmentation fault.",
+        "framework",
+    ),
+    # Megvii-BaseDetection/YOLOX#76: mp.spawn's rank killed by the OOM killer (host RAM)
+    (
+        "torch.multiprocessing.spawn.ProcessExitedException: process 1 terminated with signal "
+        "SIGKILL",
+        "user/config",
+    ),
     # ashkamath/mdetr#101: LSF ended an 8-GPU job for its threads (2,482 of them)
     ("TERM_THREADLIMIT: job killed after reaching LSF thread limit.", "platform"),
     # LSF's memory limit and its preemption (IBM's list of termination reasons)
