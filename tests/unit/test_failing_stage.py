@@ -282,6 +282,19 @@ def test_a_job_that_saved_a_step_before_failing_was_training() -> None:
             "task:0:",
             "training",
         ),
+        # the host's memory running out under a running job: IBM/FfDL#127 (a shell's report),
+        # Ray's raylet (vllm-project/vllm's colocated rollout), the kernel, a launcher
+        (
+            "/usr/local/bin/train.sh: line 18:    36 Killed                  python3 train.py",
+            "training",
+        ),
+        (
+            "(raylet) 1 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers "
+            "crashed due to other reasons at node",
+            "training",
+        ),
+        ("Out of memory: Killed process 4242 (python) total-vm:1234kB", "training"),
+        ("torch.distributed.elastic: failed (exitcode: -9) local_rank: 3 (pid: 77)", "training"),
         ("something odd", "init"),
     ],
 )
