@@ -42,6 +42,10 @@ RARE_SAMPLE = 3  # first lines of every group, kept in case the template is rare
 MAX_TRACEBACK_LINES = 200
 _TB_CONTINUATION = ("During handling of the above", "The above exception", "Traceback (most")
 _TB_OPENERS = ("Traceback (most recent call last)", 'File "')
+# Ray prints a remote task's traceback with its header replaced by where it ran
+# (``RayTaskError.__str__``: "ray::WorkerDict.init_model() (pid=4591, ip=10.0.0.2, …)"): a
+# traceback's header all the same, in a chain and at its start.
+_RAY_TB_HEADER = re.compile(r"ray::[\w.<>-]+\(\) \(pid=")
 _CHAINED = (
     "During handling of the above exception",
     "The above exception was the direct cause",
@@ -371,7 +375,7 @@ class KindCache:
                 kind.emitter == "nccl" and kind.level in _OPEN_LEVELS
             )
             opener = rules.opens(body)
-            is_tb = body.startswith(_TB_OPENERS)
+            is_tb = body.startswith(_TB_OPENERS) or _RAY_TB_HEADER.match(body) is not None
             keep = kept_like_errors(kind)
             open_level = kind.level in _OPEN_LEVELS
             # A line with nothing after its labels (a collector's stamp, "3: ", an empty line
@@ -747,6 +751,8 @@ class NodeRollup:
                         # A chained exception: one record, identified by the exception that
                         # ends it. The first one's occurrence is taken back.
                         key0, group0, kept0, message0, tb_start, tb_offset, tb_kind = chain
+                        # (named by the exception that closed it, should the file end first)
+                        tb_kind = key0[0]
                         group0.count -= 1
                         if kept0 is not None and kept0 in group0.kept:
                             group0.kept.remove(kept0)
@@ -772,6 +778,7 @@ class NodeRollup:
                         or body[0] in " \t^~"
                         or body.startswith(_TB_CONTINUATION)
                         or kind.body.startswith(_TB_CONTINUATION)
+                        or _RAY_TB_HEADER.match(body) is not None
                         or (kind.has_timestamp and _stamped_indent(raw, prefix_end))
                     ) and len(tb) < MAX_TRACEBACK_LINES:
                         tb.append(raw)
@@ -780,7 +787,7 @@ class NodeRollup:
                     is_tb
                     # (a faulthandler dump's frame continues the crash it follows)
                     and not (cont and open_group is not None)
-                    and (kind.body[0] == "T" or _after_prefix(raw, prefix_end)[:1] in (" ", "\t"))
+                    and (kind.body[0] in "Tr" or _after_prefix(raw, prefix_end)[:1] in (" ", "\t"))
                 ):
                     # A traceback, or the indented frames of one whose header was cut off (a
                     # pasted excerpt): one record either way, named by the exception ending it.

@@ -831,3 +831,40 @@ def test_a_faulthandler_dump_is_one_record_with_the_crash_it_follows(rules: Stag
     rollup.scan("r0.log", 0, [(paste, LineParser().feed(paste), None, 0)])
     [group] = rollup.groups.values()
     assert group.message == "\n".join(paste)
+
+
+def test_a_ray_tasks_traceback_is_one_record_named_by_its_exception(rules: StageRules) -> None:
+    # Ray prints a remote task's traceback with its header replaced by where the task ran
+    # (RayTaskError.__str__): "ray::Task() (pid=…, ip=…)" heads a traceback, at its start and
+    # after "The above exception was the direct cause…" (verl-project/verl#6773).
+    header = (
+        "ray::WorkerDict.actor_rollout_init_model() (pid=4591, ip=172.36.2.44, "
+        "actor_id=deebc0c1099943dc9616a62902000000)"
+    )
+    body = [
+        header,
+        '  File "/pkg/verl/utils/device.py", line 197, in get_npu_versions',
+        '    result = subprocess.run(["npu-smi", "info"], check=True)',
+        '  File "/usr/lib/python3.11/subprocess.py", line 571, in run',
+        "    raise CalledProcessError(retcode, process.args,",
+        "subprocess.CalledProcessError: Command '['npu-smi', 'info']' returned non-zero exit "
+        "status 215.",
+        "",
+        "The above exception was the direct cause of the following exception:",
+        "",
+        header,
+        '  File "/usr/lib/python3.11/concurrent/futures/_base.py", line 456, in result',
+        "    return self.__get_result()",
+        "RuntimeError: NPU versions could not be read",
+    ]
+    records = _records(rules, body)
+    assert [k for k, _ in records] == ["RuntimeError: NPU versions could not be read"]
+    message = records[0][1]
+    assert message.startswith(header) and "subprocess.CalledProcessError" in message
+    assert message.count(header) == 2 and "The above exception" in message
+    # A paste cut off before the chain's last exception: the record is still one, named by the
+    # exception that closed its first part (an error), not by a frame.
+    cut = _records(rules, body[:-1])
+    assert len(cut) == 1 and cut[0][0].startswith("subprocess.CalledProcessError: "), cut
+    scanned = _scanned(rules, body[:-1])
+    assert [k[0].level for k in scanned.groups if k[0].body.strip()] == ["ERROR"]
