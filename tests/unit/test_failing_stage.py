@@ -185,6 +185,21 @@ def test_a_step_of_syncs_buffers_and_pipelines_is_training(frame: str, error: st
     assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "training"
 
 
+def test_a_workers_model_initialisation_is_model_loading() -> None:
+    # verl-project/verl#6773: a Ray worker's init_model (the task's name in Ray's header, and
+    # a frame of OpenRLHF's and verl's workers)
+    for tb in (
+        "ray::WorkerDict.actor_rollout_init_model() (pid=4591, ip=172.36.2.44)\n"
+        '  File "/pkg/verl/utils/device.py", line 197, in get_npu_versions\n'
+        "subprocess.CalledProcessError: Command '['npu-smi']' returned non-zero exit status 215.",
+        'File "/pkg/openrlhf/trainer/ray/ppo_actor.py", line 77, in init_model_from_pretrained\n'
+        "    x = y\nRuntimeError: boom",
+    ):
+        assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == (
+            "model_loading"
+        )
+
+
 def test_a_jit_built_op_is_set_up_with_the_model() -> None:
     # DeepSpeed builds its optimizer's ops with torch.utils.cpp_extension as the engine starts:
     # OpenRLHF/OpenRLHF#208 (its lock held), deepspeedai/DeepSpeed#5627 (no ninja on a node).

@@ -356,6 +356,18 @@ CAUSES = [
         "SIGKILL",
         "user/config",
     ),
+    # horovod/horovod#2619: Horovod built against TF 2.3.0 under TF 2.4.1
+    (
+        "[1,1]<stderr>:horovod.common.exceptions.HorovodVersionMismatchError: Framework "
+        "tensorflow installed with version 2.3.0 but found version 2.4.1.",
+        "user/software-incompatibility",
+    ),
+    # pytorch/torchtitan#2239: 48 nodes' ranks streaming a dataset from the Hub
+    (
+        "HTTP Error 429 thrown while requesting GET https://huggingface.co/api/datasets/allenai/"
+        "c4/tree/1588ec45/en?expand=false",
+        "user/config",
+    ),
     # ashkamath/mdetr#101: LSF ended an 8-GPU job for its threads (2,482 of them)
     ("TERM_THREADLIMIT: job killed after reaching LSF thread limit.", "platform"),
     # LSF's memory limit and its preemption (IBM's list of termination reasons)
@@ -792,6 +804,24 @@ def test_an_error_raised_in_the_users_code_is_theirs() -> None:
     )
     assert refine("user/code", text, LEX) == "user/code"
     assert refine("user/code", "ZeroDivisionError: division by zero", LEX) == "user/code"
+
+
+def test_a_failed_subprocess_is_whoever_ran_it() -> None:
+    # verl-project/verl#6773: verl ran npu-smi with a device id the machine lacked
+    text = _tb(
+        (
+            "/tmp/ray/session_1/runtime_resources/_ray_pkg_06/verl/utils/device.py",
+            "get_npu_versions",
+        ),
+        ("/usr/local/python3.11.14/lib/python3.11/subprocess.py", "run"),
+        last="subprocess.CalledProcessError: Command '['npu-smi', 'info']' returned non-zero "
+        "exit status 215.",
+    )
+    term = LEX.cause_of_record(text)
+    assert term is not None and term.origin
+    assert refine(term.category, text, LEX) == "framework"
+    mine = text.replace("/tmp/ray/session_1/runtime_resources/_ray_pkg_06/verl/utils", "/home/u")
+    assert refine(term.category, mine, LEX) == "user/code"
 
 
 def test_a_device_asked_of_cuda_is_the_callers_choice() -> None:
