@@ -172,6 +172,11 @@ def test_building_the_model_or_its_optimizer_is_model_loading() -> None:
             "_sync_buffers",
             "RuntimeError: Detected mismatch between collectives on ranks.",
         ),
+        # facebookresearch/fairscale#364: OSS clipping the gradients of an empty shard
+        (
+            'File "/env/site-packages/fairscale/optim/oss.py", line 284, in clip_grad_norm',
+            "RuntimeError: stack expects a non-empty TensorList",
+        ),
         # pytorch/torchtitan#774: a pipeline schedule stepping its microbatches
         (
             'File "/env/site-packages/torch/distributed/pipelining/schedules.py", line 1251, in '
