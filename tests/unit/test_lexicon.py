@@ -375,7 +375,13 @@ CAUSES = [
     ("TERM_PREEMPT: job killed after preemption.", "platform"),
     # kubeflow/trainer#301: the kubelet evicted a TFJob's pod under memory pressure
     ("Message:        The node was low on resource: memory.", "user/config"),
-    # ultralytics/ultralytics#918: the SSH session closed under torchrun (nohup without disown)
+    # ultralytics/ultralytics#918: the SSH session closed under torchrun (nohup without disown);
+    # torch 1.13's agent names the signal by its number
+    (
+        "WARNING:torch.distributed.elastic.agent.server.api:Received 1 death signal, shutting "
+        "down workers",
+        "user/config",
+    ),
     (
         "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4193 closing "
         "signal SIGHUP",
@@ -388,6 +394,8 @@ CONSEQUENCES = [
     "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4194 closing signal "
     "SIGTERM",
     "TERM_OWNER: job killed by owner.",
+    "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down "
+    "workers",
     # deepspeedai/DeepSpeed#7174: ninja's failed step and the linker driver's summary around
     # the linker's own "cannot find -lcurand", then torch's RuntimeError
     "FAILED: cpu_adam.so",
