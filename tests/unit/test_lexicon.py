@@ -394,8 +394,6 @@ CONSEQUENCES = [
     "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4194 closing signal "
     "SIGTERM",
     "TERM_OWNER: job killed by owner.",
-    "WARNING:torch.distributed.elastic.agent.server.api:Received 15 death signal, shutting down "
-    "workers",
     # deepspeedai/DeepSpeed#7174: ninja's failed step and the linker driver's summary around
     # the linker's own "cannot find -lcurand", then torch's RuntimeError
     "FAILED: cpu_adam.so",
