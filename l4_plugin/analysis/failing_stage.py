@@ -227,10 +227,11 @@ def last_marker(data: JobData, reader: StageReader | None) -> tuple[str, str] | 
     lines have one, else by place in their file; None without markers."""
     if reader is None:
         return None
+    # (each template read once: a large job's cells are its nodes times its templates)
+    markers = {t for t, info in data.templates.items() if reader.marker_stage(info.text)}
     best: tuple[float, float, str, str] | None = None
     for (node, tid), cell in data.cells.items():
-        info = data.templates.get(tid)
-        if info is None or reader.marker_stage(info.text) is None:
+        if tid not in markers:
             continue
         at = cell.last_ts if data.time_unit == "ts" and math.isfinite(cell.last_ts) else -math.inf
         key = (at, cell.first_pos, node, tid)

@@ -182,8 +182,8 @@ def decided(
     rule_matches: Sequence[RuleMatch],
 ) -> tuple[Verdict, tuple[ReportEvent, ...]]:
     """The verdict on the report's events (:func:`report_events`, :func:`decide_verdict`), and
-    those events as the report shows them: the last progress line added when the verdict names
-    no cause (:func:`with_last_progress`)."""
+    those events as the report shows them: the last progress line (with none, the last stage
+    marker) added when the verdict names no cause (:func:`with_last_progress`)."""
     events = report_events(data, analysis, samples)
     verdict = decide_verdict(data, analysis, events, rule_matches)
     return verdict, with_last_progress(data, events, verdict, analysis.last_marker)
