@@ -434,13 +434,13 @@ def _silence_detector(
         else [nodes]
     )
     groups = [g for g in groups if g]
-    if len(groups) == 1 or any(len(g) < 2 for g in groups):
-        whole = _silence_among(data, events, nodes, progress)
-        silent = _ended_with_the_job(whole.silent, ends)
-        return replace(whole, silent=_stopped_printing(silent, progress, nodes))
-    parts = [_silence_among(data, events, g, progress) for g in groups]
-    silent = tuple(sorted((s for p in parts for s in p.silent), key=lambda s: (-s.score, s.node)))
     whole = _silence_among(data, events, nodes, progress)
+    silent = whole.silent
+    if len(groups) > 1 and all(len(g) >= 2 for g in groups):
+        parts = [_silence_among(data, events, g, progress) for g in groups]
+        silent = tuple(
+            sorted((s for p in parts for s in p.silent), key=lambda s: (-s.score, s.node))
+        )
     silent = _ended_with_the_job(silent, ends)
     return replace(whole, silent=_stopped_printing(silent, progress, nodes))
 
