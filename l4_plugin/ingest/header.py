@@ -177,6 +177,10 @@ _INFER_ERROR = re.compile(
     # Python's exceptions named otherwise, as a traceback's last line says them ("StopIteration"
     # from a data iterator run dry, "SystemExit: 2" from argparse)
     r"|^\s*(?:Stop(?:Async)?Iteration|SystemExit|GeneratorExit)\b(?::(?!:)|$)"
+    # a traceback's frame (traceback.py's 'File "…", line N, in f'): a traceback whose header
+    # was cut off (a pasted excerpt) or whose exception never got printed (the process died
+    # while printing it) is still an error's report
+    r'|^\s*File "[^"]+", line \d+, in \S'
     r"|\b(?:ERROR|[Ee]rror)\b:|\bCUDA error\b|\bSegmentation fault\b|\bcore dumped\b"
     # the kernel's own (dmesg without a level): a BUG (soft lockup, a bad page), a panic, a task
     # hung in D state, the OOM killer: printed at KERN_ERR or above

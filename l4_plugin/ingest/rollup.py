@@ -46,6 +46,19 @@ _TB_OPENERS = ("Traceback (most recent call last)", 'File "')
 # (``RayTaskError.__str__``: "ray::WorkerDict.init_model() (pid=4591, ip=10.0.0.2, …)"): a
 # traceback's header all the same, in a chain and at its start.
 _RAY_TB_HEADER = re.compile(r"ray::[\w.<>-]+\(\) \(pid=")
+# A traceback's frame as traceback.py prints it; a paste may have lost its indentation (a
+# quoted excerpt dedented): unindented, it still opens or continues a traceback.
+_TB_FRAME = re.compile(r'File "[^"]+", line \d+, in \S')
+# IPython's (a notebook's) traceback (IPython/core/ultratb.py): its header names the exception
+# first ("RuntimeError      Traceback (most recent call last)"); each frame is where it ran
+# ("Cell In[8], line 1", "File ~/x.py:36, in train(self)"; before IPython 8
+# "<ipython-input-8-…> in <module>", "/usr/lib/x.py in f(a)"), then its numbered source lines,
+# the current one arrowed ("----> 1 …", "-> 1539 …"); blank lines between frames.
+_IPY_TB_HEADER = re.compile(r"[A-Za-z_][\w.]*\s{2,}Traceback \(most recent call last\)")
+_IPY_TB_LINE = re.compile(
+    r"Cell In\[\d+\], line \d+|File \S.*:\d+, in \S|<ipython-input-[^>]*> in \S|\S+\.pyx? in \S"
+    r"|-*> ?\d+ |\[\.\.\. skipping hidden \d+ frame"
+)
 _CHAINED = (
     "During handling of the above exception",
     "The above exception was the direct cause",
@@ -375,7 +388,11 @@ class KindCache:
                 kind.emitter == "nccl" and kind.level in _OPEN_LEVELS
             )
             opener = rules.opens(body)
-            is_tb = body.startswith(_TB_OPENERS) or _RAY_TB_HEADER.match(body) is not None
+            is_tb = (
+                body.startswith(_TB_OPENERS)
+                or _RAY_TB_HEADER.match(body) is not None
+                or _IPY_TB_HEADER.match(body) is not None
+            )
             keep = kept_like_errors(kind)
             open_level = kind.level in _OPEN_LEVELS
             # A line with nothing after its labels (a collector's stamp, "3: ", an empty line
@@ -553,6 +570,7 @@ class NodeRollup:
         tb_start = 0
         tb_offset: int | None = None
         tb_kind: LineKind | None = None
+        ipython = False  # the open traceback is IPython's (its frames are shaped otherwise)
         # The error record that continuation lines are joined to (None: nothing is open).
         open_group: Group | None = None
         open_kept: KeptLine | None = None
@@ -780,6 +798,8 @@ class NodeRollup:
                         or kind.body.startswith(_TB_CONTINUATION)
                         or _RAY_TB_HEADER.match(body) is not None
                         or (kind.has_timestamp and _stamped_indent(raw, prefix_end))
+                        or (body[0] == "F" and _TB_FRAME.match(body) is not None)
+                        or (ipython and _IPY_TB_LINE.match(body) is not None)
                     ) and len(tb) < MAX_TRACEBACK_LINES:
                         tb.append(raw)
                         absorbed = True
@@ -787,11 +807,17 @@ class NodeRollup:
                     is_tb
                     # (a faulthandler dump's frame continues the crash it follows)
                     and not (cont and open_group is not None)
-                    and (kind.body[0] in "Tr" or _after_prefix(raw, prefix_end)[:1] in (" ", "\t"))
+                    and (
+                        kind.body[0] in "Tr"
+                        or _after_prefix(raw, prefix_end)[:1] in (" ", "\t")
+                        or _TB_FRAME.match(_after_prefix(raw, prefix_end)) is not None
+                        or _IPY_TB_HEADER.match(kind.body) is not None
+                    )
                 ):
                     # A traceback, or the indented frames of one whose header was cut off (a
                     # pasted excerpt): one record either way, named by the exception ending it.
                     tb, tb_start, tb_kind = [raw], pos, kind
+                    ipython = _IPY_TB_HEADER.match(kind.body) is not None
                     tb_offset = _at(block, pos - first)
                     # A timeless traceback is a run of its own: when its file ends with it, it
                     # was printed when its process died, not at the stamp before it.

@@ -868,3 +868,59 @@ def test_a_ray_tasks_traceback_is_one_record_named_by_its_exception(rules: Stage
     assert len(cut) == 1 and cut[0][0].startswith("subprocess.CalledProcessError: "), cut
     scanned = _scanned(rules, body[:-1])
     assert [k[0].level for k in scanned.groups if k[0].body.strip()] == ["ERROR"]
+
+
+def test_frames_a_paste_left_unindented_are_one_traceback_and_an_error(rules: StageRules) -> None:
+    # deepspeedai/DeepSpeed#7833: a traceback quoted without its header, its frames dedented,
+    # cut off at its last frame (no exception printed): one record, an error's report.
+    body = [
+        'File "/venv/lib/python3.10/site-packages/deepspeed/runtime/engine.py", line 2365, in '
+        "_take_model_step",
+        "  self.optimizer.step()",
+        'File "/venv/lib/python3.10/site-packages/deepspeed/runtime/bf16_optimizer.py", line 394,'
+        " in get_grads_for_norm",
+        "  tensor_mp_rank = bwc_tensor_model_parallel_rank(mpu=self.mpu)",
+        'File "/venv/lib/python3.10/site-packages/deepspeed/utils/bwc.py", line 42, in '
+        "bwc_tensor_model_parallel_rank",
+    ]
+    scanned = _scanned(rules, body)
+    records = [(k[0], g.message) for k, g in scanned.groups.items()]
+    assert len(records) == 1, records
+    kind, message = records[0]
+    assert kind.level == "ERROR" and message == "\n".join(body)
+    # closed by its exception, the record is named by it
+    named = _records(rules, [*body, "AttributeError: 'module' has no attribute 'get_rank'"])
+    assert [k for k, _ in named] == ["AttributeError: 'module' has no attribute 'get_rank'"]
+    # a line that only names a file is no frame
+    assert len(_records(rules, ['File "a.txt" not found', "  retrying"])) == 2
+
+
+def test_a_notebooks_traceback_is_one_record_named_by_its_exception(rules: StageRules) -> None:
+    # unslothai/unsloth#724, IPython 8's frames ("Cell In[8], line 1", "File …:36, in f"), and
+    # IPython 7's ("<ipython-input-5-…> in <module>", "/usr/lib/…/client.py in f(a)")
+    new = [
+        "RuntimeError                              Traceback (most recent call last)",
+        "Cell In[8], line 1",
+        "----> 1 trainer_stats = trainer.train()",
+        "",
+        "File <string>:36, in train(self, resume_from_checkpoint, trial, **kwargs)",
+        "",
+        "RuntimeError: Unsloth currently does not work on multi GPU setups",
+    ]
+    old = [
+        "Fault                                     Traceback (most recent call last)",
+        "<ipython-input-5-366cceb6869e> in <module>",
+        '----> 1 server.get_licenses("not-existing-id")',
+        "",
+        "/usr/lib/python3.9/xmlrpc/client.py in __call__(self, *args)",
+        "   1115     def __call__(self, *args):",
+        "-> 1116         return self.__send(self.__name, args)",
+        "",
+        "Fault: <Fault: 'no such license'>",
+    ]
+    for lines in (new, old):
+        records = _records(rules, lines)
+        assert [k for k, _ in records] == [lines[-1]], records
+        assert records[0][1] == "\n".join(lines)
+    # the same frames' shapes after an ordinary line are lines of their own
+    assert len(_records(rules, ["INFO starting", "Cell In[8], line 1"])) == 2
