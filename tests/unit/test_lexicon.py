@@ -39,6 +39,36 @@ CAUSES = [
         "AF_INET6(10)",
         "user/config",
     ),
+    # salesforce/LAVIS#396: torch's env:// rendezvous in a job started without a launcher's
+    # variables; OpenLMLab/LOMO#31: a script reading the rank a launcher would have set
+    (
+        "ValueError: Error initializing torch.distributed using env:// rendezvous: environment "
+        "variable MASTER_ADDR expected, but not set",
+        "user/config",
+    ),
+    ("KeyError: 'LOCAL_RANK'", "user/config"),
+    # mbzuai-oryx/LLaVA-pp#24: weights loaded into ZeRO-3's partitions of a projector; a model
+    # of another shape stays the configuration's (below)
+    (
+        "Error(s) in loading state_dict for Sequential : size mismatch for 0.weight: copying a "
+        "param with shape torch.Size([4096, 3072]) from checkpoint, the shape in current model "
+        "is torch.Size([0]).",
+        "framework",
+    ),
+    (
+        "size mismatch for 2.0.weight: copying a param with shape torch.Size([256, 256, 11]) from "
+        "checkpoint, the shape in current model is torch.Size([384, 256, 13]).",
+        "user/config",
+    ),
+    # declare-lab/flan-alpaca#10 and huggingface/peft#1702: FSDP over a LoRA model
+    ("ValueError: `FlatParameter` requires uniform `requires_grad`", "user/config"),
+    (
+        "ValueError: Must flatten tensors with uniform `requires_grad` when "
+        "`use_orig_params=False`",
+        "user/config",
+    ),
+    # deepspeedai/DeepSpeed#2870: MoE layers under ZeRO-3
+    ("AssertionError: MoE not supported with Stage 3", "user/config"),
     # modelscope/ms-swift#5808: torch 2.6's torch.load and DeepSpeed's pickled LossScaler
     (
         "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do "
@@ -469,6 +499,9 @@ CONSEQUENCES = [
     '  File \\"/home/ray/anaconda3/lib/python3.9/site-packages/torch/distributed/elastic/'
     'metrics/api.py\\", line 125, in wrapper\n'
     "    result = f(*args, **kwargs)",
+    # kohya-ss/sd-scripts#971: a traceback's header glued to a bar's frame, the paste ending there
+    " 87%|█████████████████████████████████▉     | 1583/1818 [30:03<04:26,  1.13s/it]Traceback "
+    "(most recent call last):",
     # pytorch/pytorch#150916: torchrun's own frames under Python 3.12, carets under each call,
     # the paste cut before the exception
     "Traceback (most recent call last):\n"
@@ -1011,3 +1044,11 @@ def test_a_long_traceback_ending_in_an_unknown_exception_is_read_in_one_pass() -
     record = f"Traceback (most recent call last):\n{frames}pkg.errors.CustomThing: boom"
     assert LEX.classify_record(record) is None
     assert LEX.classify_record(f"Traceback (most recent call last):\n{frames}") is not None
+
+
+def test_a_launchers_variable_missing_is_the_launch_not_any_missing_key() -> None:
+    # A key of the program's own that only starts like a rank's is the program's error.
+    term = LEX.cause_of_record("KeyError: 'ranking_score'")
+    assert term is not None and term.category == "user/code"
+    term = LEX.cause_of_record("KeyError: 'WORLD_SIZE'")
+    assert term is not None and term.category == "user/config"
