@@ -903,3 +903,54 @@ def test_a_faulthandler_dump_names_the_stage_by_the_crashed_threads_innermost_fr
 )
 def test_a_saves_writer_a_loads_argument_check_and_a_datasets_files(tail: str, stage: str) -> None:
     assert failing_stage(_data([("e", tail)]), _marked("init"), ["e"], RULES) == stage
+
+
+@pytest.mark.parametrize(
+    ("frame", "error", "stage"),
+    [
+        # axolotl-ai-cloud/axolotl#1698: ZeRO-3 clipping the gradients in the engine's step
+        (
+            'File "/env/site-packages/deepspeed/runtime/zero/stage3.py", line 2117, in '
+            "unscale_and_clip_grads",
+            "RuntimeError: Expected all tensors to be on the same device, but found at least two "
+            "devices, cuda:1 and cpu!",
+            "training",
+        ),
+        # om-ai-lab/VLM-R1#331: flash-attn's rotary kernel in a forward
+        (
+            'File "/env/dist-packages/flash_attn/ops/triton/rotary.py", line 176, in apply_rotary',
+            "AssertionError: Input and cos/sin must have the same dtype, got torch.float32 and "
+            "torch.bfloat16",
+            "training",
+        ),
+        # declare-lab/flan-alpaca#10: FSDP flattening the parameters of the model it wraps
+        (
+            'File "/env/site-packages/torch/distributed/fsdp/flat_param.py", line 440, in '
+            "_init_flat_param",
+            "ValueError: `FlatParameter` requires uniform `requires_grad`",
+            "model_loading",
+        ),
+        # 2U1/Qwen-VL-Series-Finetune#36: a fine-tune's data collator
+        (
+            'File "/ws/Qwen2-VL-Finetune/src/training/data.py", line 311, in __call__',
+            "TypeError: expected Tensor as element 0 in argument 0, but got list",
+            "data_loading",
+        ),
+    ],
+)
+def test_a_step_a_kernels_op_a_wrap_and_a_collator_name_their_stage(
+    frame: str, error: str, stage: str
+) -> None:
+    tb = f"{frame}\n    x = y\n{error}"
+    assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == stage
+
+
+def test_importing_a_kernel_library_or_running_data_parallel_is_neither() -> None:
+    # a kernel library imported (its module's frame) is no op at work; DataParallel's module is
+    # no data's
+    for frame in (
+        'File "/env/site-packages/flash_attn/__init__.py", line 3, in <module>',
+        'File "/env/site-packages/torch/nn/parallel/data_parallel.py", line 171, in replicate',
+        'File "/env/site-packages/torch/nn/parallel/distributed_data_parallel.py", line 9, in g',
+    ):
+        assert RULES.stage_of_stack(f"{frame}\n    x = y\nRuntimeError: boom") is None, frame
