@@ -219,7 +219,12 @@ def normalise_level(word: str | None) -> str | None:
 
 
 def infer_level(body: str) -> str | None:
-    """Guess the level of a message without a level field: errors, tracebacks, warnings."""
+    """Guess the level of a message without a level field: errors, tracebacks, warnings. NCCL's
+    own level word where its "host:pid:tid [dev]" header was left off (a paste, a collector
+    that cut it): an INFO line is INFO whatever its words ("… - Abort COMPLETE", a return
+    code's trace), as with the header."""
+    if body.lstrip().startswith("NCCL INFO "):
+        return "INFO"
     if _INFER_ERROR.search(body) or _PY_EXCEPTION.match(body):
         return "ERROR"
     if _INFER_WARNING.search(body):

@@ -198,6 +198,10 @@ def test_impossible_date_is_no_timestamp() -> None:
         ("bash: torchrun: command not found", "ERROR"),
         ("/bin/sh: 1: deepspeed: not found", "ERROR"),
         ("zsh: command not found: accelerate", "ERROR"),
+        # QwenLM/Qwen-VL#121: NCCL's INFO line pasted without its "host:pid:tid [dev]" header
+        # (its own level word says INFO, whatever words follow); its WARN stays a warning
+        ("NCCL INFO comm 0x8312280 rank 7 nranks 8 cudaDev 7 busId c9000 - Abort COMPLETE", "INFO"),
+        ("NCCL WARN Call to connect returned Connection refused", "WARNING"),
         ("the step was not found in the cache: retrying", None),
         ("a what(): in prose", None),
         ("the loop ends at StopIteration of its iterator", None),
