@@ -638,6 +638,14 @@ def named_causes(terms: Mapping[str, Term]) -> dict[str, float]:
     return {t: term.weight for t, term in terms.items() if not term.cascade and not term.benign}
 
 
+def telling_consequences(terms: Mapping[str, Term]) -> dict[str, float]:
+    """Templates whose words (``record_terms``) are a consequence's, with their weight: of a
+    moment's consequences, the one that says most first (the watchdog's timeout of a named
+    collective, "WorkNCCL(SeqNum=923, OpType=REDUCE…)", before "Some NCCL operations have
+    failed" and std::terminate's banner)."""
+    return {t: term.weight for t, term in terms.items() if term.cascade}
+
+
 def lexicon_priors(
     terms: Mapping[str, Term], options: AnalysisOptions = DEFAULT_OPTIONS
 ) -> tuple[dict[str, tuple[float, str]], dict[str, tuple[float, str]]]:

@@ -157,6 +157,7 @@ class Fusion:
         teardown: frozenset[str] = frozenset(),
         stack: Mapping[str, str] | None = None,
         named: Mapping[str, float] | None = None,
+        telling: Mapping[str, float] | None = None,
     ) -> Fusion:
         """Rank events and nodes from whatever analyses ran (None = that analysis did not run).
 
@@ -168,7 +169,9 @@ class Fusion:
         ``(weight, reasons)``; ``stack`` a node running other versions than the job to why;
         ``teardown`` templates (a launcher tearing the job down) are never a culprit's own;
         ``named`` maps a template whose words the lexicon names a cause by to their weight: the
-        weightier first among equals."""
+        weightier first among equals; ``telling`` a consequence's words to theirs: of the
+        consequences that score alike, the weightier first (the watchdog's timeout of a named
+        collective before its boilerplate, whichever line a paste kept first)."""
         self._check(events)
         all_nodes = _all_nodes(events, nodes, spatial, silence)
         n_nodes, job_stage = max(len(all_nodes), 1), stage.stage if stage is not None else None
@@ -180,7 +183,7 @@ class Fusion:
         earliest = self._earliest(_causes(pre, ordering, discounts), by_id, job_stage, n_nodes)
         self._mark_cascade(reasons, by_id, earliest, n_nodes)
         order = _ordering(reasons, discounts, ordering)
-        candidates = self._sorted(reasons, by_id, factor, order, named=named)
+        candidates = self._sorted(reasons, by_id, factor, order, named=named, telling=telling)
         selected = self._select(candidates, order)
 
         seen = (spatial, silence, stage, stragglers, earliest, by_id, slowdown, peers, hang)
@@ -198,7 +201,7 @@ class Fusion:
             _credit_culprit(culprit, own, heard, reasons, order)
             _credit_hang(culprit, own, hang, reasons)
             if own or heard:
-                candidates = self._sorted(reasons, by_id, factor, order, culprit, named)
+                candidates = self._sorted(reasons, by_id, factor, order, culprit, named, telling)
                 selected = self._select(candidates, order)
                 ranked_nodes = rank_nodes(selected)
         self.result_ = FusionResult(
@@ -261,9 +264,11 @@ class Fusion:
         order: Mapping[str, float],
         culprit: str | None = None,
         named: Mapping[str, float] | None = None,
+        telling: Mapping[str, float] | None = None,
     ) -> list[RankedEvent]:
         """Candidates best first; ties by the weight of the cause the lexicon names in their
-        words (``named``), by first time, then by the order the culprit printed them (one moment's
+        words (``named``) or of the consequence's (``telling``), by first time, then by the
+        order the culprit printed them (one moment's
         lines: the first printed is the one that says what happened), and lines without a
         wall-clock time (dmesg's) by the order their node printed them. With no culprit, lines of
         one moment by the order the node that printed them first did (a kernel's three lines
@@ -279,7 +284,7 @@ class Fusion:
             node = min(n for n, ts in by_id[t].first_seen.items() if ts == first)
             return node, positions.get(node, math.inf)
 
-        weight = named or {}
+        weight, said = named or {}, telling or {}
         ranked = [
             (self._ranked(by_id[t], r, factor.get(t, 1.0) * order.get(t, 1.0)), at(t))
             for t, r in reasons.items()
@@ -289,7 +294,8 @@ class Fusion:
             key=lambda x: (
                 -x[0].score,
                 -weight.get(x[0].template_id, 0.0),
-                x[0].first_seen if x[0].first_seen is not None else 0.0,
+                -said.get(x[0].template_id, 0.0),
+                _time_key(x[0].first_seen),
                 x[1],
                 x[0].template_id,
             )
@@ -714,6 +720,13 @@ def _credit_culprit(
     for t in heard:
         reasons[t].append(("witness-statement", 0.0))
         order[t] = order.get(t, 1.0) * _WITNESS_STATEMENT_FACTOR
+
+
+def _time_key(first_seen: float | None) -> float:
+    """An event's first time as a sort key: a line of no known time (none, NaN) sorts as
+    none does, so that the keys after it still order such lines (NaN compares as neither
+    before nor after anything, and a sort would stop there)."""
+    return first_seen if first_seen is not None and not math.isnan(first_seen) else 0.0
 
 
 def _hosts(nodes: Iterable[str]) -> list[str]:

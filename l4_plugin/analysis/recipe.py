@@ -31,6 +31,7 @@ from l4_plugin.analysis.evidence import (
     record_terms,
     symptoms,
     teardown,
+    telling_consequences,
     timed_in_stage,
 )
 from l4_plugin.analysis.failing_stage import StageReader, failing_stage, last_marker
@@ -1024,6 +1025,7 @@ def analyze(
             hang=hang.evidence if hang is not None else None,
             teardown=ends,
             named=named_causes(terms),
+            telling=telling_consequences(terms),
         )
         .result_
     )

@@ -470,3 +470,39 @@ def test_a_line_naming_a_failure_without_a_level_is_reported_when_nothing_else_i
     res = Fusion().fit(events, nodes, priors=priors, discounts=discounts).result_
     assert [e.template_id for e in res.events] == ["nan"]
     assert Fusion().fit(events, nodes, discounts=discounts).result_.events == ()
+
+
+def test_of_consequences_alike_the_one_that_says_most_leads() -> None:
+    # QwenLM/Qwen-VL#121, pasted without times (read by position): the watchdog's boilerplate
+    # came first, its timeout of the named collective last; scored alike, the timeout leads.
+    events = [
+        EventStat("some-ops-failed", "ERROR", {"k": 2.0}, {"k": 1}),
+        EventStat("taking-down", "ERROR", {"k": 3.0}, {"k": 1}),
+        EventStat("watchdog-timeout", "ERROR", {"k": 5.0}, {"k": 1}),
+    ]
+    stats = [JobTemplateStat(e.template_id, e.count, len(e.counts), 1.0) for e in events]
+    filt = CrossJobFilter().fit({}).transform(stats)
+    said = {t: (0.5, "consequence-words") for t in ("some-ops-failed", "taking-down")}
+    said["watchdog-timeout"] = (0.5, "consequence-words")
+    telling = {"some-ops-failed": 0.8, "taking-down": 0.8, "watchdog-timeout": 0.9}
+    fusion = Fusion().fit(events, ["k"], crossjob=filt, ordering=said, telling=telling)
+    assert [e.template_id for e in fusion.result_.events] == [
+        "watchdog-timeout",
+        "some-ops-failed",
+        "taking-down",
+    ]
+    fusion = Fusion().fit(events, ["k"], crossjob=filt, ordering=said)
+    assert fusion.result_.events[0].template_id == "some-ops-failed"
+
+
+def test_lines_of_no_time_tie_whichever_nan_they_carry() -> None:
+    # Each cell's missing time is its own NaN object: the order their node printed them still
+    # decides (a NaN compares as neither before nor after, and would stop the sort's keys).
+    events = [
+        EventStat("hung-task", "ERROR", {"k": float("nan")}, {"k": 1}, positions={"k": 9.0}),
+        EventStat("soft-lockup", "ERROR", {"k": float("nan")}, {"k": 1}, positions={"k": 3.0}),
+    ]
+    stats = [JobTemplateStat(e.template_id, e.count, len(e.counts), 1.0) for e in events]
+    filt = CrossJobFilter().fit({}).transform(stats)
+    ranked = Fusion().fit(events, ["k", "j"], crossjob=filt).result_.events
+    assert [e.template_id for e in ranked][:2] == ["soft-lockup", "hung-task"]

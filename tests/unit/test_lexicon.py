@@ -1052,3 +1052,18 @@ def test_a_launchers_variable_missing_is_the_launch_not_any_missing_key() -> Non
     assert term is not None and term.category == "user/code"
     term = LEX.cause_of_record("KeyError: 'WORLD_SIZE'")
     assert term is not None and term.category == "user/config"
+
+
+def test_the_watchdogs_timeout_of_a_named_collective_says_more_than_its_boilerplate() -> None:
+    # (QwenLM/Qwen-VL#121) both are consequences; the timeout names which collective
+    timeout = LEX.classify_record(
+        "  what():  [Rank 7] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=923, "
+        "OpType=REDUCE, Timeout(ms)=1800000) ran for 1806745 milliseconds before timing out."
+    )
+    boilerplate = LEX.classify_record(
+        "[E ProcessGroupNCCL.cpp:456] Some NCCL operations have failed or timed out. Due to the "
+        "asynchronous nature of CUDA kernels, subsequent GPU operations might run on "
+        "corrupted/incomplete data."
+    )
+    assert timeout is not None and boilerplate is not None
+    assert timeout.cascade and boilerplate.cascade and timeout.weight > boilerplate.weight
