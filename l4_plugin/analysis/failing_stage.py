@@ -36,6 +36,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Protocol
 
 from l4_plugin.analysis.clock import stated_step
+from l4_plugin.analysis.lexicon import told_part
 from l4_plugin.analysis.origin import frames_of
 from l4_plugin.analysis.results import StageResult
 from l4_plugin.analysis.tables import JobData
@@ -104,7 +105,7 @@ def failing_stage(
         if stage in _RUNNING:
             # (the ranks' records: a kernel's line has no stack of the job's)
             ranks = [t for t in failing if t not in data.job.system_templates]
-            inner = _first_stage(reader.stage_of_stack, [_text(data, t) for t in ranks[:_INNER]])
+            inner = _first_stage(reader.stage_of_stack, [_told(data, t) for t in ranks[:_INNER]])
             if inner in _WITHIN.get(stage, ()):
                 return inner
         if stage in _LOADING:
@@ -112,7 +113,7 @@ def failing_stage(
             # load, the first batch fetched after both): the root record's own frames, or
             # words only one of them prints (a DataLoader worker's death, a state dict that
             # does not fit), say which of the two it was in, past the last marker.
-            other = _first_stage(reader.stage_of_stack, texts[:_INNER])
+            other = _first_stage(reader.stage_of_stack, [told_part(t) for t in texts[:_INNER]])
             other = other or _first_stage(reader.stage_of_words, texts[:1])
             if other in _LOADING:
                 return other
@@ -120,7 +121,7 @@ def failing_stage(
     # Only the root's records: the stacks of ranks that failed in reaction were wherever they
     # happened to be.
     above = [_text(data, t) for t in _before(data, failing[:1])]
-    roots = [*texts[:_ROOTS], *(t for t in above if frames_of(t, frozenset()))]
+    roots = [*map(told_part, texts[:_ROOTS]), *(t for t in above if frames_of(t, frozenset()))]
     found = _first_stage(reader.stage_of_stack, roots)
     if found is not None:
         return found
@@ -162,6 +163,11 @@ def _first_stage(read: Callable[[str], str | None], texts: Sequence[str]) -> str
         if found is not None:
             return found
     return None
+
+
+def _told(data: JobData, tid: str) -> str:
+    """A template's text as far as its last printed exception (``told_part``)."""
+    return told_part(_text(data, tid))
 
 
 def _text(data: JobData, tid: str) -> str:

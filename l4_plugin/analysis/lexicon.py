@@ -233,6 +233,21 @@ def last_line(text: str) -> str:
     return lines[-1] if lines else ""
 
 
+def told_part(text: str) -> str:
+    """A record less the unfinished part of a traceback it was cut off in: a chained traceback
+    whose later part's frames were printed (or pasted) but not its exception ends with the last
+    exception it printed — where that exception was raised, not how far its handler's frames
+    got (a save's OSError, then "During handling…" and the trainer's loop again)."""
+    lines = text.rstrip().splitlines()
+    said = [line for line in lines if line.strip()]
+    if not said or not _cut_in_traceback(said):
+        return text
+    for i in range(len(lines) - 1, -1, -1):
+        if _RAISED.search(lines[i]) and not FRAME_HEAD.search(lines[i]):
+            return "\n".join(lines[: i + 1])
+    return text
+
+
 def _cut_in_traceback(lines: list[str]) -> bool:
     """Whether a record's lines end with a traceback's frame, or with the frame's source line
     (indented past where the frame's "File" begins; an exception's line is not)."""

@@ -954,3 +954,27 @@ def test_importing_a_kernel_library_or_running_data_parallel_is_neither() -> Non
         'File "/env/site-packages/torch/nn/parallel/distributed_data_parallel.py", line 9, in g',
     ):
         assert RULES.stage_of_stack(f"{frame}\n    x = y\nRuntimeError: boom") is None, frame
+
+
+def test_a_chain_cut_in_its_handlers_frames_names_the_stage_where_its_exception_was_raised() -> (
+    None
+):
+    # FanqingM/MM-Eureka-V0#8: the save's OSError, then "During handling…" and the trainer's
+    # loop again, the paste cut inside it: the save is where it failed, not the loop.
+    tb = (
+        "[rank2]: Traceback (most recent call last):\n"
+        '[rank2]:   File "/env/site-packages/transformers/trainer.py", line 3157, in '
+        "_save_checkpoint\n"
+        "[rank2]:     os.renames(output_dir, checkpoint_dir)\n"
+        "[rank2]: OSError: [Errno 39] Directory not empty: '/r/tmp-checkpoint-s0' -> "
+        "'/r/checkpoint-50'\n"
+        "[rank2]: During handling of the above exception, another exception occurred:\n"
+        "[rank2]: Traceback (most recent call last):\n"
+        '[rank2]:   File "/env/site-packages/transformers/trainer.py", line 2555, in '
+        "_inner_training_loop\n"
+        "[rank2]:     self._maybe_log_save_evaluate("
+    )
+    assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "checkpointing"
+    # finished, the chain's last exception says where: the record as a whole
+    done = f"{tb}\n[rank2]: RuntimeError: boom"
+    assert failing_stage(_data([("tb", done)]), _marked("init"), ["tb"], RULES) == "training"

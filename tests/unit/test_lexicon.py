@@ -69,6 +69,24 @@ CAUSES = [
     ),
     # deepspeedai/DeepSpeed#2870: MoE layers under ZeRO-3
     ("AssertionError: MoE not supported with Stage 3", "user/config"),
+    # hiyouga/LlamaFactory#4984: Llama 3.1's config read by transformers 4.42; the same check's
+    # other wording (StartHua/Comfyui_CXH_joy_caption#35), and a model type it does not know
+    (
+        "[rank1]: ValueError: `rope_scaling` must be a dictionary with two fields, `type` and "
+        "`factor`, got {'factor': 8.0, 'low_freq_factor': 1.0, 'high_freq_factor': 4.0, "
+        "'original_max_position_embeddings': 8192, 'rope_type': 'llama3'}",
+        "user/software-incompatibility",
+    ),
+    (
+        "`rope_scaling` must be a dictionary with with two fields, `type` and `factor`, got "
+        "{'factor': 8.0, 'rope_type': 'llama3'}",
+        "user/software-incompatibility",
+    ),
+    (
+        "ValueError: The checkpoint you are trying to load has model type `qwen2_vl` but "
+        "Transformers does not recognize this architecture.",
+        "user/software-incompatibility",
+    ),
     # modelscope/ms-swift#5808: torch 2.6's torch.load and DeepSpeed's pickled LossScaler
     (
         "_pickle.UnpicklingError: Weights only load failed. This file can still be loaded, to do "
