@@ -49,6 +49,8 @@ _RAY_TB_HEADER = re.compile(r"ray::[\w.<>-]+\(\) \(pid=")
 # A traceback's frame as traceback.py prints it; a paste may have lost its indentation (a
 # quoted excerpt dedented): unindented, it still opens or continues a traceback.
 _TB_FRAME = re.compile(r'File "[^"]+", line \d+, in \S')
+# Where a paste left frames out of a traceback ("...", "…", "[...]" on a line of its own).
+_ELISIONS = frozenset(("...", "....", "…", "[...]", "[…]", "(...)"))
 # IPython's (a notebook's) traceback (IPython/core/ultratb.py): its header names the exception
 # first ("RuntimeError      Traceback (most recent call last)"); each frame is where it ran
 # ("Cell In[8], line 1", "File ~/x.py:36, in train(self)"; before IPython 8
@@ -800,6 +802,7 @@ class NodeRollup:
                         or (kind.has_timestamp and _stamped_indent(raw, prefix_end))
                         or (body[0] == "F" and _TB_FRAME.match(body) is not None)
                         or (ipython and _IPY_TB_LINE.match(body) is not None)
+                        or body.rstrip() in _ELISIONS
                     ) and len(tb) < MAX_TRACEBACK_LINES:
                         tb.append(raw)
                         absorbed = True

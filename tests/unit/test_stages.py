@@ -924,3 +924,28 @@ def test_a_notebooks_traceback_is_one_record_named_by_its_exception(rules: Stage
         assert records[0][1] == "\n".join(lines)
     # the same frames' shapes after an ordinary line are lines of their own
     assert len(_records(rules, ["INFO starting", "Cell In[8], line 1"])) == 2
+
+
+def test_frames_a_paste_left_out_do_not_cut_its_traceback(rules: StageRules) -> None:
+    # NVIDIA-NeMo (hub download race, a real-extra paste): "..." where frames were left out, the
+    # chain cut off before its last exception: one record, named by the exception it printed.
+    body = [
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.8/shutil.py", line 791, in move',
+        "    os.rename(src, real_dst)",
+        "FileNotFoundError: [Errno 2] No such file or directory: '/root/.cache/vocab.tmp'",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "megatron_gpt_prompt_learning.py", line 91, in main',
+        "...",
+        '  File "/opt/NeMo/nemo/collections/nlp/modules/common/megatron/megatron_utils.py", line '
+        "211, in _download",
+        "    wget.download(url, path)",
+    ]
+    records = _records(rules, body)
+    assert len(records) == 1, records
+    kind, message = records[0]
+    assert kind.startswith("FileNotFoundError: ") and "\n...\n" in message
+    assert message.startswith(body[0]) and message.endswith(body[-1])
