@@ -795,7 +795,7 @@ class NodeRollup:
                     body = _after_prefix(raw, prefix_end)
                     if (
                         not body
-                        or body[0] in " \t^~"
+                        or (body[0] in " \t^~" and not _raised_below(body, tb[-1], prefix_end))
                         or body.startswith(_TB_CONTINUATION)
                         or kind.body.startswith(_TB_CONTINUATION)
                         or _RAY_TB_HEADER.match(body) is not None
@@ -1107,6 +1107,23 @@ def _stamped_indent(raw: str, prefix_end: int) -> bool:
     label = _LABEL_AFTER_STAMP.match(raw, gap + 1)
     at = label.end() if label is not None else gap + 1
     return raw[at : at + 1] in (" ", "\t")
+
+
+#: An exception's line as a traceback ends with it ("KeyError: <class 'type'>"), indented.
+_INDENTED_RAISE = re.compile(
+    r"([ \t]+)(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b(?::|\s*$)"
+)
+
+
+def _raised_below(body: str, before: str, prefix_end: int) -> bool:
+    """Whether ``body``, an indented line inside a traceback, is the exception that ends it: a
+    paste that shifted the whole traceback right indents its exception too, but less than the
+    frame's source line or carets above it (Python prints them deeper than both)."""
+    raised = _INDENTED_RAISE.match(body)
+    if raised is None:
+        return False
+    above = _after_prefix(before, prefix_end)
+    return len(raised.group(1)) < len(above) - len(above.lstrip(" \t"))
 
 
 def _after_prefix(raw: str, prefix_end: int) -> str:

@@ -949,3 +949,22 @@ def test_frames_a_paste_left_out_do_not_cut_its_traceback(rules: StageRules) -> 
     kind, message = records[0]
     assert kind.startswith("FileNotFoundError: ") and "\n...\n" in message
     assert message.startswith(body[0]) and message.endswith(body[-1])
+
+
+def test_a_shifted_pastes_exception_still_ends_its_traceback(rules: StageRules) -> None:
+    # (a torchtitan paste, its first line's indent lost, the rest shifted right) the exception is
+    # indented too, but less than the source line above it: it ends the traceback, and the
+    # progress line after it is a line of its own.
+    body = [
+        'File "/pkg/torch/distributed/checkpoint/_state_dict_stager.py", line 320, in deepcopy',
+        "      y = self._deepcopy_dispatch[type](x, memo)",
+        "          ~~~~~~~~~~~~~~~~~~~~~~~^^^^^^",
+        "  KeyError: <class 'type'>",
+        "[rank0]:[titan] 2026-06-01 13:33:57,903 - root - INFO - step: 19  loss:  3.01032",
+    ]
+    records = _records(rules, body)
+    assert records[0][0] == "KeyError: <class 'type'>", records
+    assert records[0][1] == "\n".join(body[:4]) and len(records) == 2
+    # a source line deeper than its frame, whatever it names, stays the frame's
+    deeper = [*body[:2], "        ValueError: not an exception's line", "ValueError: bad"]
+    assert [k for k, _ in _records(rules, deeper)] == ["ValueError: bad"]
