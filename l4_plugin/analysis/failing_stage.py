@@ -105,7 +105,9 @@ def failing_stage(
         if stage in _RUNNING:
             # (the ranks' records: a kernel's line has no stack of the job's)
             ranks = [t for t in failing if t not in data.job.system_templates]
-            inner = _first_stage(reader.stage_of_stack, [_told(data, t) for t in ranks[:_INNER]])
+            inner = _first_stage(
+                reader.stage_of_stack, _told([_text(data, t) for t in ranks[:_INNER]])
+            )
             if inner in _WITHIN.get(stage, ()):
                 return inner
         if stage in _LOADING:
@@ -113,7 +115,7 @@ def failing_stage(
             # load, the first batch fetched after both): the root record's own frames, or
             # words only one of them prints (a DataLoader worker's death, a state dict that
             # does not fit), say which of the two it was in, past the last marker.
-            other = _first_stage(reader.stage_of_stack, [told_part(t) for t in texts[:_INNER]])
+            other = _first_stage(reader.stage_of_stack, _told(texts[:_INNER]))
             other = other or _first_stage(reader.stage_of_words, texts[:1])
             if other in _LOADING:
                 return other
@@ -121,7 +123,7 @@ def failing_stage(
     # Only the root's records: the stacks of ranks that failed in reaction were wherever they
     # happened to be.
     above = [_text(data, t) for t in _before(data, failing[:1])]
-    roots = [*map(told_part, texts[:_ROOTS]), *(t for t in above if frames_of(t, frozenset()))]
+    roots = [*_told(texts[:_ROOTS]), *(t for t in above if frames_of(t, frozenset()))]
     found = _first_stage(reader.stage_of_stack, roots)
     if found is not None:
         return found
@@ -165,9 +167,15 @@ def _first_stage(read: Callable[[str], str | None], texts: Sequence[str]) -> str
     return None
 
 
-def _told(data: JobData, tid: str) -> str:
-    """A template's text as far as its last printed exception (``told_part``)."""
-    return told_part(_text(data, tid))
+def _told(texts: Sequence[str]) -> list[str]:
+    """Each text as far as its last printed exception (``told_part``), then whole where that
+    is less: the stage where a chain's printed exception was raised, else what the rest of it
+    names (Ray's header of the task that re-raised it, "ray::Worker.init_model()")."""
+    out: list[str] = []
+    for text in texts:
+        told = told_part(text)
+        out.extend((told, text) if told != text else (text,))
+    return out
 
 
 def _text(data: JobData, tid: str) -> str:

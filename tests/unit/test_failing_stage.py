@@ -975,6 +975,17 @@ def test_a_chain_cut_in_its_handlers_frames_names_the_stage_where_its_exception_
         "[rank2]:     self._maybe_log_save_evaluate("
     )
     assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "checkpointing"
+    # verl-project/verl#6773, cut in Ray's re-raise: where the printed exception was raised
+    # names no stage, the task's header after it does
+    ray = (
+        '  File "/pkg/verl/utils/device.py", line 197, in get_npu_versions\n'
+        "    result = subprocess.run(cmd, check=True)\n"
+        "subprocess.CalledProcessError: Command '['npu-smi']' returned non-zero exit status 215.\n"
+        "The above exception was the direct cause of the following exception:\n"
+        "ray::WorkerDict.actor_rollout_init_model() (pid=4591, ip=172.36.2.44)\n"
+        '  File "/usr/lib/python3.11/concurrent/futures/_base.py", line 456, in result'
+    )
+    assert failing_stage(_data([("tb", ray)]), _marked("init"), ["tb"], RULES) == "model_loading"
     # finished, the chain's last exception says where: the record as a whole
     done = f"{tb}\n[rank2]: RuntimeError: boom"
     assert failing_stage(_data([("tb", done)]), _marked("init"), ["tb"], RULES) == "training"
