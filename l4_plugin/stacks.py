@@ -23,6 +23,9 @@ import re
 FRAME = re.compile(r'File "(?P<path>[^"]+)", line \d+,? in (?P<func>[\w<>.]+)')
 #: Where a frame of either shape begins (its function may be cut off).
 FRAME_HEAD = re.compile(r'\bFile "[^"]+", line \d+')
+#: A traceback's frame as traceback.py prints it (``File "P", line N, in F``, the comma before
+#: "in"), its function named.
+TB_FRAME = re.compile(r'File "[^"]+", line \d+, in \S')
 #: A faulthandler frame ("  File "P", line N in F"): a traceback's has a comma before "in".
 DUMP_FRAME = re.compile(r'\bFile "[^"\n]*", line \d+ in [\w<>.$-]+\s*$')
 _HEADER = re.compile(

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from l4_plugin.records import LEVEL_SPELLINGS, Level
+from l4_plugin.stacks import TB_FRAME
 
 EMITTERS = (
     "torch",
@@ -180,8 +181,9 @@ _INFER_ERROR = re.compile(
     # a traceback's frame (traceback.py's 'File "…", line N, in f'): a traceback whose header
     # was cut off (a pasted excerpt) or whose exception never got printed (the process died
     # while printing it) is still an error's report
-    r'|^\s*File "[^"]+", line \d+, in \S'
-    r"|\b(?:ERROR|[Ee]rror)\b:|\bCUDA error\b|\bSegmentation fault\b|\bcore dumped\b"
+    r"|^\s*"
+    + TB_FRAME.pattern
+    + r"|\b(?:ERROR|[Ee]rror)\b:|\bCUDA error\b|\bSegmentation fault\b|\bcore dumped\b"
     # the kernel's own (dmesg without a level): a BUG (soft lockup, a bad page), a panic, a task
     # hung in D state, the OOM killer: printed at KERN_ERR or above
     r"|\bBUG: |\bkernel BUG at\b|\bKernel panic - not syncing\b"

@@ -34,6 +34,7 @@ from l4_plugin.ingest.reader import Block
 from l4_plugin.ingest.stages import NO_ROLE, STAGE_ORDER, IterationRule, Role, StageRules
 from l4_plugin.ingest.timeline import UNPLACED, MarkKey, Timeline
 from l4_plugin.records import Level
+from l4_plugin.stacks import TB_FRAME
 
 KEEP_LEVELS = frozenset(level.name for level in Level if level.is_flagged)
 KEEP_EMITTERS = frozenset({"kernel", "slurm", "syslog"})
@@ -46,9 +47,6 @@ _TB_OPENERS = ("Traceback (most recent call last)", 'File "')
 # (``RayTaskError.__str__``: "ray::WorkerDict.init_model() (pid=4591, ip=10.0.0.2, …)"): a
 # traceback's header all the same, in a chain and at its start.
 _RAY_TB_HEADER = re.compile(r"ray::[\w.<>-]+\(\) \(pid=")
-# A traceback's frame as traceback.py prints it; a paste may have lost its indentation (a
-# quoted excerpt dedented): unindented, it still opens or continues a traceback.
-_TB_FRAME = re.compile(r'File "[^"]+", line \d+, in \S')
 # Where a paste left frames out of a traceback ("...", "…", "[...]" on a line of its own).
 _ELISIONS = frozenset(("...", "....", "…", "[...]", "[…]", "(...)"))
 # IPython's (a notebook's) traceback (IPython/core/ultratb.py): its header names the exception
@@ -800,7 +798,8 @@ class NodeRollup:
                         or kind.body.startswith(_TB_CONTINUATION)
                         or _RAY_TB_HEADER.match(body) is not None
                         or (kind.has_timestamp and _stamped_indent(raw, prefix_end))
-                        or (body[0] == "F" and _TB_FRAME.match(body) is not None)
+                        # (a frame a paste left unindented: a quoted excerpt dedented)
+                        or (body[0] == "F" and TB_FRAME.match(body) is not None)
                         or (ipython and _IPY_TB_LINE.match(body) is not None)
                         or body.rstrip() in _ELISIONS
                     ) and len(tb) < MAX_TRACEBACK_LINES:
@@ -810,12 +809,7 @@ class NodeRollup:
                     is_tb
                     # (a faulthandler dump's frame continues the crash it follows)
                     and not (cont and open_group is not None)
-                    and (
-                        kind.body[0] in "Tr"
-                        or _after_prefix(raw, prefix_end)[:1] in (" ", "\t")
-                        or _TB_FRAME.match(_after_prefix(raw, prefix_end)) is not None
-                        or _IPY_TB_HEADER.match(kind.body) is not None
-                    )
+                    and _opens_traceback(kind.body, _after_prefix(raw, prefix_end))
                 ):
                     # A traceback, or the indented frames of one whose header was cut off (a
                     # pasted excerpt): one record either way, named by the exception ending it.
@@ -1107,6 +1101,18 @@ def _stamped_indent(raw: str, prefix_end: int) -> bool:
     label = _LABEL_AFTER_STAMP.match(raw, gap + 1)
     at = label.end() if label is not None else gap + 1
     return raw[at : at + 1] in (" ", "\t")
+
+
+def _opens_traceback(kind_body: str, body: str) -> bool:
+    """Whether a line of a traceback-opening kind opens one: a header (Python's, Ray's,
+    IPython's), or a frame whose header was cut off — indented, or unindented where a paste
+    dedented it (``body``: the line's text after its rank prefix)."""
+    return (
+        kind_body[0] in "Tr"
+        or body[:1] in (" ", "\t")
+        or TB_FRAME.match(body) is not None
+        or _IPY_TB_HEADER.match(kind_body) is not None
+    )
 
 
 #: An exception's line as a traceback ends with it ("KeyError: <class 'type'>"), indented.
