@@ -19,6 +19,7 @@ lexicon's ``libraries`` and ``config_functions``).
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -224,9 +225,9 @@ def last_line(text: str) -> str:
     # (a faulthandler dump says nothing of its own: the line it follows says what happened)
     lines = without_dump(lines) or lines
     if lines and _cut_in_traceback(lines):
-        for line in reversed(lines[:-1]):
-            if _RAISED.search(line) and not FRAME_HEAD.search(line):
-                return line
+        raised = _last_raised(lines[:-1])
+        if raised is not None:
+            return lines[raised]
     for line in reversed(lines):
         if not _CUDA_HINTS.search(line):
             return line
@@ -242,10 +243,16 @@ def told_part(text: str) -> str:
     said = [line for line in lines if line.strip()]
     if not said or not _cut_in_traceback(said):
         return text
+    raised = _last_raised(lines)
+    return "\n".join(lines[: raised + 1]) if raised is not None else text
+
+
+def _last_raised(lines: Sequence[str]) -> int | None:
+    """Where the last line of ``lines`` that states an exception is (not a frame's line)."""
     for i in range(len(lines) - 1, -1, -1):
         if _RAISED.search(lines[i]) and not FRAME_HEAD.search(lines[i]):
-            return "\n".join(lines[: i + 1])
-    return text
+            return i
+    return None
 
 
 def _cut_in_traceback(lines: list[str]) -> bool:
