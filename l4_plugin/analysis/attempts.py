@@ -12,7 +12,11 @@ first attempt's addresses), a node the scheduler did not replace — so the atte
 which failed while training, is the failure to explain; when every attempt failed while
 starting, the last leads. A node every attempt names is its machine: it is evicted with high
 confidence; different nodes each time say the fault is not bound to a node (of the attempts that
-got past start-up, when two did).
+got past start-up, when two did). One restart failing while starting is no consequence: when the
+lead names no culprit (its ranks timed out alike, the node that stopped answering printed
+nothing) and the restart singles out a node of a hardware fault (the node cut off answers "No
+route to host" while the others wait for it), the node stayed at fault: it is the lead's
+culprit too (``still``).
 
 Pure: the outcomes of the attempts' diagnoses in, the lead and the cross-attempt reading out.
 """
@@ -61,6 +65,9 @@ class AcrossAttempts:
     why: str
     bound: tuple[str, ...]
     note: str
+    #: A later attempt that failed while starting and names the node of a hardware fault,
+    #: when the lead names none: the fault stayed on that node (None: none).
+    still: AttemptOutcome | None = None
 
 
 def across(outcomes: Sequence[AttemptOutcome]) -> AcrossAttempts | None:
@@ -83,8 +90,33 @@ def across(outcomes: Sequence[AttemptOutcome]) -> AcrossAttempts | None:
         )
         return AcrossAttempts(clearer[-1].attempt, why, *_bound(started))
     return AcrossAttempts(
-        lead.attempt, _why(lead, outcomes, bool(started)), *_bound(started or ordered)
+        lead.attempt,
+        _why(lead, outcomes, bool(started)),
+        *_bound(started or ordered),
+        still=_still_at_fault(lead, ordered),
     )
+
+
+def _still_at_fault(
+    lead: AttemptOutcome, ordered: Sequence[AttemptOutcome]
+) -> AttemptOutcome | None:
+    """The first attempt after ``lead`` that failed while starting and names the node of a
+    hardware fault, when ``lead`` names no culprit (None: none). A restart that cannot start
+    fails for what came before it; when what came before named no node and the restart
+    names one, for a hardware reason, that node is where it stays. A configuration's or a
+    platform's failure at start-up (a port still held, an address gone) says nothing of a
+    node."""
+    if lead.culprits:
+        return None
+    later = (
+        o
+        for o in ordered
+        if o.attempt > lead.attempt
+        and not o.started
+        and o.culprits
+        and o.category.startswith("hardware/")
+    )
+    return next(later, None)
 
 
 def _why(lead: AttemptOutcome, outcomes: Sequence[AttemptOutcome], started: bool) -> str:

@@ -4,7 +4,9 @@ Each attempt's documents are read and analysed on their own (``queries.attempt_j
 outcomes go to :func:`l4_plugin.analysis.attempts.across`, which picks the attempt the report
 leads with and reads the culprits across attempts. The lead attempt gets the whole diagnosis
 (rules, sample lines, annotations); the report adds the ``attempts`` section and, when every
-attempt names the same node, evicts it with high confidence.
+attempt names the same node, evicts it with high confidence; when the lead names no culprit and
+a restart that failed while starting names the node of a hardware fault, that node is the
+culprit and the fault its (``AcrossAttempts.still``).
 """
 
 from __future__ import annotations
@@ -21,11 +23,11 @@ from l4_plugin.analysis.attempts import (
 )
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.tables import JobData, JobDoc
-from l4_plugin.analysis.verdict import VerdictNode, culprits
+from l4_plugin.analysis.verdict import VerdictNode, blame_of, culprits
 from l4_plugin.diagnosis.assembly import iso
 from l4_plugin.records import Verdict
 from l4_plugin.report.attempts import ReportAttempt, ReportAttempts
-from l4_plugin.report.model import Report, ReportIteration
+from l4_plugin.report.model import Report, ReportIteration, ReportNode
 
 #: How much a verdict's confidence drops when each attempt names another node.
 UNBOUND_FACTOR = 0.8
@@ -87,13 +89,44 @@ def with_attempts(
         began = ReportIteration(first.iteration, 1.0, "attempt", None, None, (), ())
         iterations = (began, *(i for i in iterations if i.iteration != first.iteration))
         notes = (*notes, f"the failure first struck in attempt {first.attempt}")
-    return replace(
+    report = replace(
         report,
         attempts=section,
         verdict=_verdict(report.verdict, found),
         notes=notes,
         iterations=iterations,
     )
+    return _still(report, found.still)
+
+
+def _still(report: Report, still: AttemptOutcome | None) -> Report:
+    """The lead's report with the node a later start-up failure names as the culprit: the
+    verdict takes that attempt's category and evicts the node, which leads the ranking (the
+    lead named none and evicted nothing)."""
+    verdict = report.verdict
+    if still is None or verdict is None or verdict.evict:
+        return report
+    named = ", ".join(still.culprits)
+    why = (
+        f"attempt {still.attempt} failed while starting again on {named} ({still.category}): "
+        "the fault stayed on that node",
+        *verdict.why,
+    )
+    verdict = replace(
+        verdict,
+        category=still.category,
+        blame=blame_of(still.category),
+        evict=still.culprits,
+        restart="after-eviction",
+        why=why,
+    )
+    first = [n for n in report.nodes if n.node in still.culprits]
+    moved = tuple(
+        ReportNode(n.node, n.score, n.events, (*n.reasons, f"culprit-of-attempt:{still.attempt}"))
+        for n in first
+    )
+    nodes = (*moved, *(n for n in report.nodes if n.node not in still.culprits))
+    return replace(report, verdict=verdict, nodes=nodes)
 
 
 def _iso(ts: float | None) -> str | None:

@@ -21,6 +21,7 @@ from l4_plugin.store import Store, jobs
 from l4_plugin.store import fields as F
 
 ECC = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+REALRUNS = Path(__file__).resolve().parents[1] / "realruns" / "cases"
 
 
 def _rank_log(start: int, steps: range, fail: str | None) -> str:
@@ -140,3 +141,27 @@ def test_each_attempt_keeps_its_own_transitions_whatever_scanned_the_one_before(
         assert set(range(11, 16)) <= steps, (workers, sorted(s for s in steps if s is not None))
         first = {it for stage, it, _ in scanned.timelines[0].marks if stage == "training"}
         assert set(range(1, 21)) <= first, workers
+
+
+def test_a_restart_that_fails_to_start_on_one_node_names_the_culprit_the_lead_did_not(
+    store: Store,
+) -> None:
+    """A real run (tests/realruns, node-cut-off-restarts: three namespaces under torchrun,
+    cn-e13's link cut in training, one restart): in training every rank timed out waiting
+    alike, no node standing out; on restart cn-e13 could not reach the master ("No route to
+    host"). The lead is still the training attempt; its culprit and its category are the
+    node's that stayed at fault."""
+    case = REALRUNS / "node-cut-off-restarts"
+    job_id = ingest_job(store, case / "failed").job.id
+    base_id = ingest_job(store, case / "baseline-1", status="succeeded").job.id
+    report = diagnose_job(store, job_id, rules=[], baselines=[base_id]).report
+    assert report.attempts is not None and report.attempts.lead == 0
+    rows = {a.attempt: a for a in report.attempts.attempts}
+    assert rows[0].culprits == () and rows[1].culprits == ("cn-e13",)
+    assert report.verdict is not None
+    assert (report.verdict.category, report.verdict.evict) == ("hardware/network", ("cn-e13",))
+    assert report.verdict.blame == "infrastructure" and report.verdict.restart == "after-eviction"
+    assert report.verdict.why[0].startswith("attempt 1 failed while starting again on cn-e13")
+    assert report.nodes[0].node == "cn-e13"
+    assert "culprit-of-attempt:1" in report.nodes[0].reasons
+    assert report.stage == "training"

@@ -99,3 +99,28 @@ def test_a_fault_bound_to_its_node_first_struck_in_the_earlier_attempt() -> None
     assert first_struck(found, [unplaced, again], "hardware/node") is None
     starting = replace(first, stage="init", trained=False)
     assert first_struck(found, [starting, again], "hardware/node") is None
+
+
+def test_a_restart_naming_the_node_of_a_hardware_fault_is_the_leads_culprit() -> None:
+    # realruns' node-cut-off-restarts: in training every rank timed out alike (no culprit);
+    # the restart failed while starting, the node cut off answering "No route to host".
+    lead = AttemptOutcome(0, "training", (), "framework", trained=True)
+    cut = AttemptOutcome(1, "init", ("n3",), "hardware/network")
+    found = across([lead, cut])
+    assert found is not None and found.lead == 0 and found.still == cut
+    # a lead that names its own culprit keeps it
+    named = AttemptOutcome(0, "training", ("n1",), "framework", trained=True)
+    found = across([named, cut])
+    assert found is not None and found.still is None
+    # a configuration's or a platform's failure at start-up says nothing of a node
+    for category in ("user/config", "platform"):
+        port = AttemptOutcome(1, "init", ("n3",), category)
+        found = across([lead, port])
+        assert found is not None and found.still is None
+    # a restart that got past start-up is no start-up failure; the first restart that is one
+    trained = AttemptOutcome(1, "training", ("n3",), "hardware/network", trained=True)
+    found = across([lead, trained])
+    assert found is not None and found.still is None
+    other = AttemptOutcome(2, "init", ("n2",), "hardware/node")
+    found = across([lead, cut, other])
+    assert found is not None and found.still == cut
