@@ -323,7 +323,7 @@ def _rank_spans(line: str) -> tuple[int, int, int, int]:
         if 8 < end < 15 and line[8:end].isdecimal() and line[end + 2 : end + 3] != "[":
             return 1, 8, end, end + 2
     start = outer_labels(line)[2] if line[:1] in _OUTER_FIRST else 0
-    m = _RANK_PREFIX.match(line, start)
+    m = _prefix_match(line, start)
     if m is None:
         sm = _SRUN_PREFIX.match(line, start)
         return (1, sm.start(1), sm.end(1), sm.end()) if sm else (0, 0, 0, start)
@@ -340,6 +340,7 @@ def _rank_of(line: str, spans: tuple[int, int, int, int]) -> tuple[int | None, i
 
 
 _OUTER_FIRST = frozenset("0123456789[( \t")
+_INDENT = frozenset(" \t")
 
 
 def outer_labels(line: str) -> tuple[float | None, str | None, int]:
@@ -363,8 +364,19 @@ def outer_labels(line: str) -> tuple[float | None, str | None, int]:
     return ts, host, pos
 
 
-def _rank_at(line: str, start: int, srun: bool = True) -> tuple[int | None, int]:
+def _prefix_match(line: str, start: int) -> re.Match[str] | None:
+    """The launcher prefixes at ``start``, or after the indentation there: an excerpt pasted
+    indented (" [rank3]: Traceback …", every line alike) keeps its bracketed prefixes (not
+    srun's "3: ", which an indented line of any text may start with)."""
     m = _RANK_PREFIX.match(line, start)
+    if m is None and line[start : start + 1] in _INDENT:
+        lead = len(line) - len(line[start:].lstrip(" \t"))
+        m = _RANK_PREFIX.match(line, lead) if line[lead : lead + 1] == "[" else None
+    return m
+
+
+def _rank_at(line: str, start: int, srun: bool = True) -> tuple[int | None, int]:
+    m = _prefix_match(line, start)
     if m is None:
         sm = _SRUN_PREFIX.match(line, start) if srun else None
         return (int(sm.group(1)), sm.end()) if sm else (None, start)

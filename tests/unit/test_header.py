@@ -444,6 +444,9 @@ _ZEROS = str.maketrans("123456789", "000000000")
         "[rank1]\t[rank2]:x",
         "[rank: 4] [rank2]:x",
         "[default1]:[default2]:x",
+        " [rank3]:   File x",
+        "\t[default1]:[rank9]: y",
+        "  3: not srun when indented",
     ],
 )
 def test_rank_prefix_shortcuts_agree_with_the_regexes(raw: str) -> None:
@@ -702,6 +705,19 @@ def test_an_indented_ray_prefix_ends_where_its_label_does() -> None:
     # verl-project/verl#4799, pasted indented: the frame after Ray's label is the line's body
     line = '  (WorkerDict pid=42417, ip=10.0.0.5)   File "/opt/verl/decorator.py", line 456, in f'
     assert line[prefix_end(line) :] == '  File "/opt/verl/decorator.py", line 456, in f'
+
+
+def test_an_indented_paste_keeps_its_launcher_prefixes() -> None:
+    # deepspeedai/DeepSpeed#7869, every line of the paste indented by a space: the rank and
+    # the body after "[rank3]:", as unindented; srun's "N: " needs the line's start
+    from l4_plugin.ingest.header import parse_header, rank_prefix
+
+    line = '[rank3]:   File "/home/u/DeepSpeed/deepspeed/runtime/engine.py", line 363, in f'
+    flat, indented = parse_header(line), parse_header(" " + line)
+    assert indented.rank == flat.rank == 3
+    assert (" " + line)[indented.body_start :] == line[flat.body_start :]
+    assert rank_prefix(" [rank3]: ValueError: x") == (3, 9)
+    assert rank_prefix("  3: x")[0] is None and rank_prefix("3: x")[0] == 3
 
 
 def test_a_runners_stream_label_is_a_prefix() -> None:
