@@ -315,6 +315,18 @@ def test_a_job_that_saved_a_step_before_failing_was_training() -> None:
         ),
         ("Out of memory: Killed process 4242 (python) total-vm:1234kB", "training"),
         ("torch.distributed.elastic: failed (exitcode: -9) local_rank: 3 (pid: 77)", "training"),
+        # EveryVoiceTTS/EveryVoice#178: the device's memory run out, no frame printed
+        (
+            "OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 2 has a",
+            "training",
+        ),
+        # bigscience-workshop/bigscience tr11-176B-ml: NCCL's watchdog thread finding a GPU's
+        # work failed (its C++ frames)
+        (
+            "  what():  CUDA error: unknown error\nframe #1: c10d::ProcessGroupNCCL::WorkNCCL::"
+            "finishedGPUExecutionInternal() const + 0x11a (0x15190c6c29ea in libtorch_cuda.so)",
+            "training",
+        ),
         ("something odd", "init"),
     ],
 )
@@ -929,6 +941,24 @@ def test_a_saves_writer_a_loads_argument_check_and_a_datasets_files(tail: str, s
             "_init_flat_param",
             "ValueError: `FlatParameter` requires uniform `requires_grad`",
             "model_loading",
+        ),
+        # pytorch/torchtitan#1465: the checkpointer purging old saves inside its save
+        (
+            'File "~/torchtitan/torchtitan/components/checkpoint.py", line 795, in '
+            "_purge_stale_checkpoints",
+            "AttributeError: 'NoneType' object has no attribute 'group'",
+            "checkpointing",
+        ),
+        (
+            'File "~/forge/apps/sft/main.py", line 233, in train\n    self.checkpointer.save(',
+            "AttributeError: 'NoneType' object has no attribute 'group'",
+            "checkpointing",
+        ),
+        # triton-lang/triton#2688: Triton compiling a kernel at its first launch
+        (
+            'File "/env/site-packages/triton/runtime/cache.py", line 109, in put',
+            "FileNotFoundError: [Errno 2] No such file or directory: '/u/.triton/cache/x.tmp'",
+            "training",
         ),
         # 2U1/Qwen-VL-Series-Finetune#36: a fine-tune's data collator
         (
