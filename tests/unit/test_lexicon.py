@@ -435,6 +435,64 @@ CAUSES = [
         "signal SIGHUP",
         "user/config",
     ),
+    # bigscience-workshop/bigscience jz/slurm/README.md: a Jean Zay node's broken network
+    (
+        "r11i6n2:486514:486651 [1] include/socket.h:403 NCCL WARN Connect to "
+        "10.148.3.247<56821> failed : Connection refused",
+        "hardware/network",
+    ),
+    # NCCL 2.19's socket.cc names the function
+    (
+        "node1:77:90 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to "
+        "10.0.0.2<43917> failed : Software caused connection abort",
+        "hardware/network",
+    ),
+    # DeepSpeed's config check (runtime/config.py _batch_assertion) and Megatron-LM's
+    # microbatch calculator: sizes that do not fit together
+    (
+        "AssertionError: Check batch related parameters. train_batch_size is not equal to "
+        "micro_batch_per_gpu * gradient_acc_step * world_size 16 != 2 * 1 * 4",
+        "user/config",
+    ),
+    (
+        "AssertionError: global batch size (512) is not divisible by micro batch size (3) times "
+        "data parallel size (8)",
+        "user/config",
+    ),
+    ("AssertionError: Micro batch size per gpu: 0 has to be greater than 0", "user/config"),
+    ("ValueError: Invalid batch size 0", "user/config"),
+    # NVIDIA/nccl#473: nccl-tests in a Docker container without --ipc=host; torch 1.x's bare
+    # ncclSystemError
+    ("fastmoe: Test NCCL failure common.cu:777 'unhandled system error'", "platform"),
+    (
+        "RuntimeError: NCCL error in: /pytorch/torch/lib/c10d/ProcessGroupNCCL.cpp:514, "
+        "unhandled system error, NCCL version 2.4.8",
+        "platform",
+    ),
+    # Azure/AML-Kubernetes#15: the rank's variable empty on the command line; argparse's others
+    ("pytorch_mnist.py: error: argument --rank: invalid int value: ''", "user/config"),
+    ("train.py: error: the following arguments are required: --data_path", "user/config"),
+    ("train.py: error: argument --nproc_per_node: expected one argument", "user/config"),
+    # determined-ai/determined#7869: the shared checkpoint path not writable by the trial's user
+    (
+        "[a5884739] [36] root: Checkpoint storage validation failed: [Errno 13] Permission "
+        "denied: '/determined_shared_fs/261390dd-c308-4ce3-ac99-77d52f744f8b' <error>",
+        "user/config",
+    ),
+    ("PermissionError: [Errno 13] Permission denied: '/checkpoints/run1'", "user/config"),
+    ("root@10.0.0.2: Permission denied (publickey).", "user/config"),
+    # horovod/horovod#978: horovodrun -np 2 -H localhost (one slot); Open MPI's mapper
+    ("There are not enough slots available in the system to satisfy the 2 slots ", "user/config"),
+    # Open MPI's users list (2015-05): more processes than the allocation's nodes hold
+    (
+        "Error: All nodes which are allocated for this job are already filled.",
+        "user/config",
+    ),
+    # PRRTE's help-dash-host [not-all-mapped-alloc]
+    (
+        "At least one of the requested hosts is not included in the current allocation.",
+        "user/config",
+    ),
 ]
 
 CONSEQUENCES = [
@@ -592,6 +650,13 @@ def test_near_misses_are_not_failures() -> None:
         "network plugin.",
         "gpu-a1:77:77 [0] NCCL INFO TUNER/Plugin: Could not find: libnccl-tuner.so. Using "
         "internal tuner plugin.",
+        # a DeepSpeed configuration's print and a progress line: sizes, nothing wrong
+        "[INFO] [config.py:1000:print]   train_micro_batch_size_per_gpu  4",
+        "iteration 10/ 100 | global batch size:  2048 | lm loss: 2.1E+00 | skipped: 0",
+        # bigscience-workshop/bigscience tr11-176B-ml: Megatron's progress line counts NaN
+        # iterations, none
+        " iteration    45000/  115311 | lm loss: 2.113567E+00 | grad norm: 0.139 | number of "
+        "skipped iterations:   0 | number of nan iterations:   0 | samples per second: 18.451 |",
         # an exit status that merely contains 137, a GPU named by its architecture
         "Job exited with error code 1370",
         "Found 8 Ampere GPUs",
@@ -786,6 +851,10 @@ def test_local_categories() -> None:
     # few nodes' fail it, is their GPUs
     diverged = LEX.cause_of_record("ERROR:tensorflow:Model diverged with loss = NaN.")
     assert diverged is not None and (diverged.category, diverged.local) == ("user/config", None)
+    # iterations that were NaN, some: a failure; a count of NaNs that is zero is none
+    counted = LEX.cause_of_record(" iteration 9/ 100 | number of nan iterations:   3 |")
+    assert counted is not None and counted.category == "user/config"
+    assert LEX.cause_of_record("nan_count = 0.0 | NaN steps: 0") is None
     local_norm = LEX.cause_of_record(
         "RuntimeError: Rank 49, node nid005367, device 1, iteration 40: Unexpected result "
         "tensor(nan, device='cuda:1') (message='found NaN in local grad norm for bucket #0 in "
