@@ -122,6 +122,23 @@ def refine(category: str, text: str, lexicon: Lexicon) -> str:
     return "framework"
 
 
+#: A module that lacks what its caller asked of it, by the module's dotted name.
+_MODULE_LACKS = re.compile(r"module '(\w+)(?:\.\w+)*' has no attribute '")
+
+
+def own_module(text: str, lexicon: Lexicon) -> bool:
+    """Whether a record's "module 'P.x' has no attribute" was raised in package P's own code:
+    a library's modules disagreeing with each other (DeepSpeed's engine asking its own sequence
+    parallel module for a function it does not have) is a bug in that library, not two
+    installed versions that do not fit."""
+    lacks = list(_MODULE_LACKS.finditer(text))
+    if not lacks:
+        return False
+    frames = frames_of(text, lexicon.libraries)
+    at = _raising(frames)
+    return at is not None and frames[at].package == lacks[-1].group(1)
+
+
 def _checks_settings(text: str) -> bool:
     """Whether a record's innermost frame raised an ``AssertionError`` from an ``assert`` on
     the run's arguments or configuration (the source line the traceback printed under it)."""

@@ -47,7 +47,7 @@ from dataclasses import dataclass, replace
 from l4_plugin.analysis.fusion import HANG_REASONS
 from l4_plugin.analysis.lexicon import Lexicon, Term, last_line
 from l4_plugin.analysis.memory import ANY_NODE
-from l4_plugin.analysis.origin import refine
+from l4_plugin.analysis.origin import own_module, refine
 from l4_plugin.records import Verdict, is_job_node
 
 _CULPRIT_MIN = 0.5  # the top node's score below which nothing singles it out
@@ -357,6 +357,8 @@ class _Words:
         category = term.category
         if term.origin:
             category = refine(category, event.text, self.lexicon)
+        if category == "user/software-incompatibility" and own_module(event.text, self.lexicon):
+            category = "framework"
         local = 0 < len(_hosts(event.nodes)) <= max(1, self.n_nodes // _FEW)
         if term.local is not None and self.n_nodes >= 2 and local:
             category = term.local

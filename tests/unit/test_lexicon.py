@@ -979,6 +979,54 @@ def test_a_library_calling_with_an_argument_its_callee_lacks_is_a_version_mismat
     assert refine("user/code", text, LEX) == "user/software-incompatibility"
 
 
+def test_a_librarys_own_module_lacking_what_its_code_asks_is_the_library() -> None:
+    from l4_plugin.analysis.origin import own_module
+
+    # deepspeedai/DeepSpeed#7649: DeepSpeed's engine asks its own sequence-parallel module for
+    # the model-parallel rank (fixed in DeepSpeed): its bug, not two versions
+    lacks = (
+        "AttributeError: module 'deepspeed.runtime.sequence_parallel.parallel_state_sp' has no "
+        "attribute 'get_model_parallel_rank'. Did you mean: 'get_sequence_parallel_rank'?"
+    )
+    text = _tb(
+        ("train.py", "main"),
+        ("/src/DeepSpeed/deepspeed/runtime/engine.py", "_get_ckpt_name"),
+        last=lacks,
+    )
+    assert own_module(text, LEX)
+    # transformers asking torch for a dtype the installed torch lacks: two versions
+    other = _tb(
+        ("train.py", "main"),
+        (f"{SITE}/transformers/modeling_utils.py", "_load"),
+        last="AttributeError: module 'torch' has no attribute 'float8_e4m3fn'",
+    )
+    assert not own_module(other, LEX)
+    # the user's script asking a module: no library's own
+    mine = _tb(("train.py", "main"), last="AttributeError: module 'deepspeed' has no attribute 'x'")
+    assert not own_module(mine, LEX)
+    assert not own_module("AttributeError: module 'deepspeed' has no attribute 'x'", LEX)
+
+
+def test_a_check_of_what_a_library_passed_is_no_check_of_the_settings() -> None:
+    # deepspeedai/DeepSpeed#5477: DeepSpeed's pipeline engine all-reduces a tied weight's
+    # gradient that is None; torch's argument check refuses it (fixed in DeepSpeed)
+    text = _tb(
+        ("train_pipeline.py", "main"),
+        (f"{SITE}/deepspeed/runtime/pipe/engine.py", "_exec_reduce_tied_grads"),
+        (f"{SITE}/torch/distributed/distributed_c10d.py", "_check_single_tensor"),
+        last="RuntimeError: Invalid function argument. Expected parameter `tensor` to be of "
+        "type torch.Tensor.",
+    )
+    assert refine("user/code", text, LEX) == "framework"
+    # a check named for the settings it checks is the configuration's
+    args = _tb(
+        ("pretrain_gpt.py", "main"),
+        ("/data/Megatron-LM/megatron/training/arguments.py", "_check_arg_is_not_none"),
+        last="AssertionError: tokenizer_type must not be None",
+    )
+    assert refine("user/code", args, LEX) == "user/config"
+
+
 def test_an_assertion_on_the_runs_settings_is_the_configuration() -> None:
     # maszhongming/MatchSum#11: the script checks the batch size against the GPUs it was given
     text = (

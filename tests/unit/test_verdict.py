@@ -296,6 +296,22 @@ def test_whose_code_raised_a_generic_error_decides_its_category() -> None:
     assert (v.category, v.blame, v.restart) == ("framework", "user", "after-fix")
 
 
+def test_a_librarys_own_module_lacking_an_attribute_is_the_library_not_versions() -> None:
+    # deepspeedai/DeepSpeed#7649 (fixed in DeepSpeed); a module of another package lacking
+    # one stays a version mismatch
+    frames = (
+        "Traceback (most recent call last):\n"
+        '  File "/src/DeepSpeed/deepspeed/runtime/engine.py", line 3039, in _get_ckpt_name\n'
+        "    mp_rank = self.mpu.get_model_parallel_rank()\n"
+    )
+    own = "AttributeError: module 'deepspeed.runtime.sp' has no attribute 'get_model_parallel_rank'"
+    other = "AttributeError: module 'torch' has no attribute 'float8_e4m3fn'"
+    v = decide([_ev(frames + own, ("n1",))], [], [], LEX, n_nodes=1)
+    assert v.category == "framework"
+    v = decide([_ev(frames + other, ("n1",))], [], [], LEX, n_nodes=1)
+    assert v.category == "user/software-incompatibility"
+
+
 def test_a_preemption_evicts_nobody() -> None:
     # SystemsGenetics/GEMmaker#233: the scheduler took the nodes back; they are healthy.
     line = (
