@@ -549,6 +549,8 @@ Probe = tuple[tuple[Path, int, int | None] | str, HostRouter | None, FileFacts]
 #: logs per CPU-second, more where files are longer than the 5,000 lines ``plan`` reads).
 PROBE_BYTES_PER_WORKER = 32 << 20
 _PROBE_CHUNK = 64  # files per task sent to a probing process
+#: Bytes a probe reads at a time (the scan reads ``reader.READ_BYTES``): a few hundred lines.
+PROBE_READ_BYTES = 64 << 10
 
 
 def probe_files(
@@ -599,8 +601,10 @@ def _probe_all(tasks: list[tuple[Path, bool, Path, ReadLimits, int]]) -> list[Pr
 
 def _first_lines(path: Path, limits: ReadLimits | None) -> Iterator[str]:
     # Read within the limits the scan reads it with: a bomb is cut, a line without end read
-    # past (the plan reads a few thousand lines at most).
-    for block in read_blocks(path, limits=limits):
+    # past (the plan reads a few thousand lines at most), in reads of the probe's size: most
+    # files are decided on their first lines, and a read of the scan's size decodes and
+    # splits megabytes of a file's lines that no probe looks at.
+    for block in read_blocks(path, PROBE_READ_BYTES, limits=limits):
         yield from block.lines
 
 

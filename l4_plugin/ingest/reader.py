@@ -317,26 +317,48 @@ def read_blocks(
 
 
 def _decoded(blocks: Iterator[Block]) -> Iterator[Block]:
-    """``blocks`` as they are, or for a file of JSON lines (decided on its first block) each
-    object rendered as the text line of its program (:mod:`l4_plugin.ingest.jsonlines`)."""
-    first = next(blocks, None)
-    if first is None:
+    """``blocks`` as they are, or for a file of JSON lines (decided on its first lines, in as
+    many blocks as they take: the same lines whatever the size of a read) each object rendered
+    as the text line of its program (:mod:`l4_plugin.ingest.jsonlines`). A read that fails
+    while the start is gathered fails after the lines read before it, decided on them."""
+    head: list[Block] = []
+    failed = _gather(blocks, head, jsonlines.SAMPLE_LINES * 10)
+    if not head and failed is None:
         return
-    if not jsonlines.is_json_lines(first.lines[: jsonlines.SAMPLE_LINES * 10]):
-        yield first
+    sample = itertools.islice((line for b in head for line in b.lines), jsonlines.SAMPLE_LINES * 10)
+    if not jsonlines.is_json_lines(list(sample)):
+        yield from head
+        if failed is not None:
+            raise failed
         yield from blocks
         return
-    # Whether the lines need their host's label is decided on the file's start.
-    head = [first]
-    seen = len(first.lines)
-    for block in blocks:
-        head.append(block)
-        seen += len(block.lines)
-        if seen >= jsonlines.HOST_SAMPLE:
-            break
-    labelled = len(jsonlines.host_of(line for b in head for line in b.lines)) > 1
-    for block in itertools.chain(head, blocks):
+    # Whether the lines need their host's label is decided on the file's start (its first
+    # ``HOST_SAMPLE`` lines, whatever the size of a read).
+    failed = failed or _gather(blocks, head, jsonlines.HOST_SAMPLE)
+    start = itertools.islice((line for b in head for line in b.lines), jsonlines.HOST_SAMPLE)
+    labelled = len(jsonlines.host_of(start)) > 1
+    for block in head:
         yield block.relined(*jsonlines.rendered(block.lines, labelled))
+    if failed is not None:
+        raise failed
+    for block in blocks:
+        yield block.relined(*jsonlines.rendered(block.lines, labelled))
+
+
+def _gather(blocks: Iterator[Block], head: list[Block], lines: int) -> IngestError | None:
+    """Append blocks of ``blocks`` to ``head`` until it holds ``lines`` lines or they end; the
+    error a read raised meanwhile (None: none)."""
+    seen = sum(len(b.lines) for b in head)
+    try:
+        while seen < lines:
+            block = next(blocks, None)
+            if block is None:
+                break
+            head.append(block)
+            seen += len(block.lines)
+    except IngestError as exc:
+        return exc
+    return None
 
 
 def _split(reads: _Reads) -> Iterator[Block]:

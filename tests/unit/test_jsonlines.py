@@ -130,6 +130,33 @@ def test_a_file_of_several_hosts_is_routed_by_its_host_field(tmp_path: Path) -> 
     assert router.route(lines[4]) == ("gpu-1", "2025-09-12T07:16:01.000000Z line 4")
 
 
+@pytest.mark.parametrize("hosts", [1, 3])
+def test_reads_of_any_size_render_the_same_lines(tmp_path: Path, hosts: int) -> None:
+    # The probe reads a file's start in small reads, the scan in large ones: JSON lines are
+    # told from text, and one host's from several hosts', on the same lines either way.
+    # (a banner of text first; a second host only after the first 3,000 lines)
+    objects: list[dict[str, object]] = [
+        {
+            "ts": T0 + i,
+            "host": f"gpu-{i % hosts if i > 3000 else 0}",
+            "rank": i % 4,
+            "msg": f"step {i} loss 2.{i}",
+        }
+        for i in range(6000)
+    ]
+    path = _write(tmp_path / "all.jsonl", objects)
+    path.write_text("launching job 7\n" + path.read_text())
+    text = tmp_path / "x.log"
+    text.write_text("".join(f"[rank{i % 4}]: step {i}\n" for i in range(3000)))
+    for p in (path, text):
+        whole = [line for b in read_blocks(p) for line in b.lines]
+        for size in (64, 1000, 64 << 10):
+            assert [line for b in read_blocks(p, size) for line in b.lines] == whole, (p, size)
+    rendered = [line for b in read_blocks(path) for line in b.lines]
+    assert rendered[0] == "launching job 7"
+    assert ("gpu-0" in rendered[2]) == (hosts == 3)
+
+
 def test_text_that_is_not_json_lines_is_left_alone(tmp_path: Path) -> None:
     assert not is_json_lines(["{not json", "plain", '{"a": 1}'])
     assert not is_json_lines(['{"no_message_field": 1}'] * 5)
