@@ -134,7 +134,8 @@ def own_module(text: str, lexicon: Lexicon) -> bool:
     lacks = list(_MODULE_LACKS.finditer(text))
     if not lacks:
         return False
-    frames = frames_of(text, lexicon.libraries)
+    # (the frame that asked: a module's own __getattr__ raising for it is not who asked)
+    frames = [f for f in frames_of(text, lexicon.libraries) if f.function != "__getattr__"]
     at = _raising(frames)
     return at is not None and frames[at].package == lacks[-1].group(1)
 

@@ -202,6 +202,8 @@ def test_impossible_date_is_no_timestamp() -> None:
         # (its own level word says INFO, whatever words follow); its WARN stays a warning
         ("NCCL INFO comm 0x8312280 rank 7 nranks 8 cudaDev 7 busId c9000 - Abort COMPLETE", "INFO"),
         ("NCCL WARN Call to connect returned Connection refused", "WARNING"),
+        # alan-turing-institute/autocast#381: the watchdog's timeout pasted without its header
+        ("[Rank 0] Watchdog caught collective operation timeout:", "ERROR"),
         ("the step was not found in the cache: retrying", None),
         ("a what(): in prose", None),
         ("the loop ends at StopIteration of its iterator", None),

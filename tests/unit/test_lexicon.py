@@ -1001,6 +1001,14 @@ def test_a_librarys_own_module_lacking_what_its_code_asks_is_the_library() -> No
         last="AttributeError: module 'torch' has no attribute 'float8_e4m3fn'",
     )
     assert not own_module(other, LEX)
+    # NovaSky-AI/SkyRL#1178: Megatron-Core calls np.product, which NumPy 2 removed; NumPy's
+    # module __getattr__ raises it, Megatron asked
+    numpy2 = _tb(
+        (f"{SITE}/megatron/core/dist_checkpointing/validation.py", "_validate_sharding"),
+        (f"{SITE}/numpy/__init__.py", "__getattr__"),
+        last="AttributeError: module 'numpy' has no attribute 'product'",
+    )
+    assert not own_module(numpy2, LEX)
     # the user's script asking a module: no library's own
     mine = _tb(("train.py", "main"), last="AttributeError: module 'deepspeed' has no attribute 'x'")
     assert not own_module(mine, LEX)

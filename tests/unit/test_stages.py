@@ -156,6 +156,15 @@ def test_stage_switches(rules: StageRules, raw: str, stage: str) -> None:
 def test_ordinary_lines_have_no_role(rules: StageRules) -> None:
     role = rules.role(_body("[rank0]:RuntimeError: CUDA error: an illegal memory access"))
     assert role.stage is None and role.iteration is None
+    # pytorch/torchtitan#822: torch's warning as a process dies without the call is no shutdown
+    warned = rules.role(
+        _body(
+            "[rank0]:[W205 11:53:42.876753845 ProcessGroupNCCL.cpp:1496] Warning: WARNING: "
+            "destroy_process_group() was not called before program exit, which can leak resources."
+        )
+    )
+    assert warned.stage is None
+    assert rules.role(_body("INFO train: calling destroy_process_group")).stage == "shutdown"
 
 
 def test_pre_training_stages_do_not_interrupt_training(rules: StageRules) -> None:
