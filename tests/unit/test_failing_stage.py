@@ -320,6 +320,11 @@ def test_a_job_that_saved_a_step_before_failing_was_training() -> None:
             "OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 2 has a",
             "training",
         ),
+        # verl-project/verl#575: vLLM's allocator waking up its memory, its own words
+        (
+            "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+            "training",
+        ),
         # bigscience-workshop/bigscience tr11-176B-ml: NCCL's watchdog thread finding a GPU's
         # work failed (its C++ frames)
         (
@@ -952,6 +957,20 @@ def test_a_saves_writer_a_loads_argument_check_and_a_datasets_files(tail: str, s
         (
             'File "~/forge/apps/sft/main.py", line 233, in train\n    self.checkpointer.save(',
             "AttributeError: 'NoneType' object has no attribute 'group'",
+            "checkpointing",
+        ),
+        # NovaSky-AI/SkyRL#357: Megatron-Core's async save forking its writer; DeepSpeed#7585:
+        # the conversion to a universal checkpoint
+        (
+            'File "/env/site-packages/megatron/core/dist_checkpointing/strategies/async_utils.py",'
+            " line 204, in schedule_async_call",
+            "OSError: [Errno 12] Cannot allocate memory",
+            "checkpointing",
+        ),
+        (
+            'File "/env/site-packages/deepspeed/checkpoint/ds_to_universal.py", line 194, in '
+            "dump_param_fragment",
+            "RuntimeError: start (0) + length (155582464) exceeds dimension size (74499072).",
             "checkpointing",
         ),
         # triton-lang/triton#2688: Triton compiling a kernel at its first launch

@@ -481,6 +481,19 @@ CAUSES = [
     ),
     ("PermissionError: [Errno 13] Permission denied: '/checkpoints/run1'", "user/config"),
     ("root@10.0.0.2: Permission denied (publickey).", "user/config"),
+    # pytorch/torchtitan#816: a resume with another data-parallel degree; DeepSpeed ZeRO's
+    # check of the same (runtime/zero/stage_1_and_2.py)
+    (
+        "AssertionError: dp_degree is inconsistent before and after checkpoint, DataLoader "
+        "resharding is not supported yet.",
+        "user/config",
+    ),
+    (
+        "ZeRORuntimeException: The checkpoint being loaded used a DP world size of 8 but the "
+        "current world size is 16. Automatic adjustment of ZeRO's optimizer state partitioning "
+        "with a new world size is not currently supported.",
+        "user/config",
+    ),
     # horovod/horovod#978: horovodrun -np 2 -H localhost (one slot); Open MPI's mapper
     ("There are not enough slots available in the system to satisfy the 2 slots ", "user/config"),
     # Open MPI's users list (2015-05): more processes than the allocation's nodes hold
@@ -650,6 +663,8 @@ def test_near_misses_are_not_failures() -> None:
         "network plugin.",
         "gpu-a1:77:77 [0] NCCL INFO TUNER/Plugin: Could not find: libnccl-tuner.so. Using "
         "internal tuner plugin.",
+        # a resume that found its checkpoint as saved
+        "Loaded the checkpoint from /ckpt/step_100, which matches the saved world size",
         # a DeepSpeed configuration's print and a progress line: sizes, nothing wrong
         "[INFO] [config.py:1000:print]   train_micro_batch_size_per_gpu  4",
         "iteration 10/ 100 | global batch size:  2048 | lm loss: 2.1E+00 | skipped: 0",
