@@ -320,6 +320,12 @@ def test_a_job_that_saved_a_step_before_failing_was_training() -> None:
             "OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 2 has a",
             "training",
         ),
+        # xljh0520/JOTR#4: ranks in different all_gathers (TORCH_DISTRIBUTED_DEBUG=DETAIL)
+        (
+            "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running "
+            "inconsistent collective: CollectiveFingerPrint(OpType=ALLGATHER, TensorShape",
+            "training",
+        ),
         # verl-project/verl#575: vLLM's allocator waking up its memory, its own words
         (
             "RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
@@ -972,6 +978,12 @@ def test_a_saves_writer_a_loads_argument_check_and_a_datasets_files(tail: str, s
             "dump_param_fragment",
             "RuntimeError: start (0) + length (155582464) exceeds dimension size (74499072).",
             "checkpointing",
+        ),
+        # deepspeedai/DeepSpeed#5767: Megatron-DeepSpeed's training_log reading the optimizer
+        (
+            'File "/yahao/Megatron-DeepSpeed/megatron/training.py", line 999, in training_log',
+            "AttributeError: 'BF16_Optimizer' object has no attribute 'state'",
+            "training",
         ),
         # triton-lang/triton#2688: Triton compiling a kernel at its first launch
         (
