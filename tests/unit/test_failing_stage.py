@@ -320,6 +320,18 @@ def test_a_job_that_saved_a_step_before_failing_was_training() -> None:
             "OutOfMemoryError: CUDA out of memory. Tried to allocate 112.00 MiB. GPU 2 has a",
             "training",
         ),
+        # intelligent-machine-learning/dlrover's error collection: a GPU's NVLink failing
+        (
+            "RuntimeError: CUDA error: uncorrectable NVLink error detected during the execution",
+            "training",
+        ),
+        # huggingface/m4-logs tr_141: a node of the allocation lost, as srun and slurmstepd say
+        ("srun: error: Node failure on jean-zay-iam37", "training"),
+        (
+            "slurmstepd: error: *** STEP 1943824.0 ON jean-zay-iam17 CANCELLED AT "
+            "2023-03-06T03:17:51 DUE TO NODE FAILURE, SEE SLURMCTLD LOG FOR DETAILS ***",
+            "training",
+        ),
         # xljh0520/JOTR#4: ranks in different all_gathers (TORCH_DISTRIBUTED_DEBUG=DETAIL)
         (
             "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running "

@@ -147,6 +147,12 @@ def test_iteration_duration_rules_are_checked(tmp_path: Path) -> None:
         ("Episode [1/16]:   0%|          | 0/309 [03:58<?, ?it/s]", "training"),
         ("Steps:  12%|█▏        | 120/1000 [02:00<14:40,  1.00s/it, loss=0.1]", "training"),
         ("[rank0]:[after training is done] datetime: 2024-03-18 05:00:00", "shutdown"),
+        # huggingface/m4-logs tr_141: the trainer's "iteration: N/M" line
+        (
+            "iteration:  2500/500000   0% | elapsed time: 07:41:19 | per_token_loss: 3.1525 | "
+            "lr: 9.990E-06 | num_tokens: 788088885",
+            "training",
+        ),
     ],
 )
 def test_stage_switches(rules: StageRules, raw: str, stage: str) -> None:
