@@ -193,8 +193,9 @@ _INFER_ERROR = re.compile(
     # a shell that could not run a job script's command (bash, dash, zsh say it so)
     r"|\b(?:ba|da|z|k)?sh: (?:line \d+: |\d+: )?\S+: (?:command )?not found\s*$"
     r"|\bcommand not found: \S"
-    # the NCCL watchdog's timeout, which torch prints at ERROR (a paste may drop its header)
-    r"|\bWatchdog caught collective operation timeout\b"
+    # the NCCL watchdog's timeout, which torch prints at ERROR, its header dropped by a paste
+    # (the line's own start: after a bar's frame it is a record of its own, read as such)
+    r"|^\s*(?:\[Rank \d+\] )?Watchdog caught collective operation timeout\b"
 )
 # A Python exception named with its module (``pyarrow.lib.ArrowInvalid: …``, what a traceback
 # ends with) whatever its class is called; a logger's name (``transformers.trainer: …``) ends in
