@@ -21,6 +21,10 @@ from l4_plugin.resources import data_path
 from l4_plugin.stacks import call_order
 from l4_plugin.yamldoc import read_mapping
 
+#: A traceback's source line that imports (after any launcher prefix): ``import x``,
+#: ``from .m import f``.
+_IMPORT_SOURCE = re.compile(r"(?:^|\]:)\s*(?:from\s+\.*[\w.]*\s+)?import\s+[\w.(*]")
+
 #: Units of an iteration marker's duration (``seconds`` in stages.yaml).
 SECONDS_UNITS: tuple[str, ...] = ("ms", "s", "per_s")
 
@@ -274,6 +278,10 @@ class StageRules:
         where it failed). Frames are read outermost first, as a traceback prints them (a
         faulthandler dump's stacks are turned so: ``stacks.call_order``)."""
         for line in reversed(call_order(text)):
+            if _IMPORT_SOURCE.search(line):
+                # (a frame's source line importing a name calls nothing: "from .parallelize
+                # import parallelize_qwen3" is no model being wrapped)
+                continue
             for stage, pattern in self.frames:
                 if pattern.search(line):
                     return stage

@@ -1018,6 +1018,23 @@ def test_a_step_a_kernels_op_a_wrap_and_a_collator_name_their_stage(
     assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == stage
 
 
+def test_a_source_line_importing_a_name_calls_nothing() -> None:
+    # pytorch/torchtitan#2888: an import chain whose source lines name a parallelize function
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/venv/site-packages/torchtitan/models/qwen3/__init__.py", line 27, in <module>\n'
+        "    from .parallelize import parallelize_qwen3\n"
+        '  File "/venv/site-packages/torchtitan/models/llama4/__init__.py", line 24, in <module>\n'
+        "[rank0]:     from .parallelize import parallelize_llama\n"
+        "ImportError: cannot import name 'ShardPlacementResult' from 'torch.distributed.fsdp'"
+    )
+    assert RULES.stage_of_stack(tb) is None
+    assert failing_stage(_data([("tb", tb)]), _marked("init"), ["tb"], RULES) == "init"
+    # the call itself still names its stage
+    called = tb.replace("from .parallelize import parallelize_qwen3", "parallelize_qwen3(model)")
+    assert RULES.stage_of_stack(called) == "model_loading"
+
+
 def test_importing_a_kernel_library_or_running_data_parallel_is_neither() -> None:
     # a kernel library imported (its module's frame) is no op at work; DataParallel's module is
     # no data's
