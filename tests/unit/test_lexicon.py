@@ -494,6 +494,21 @@ CAUSES = [
         "with a new world size is not currently supported.",
         "user/config",
     ),
+    # pytorch/torchtitan#1408: a feature not compatible with another the run asked for; a
+    # library not compatible with the installed torch is a version mismatch
+    (
+        "ValueError: FlexAttention is not compatible with selective AC yet. See "
+        "https://github.com/pytorch/pytorch/issues/147879",
+        "user/config",
+    ),
+    (
+        "RuntimeError: bitsandbytes 0.41.1 is not compatible with torch 2.3.0",
+        "user/software-incompatibility",
+    ),
+    (
+        "UserWarning: xformers is not compatible with this version of PyTorch",
+        "user/software-incompatibility",
+    ),
     # horovod/horovod#978: horovodrun -np 2 -H localhost (one slot); Open MPI's mapper
     ("There are not enough slots available in the system to satisfy the 2 slots ", "user/config"),
     # Open MPI's users list (2015-05): more processes than the allocation's nodes hold
@@ -992,6 +1007,16 @@ def test_a_library_calling_with_an_argument_its_callee_lacks_is_a_version_mismat
         last="TypeError: __init__() got an unexpected keyword argument 'trust_remote_code'",
     )
     assert refine("user/code", text, LEX) == "user/software-incompatibility"
+
+
+def test_a_views_shape_is_no_version_nor_setting() -> None:
+    # pytorch/torchtitan#1513: torch's view refusing a tensor's strides, raised in torchtitan's
+    # model code: the generic RuntimeError whose frames decide, not a version mismatch
+    term = LEX.cause_of_record(
+        "RuntimeError: view size is not compatible with input tensor's size and stride (at least "
+        "one dimension spans across two contiguous subspaces). Use .reshape(...) instead."
+    )
+    assert term is not None and term.origin and term.category == "user/code"
 
 
 def test_a_librarys_own_module_lacking_what_its_code_asks_is_the_library() -> None:
