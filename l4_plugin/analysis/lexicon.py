@@ -56,6 +56,10 @@ _CUDA_HINTS = re.compile(
     # the kernel's hung-task report appends how to silence it and the taint flags
     r"|hung_task_timeout_secs\W+disables this message|\bTainted: (?:[A-Z]\s*)+\d"
 )
+# A line of nothing but a rule or a box's edge ("-----", "=====", "*****"), labels before it or
+# not: a layout says nothing (Open MPI's help boxes, torchrun's failure summary, Ascend's error
+# report all end or begin so).
+_ORNAMENT = re.compile(r"^(?:\s*\[[^\]\n]*\]:?)*[^\w\n]*$")
 # A list of causes an emitter offers for every failure of a kind, none of them known to be this
 # one's (Ray's raylet on any worker that dropped its connection: "There are some potential root
 # causes. (1) … OOM killer … (2) ray stop --force … (3) … SIGSEGV …"): never the record's words.
@@ -229,7 +233,7 @@ def last_line(text: str) -> str:
         if raised is not None:
             return lines[raised]
     for line in reversed(lines):
-        if not _CUDA_HINTS.search(line):
+        if not _CUDA_HINTS.search(line) and not _ORNAMENT.match(line):
             return line
     return lines[-1] if lines else ""
 

@@ -354,6 +354,16 @@ CAUSES = [
     ("train.py: error: unrecognized arguments: --lr-warmup 5", "user/config"),
     # skypilot-org/skypilot#5181: a PATH without the virtualenv's torchrun
     ("(head, rank=0, pid=1113) bash: torchrun: command not found", "user/config"),
+    (
+        "ValueError: The port number of the rendezvous endpoint 'None:None' must be an integer "
+        "between 0 and 65536.",
+        "user/config",
+    ),
+    (
+        "(LLMRayActor pid=146238) ValueError: The number of required GPUs exceeds the total "
+        "number of available GPUs in the placement group.",
+        "user/config",
+    ),
     ("/bin/sh: 1: deepspeed: not found", "user/config"),
     # hiyouga/LlamaFactory#4359: torchrun with NCCL on Windows
     ("RuntimeError: Distributed package doesn't have NCCL built in", "user/config"),
@@ -1250,3 +1260,13 @@ def test_the_watchdogs_timeout_of_a_named_collective_says_more_than_its_boilerpl
     )
     assert timeout is not None and boilerplate is not None
     assert timeout.cascade and boilerplate.cascade and timeout.weight > boilerplate.weight
+
+
+def test_a_rule_or_box_edge_after_the_words_is_not_what_a_record_says() -> None:
+    # Open MPI's help box follows the shell's error (horovod's troubleshooting guide); torchrun's
+    # summary and Ascend's error report end with a rule: the words are the line before it.
+    record = "bash: orted: command not found\n" + "-" * 74
+    assert last_line(record) == "bash: orted: command not found"
+    assert last_line("[default0]:x: y\n[default0]:" + "=" * 60) == "[default0]:x: y"
+    term = default_lexicon().classify_record(record)
+    assert term is not None and term.category == "user/config"
