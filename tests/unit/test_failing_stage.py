@@ -177,6 +177,21 @@ def test_building_the_model_or_its_optimizer_is_model_loading() -> None:
             'File "/env/site-packages/fairscale/optim/oss.py", line 284, in clip_grad_norm',
             "RuntimeError: stack expects a non-empty TensorList",
         ),
+        # verl-project/verl#772: the RL trainer's validation inside its loop (fit → _validate),
+        # failing in vLLM's scheduler
+        (
+            'File "/opt/verl/verl/trainer/ppo/ray_trainer.py", line 566, in _validate\n'
+            "    test_output_gen_batch = generation_manager.run_llm_loop(\n"
+            '  File "/env/site-packages/vllm/v1/request.py", line 98, in append_output_token_ids',
+            "AttributeError: 'numpy.ndarray' object has no attribute 'extend'",
+        ),
+        # deepspeedai/DeepSpeed#3005: activation checkpointing partitioning a forward's
+        # activations (no checkpoint saved or loaded)
+        (
+            'File "/deepspeed/runtime/activation_checkpointing/checkpointing.py", line 421, in '
+            "partition_activations",
+            "IndexError: list index out of range",
+        ),
         # pytorch/torchtitan#774: a pipeline schedule stepping its microbatches
         (
             'File "/env/site-packages/torch/distributed/pipelining/schedules.py", line 1251, in '
@@ -350,6 +365,20 @@ def test_a_job_that_saved_a_step_before_failing_was_training() -> None:
             "finishedGPUExecutionInternal() const + 0x11a (0x15190c6c29ea in libtorch_cuda.so)",
             "training",
         ),
+        # huggingface/pytorch-image-models#693: a checkpoint renamed into place
+        (
+            "FileNotFoundError: [Errno 2] No such file or directory: "
+            "'output/effnet_b0.txt/tmp.pth.tar' -> 'output/effnet_b0.txt/last.pth.tar'",
+            "checkpointing",
+        ),
+        # tatsu-lab/stanford_alpaca#65: FSDP gathering a full state dict to save it
+        (
+            "/env/site-packages/torch/distributed/fsdp/fully_sharded_data_parallel.py:2224: "
+            "UserWarning: Failed to clone() tensor with name lm_head.weight. This may mean that "
+            "this state_dict entry could point to invalid memory regions",
+            "checkpointing",
+        ),
+        ("FileNotFoundError: [Errno 2] No such file or directory: 'data/train.bin'", "init"),
         ("something odd", "init"),
     ],
 )
@@ -369,6 +398,12 @@ def test_marker_and_words_of_the_shipped_rules() -> None:
     assert RULES.marker_stage("Initializing language decoder from <PATH> ...") == "model_loading"
     assert RULES.marker_stage("Loading pretrained weights from <PATH>") == "model_loading"
     assert RULES.marker_stage("Loading dataset from <PATH>") is None
+    # stanford-crfm/mistral#163: transformers Trainer's printed metrics of an evaluation
+    assert RULES.marker_stage("{'eval_loss': nan, 'eval_runtime': <NUM>, 'epoch': <NUM>}") == (
+        "training"
+    )
+    assert RULES.marker_stage("{'loss': <NUM>, 'learning_rate': <NUM>}") == "training"
+    assert RULES.marker_stage("{'model': 'gpt2'}") is None
     assert RULES.stage_of_words("NCCL WARN NET/IB : mlx5_5:1 Got async event : port error") == (
         "training"
     )
