@@ -122,22 +122,30 @@ def refine(category: str, text: str, lexicon: Lexicon) -> str:
     return "framework"
 
 
-#: A module that lacks what its caller asked of it, by the module's dotted name.
-_MODULE_LACKS = re.compile(r"module '(\w+)(?:\.\w+)*' has no attribute '")
+#: A module that lacks what its caller asked of it, by the module's dotted name; or a package's
+#: own Python submodule missing ("No module named 'deepspeed.runtime.superoffload'": the package
+#: shipped without it) — not a compiled extension the install did not build ("apex.amp_C",
+#: "…_cuda", "…_ext"), which is the user's build.
+_MODULE_LACKS = re.compile(
+    r"module '(\w+)(?:\.\w+)*' has no attribute '"
+    r"|No module named '(\w+)(?:\.\w+)*\.(?!\w*(?:_C|_cuda|_ext|_lib|_cpp|_kernels?)')\w+'"
+)
 
 
 def own_module(text: str, lexicon: Lexicon) -> bool:
-    """Whether a record's "module 'P.x' has no attribute" was raised in package P's own code:
-    a library's modules disagreeing with each other (DeepSpeed's engine asking its own sequence
-    parallel module for a function it does not have) is a bug in that library, not two
-    installed versions that do not fit."""
+    """Whether a record's "module 'P.x' has no attribute" (or "No module named 'P.x'") was
+    raised in package P's own code: a library's modules disagreeing with each other (DeepSpeed's
+    engine asking its own sequence parallel module for a function it does not have, importing a
+    subpackage its release left out) is a bug in that library, not two installed versions that
+    do not fit."""
     lacks = list(_MODULE_LACKS.finditer(text))
     if not lacks:
         return False
     # (the frame that asked: a module's own __getattr__ raising for it is not who asked)
     frames = [f for f in frames_of(text, lexicon.libraries) if f.function != "__getattr__"]
     at = _raising(frames)
-    return at is not None and frames[at].package == lacks[-1].group(1)
+    last = lacks[-1]
+    return at is not None and frames[at].package == (last.group(1) or last.group(2))
 
 
 def _checks_settings(text: str) -> bool:

@@ -185,6 +185,14 @@ def test_building_the_model_or_its_optimizer_is_model_loading() -> None:
             '  File "/env/site-packages/vllm/v1/request.py", line 98, in append_output_token_ids',
             "AttributeError: 'numpy.ndarray' object has no attribute 'extend'",
         ),
+        # deepspeedai/DeepSpeed#7636: ZeRO's hook reducing gradients as the backward makes them
+        (
+            'File "/src/DeepSpeed/deepspeed/runtime/zero/stage_1_and_2.py", line 985, in '
+            "grad_handling_hook\n    self.process_gradients(param, i)\n"
+            '  File "/src/DeepSpeed/deepspeed/runtime/base_optimizer.py", line 70, in '
+            "report_ipg_memory_usage",
+            "KeyError: torch.bfloat16",
+        ),
         # deepspeedai/DeepSpeed#3005: activation checkpointing partitioning a forward's
         # activations (no checkpoint saved or loaded)
         (

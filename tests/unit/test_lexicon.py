@@ -355,6 +355,11 @@ CAUSES = [
     # skypilot-org/skypilot#5181: a PATH without the virtualenv's torchrun
     ("(head, rank=0, pid=1113) bash: torchrun: command not found", "user/config"),
     (
+        "AssertionError: AnnealingLR: class input value 1e-06 and checkpointvalue 1e-05 for "
+        "minimum learning rate do not match",
+        "user/config",
+    ),
+    (
         "ValueError: The port number of the rendezvous endpoint 'None:None' must be an integer "
         "between 0 and 65536.",
         "user/config",
@@ -1063,6 +1068,18 @@ def test_a_librarys_own_module_lacking_what_its_code_asks_is_the_library() -> No
     mine = _tb(("train.py", "main"), last="AttributeError: module 'deepspeed' has no attribute 'x'")
     assert not own_module(mine, LEX)
     assert not own_module("AttributeError: module 'deepspeed' has no attribute 'x'", LEX)
+    # deepspeedai/DeepSpeed#7591: DeepSpeed's engine imports a subpackage its release left out
+    left_out = _tb(
+        (f"{SITE}/deepspeed/runtime/engine.py", "_configure_zero_optimizer"),
+        last="ModuleNotFoundError: No module named 'deepspeed.runtime.superoffload'",
+    )
+    assert own_module(left_out, LEX)
+    # ... but a compiled extension the install did not build is the user's build
+    unbuilt = _tb(
+        (f"{SITE}/apex/optimizers/fused_adam.py", "__init__"),
+        last="ModuleNotFoundError: No module named 'apex.amp_C'",
+    )
+    assert not own_module(unbuilt, LEX)
 
 
 def test_a_check_of_what_a_library_passed_is_no_check_of_the_settings() -> None:
