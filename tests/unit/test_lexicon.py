@@ -354,6 +354,7 @@ CAUSES = [
     ("train.py: error: unrecognized arguments: --lr-warmup 5", "user/config"),
     # skypilot-org/skypilot#5181: a PATH without the virtualenv's torchrun
     ("(head, rank=0, pid=1113) bash: torchrun: command not found", "user/config"),
+    ("srun: error: Node failure on jean-zay-iam49", "hardware/node"),
     (
         "AssertionError: AnnealingLR: class input value 1e-06 and checkpointvalue 1e-05 for "
         "minimum learning rate do not match",
