@@ -420,4 +420,50 @@ CASES: list[Case] = [
         iteration=23,
         notes="Megatron-style progress comes from the last rank (dgx-h09) only",
     ),
+    # --- second round (2026-11-29): faults the analyses were not developed on, scored unread
+    Case(
+        "uneven-data-early-exit",
+        "a rank's shard runs out of batches first; it leaves the loop and its peers' next "
+        "collective fails",
+        "user/code",
+        "training",
+        JobSpec(
+            hosts=["gpu-m41", "gpu-m42", "gpu-m43"],
+            style="logging",
+            ckpt_format="per_rank",
+            fault="uneven_data:host=gpu-m42,local_rank=1,step=14",
+        ),
+        root_events=[r"Connection closed by peer|Timed out waiting \d+ms for (?:recv|send)"],
+        nodes=["gpu-m42"],
+        iteration=15,
+    ),
+    Case(
+        "lr-blowup-nan",
+        "the learning rate jumps at a step; the loss turns NaN and anomaly detection stops "
+        "every rank",
+        "user/config",
+        "training",
+        JobSpec(
+            hosts=["trn-w1", "trn-w2"],
+            style="megatron",
+            ckpt_format="dcp",
+            detect_anomaly=True,
+            fault="lr_blowup:step=17,lr=1e30",
+        ),
+        root_events=[r"returned nan values in its \d+(?:st|nd|rd|th) output"],
+        iteration="last",
+    ),
+    Case(
+        "missing-module-one-node",
+        "one node's image lacks a package the script imports; the other nodes wait for it",
+        "platform",
+        "init",
+        JobSpec(
+            hosts=["dgx-a1", "dgx-a2", "dgx-a3"],
+            style="plain",
+            fault="missing_module:host=dgx-a3,module=fused_mlp_ops",
+        ),
+        root_events=[r"No module named 'fused_mlp_ops'"],
+        nodes=["dgx-a3"],
+    ),
 ]

@@ -60,6 +60,7 @@ class JobSpec:
     hidden: int = 64
     resume: bool = False
     guard_eval: bool = False
+    detect_anomaly: bool = False
     fault: str = ""
     wall_limit: float = 150.0
     bad_exit_grace: float = 60.0
@@ -138,6 +139,8 @@ def torchrun_cmd(spec: JobSpec, node: Node, ckpt: Path) -> list[str]:
         cmd.append("--resume")
     if spec.guard_eval:
         cmd.append("--guard-eval")
+    if spec.detect_anomaly:
+        cmd.append("--detect-anomaly")
     return cmd
 
 

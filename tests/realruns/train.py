@@ -10,7 +10,9 @@ logging styles, chosen per job:
 
 The faults of the corpus are ordinary code paths switched on by the environment variable
 ``L4RR_FAULT`` (``kind:key=value,...``), which nothing prints: the logs show only what the fault
-itself makes torch, gloo, the DataLoader or this script print. A collective that fails (a gloo
+itself makes torch, gloo, the DataLoader or this script print (``uneven_data``: a rank's shard
+runs out of batches first and it leaves the loop; ``lr_blowup``: the learning rate jumps at a
+step; ``missing_module``: a node's image lacks a package the script imports). A collective that fails (a gloo
 timeout, a closed connection) makes the script write this rank's Flight Recorder trace, as
 pickle and as JSON, next to ``TORCH_FR_DUMP_TEMP_FILE`` before it re-raises; so does SIGTERM.
 
@@ -276,6 +278,11 @@ def train(args: argparse.Namespace, rep: Reporter) -> None:
             time.sleep(float(FAULT["delay"]))
             if step == int(FAULT["step"]) and "stall" in FAULT and fault_attempts():
                 time.sleep(float(FAULT["stall"]))
+        if fault_here("uneven_data") and step > int(FAULT["step"]) and fault_attempts():
+            break  # this rank's shard ran out of batches before its peers'
+        if fault_here("lr_blowup") and step == int(FAULT["step"]) and fault_attempts():
+            for group in opt.param_groups:  # a schedule's warm-up gone wrong
+                group["lr"] = float(FAULT["lr"])
         loss = nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -305,12 +312,20 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--timeout", type=int, default=30)
     p.add_argument("--guard-eval", action="store_true")
+    p.add_argument("--detect-anomaly", action="store_true")
     return p.parse_args()
 
 
 @record
 def main() -> None:
     args = parse_args()
+    if fault_here("missing_module"):
+        # an optional fused-kernel package the script imports when installed on the image
+        import importlib
+
+        importlib.import_module(FAULT["module"])
+    if args.detect_anomaly:
+        torch.autograd.set_detect_anomaly(True)
     signal.signal(signal.SIGTERM, on_sigterm)
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
