@@ -154,11 +154,13 @@ def decide(
     hang: tuple[str, float, str] | None = None,
     outsiders: Mapping[str, str] | None = None,
     stage: str | None = None,
+    finished: Mapping[str, str] | None = None,
 ) -> Verdict:
     """The verdict of one diagnosis (see the module docstring); ``hang`` is what the ranks'
     dumps say of the category (``analysis.hang``: category, confidence, why), read after the
     rules; ``outsiders`` the nodes whose memory another's process held (``analysis.memory``:
-    node → why); ``stage`` the stage the job failed in."""
+    node → why); ``stage`` the stage the job failed in; ``finished`` the nodes whose ranks
+    printed the end of their training (node → that line)."""
     suspects = culprits(nodes)
     why: list[str] = []
     if suspects:
@@ -186,7 +188,11 @@ def decide(
                 # (the culprit's copy of its words: a template other nodes share with other
                 # values, "exitcode: -9" here and "exitcode: -15" there, is its evidence)
                 basis = replace(own, nodes=tuple(n for n in own.nodes if n in suspects))
-            basis = basis or _from_behaviour(nodes[0])
+            basis = (
+                basis
+                or _finished_first(suspects[0], finished or {}, n_nodes, stage)
+                or _from_behaviour(nodes[0])
+            )
     if basis is None:
         basis = words.first(events) or words.alone(events, stage)
         if basis is not None and suspects and not set(basis.nodes) & set(suspects):
@@ -383,6 +389,22 @@ class _Words:
 def _hosts(nodes: Sequence[str]) -> tuple[str, ...]:
     """The hosts among nodes (not the job's own files)."""
     return tuple(n for n in nodes if not is_job_node(n))
+
+
+def _finished_first(
+    culprit: str, finished: Mapping[str, str], n_nodes: int, stage: str | None
+) -> _Basis | None:
+    """The culprit's ranks ended their training while the job failed in it, its peers' next
+    collectives finding it gone: the ranks ran unequal numbers of steps (a shard with fewer
+    batches, a loop that stops on one rank's own condition), the user's code — when nothing the
+    culprit printed says more."""
+    if stage != "training" or culprit not in finished or len(finished) >= n_nodes:
+        return None
+    said = (
+        f"{culprit} printed the end of its training ({finished[culprit][:80]!r}) while its "
+        "peers' collectives failed: the ranks ran unequal numbers of steps"
+    )
+    return _Basis("user/code", 0.55, (culprit,), evict=False, why=said)
 
 
 def _from_behaviour(top: VerdictNode) -> _Basis | None:

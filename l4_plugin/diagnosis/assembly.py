@@ -26,6 +26,7 @@ from l4_plugin.analysis.tables import JobData, JobDoc
 from l4_plugin.analysis.verdict import VerdictEvent, VerdictNode, VerdictRule, decide
 from l4_plugin.diagnosis.hangs import report_hang
 from l4_plugin.diagnosis.iterations import periodic, report_iterations
+from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.records import Finding, Verdict
 from l4_plugin.report.extras import (
     IterationPoint,
@@ -263,8 +264,25 @@ def decide_verdict(
         hang=_hang_hint(analysis),
         outsiders={node: hog.why for node, hog in analysis.outsiders.items()},
         stage=analysis.fusion.stage,
+        finished=finished_nodes(data),
     )
     return replace(decided, confidence=round(decided.confidence, 3))
+
+
+def finished_nodes(data: JobData) -> dict[str, str]:
+    """Nodes whose ranks printed the end of their training (a shutdown marker: "training
+    finished", "after training is done"), each with that line's template text."""
+    rules = default_stage_rules()
+    ends = {
+        tid: info.text
+        for tid, info in data.templates.items()
+        if rules.marker_stage(info.text) == "shutdown"
+    }
+    out: dict[str, str] = {}
+    for node, tid in sorted(data.cells):
+        if tid in ends:
+            out.setdefault(node, ends[tid])
+    return out
 
 
 def _hang_hint(analysis: Analysis) -> tuple[str, float, str] | None:

@@ -72,6 +72,31 @@ def test_a_silent_culprit_is_a_node_fault() -> None:
     assert (v.category, v.evict) == ("hardware/node", ("n2",))
 
 
+def test_a_culprit_that_finished_training_while_its_peers_failed_ran_fewer_steps() -> None:
+    # A rank whose shard ran out of batches left the loop; its peers' next all-reduce found
+    # the connection closed (tests/realruns/cases/uneven-data-early-exit, a real run).
+    nodes = [VerdictNode("m42", 0.9, ("spatial-outlier", "no-trace")), VerdictNode("m41", 0.3, ())]
+    events = [
+        _ev(
+            "[rank2]: RuntimeError: [pair.cc:553] Connection closed by peer [10.77.0.12]:24964",
+            ("m41", "m43"),
+            "error-level",
+            "consequence-words",
+        ),
+        _ev("INFO m42 rank3 train: training finished", ("m42",)),
+    ]
+    ended = {"m42": "train: training finished"}
+    v = decide(events, nodes, [], LEX, n_nodes=3, stage="training", finished=ended)
+    assert (v.category, v.evict) == ("user/code", ())
+    assert any("unequal numbers of steps" in w for w in v.why)
+    # ... not when every node finished (a failure after training), nor in another stage
+    every = dict.fromkeys(("m41", "m42", "m43"), "training finished")
+    assert decide(events, nodes, [], LEX, 3, stage="training", finished=every).category != (
+        "user/code"
+    )
+    assert decide(events, nodes, [], LEX, 3, stage="init", finished=ended).category != "user/code"
+
+
 def test_the_lead_event_decides_when_its_words_leave_no_doubt() -> None:
     # A benign row-remapping rule on the loudest node must not outvote the error that ended the
     # job: a full shared file system evicts nobody.
