@@ -406,12 +406,6 @@ def test_marker_and_words_of_the_shipped_rules() -> None:
     assert RULES.marker_stage("Initializing language decoder from <PATH> ...") == "model_loading"
     assert RULES.marker_stage("Loading pretrained weights from <PATH>") == "model_loading"
     assert RULES.marker_stage("Loading dataset from <PATH>") is None
-    # stanford-crfm/mistral#163: transformers Trainer's printed metrics of an evaluation
-    assert RULES.marker_stage("{'eval_loss': nan, 'eval_runtime': <NUM>, 'epoch': <NUM>}") == (
-        "training"
-    )
-    assert RULES.marker_stage("{'loss': <NUM>, 'learning_rate': <NUM>}") == "training"
-    assert RULES.marker_stage("{'model': 'gpt2'}") is None
     assert RULES.stage_of_words("NCCL WARN NET/IB : mlx5_5:1 Got async event : port error") == (
         "training"
     )
