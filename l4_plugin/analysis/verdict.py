@@ -176,20 +176,8 @@ def decide(
                 hang[0], hang[1], suspects, None, f"the ranks' dumps: {hang[2]} ({hang[0]})"
             )
         if suspects:
-            # The culprit's own words outweigh a rule that only infers (its silence).
-            mine = [e for e in events if set(e.nodes) & set(suspects)]
-            # (a consequence only the culprit printed may say more than its generic words)
-            own = max(
-                (b for b in (words.first(mine), words.local(mine)) if b is not None),
-                key=lambda b: b.confidence,
-                default=None,
-            )
-            if own is not None and (basis is None or own.confidence > basis.confidence):
-                # (the culprit's copy of its words: a template other nodes share with other
-                # values, "exitcode: -9" here and "exitcode: -15" there, is its evidence)
-                basis = replace(own, nodes=tuple(n for n in own.nodes if n in suspects))
             basis = (
-                basis
+                _culprits_own(words, events, suspects, basis)
                 or _finished_first(suspects[0], finished or {}, n_nodes, stage)
                 or _from_behaviour(nodes[0])
             )
@@ -389,6 +377,24 @@ class _Words:
 def _hosts(nodes: Sequence[str]) -> tuple[str, ...]:
     """The hosts among nodes (not the job's own files)."""
     return tuple(n for n in nodes if not is_job_node(n))
+
+
+def _culprits_own(
+    words: _Words, events: Sequence[VerdictEvent], suspects: tuple[str, ...], basis: _Basis | None
+) -> _Basis | None:
+    """The culprit's own words when they outweigh a rule that only infers (its silence)."""
+    mine = [e for e in events if set(e.nodes) & set(suspects)]
+    # (a consequence only the culprit printed may say more than its generic words)
+    own = max(
+        (b for b in (words.first(mine), words.local(mine)) if b is not None),
+        key=lambda b: b.confidence,
+        default=None,
+    )
+    if own is not None and (basis is None or own.confidence > basis.confidence):
+        # (the culprit's copy of its words: a template other nodes share with other values,
+        # "exitcode: -9" here and "exitcode: -15" there, is its evidence)
+        return replace(own, nodes=tuple(n for n in own.nodes if n in suspects))
+    return basis
 
 
 def _finished_first(

@@ -12,9 +12,10 @@ The faults of the corpus are ordinary code paths switched on by the environment 
 ``L4RR_FAULT`` (``kind:key=value,...``), which nothing prints: the logs show only what the fault
 itself makes torch, gloo, the DataLoader or this script print (``uneven_data``: a rank's shard
 runs out of batches first and it leaves the loop; ``lr_blowup``: the learning rate jumps at a
-step; ``missing_module``: a node's image lacks a package the script imports). A collective that fails (a gloo
-timeout, a closed connection) makes the script write this rank's Flight Recorder trace, as
-pickle and as JSON, next to ``TORCH_FR_DUMP_TEMP_FILE`` before it re-raises; so does SIGTERM.
+step; ``missing_module``: a node's image lacks a package the script imports). A collective that
+fails (a gloo timeout, a closed connection) makes the script write this rank's Flight Recorder
+trace, as pickle and as JSON, next to ``TORCH_FR_DUMP_TEMP_FILE`` before it re-raises; so does
+SIGTERM.
 
 Never imported by the test suite: it needs torch, which is not a dependency of L4.
 """
