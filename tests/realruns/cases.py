@@ -466,4 +466,63 @@ CASES: list[Case] = [
         root_events=[r"No module named 'fused_mlp_ops'"],
         nodes=["dgx-a3"],
     ),
+    # --- third round (2026-11-29, later): scored unread as well
+    Case(
+        "corrupt-data-shard",
+        "one node's local copy of a data shard is cut short; a DataLoader worker fails to read it",
+        "hardware/storage",
+        "data_loading",
+        JobSpec(
+            hosts=["cn-p31", "cn-p32", "cn-p33"],
+            style="logging",
+            ckpt_format="per_rank",
+            fault="corrupt_shard:host=cn-p32,local_rank=0,sample=300",
+        ),
+        root_events=[r"PytorchStreamReader failed reading zip archive"],
+        nodes=["cn-p32"],
+        iteration="last",
+    ),
+    Case(
+        "type-error-all-ranks",
+        "a logging call left with an old signature raises on every rank at a step",
+        "user/code",
+        "training",
+        JobSpec(
+            hosts=["gpu-t61", "gpu-t62"],
+            style="plain",
+            fault="type_error:step=13",
+        ),
+        root_events=[r"TypeError: Reporter\.step\(\) missing \d+ required positional argument"],
+        iteration=13,
+    ),
+    Case(
+        "global-batch-not-divisible",
+        "a global batch size the job's data-parallel size does not divide: the script's check "
+        "refuses it on every rank",
+        "user/config",
+        "init",
+        JobSpec(
+            hosts=["trn-k1", "trn-k2", "trn-k3"],
+            style="megatron",
+            ckpt_format="dcp",
+            fault="batch_assert:global_batch=64",
+        ),
+        root_events=[r"global batch size \(\d+\) is not divisible by micro batch size"],
+    ),
+    Case(
+        "nnodes-more-than-started",
+        "--nnodes says 4 while 3 nodes were started: the rendezvous waits for the fourth and "
+        "times out",
+        "user/config",
+        "init",
+        JobSpec(
+            hosts=["gpu-v11", "gpu-v12", "gpu-v13"],
+            style="plain",
+            nnodes=4,
+            rdzv_conf="join_timeout=40",
+            wall_limit=150,
+        ),
+        root_events=[r"RendezvousTimeoutError"],
+        baseline=True,
+    ),
 ]

@@ -61,6 +61,8 @@ class JobSpec:
     resume: bool = False
     guard_eval: bool = False
     detect_anomaly: bool = False
+    nnodes: int | None = None  # what --nnodes says, when not the number of hosts started
+    rdzv_conf: str = ""
     fault: str = ""
     wall_limit: float = 150.0
     bad_exit_grace: float = 60.0
@@ -76,7 +78,7 @@ class JobSpec:
         return {
             "launcher": "torchrun",
             "rdzv_backend": self.rdzv,
-            "nnodes": len(self.hosts),
+            "nnodes": self.nnodes or len(self.hosts),
             "nproc_per_node": self.nproc,
             "backend": "gloo",
             "script_style": self.style,
@@ -96,7 +98,7 @@ def torchrun_cmd(spec: JobSpec, node: Node, ckpt: Path) -> list[str]:
     cmd = [
         str(VENV / "bin" / "torchrun"),
         "--nnodes",
-        str(len(spec.hosts)),
+        str(spec.nnodes or len(spec.hosts)),
         "--node-rank",
         str(node.k),
         "--nproc-per-node",
@@ -108,6 +110,8 @@ def torchrun_cmd(spec: JobSpec, node: Node, ckpt: Path) -> list[str]:
     else:
         endpoint = spec.endpoint_override.get(node.host, f"{first}:{spec.port}")
         cmd += ["--rdzv-backend", "c10d", "--rdzv-endpoint", endpoint, "--rdzv-id", "job1"]
+        if spec.rdzv_conf:
+            cmd += ["--rdzv-conf", spec.rdzv_conf]
     cmd += [
         "--max-restarts",
         str(spec.max_restarts),

@@ -12,7 +12,9 @@ The faults of the corpus are ordinary code paths switched on by the environment 
 ``L4RR_FAULT`` (``kind:key=value,...``), which nothing prints: the logs show only what the fault
 itself makes torch, gloo, the DataLoader or this script print (``uneven_data``: a rank's shard
 runs out of batches first and it leaves the loop; ``lr_blowup``: the learning rate jumps at a
-step; ``missing_module``: a node's image lacks a package the script imports). A collective that
+step; ``missing_module``: a node's image lacks a package the script imports; ``corrupt_shard``: a
+node's local copy of a data shard is cut short; ``type_error``: a call with an old signature;
+``batch_assert``: a global batch size the job's shape does not divide). A collective that
 fails (a gloo timeout, a closed connection) makes the script write this rank's Flight Recorder
 trace, as pickle and as JSON, next to ``TORCH_FR_DUMP_TEMP_FILE`` before it re-raises; so does
 SIGTERM.
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import io
 import logging
 import os
 import signal
@@ -88,9 +91,30 @@ class Tokens(Dataset):
             # a read from a pipe nobody writes: the worker blocks the way a hung mount does
             with open(FAULT["fifo"], "rb") as f:
                 f.read(1)
+        if fault_here("corrupt_shard") and i >= int(FAULT["sample"]) and fault_attempts():
+            # this node's local copy of the shard holding the sample was cut short
+            torch.load(io.BytesIO(truncated_shard()), weights_only=True)
         g = torch.Generator().manual_seed(self.seed * 100003 + i)
         x = torch.randn(self.width, generator=g)
         return x, (x[: self.width // 4] * 0.5).clone()
+
+
+def truncated_shard() -> bytes:
+    """A saved tensor file cut in half, as a copy interrupted mid-way leaves it."""
+    buf = io.BytesIO()
+    torch.save(torch.zeros(64), buf)
+    data = buf.getvalue()
+    return data[: len(data) // 2]
+
+
+def validate_args(args: argparse.Namespace, world: int) -> None:
+    """The script's check of its batch sizes against the job's shape (as Megatron-LM's does)."""
+    if fault_here("batch_assert"):
+        global_batch, micro = int(FAULT["global_batch"]), 4
+        assert global_batch % (micro * world) == 0, (
+            f"global batch size ({global_batch}) is not divisible by micro batch size ({micro}) "
+            f"times data parallel size ({world})"
+        )
 
 
 class Net(nn.Module):
@@ -288,6 +312,8 @@ def train(args: argparse.Namespace, rep: Reporter) -> None:
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if fault_here("type_error") and step == int(FAULT["step"]) and fault_attempts():
+            rep.step(step, loss.item())  # a logging call left with the old signature
         if step % args.log_every == 0:
             reduced = loss.detach().clone()
             dist.all_reduce(reduced)
@@ -331,6 +357,7 @@ def main() -> None:
     dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.timeout))
     rank, world = dist.get_rank(), dist.get_world_size()
     rep = Reporter(args.style, rank, world, args.steps)
+    validate_args(args, world)
     rep.info(
         f"initialized process group: rank {rank} of {world} on {socket.gethostname()}, "
         f"backend {dist.get_backend()}, torch {torch.__version__}"
