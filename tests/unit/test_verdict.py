@@ -97,6 +97,22 @@ def test_a_culprit_that_finished_training_while_its_peers_failed_ran_fewer_steps
     assert decide(events, nodes, [], LEX, 3, stage="init", finished=ended).category != "user/code"
 
 
+def test_nodes_that_waited_for_a_rendezvous_are_not_evicted() -> None:
+    # tests/realruns/cases/nnodes-more-than-started (a real run): --nnodes 4, three nodes
+    # started; each waited for the fourth and timed out. The one holding the endpoint stands out,
+    # but it came: taking it out never helps.
+    nodes = [VerdictNode("v11", 0.9, ("spatial-outlier", "earliest-evidence"))]
+    events = [
+        _ev(
+            "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+            ("v11", "v12", "v13"),
+            "error-level",
+        )
+    ]
+    v = decide(events, [*nodes, VerdictNode("v12", 0.2, ())], [], LEX, n_nodes=3, stage="init")
+    assert v.category == "platform" and v.evict == ()
+
+
 def test_the_lead_event_decides_when_its_words_leave_no_doubt() -> None:
     # A benign row-remapping rule on the loudest node must not outvote the error that ended the
     # job: a full shared file system evicts nobody.
