@@ -165,6 +165,18 @@ def host_shapes(nodes: Iterable[str]) -> frozenset[str]:
     )
 
 
+def host_blind(template_text: str, spellings: Iterable[str]) -> str:
+    """``template_text`` with the job's own host names, as its templates spell them
+    (``spellings``: each name masked as its lines are), read as ``<HOST>``: a line that names its
+    node ("initialized … on trn-r2-n04") reads alike in a run and in its baseline on other
+    nodes. The text itself when it names none."""
+    names = sorted((s for s in spellings if len(s) > 2), key=len, reverse=True)
+    if not any(s in template_text for s in names):
+        return template_text
+    pattern = re.compile(r"(?<![\w.-])(?:" + "|".join(map(re.escape, names)) + r")(?![\w-])")
+    return pattern.sub("<HOST>", template_text)
+
+
 _DIGIT_RUN = re.compile(r"\d+")
 
 

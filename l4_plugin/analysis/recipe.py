@@ -158,7 +158,8 @@ def cross_job(
         periodic = _periodic(data, e.template_id)
         rate = e.count / n_nodes / (work if periodic else 1.0)
         stats.append(JobTemplateStat(e.template_id, e.count, len(e.counts), rate))
-        row = pool.stats.get(e.template_id)
+        # (a line naming its node, found in baselines run on other nodes by its host-blind text)
+        row = pool.stats.get(e.template_id) or pool.stats.get(pool.aliases.get(e.template_id, ""))
         if row is not None and total:
             jobs, fraction, per_node, per_iteration = row
             base[e.template_id] = BaselineStat(

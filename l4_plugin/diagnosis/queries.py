@@ -40,8 +40,9 @@ from l4_plugin.analysis.clock import (
 from l4_plugin.analysis.tables import BaselinePool, Cell, JobAttempt, JobData, JobDoc, TemplateInfo
 from l4_plugin.analysis.temporal import progress_templates
 from l4_plugin.errors import AnalysisError
+from l4_plugin.ingest.masking import default_masker
 from l4_plugin.ingest.stages import default_stage_rules
-from l4_plugin.records import host_shapes, is_flagged, level_label, may_name_a_node
+from l4_plugin.records import host_blind, host_shapes, is_flagged, level_label, may_name_a_node
 from l4_plugin.store import Store, generations, jobs
 from l4_plugin.store import fields as F
 from l4_plugin.store.events import JobEvents, Key, Metric, template_totals
@@ -706,7 +707,53 @@ def read_baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
             per_node[len(per_node) // 2],
             per_iteration[len(per_iteration) // 2],
         )
-    return BaselinePool(tuple(jobs), stats)
+    return BaselinePool(tuple(jobs), stats, _blind_templates(store, jobs, stats))
+
+
+def host_spellings(nodes: Iterable[str]) -> frozenset[str]:
+    """The job's host names as its templates spell them (each masked as a line's words are:
+    "h100-x2" → "h0-x0", "node-17" → "node-<NUM>")."""
+    masker = default_masker()
+    return frozenset(masker.mask(n) for n in nodes)
+
+
+def with_aliases(pool: BaselinePool, data: JobData) -> BaselinePool:
+    """``pool`` with the job's templates that name its hosts aliased to the baseline templates
+    whose host-blind text is theirs (``BaselinePool.aliases``)."""
+    if not pool.blind:
+        return pool
+    spelt = host_spellings(data.nodes)
+    aliases = {}
+    for tid, info in data.templates.items():
+        if tid in pool.stats:
+            continue
+        blind = host_blind(info.text, spelt)
+        held = pool.blind.get(blind) if blind != info.text else None
+        if held is not None:
+            aliases[tid] = held
+    return replace(pool, aliases=aliases)
+
+
+def _blind_templates(
+    store: Store, jobs: Sequence[JobDoc], stats: Mapping[str, tuple[int, float, float, float]]
+) -> dict[str, str]:
+    """The pool's templates that name their job's hosts, by their host-blind text (``host_blind``
+    with that job's nodes) → the template printed in the most baseline jobs."""
+    spelt = {j.id: host_spellings(j.nodes) for j in jobs}
+    query = {"bool": {"should": [job_scope(j) for j in jobs], "minimum_should_match": 1}}
+    out: dict[str, str] = {}
+    aggs = {"x": {"top_hits": {"size": 1, "_source": [F.TEMPLATE_TEXT]}}}
+    for b in _walk(store, [_terms("j", F.JOB_ID), _terms("t", F.TEMPLATE_ID)], query, aggs):
+        hits = b.get("x", {}).get("hits", {}).get("hits", [])
+        tid = str(b["key"]["t"])
+        text = str(source_field(hits[0].get("_source", {}), F.TEMPLATE_TEXT) or "") if hits else ""
+        blind = host_blind(text, spelt.get(str(b["key"]["j"]), ()))
+        if blind == text or tid not in stats:
+            continue
+        held = out.get(blind)
+        if held is None or stats[tid][0] > stats[held][0]:
+            out[blind] = tid
+    return out
 
 
 def _aggregate_pool_counts(

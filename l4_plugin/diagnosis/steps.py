@@ -46,6 +46,7 @@ from l4_plugin.diagnosis.queries import (
     read_baseline_pool,
     read_job,
     read_job_tables,
+    with_aliases,
 )
 from l4_plugin.diagnosis.storage import write_diagnosis
 from l4_plugin.ingest.stages import default_stage_rules
@@ -151,6 +152,7 @@ def diagnose(
 
     data = timed("read aggregations", lambda: read_job_tables(store, job))
     baseline = timed("read baseline pool", lambda: read_baseline_pool(store, pool))
+    baseline = with_aliases(baseline, data)
 
     def analysed(d: JobData) -> Analysis:
         return analyze(d, baseline, options, stages=default_stage_rules())

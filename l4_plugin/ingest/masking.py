@@ -422,3 +422,14 @@ class _Walk:
             best.extend(chosen)
         if len(best) <= 2 * _MAX_ALTERNATIVES:
             self.needs.append(tuple(sorted(set(best))))
+
+
+_DEFAULT: Masker | None = None
+
+
+def default_masker() -> Masker:
+    """The shipped rules, loaded and compiled once per process (not once per file)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = Masker.load()
+    return _DEFAULT

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from l4_plugin.errors import IngestError
 from l4_plugin.ingest.header import parse_header, rank_prefix
-from l4_plugin.ingest.masking import Masker
+from l4_plugin.ingest.masking import Masker, default_masker
 from l4_plugin.ingest.reader import is_gzip, read_lines
 from l4_plugin.ingest.templates import TemplateMiner
 from l4_plugin.ingest.terminal import glued_at
@@ -77,7 +77,7 @@ class LineParser:
         pinned: dict[str, LineKind] | None = None,
         **drain_params: float | int | tuple[str, ...],
     ) -> None:
-        self.masker = masker if masker is not None else _default_masker()
+        self.masker = masker if masker is not None else default_masker()
         self.miner = TemplateMiner(known, **drain_params)  # type: ignore[arg-type]
         self.mine = mine
         self._pinned = pinned
@@ -259,17 +259,6 @@ def _glued_record(raw: str) -> tuple[int, str] | None:
     if level is None or not is_flagged(level):
         return None
     return at + header.body_start, level
-
-
-_MASKER: Masker | None = None
-
-
-def _default_masker() -> Masker:
-    # Loading and compiling the shipped rules once per process, not once per file.
-    global _MASKER
-    if _MASKER is None:
-        _MASKER = Masker.load()
-    return _MASKER
 
 
 def parse_file(

@@ -276,6 +276,33 @@ def test_kernel_lines_are_not_absent_from_baselines_without_kernel_logs() -> Non
     assert kept.reason_of("panic") == "absent-in-baseline"
 
 
+def test_a_line_naming_its_host_is_found_in_a_baseline_run_on_other_nodes() -> None:
+    # tests/realruns: every rank prints "initialized process group: rank R of W on HOST"; the
+    # run's hosts (h100-x1, h100-x2) are spelt "h0-x0" in its template, the baseline's
+    # (trn-r2-n01…) "trn-r0-n0": two templates, one line.
+    from l4_plugin.diagnosis.queries import host_spellings, with_aliases
+    from l4_plugin.records import host_blind
+
+    said = "initialized process group: rank <RANK> of <NUM> on {}, backend gloo"
+    assert host_spellings(["h100-x1", "h100-x2", "node-17"]) == {"h0-x0", "node-<NUM>"}
+    assert host_blind(said.format("h0-x0"), {"h0-x0"}) == said.format("<HOST>")
+    assert host_blind(said.format("trn-r0-n0"), {"h0-x0"}) == said.format("trn-r0-n0")
+    # (a name inside another word is no host's)
+    assert host_blind("path /data/h0-x0s/file", {"h0-x0"}) == "path /data/h0-x0s/file"
+    texts = {"init": said.format("h0-x0"), "oom": "CUDA out of memory"}
+    data = _data(
+        {(n, t): Cell(1, 50.0, 50.0, 1.0) for t in texts for n in ("h100-x1", "h100-x2")}, {}, texts
+    )
+    base = JobDoc("b1", "succeeded", "fp", ("trn-r2-n01", "trn-r2-n02"), 10, 0.0, 1.0)
+    blind = host_blind(said.format("trn-r0-n0"), host_spellings(base.nodes))
+    pool = BaselinePool((base,), {"b-init": (1, 1.0, 1.0, 1.0)}, blind={blind: "b-init"})
+    events = event_stats(data)
+    kept = cross_job(data, events, with_aliases(pool, data), AnalysisOptions())
+    assert "init" not in kept.kept_ids and kept.reason_of("oom") == "absent-in-baseline"
+    unaliased = cross_job(data, events, pool, AnalysisOptions())
+    assert unaliased.reason_of("init") == "absent-in-baseline"
+
+
 def test_a_nodes_reaction_to_its_own_failure_is_not_evidence() -> None:
     # torchrun's agent on the failing node sends SIGTERM to the other workers a second after the
     # error; the root cause's warning came before the error; the error block's own lines come in
