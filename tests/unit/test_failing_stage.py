@@ -387,6 +387,8 @@ def test_a_job_that_saved_a_step_before_failing_was_training() -> None:
             "checkpointing",
         ),
         ("FileNotFoundError: [Errno 2] No such file or directory: 'data/train.bin'", "init"),
+        # pytorch/pytorch#973: DataLoader workers passing tensors past the open-file limit
+        ("RuntimeError: received 0 items of ancdata", "data_loading"),
         ("something odd", "init"),
     ],
 )

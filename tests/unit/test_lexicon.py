@@ -356,6 +356,14 @@ CAUSES = [
     ("(head, rank=0, pid=1113) bash: torchrun: command not found", "user/config"),
     ("srun: error: Node failure on jean-zay-iam49", "hardware/node"),
     (
+        "RuntimeError: Found no NVIDIA driver on your system. Please check that you have an "
+        "NVIDIA GPU and installed a driver from http://www.nvidia.com/Download/index.aspx",
+        "platform",
+    ),
+    ("RuntimeError: No CUDA GPUs are available", "platform"),
+    ("RuntimeError: received 0 items of ancdata", "user/config"),
+    ("OSError: [Errno 24] Too many open files: '/dev/shm/torch_2231_3387'", "user/config"),
+    (
         "AssertionError: AnnealingLR: class input value 1e-06 and checkpointvalue 1e-05 for "
         "minimum learning rate do not match",
         "user/config",
