@@ -113,6 +113,17 @@ def test_nodes_that_waited_for_a_rendezvous_are_not_evicted() -> None:
     assert v.category == "platform" and v.evict == ()
 
 
+def test_a_process_killed_outright_on_one_node_of_several_is_that_nodes() -> None:
+    # tests/realruns/cases/sigkill-rank (a real run): one rank SIGKILLed on node-18 while the
+    # other nodes ran on; a paste of one node's log saying the same is the job's memory.
+    killed = "  traceback : Signal 9 (SIGKILL) received by PID 3319"
+    nodes = [VerdictNode("n18", 0.95, ("spatial-outlier", "no-trace")), VerdictNode("n17", 0.2, ())]
+    v = decide([_ev(killed, ("n18",), "error-level")], nodes, [], LEX, n_nodes=3)
+    assert v.category == "platform"
+    alone = decide([_ev(killed, ("n0",), "error-level")], [], [], LEX, n_nodes=1)
+    assert alone.category == "user/config"
+
+
 def test_the_lead_event_decides_when_its_words_leave_no_doubt() -> None:
     # A benign row-remapping rule on the loudest node must not outvote the error that ended the
     # job: a full shared file system evicts nobody.
