@@ -12,7 +12,7 @@ names of ``store/fields.py``. The vocabularies every stage shares live here too:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Literal
@@ -165,16 +165,22 @@ def host_shapes(nodes: Iterable[str]) -> frozenset[str]:
     )
 
 
-def host_blind(template_text: str, spellings: Iterable[str]) -> str:
-    """``template_text`` with the job's own host names, as its templates spell them
-    (``spellings``: each name masked as its lines are), read as ``<HOST>``: a line that names its
-    node ("initialized … on trn-r2-n04") reads alike in a run and in its baseline on other
-    nodes. The text itself when it names none."""
+def host_blinder(spellings: Iterable[str]) -> Callable[[str], str]:
+    """What reads a template's text with the job's own host names, as its templates spell them
+    (``spellings``: each name masked as its lines are), as ``<HOST>``: a line that names its node
+    ("initialized … on trn-r2-n04") reads alike in a run and in its baseline on other nodes. A
+    text that names none is returned as it is. Built once per job, used on each template."""
     names = sorted((s for s in spellings if len(s) > 2), key=len, reverse=True)
-    if not any(s in template_text for s in names):
-        return template_text
+    if not names:
+        return lambda template_text: template_text
     pattern = re.compile(r"(?<![\w.-])(?:" + "|".join(map(re.escape, names)) + r")(?![\w-])")
-    return pattern.sub("<HOST>", template_text)
+
+    def blind(template_text: str) -> str:
+        if not any(s in template_text for s in names):
+            return template_text
+        return pattern.sub("<HOST>", template_text)
+
+    return blind
 
 
 _DIGIT_RUN = re.compile(r"\d+")

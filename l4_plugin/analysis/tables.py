@@ -178,7 +178,7 @@ class BaselinePool:
 
     jobs: tuple[JobDoc, ...]
     stats: dict[str, tuple[int, float, float, float]]
-    #: a baseline template's text with its job's host names read as <HOST> (``host_blind``) →
+    #: a baseline template's text with its job's host names read as <HOST> (``host_blinder``) →
     #: that template: where a line naming its node is found in baselines run on other nodes
     blind: dict[str, str] = field(default_factory=dict)
     #: the failed job's template → the baseline template whose host-blind text is its own

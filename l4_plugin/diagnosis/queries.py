@@ -42,7 +42,7 @@ from l4_plugin.analysis.temporal import progress_templates
 from l4_plugin.errors import AnalysisError
 from l4_plugin.ingest.masking import default_masker
 from l4_plugin.ingest.stages import default_stage_rules
-from l4_plugin.records import host_blind, host_shapes, is_flagged, level_label, may_name_a_node
+from l4_plugin.records import host_blinder, host_shapes, is_flagged, level_label, may_name_a_node
 from l4_plugin.store import Store, generations, jobs
 from l4_plugin.store import fields as F
 from l4_plugin.store.events import JobEvents, Key, Metric, template_totals
@@ -722,12 +722,12 @@ def with_aliases(pool: BaselinePool, data: JobData) -> BaselinePool:
     whose host-blind text is theirs (``BaselinePool.aliases``)."""
     if not pool.blind:
         return pool
-    spelt = host_spellings(data.nodes)
+    blinder = host_blinder(host_spellings(data.nodes))
     aliases = {}
     for tid, info in data.templates.items():
         if tid in pool.stats:
             continue
-        blind = host_blind(info.text, spelt)
+        blind = blinder(info.text)
         held = pool.blind.get(blind) if blind != info.text else None
         if held is not None:
             aliases[tid] = held
@@ -737,9 +737,9 @@ def with_aliases(pool: BaselinePool, data: JobData) -> BaselinePool:
 def _blind_templates(
     store: Store, jobs: Sequence[JobDoc], stats: Mapping[str, tuple[int, float, float, float]]
 ) -> dict[str, str]:
-    """The pool's templates that name their job's hosts, by their host-blind text (``host_blind``
-    with that job's nodes) → the template printed in the most baseline jobs."""
-    spelt = {j.id: host_spellings(j.nodes) for j in jobs}
+    """The pool's templates that name their job's hosts, by their host-blind text
+    (``host_blinder`` of that job's nodes) → the template printed in the most baseline jobs."""
+    blinders = {j.id: host_blinder(host_spellings(j.nodes)) for j in jobs}
     query = {"bool": {"should": [job_scope(j) for j in jobs], "minimum_should_match": 1}}
     out: dict[str, str] = {}
     aggs = {"x": {"top_hits": {"size": 1, "_source": [F.TEMPLATE_TEXT]}}}
@@ -747,7 +747,8 @@ def _blind_templates(
         hits = b.get("x", {}).get("hits", {}).get("hits", [])
         tid = str(b["key"]["t"])
         text = str(source_field(hits[0].get("_source", {}), F.TEMPLATE_TEXT) or "") if hits else ""
-        blind = host_blind(text, spelt.get(str(b["key"]["j"]), ()))
+        blinder = blinders.get(str(b["key"]["j"]))
+        blind = blinder(text) if blinder is not None else text
         if blind == text or tid not in stats:
             continue
         held = out.get(blind)

@@ -281,20 +281,20 @@ def test_a_line_naming_its_host_is_found_in_a_baseline_run_on_other_nodes() -> N
     # run's hosts (h100-x1, h100-x2) are spelt "h0-x0" in its template, the baseline's
     # (trn-r2-n01…) "trn-r0-n0": two templates, one line.
     from l4_plugin.diagnosis.queries import host_spellings, with_aliases
-    from l4_plugin.records import host_blind
+    from l4_plugin.records import host_blinder
 
     said = "initialized process group: rank <RANK> of <NUM> on {}, backend gloo"
     assert host_spellings(["h100-x1", "h100-x2", "node-17"]) == {"h0-x0", "node-<NUM>"}
-    assert host_blind(said.format("h0-x0"), {"h0-x0"}) == said.format("<HOST>")
-    assert host_blind(said.format("trn-r0-n0"), {"h0-x0"}) == said.format("trn-r0-n0")
+    assert host_blinder({"h0-x0"})(said.format("h0-x0")) == said.format("<HOST>")
+    assert host_blinder({"h0-x0"})(said.format("trn-r0-n0")) == said.format("trn-r0-n0")
     # (a name inside another word is no host's)
-    assert host_blind("path /data/h0-x0s/file", {"h0-x0"}) == "path /data/h0-x0s/file"
+    assert host_blinder({"h0-x0"})("path /data/h0-x0s/file") == "path /data/h0-x0s/file"
     texts = {"init": said.format("h0-x0"), "oom": "CUDA out of memory"}
     data = _data(
         {(n, t): Cell(1, 50.0, 50.0, 1.0) for t in texts for n in ("h100-x1", "h100-x2")}, {}, texts
     )
     base = JobDoc("b1", "succeeded", "fp", ("trn-r2-n01", "trn-r2-n02"), 10, 0.0, 1.0)
-    blind = host_blind(said.format("trn-r0-n0"), host_spellings(base.nodes))
+    blind = host_blinder(host_spellings(base.nodes))(said.format("trn-r0-n0"))
     pool = BaselinePool((base,), {"b-init": (1, 1.0, 1.0, 1.0)}, blind={blind: "b-init"})
     events = event_stats(data)
     kept = cross_job(data, events, with_aliases(pool, data), AnalysisOptions())
