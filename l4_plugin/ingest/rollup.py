@@ -55,6 +55,10 @@ _ELISIONS = frozenset(("...", "....", "…", "[...]", "[…]", "(...)"))
 # "<ipython-input-8-…> in <module>", "/usr/lib/x.py in f(a)"), then its numbered source lines,
 # the current one arrowed ("----> 1 …", "-> 1539 …"); blank lines between frames.
 _IPY_TB_HEADER = re.compile(r"[A-Za-z_][\w.]*\s{2,}Traceback \(most recent call last\)")
+# torchrun's failure summary quotes each failed rank's traceback as a row of its table
+# (torch/distributed/elastic/multiprocessing/errors: "  traceback : ${message}", the message's
+# later lines indented two more): a traceback whose header follows the row's label.
+_TB_ROW = re.compile(r"traceback\s*:\s*Traceback \(most recent call last\)")
 _IPY_TB_LINE = re.compile(
     r"Cell In\[\d+\], line \d+|File \S.*:\d+, in \S|<ipython-input-[^>]*> in \S|\S+\.pyx? in \S"
     r"|-*> ?\d+ |\[\.\.\. skipping hidden \d+ frame"
@@ -392,6 +396,7 @@ class KindCache:
                 body.startswith(_TB_OPENERS)
                 or _RAY_TB_HEADER.match(body) is not None
                 or _IPY_TB_HEADER.match(body) is not None
+                or _TB_ROW.match(body) is not None
             )
             keep = kept_like_errors(kind)
             open_level = kind.level in _OPEN_LEVELS
@@ -797,7 +802,11 @@ class NodeRollup:
                         or body.startswith(_TB_CONTINUATION)
                         or kind.body.startswith(_TB_CONTINUATION)
                         or _RAY_TB_HEADER.match(body) is not None
-                        or (kind.has_timestamp and _stamped_indent(raw, prefix_end))
+                        or (
+                            kind.has_timestamp
+                            and _stamped_indent(raw, prefix_end)
+                            and not _stamped_raise(raw, tb[-1], prefix_end)
+                        )
                         # (a frame a paste left unindented: a quoted excerpt dedented)
                         or (body[0] == "F" and TB_FRAME.match(body) is not None)
                         or (ipython and _IPY_TB_LINE.match(body) is not None)
@@ -809,7 +818,11 @@ class NodeRollup:
                     is_tb
                     # (a faulthandler dump's frame continues the crash it follows)
                     and not (cont and open_group is not None)
-                    and _opens_traceback(kind.body, _after_prefix(raw, prefix_end))
+                    and (
+                        _opens_traceback(kind.body, _after_prefix(raw, prefix_end))
+                        # (an indented frame under a shipper's stamp: the same, its header cut)
+                        or (kind.has_timestamp and _stamped_indent(raw, prefix_end))
+                    )
                 ):
                     # A traceback, or the indented frames of one whose header was cut off (a
                     # pasted excerpt): one record either way, named by the exception ending it.
@@ -1095,12 +1108,25 @@ def _stamped_indent(raw: str, prefix_end: int) -> bool:
     """Whether a line a shipper stamped (``kubectl logs --timestamps``, a collector's time before
     the line as printed) was indented as printed: past the stamp and its one space (and a
     launcher's label after it), more space (a traceback's frame or source line)."""
+    printed = _printed(raw, prefix_end)
+    return printed is not None and printed[:1] in (" ", "\t")
+
+
+def _printed(raw: str, prefix_end: int) -> str | None:
+    """A stamped line as its process printed it: past the shipper's stamp, the one space after
+    it and a launcher's label (None: nothing follows the stamp)."""
     gap = raw.find(" ", prefix_end)
     if gap < 0:
-        return False
+        return None
     label = _LABEL_AFTER_STAMP.match(raw, gap + 1)
-    at = label.end() if label is not None else gap + 1
-    return raw[at : at + 1] in (" ", "\t")
+    return raw[label.end() if label is not None else gap + 1 :]
+
+
+def _stamped_raise(raw: str, before: str, prefix_end: int) -> bool:
+    """``_raised_below`` of a stamped line: the exception that ends an indented traceback (the
+    copy torchrun's failure summary quotes) under a shipper's stamp."""
+    printed = _printed(raw, prefix_end)
+    return printed is not None and _raised_below(printed, _printed(before, prefix_end) or "", 0)
 
 
 def _opens_traceback(kind_body: str, body: str) -> bool:
@@ -1110,6 +1136,7 @@ def _opens_traceback(kind_body: str, body: str) -> bool:
     return (
         kind_body[0] in "Tr"
         or body[:1] in (" ", "\t")
+        or _TB_ROW.match(kind_body) is not None
         or TB_FRAME.match(body) is not None
         or _IPY_TB_HEADER.match(kind_body) is not None
     )

@@ -777,6 +777,45 @@ def test_a_pod_logs_stamps_keep_a_traceback_one_record(
     assert records[0][0].startswith(ends), records
 
 
+# torchrun's failure summary (torch/distributed/elastic/multiprocessing/errors/__init__.py,
+# ``_FAILURE_FORMAT_TEMPLATE``): a row "  traceback : ${message}" whose message, a rank's
+# traceback, has its later lines indented two more (tests/realruns/cases, uneven-data-early-exit).
+_SUMMARY = [
+    "Failures:",
+    "[1]:",
+    "  time      : 2026-11-29_19:53:19",
+    "  host      : gpu-m42",
+    "  rank      : 5 (local_rank: 1)",
+    "  exitcode  : 1 (pid: 27362)",
+    "  error_file: /tmp/run/gpu-m42/logs/job1_5bhx65b6/attempt_0/1/error.json",
+    "  traceback : Traceback (most recent call last):",
+    '    File "/venv/lib/python3.11/site-packages/torch/distributed/elastic/multiprocessing/'
+    'errors/__init__.py", line 367, in wrapper',
+    "      return f(*args, **kwargs)",
+    "             ^^^^^^^^^^^^^^^^^^",
+    '    File "/work/train.py", line 288, in train',
+    "      loss.backward()",
+    "  RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:553] "
+    "Connection closed by peer [10.77.0.13]:23264",
+    "  ",
+    "------------------------------------------------------------",
+    "Root Cause (first observed failure):",
+]
+
+
+@pytest.mark.parametrize("stamp", ["", "2026-11-29T19:53:20.7070000{:02d}Z "])
+def test_a_failure_summarys_quoted_traceback_is_one_record_named_by_its_error(
+    rules: StageRules, stamp: str
+) -> None:
+    # Plain (torchrun's stderr) and under a pod log's stamps: the quoted frames join the row
+    # that opens them, and the exception, indented less than the frames, ends and names them.
+    records = _records(rules, [stamp.format(i) + line for i, line in enumerate(_SUMMARY)])
+    quoted = [r for r in records if "in wrapper" in r[1]]
+    assert len(quoted) == 1, records
+    assert quoted[0][0].startswith("RuntimeError: [<PATH>:<NUM>] Connection closed"), records
+    assert "loss.backward()" in quoted[0][1] and "traceback : Traceback" in quoted[0][1]
+
+
 _OOM_REPORT = [
     "Mar  7 13:02:08 gpu-7 kernel: [201754.848222] Tasks state (memory values in pages):",
     "Mar  7 13:02:08 gpu-7 kernel: [201754.849222] [  pid  ]   uid  tgid total_vm      rss "
