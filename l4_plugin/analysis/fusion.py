@@ -187,7 +187,7 @@ class Fusion:
         selected = self._select(candidates, order)
 
         seen = (spatial, silence, stage, stragglers, earliest, by_id, slowdown, peers, hang)
-        gone = _gone(discounts)
+        gone = _gone(discounts) | _consequences(ordering)
 
         def rank_nodes(chosen: Sequence[RankedEvent]) -> tuple[RankedNode, ...]:
             return self._nodes(all_nodes, chosen, *seen, stack, gone)
