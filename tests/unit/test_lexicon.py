@@ -570,6 +570,10 @@ CONSEQUENCES = [
     "reporting an error.",
     # the teardown stopping a DataLoader's workers
     "RuntimeError: DataLoader worker (pid 2077) is killed by signal: Terminated. ",
+    # Python's unraisable hook at teardown (tests/realruns/cases/dataloader-worker-killed, a
+    # peer node whose DataLoader workers the agent's SIGTERM stopped)
+    "[default1]:Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at "
+    "0x7f6dbb7b3f60>",
     # ray-project/ray#39380: Ray's driver after a worker failed (it mentions OOM as an example)
     "ray.train.base_trainer.TrainingFailedError: The Ray Train run failed. Please inspect the "
     "previous error messages for a cause. After fixing the issue (assuming that the error is not "
