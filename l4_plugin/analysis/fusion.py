@@ -451,7 +451,7 @@ class Fusion:
                     n for n, ts in e.first_seen.items() if ts <= first + self.root_window
                 }
         sel_ids = [ev.template_id for ev in selected]
-        lead = set(_hosts(by_id[sel_ids[0]].first_seen)) if sel_ids else set()
+        lead = _leading_hosts(by_id[sel_ids[0]], self.root_window) if sel_ids else set()
         if len(lead) >= self.cascade_fraction * max(len(all_nodes), 1):
             lead = set()  # a job-wide line leads: it singles out no node
         named = {n.node: n for n in peers.named} if peers is not None else {}
@@ -727,6 +727,17 @@ def _time_key(first_seen: float | None) -> float:
     none does, so that the keys after it still order such lines (NaN compares as neither
     before nor after anything, and a sort would stop there)."""
     return first_seen if first_seen is not None and not math.isnan(first_seen) else 0.0
+
+
+def _leading_hosts(e: EventStat, window: float) -> set[str]:
+    """The hosts that printed an event first (within ``window`` of the first of them): a line
+    one node printed well before the others echoed it (its DataLoader workers killed, theirs
+    stopped at teardown, one template) leads on that node."""
+    seen = {n: t for n, t in e.first_seen.items() if not is_job_node(n)}
+    if not seen:
+        return set()
+    first = min(seen.values())
+    return {n for n, t in seen.items() if t <= first + window}
 
 
 def _hosts(nodes: Iterable[str]) -> list[str]:
