@@ -329,8 +329,21 @@ def _rank_spans(line: str) -> tuple[int, int, int, int]:
     m = _prefix_match(line, start)
     if m is None:
         sm = _SRUN_PREFIX.match(line, start)
-        return (1, sm.start(1), sm.end(1), sm.end()) if sm else (0, 0, 0, start)
+        if sm is None:
+            return 0, 0, 0, start
+        after = _RANK_PREFIX.match(line, sm.end())
+        if after is None:
+            return 1, sm.start(1), sm.end(1), sm.end()
+        if _names_global_rank(after.group(1)):
+            return 2, after.start(1), after.end(1), after.end()
+        return 1, sm.start(1), sm.end(1), after.end()
     return 2, m.start(1), m.end(1), m.end()
+
+
+def _names_global_rank(prefixes: str) -> bool:
+    """Whether a run of launcher prefixes names a global rank (torch's "[rankN]:", Lightning's,
+    Open MPI's), not only a local one (torchrun's "[defaultN]:")."""
+    return "[rank" in prefixes or "<std" in prefixes
 
 
 def _rank_of(line: str, spans: tuple[int, int, int, int]) -> tuple[int | None, int]:
@@ -382,7 +395,16 @@ def _rank_at(line: str, start: int, srun: bool = True) -> tuple[int | None, int]
     m = _prefix_match(line, start)
     if m is None:
         sm = _SRUN_PREFIX.match(line, start) if srun else None
-        return (int(sm.group(1)), sm.end()) if sm else (None, start)
+        if sm is None:
+            return None, start
+        # srun -l's task id, then the process's own prefixes: torchrun's under srun
+        # ("0: [default3]:[rank3]: …"), torch's C++ log lines ("67: [rank67]:E0916 …").
+        after = _RANK_PREFIX.match(line, sm.end())
+        if after is None:
+            return int(sm.group(1)), sm.end()
+        if _names_global_rank(after.group(1)):
+            return _prefix_rank(after.group(1)), after.end()
+        return int(sm.group(1)), after.end()
     return _prefix_rank(m.group(1)), m.end()
 
 

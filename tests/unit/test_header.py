@@ -313,6 +313,18 @@ def test_a_rank_prefix_followed_by_a_space_and_a_bracketed_time() -> None:
         # srun -l: the task id
         ("7: [2024-05-01 10:00:00,000] [WARNING] NCCL timeout soon", 7, "WARNING", 1714557600.0),
         ("0: Traceback (most recent call last):", 0, "ERROR", None),
+        # srun -l, then the process's own prefixes: torch's C++ log line names the global rank
+        # (and its glog header is read past both); under torchrun, "[defaultN]:" alone is a
+        # local rank: the task id stays
+        (
+            "67: [rank67]:E0916 00:41:06.249152 23794 torch/csrc/distributed/c10d/"
+            "ProcessGroupNCCL.cpp:607] [Rank 67] Watchdog caught collective operation timeout",
+            67,
+            "ERROR",
+            1726447266.249152,
+        ),
+        ("1: [default3]:[rank11]: Traceback (most recent call last):", 11, "ERROR", None),
+        ("1: [default3]:[E0916 00:41:06.249152 socket.cpp:1] x", 1, "ERROR", 1726447266.249152),
         # a TorchX role's torchelastic prefix (NVIDIA/nccl#1837): the role's local rank, as
         # torchrun's "[default3]:", with or without the replica
         ("[trainer3]:RuntimeError: NCCL error", 3, "ERROR", None),
