@@ -9,14 +9,16 @@ logs. Every run (failed, baselines) of every ``per_rank`` case of a corpus in th
     python benchmarks/relayout.py /tmp/dev-26 /tmp/re-jsonl jsonl   # <host>.jsonl, a collector's
     python benchmarks/relayout.py /tmp/dev-26 /tmp/re-k8s k8s       # <pod>.log, kubectl stamps
 
-Lines of a node's ranks are merged by their own time (a line without one follows the line
-before it in its file), as one launcher stdout interleaves them; kernel logs go to
+Lines of a node's ranks are merged by their own time (a line without one at its share of the
+interval between the stamps around it, after a file's last stamp of the rest of the run), as
+one launcher stdout interleaves them; kernel logs go to
 ``syslog/<host>.<name>`` (srunl, mpirun), into the host's JSON lines (jsonl) or nowhere (k8s,
 whose pods have none). Then ``../shared/eval/score.py --cases DST`` scores it like the original.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import sys
@@ -25,6 +27,7 @@ from pathlib import Path
 
 from l4_plugin.ingest.header import parse_header, rank_prefix
 from l4_plugin.ingest.jobdir import discover
+from l4_plugin.ingest.logfile import LogFile
 from l4_plugin.ingest.reader import read_blocks
 
 Row = tuple[float, int, int, str]
@@ -34,15 +37,45 @@ def lines_of(path: Path) -> list[str]:
     return [line for b in read_blocks(path) for line in b.lines]
 
 
-def timed(lines: list[str]) -> list[tuple[float, int, str]]:
-    """Each line with its own time, or the time of the stamped line before it (0 before any)."""
-    out, last = [], 0.0
-    for i, line in enumerate(lines):
-        h = parse_header(line, 2025)
-        if h.timestamp is not None:
-            last = h.timestamp
-        out.append((last, i, line))
-    return out
+def timed(lines: list[str], span: tuple[float, float]) -> list[tuple[float, int, str]]:
+    """Each line with its own time; a line without one between two stamped lines at its share
+    of the interval by line count; before the first stamp at the first's; after the last one
+    (a rank that stamps only its start-up, then prints NCCL's lines and its crash) spread
+    from there to the run's end (``span``), as is a file with no stamp at all: giving them the
+    stamp before them would put a crash's last words next to the start-up."""
+    stamps = [parse_header(line, 2025).timestamp for line in lines]
+    known = [i for i, t in enumerate(stamps) if t is not None]
+    at: list[float] = [0.0] * len(lines)
+    if not known:
+        _spread(at, 0, len(lines), span[0], span[1])
+        return [(at[i], i, line) for i, line in enumerate(lines)]
+    for i in known:
+        at[i] = stamps[i] or 0.0
+    for i in range(known[0]):
+        at[i] = at[known[0]]
+    for a, b in itertools.pairwise(known):
+        _spread(at, a + 1, b, at[a], at[b])
+    last = known[-1]
+    _spread(at, last + 1, len(lines), at[last], max(span[1], at[last]))
+    return [(at[i], i, line) for i, line in enumerate(lines)]
+
+
+def _spread(at: list[float], lo: int, hi: int, start: float, end: float) -> None:
+    """Times for ``at[lo:hi]`` evenly between ``start`` and ``end`` (exclusive)."""
+    step = (end - start) / (hi - lo + 1) if hi > lo else 0.0
+    for k, i in enumerate(range(lo, hi), 1):
+        at[i] = start + step * k
+
+
+def run_span(files: list[LogFile]) -> tuple[float, float]:
+    """The first and last time any line of the run states."""
+    times = [
+        ts
+        for f in files
+        for line in lines_of(f.path)
+        if (ts := parse_header(line, 2025).timestamp) is not None
+    ]
+    return (min(times), max(times)) if times else (0.0, 0.0)
 
 
 def run_dir(src: Path, dst: Path, layout: str) -> None:
@@ -51,6 +84,7 @@ def run_dir(src: Path, dst: Path, layout: str) -> None:
     if (src / "job.yaml").exists():
         shutil.copy(src / "job.yaml", dst / "job.yaml")
     files = discover(src)
+    span = run_span(files)
     order = {n: i for i, n in enumerate(sorted({f.node for f in files}))}
     merged: list[tuple[float, str, int, int, str]] = []
     per_node: dict[str, list[Row]] = {}
@@ -60,7 +94,7 @@ def run_dir(src: Path, dst: Path, layout: str) -> None:
             kernel[f.node] = (Path(f.relative).name, lines_of(f.path))
             continue
         ni = order[f.node]
-        for t, i, line in timed(lines_of(f.path)):
+        for t, i, line in timed(lines_of(f.path), span):
             r = f.rank
             text = line
             if r is None:
