@@ -334,8 +334,8 @@ class StragglerDetector:
         z = np.zeros_like(d)
         if d.shape[0] >= 3 and d.shape[1] > 0:
             with np.errstate(all="ignore"):
-                med = np.nanmedian(d, axis=0)
-                mad = 1.4826 * np.nanmedian(np.abs(d - med), axis=0)
+                med = _column_medians(d)
+                mad = 1.4826 * _column_medians(np.abs(d - med))
                 spread = np.maximum(mad, np.maximum(self.rel_floor * np.abs(med), 1e-9))
                 z = (d - med) / spread
                 ratio = d / np.where(med > 0, med, np.nan)
@@ -410,6 +410,16 @@ class SlowdownDetector:
                 )
                 break
         return self
+
+
+def _column_medians(d: NDArray[np.float64]) -> NDArray[np.float64]:
+    """Each column's median over its numbers; NaN for a column of none (an iteration no node
+    timed: torchrun's stdout alone times few lines) without numpy's warning about it."""
+    out = np.full(d.shape[1], np.nan)
+    some = ~np.isnan(d).all(axis=0)
+    if some.any():
+        out[some] = np.nanmedian(d[:, some], axis=0)
+    return out
 
 
 def _first_run(hit: NDArray[np.bool_], k: int) -> int | None:
