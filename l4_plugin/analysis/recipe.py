@@ -525,6 +525,12 @@ def _silence_among(
 _NOT_FAILING = ("cascade", "consequence-words", "benign-words")
 
 
+def _consequence_ids(ordering: Mapping[str, tuple[float, str]]) -> frozenset[str]:
+    """The templates whose words are a consequence's: a teardown's stack (a DataLoader's
+    iterator stopping its workers) says nothing of where the job failed."""
+    return frozenset(t for t, (_, why) in ordering.items() if why == "consequence-words")
+
+
 def _failing_records(
     fusion: FusionResult, events: tuple[EventStat, ...], kept: frozenset[str]
 ) -> list[str]:
@@ -1031,7 +1037,9 @@ def analyze(
         .result_
     )
     # The stage the failing records' stacks and words name refines the markers'.
-    fusion = _with_failing_stage(fusion, data, events, kept, stage, hang, stages)
+    fusion = _with_failing_stage(
+        fusion, data, events, kept - _consequence_ids(consequences), stage, hang, stages
+    )
     return Analysis(
         events=events,
         nodes=tuple(nodes),
