@@ -59,6 +59,9 @@ _IPY_TB_HEADER = re.compile(r"[A-Za-z_][\w.]*\s{2,}Traceback \(most recent call 
 # (torch/distributed/elastic/multiprocessing/errors: "  traceback : ${message}", the message's
 # later lines indented two more): a traceback whose header follows the row's label.
 _TB_ROW = re.compile(r"traceback\s*:\s*Traceback \(most recent call last\)")
+#: A traceback still open in a scan: its lines, first position, kind, byte offset, IPython's.
+_OpenTraceback = tuple[list[str] | None, int, "LineKind | None", int | None, bool]
+_NO_TB: _OpenTraceback = (None, 0, None, None, False)
 _IPY_TB_LINE = re.compile(
     r"Cell In\[\d+\], line \d+|File \S.*:\d+, in \S|<ipython-input-[^>]*> in \S|\S+\.pyx? in \S"
     r"|-*> ?\d+ |\[\.\.\. skipping hidden \d+ frame"
@@ -576,6 +579,11 @@ class NodeRollup:
         tb_offset: int | None = None
         tb_kind: LineKind | None = None
         ipython = False  # the open traceback is IPython's (its frames are shaped otherwise)
+        # Whose the open traceback is, and the others' still open: ranks of one stream print
+        # their tracebacks at once (srun -l, mpirun, torchrun's --tee of several local ranks);
+        # a line of another rank neither continues nor closes this one's.
+        tb_rank = rank
+        pending: dict[int | None, _OpenTraceback] = {}
         # The error record that continuation lines are joined to (None: nothing is open).
         open_group: Group | None = None
         open_kept: KeptLine | None = None
@@ -635,6 +643,11 @@ class NodeRollup:
                         line_rank = rank
                 else:
                     line_rank, prefix_end = rank, 0
+                if line_rank != tb_rank and (tb is not None or pending):
+                    if tb is not None:
+                        pending[tb_rank] = (tb, tb_start, tb_kind, tb_offset, ipython)
+                    tb, tb_start, tb_kind, tb_offset, ipython = pending.pop(line_rank, _NO_TB)
+                    tb_rank = line_rank
                 if stamped:
                     ts_ref, ts_shape = raw, shape
                     stamp_pos = pos
@@ -728,7 +741,8 @@ class NodeRollup:
                         tag, at_it = _tag(stage, iteration, slot)
                         sink(pos, raw, kind, tag, at_it, ts_ref, line_rank, _at(block, pos - first))
                         continue
-                    if lane != _MARKER or not run_ends:
+                    if lane != _MARKER or not run_ends or pending:
+                        # (a rank's traceback still open: each line may be that rank's)
                         continue
                     end = run_ends.get(pos - first - base)
                     if end is None or iteration is None:
@@ -787,6 +801,7 @@ class NodeRollup:
                         if open_group is group0:
                             open_group = open_kept = None
                         tb = [*message0.split("\n"), raw]
+                        tb_rank = line_rank
                         chain = None
                         if sink is not None:
                             tag, at_it = _tag(stage, iteration, slot)
@@ -826,7 +841,7 @@ class NodeRollup:
                 ):
                     # A traceback, or the indented frames of one whose header was cut off (a
                     # pasted excerpt): one record either way, named by the exception ending it.
-                    tb, tb_start, tb_kind = [raw], pos, kind
+                    tb, tb_start, tb_kind, tb_rank = [raw], pos, kind, line_rank
                     ipython = _IPY_TB_HEADER.match(kind.body) is not None
                     tb_offset = _at(block, pos - first)
                     # A timeless traceback is a run of its own: when its file ends with it, it
@@ -970,7 +985,11 @@ class NodeRollup:
                 if then is not None and then != stage:
                     stage = then
                     _enter(timeline, entered, stage, iteration, mark_ref)
-        if tb is not None and tb_kind is not None:
+        if tb is not None:
+            pending[tb_rank] = (tb, tb_start, tb_kind, tb_offset, ipython)
+        for tb_owner, (tb, tb_start, tb_kind, tb_offset, _) in pending.items():
+            if tb is None or tb_kind is None:
+                continue
             # The file ends inside a traceback (the process died while printing it): keep the
             # block as one record under its Traceback line rather than lose it.
             message = "\n".join(tb)
@@ -983,10 +1002,11 @@ class NodeRollup:
                 group = groups[tb_key] = Group(0, tb_start, tb_start, ts_ref, ts_ref, message, path)
             group.count += 1
             group.last_pos = tb_start
-            if rank is not None:
-                group.ranks.add(rank)
-            group.kept.append(KeptLine(path, tb_start, message, ts_ref, rank, (), tb_offset))
-            self.forced.append((tb_key, group.kept[-1]))
+            if tb_owner is not None:
+                group.ranks.add(tb_owner)
+            held = KeptLine(path, tb_start, message, ts_ref, tb_owner, (), tb_offset)
+            group.kept.append(held)
+            self.forced.append((tb_key, held))
         owner = process_key(path)
         if ts_ref is not None:
             self.ends.setdefault(owner, []).append(ts_ref)

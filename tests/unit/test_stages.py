@@ -816,6 +816,28 @@ def test_a_failure_summarys_quoted_traceback_is_one_record_named_by_its_error(
     assert "loss.backward()" in quoted[0][1] and "traceback : Traceback" in quoted[0][1]
 
 
+@pytest.mark.parametrize("label", ["{r}: ", "[default{r}]:[rank{r}]: ", "[1,{r}]<stderr>:"])
+def test_ranks_printing_their_tracebacks_at_once_keep_one_record_each(
+    rules: StageRules, label: str
+) -> None:
+    # Every rank of a job failing at import writes its traceback to an unbuffered stderr at
+    # the same moment; srun -l (mpirun, torchrun's --tee) interleaves them line by line
+    # (tests: benchmarks/relayout.py's srun -l of a dev case). One record per rank, each named
+    # by its own exception; a line of another rank neither continues nor closes it.
+    body = [
+        "Traceback (most recent call last):",
+        '  File "/workspace/Megatron-LM/pretrain_gpt.py", line 14, in <module>',
+        "    from megatron.core.models.gpt import GPTModel",
+        "ImportError: /usr/lib/transformer_engine_torch.so: undefined symbol: _ZN3c10",
+    ]
+    lines = [label.format(r=r) + line for line in body for r in (1, 2, 3)]
+    groups = [(k[0].body, g) for k, g in _scanned(rules, lines).groups.items()]
+    assert [(b[:12], g.count) for b, g in groups] == [("ImportError:", 3)], groups
+    for kept in groups[0][1].kept:
+        assert kept.message.count("\n") == 3, kept.message
+        assert kept.message.count(label.format(r=kept.rank)) == 4, kept.message
+
+
 _OOM_REPORT = [
     "Mar  7 13:02:08 gpu-7 kernel: [201754.848222] Tasks state (memory values in pages):",
     "Mar  7 13:02:08 gpu-7 kernel: [201754.849222] [  pid  ]   uid  tgid total_vm      rss "
