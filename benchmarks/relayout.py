@@ -9,9 +9,9 @@ logs. Every run (failed, baselines) of every ``per_rank`` case of a corpus in th
     python benchmarks/relayout.py /tmp/dev-26 /tmp/re-jsonl jsonl   # <host>.jsonl, a collector's
     python benchmarks/relayout.py /tmp/dev-26 /tmp/re-k8s k8s       # <pod>.log, kubectl stamps
 
-Lines of a node's ranks are merged by their own time (a line without one at its share of the
-interval between the stamps around it, after a file's last stamp of the rest of the run), as
-one launcher stdout interleaves them; kernel logs go to
+Lines of a node's ranks are merged by the time they were printed (their own stamp; a line
+without one in a burst with the stamped line before it, a traceback just before the next
+stamp or the run's end: ``timed``), as one launcher stdout interleaves them; kernel logs go to
 ``syslog/<host>.<name>`` (srunl, mpirun), into the host's JSON lines (jsonl) or nowhere (k8s,
 whose pods have none). Then ``../shared/eval/score.py --cases DST`` scores it like the original.
 """
@@ -38,33 +38,27 @@ def lines_of(path: Path) -> list[str]:
 
 
 def timed(lines: list[str], span: tuple[float, float]) -> list[tuple[float, int, str]]:
-    """Each line with its own time; a line without one between two stamped lines at its share
-    of the interval by line count; before the first stamp at the first's; after the last one
-    (a rank that stamps only its start-up, then prints NCCL's lines and its crash) spread
-    from there to the run's end (``span``), as is a file with no stamp at all: giving them the
-    stamp before them would put a crash's last words next to the start-up."""
+    """Each line with the time it was printed: its own stamp when it has one; else it came in
+    a burst with the stamped line before it (a microsecond apart; before the first stamp, just
+    before it), except a traceback: a process prints it as it dies, so from a "Traceback" line
+    on, the lines without a stamp come together just before the next stamp, or the run's end
+    (``span``) after a file's last stamp. Giving a crash the stamp before it would put its last
+    words next to the start-up of a rank that stamps only its start-up."""
     stamps = [parse_header(line, 2025).timestamp for line in lines]
-    known = [i for i, t in enumerate(stamps) if t is not None]
     at: list[float] = [0.0] * len(lines)
-    if not known:
-        _spread(at, 0, len(lines), span[0], span[1])
-        return [(at[i], i, line) for i, line in enumerate(lines)]
-    for i in known:
+    bounds = [i for i, t in enumerate(stamps) if t is not None]
+    if not bounds:
+        return [(span[1] - 1e-6 * (len(lines) - i), i, line) for i, line in enumerate(lines)]
+    for i in bounds:
         at[i] = stamps[i] or 0.0
-    for i in range(known[0]):
-        at[i] = at[known[0]]
-    for a, b in itertools.pairwise(known):
-        _spread(at, a + 1, b, at[a], at[b])
-    last = known[-1]
-    _spread(at, last + 1, len(lines), at[last], max(span[1], at[last]))
+    for i in range(bounds[0]):
+        at[i] = at[bounds[0]] - 1e-6 * (bounds[0] - i)
+    for a, b in itertools.pairwise([*bounds, len(lines)]):
+        end = at[b] if b < len(lines) else max(span[1], at[a])
+        crash = next((i for i in range(a + 1, b) if "Traceback (most recent" in lines[i]), b)
+        for i in range(a + 1, b):
+            at[i] = at[a] + 1e-6 * (i - a) if i < crash else end - 1e-6 * (b - i)
     return [(at[i], i, line) for i, line in enumerate(lines)]
-
-
-def _spread(at: list[float], lo: int, hi: int, start: float, end: float) -> None:
-    """Times for ``at[lo:hi]`` evenly between ``start`` and ``end`` (exclusive)."""
-    step = (end - start) / (hi - lo + 1) if hi > lo else 0.0
-    for k, i in enumerate(range(lo, hi), 1):
-        at[i] = start + step * k
 
 
 def run_span(files: list[LogFile]) -> tuple[float, float]:
