@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import shutil
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from l4_plugin.ingest.header import parse_header, rank_prefix
@@ -37,14 +39,15 @@ def lines_of(path: Path) -> list[str]:
     return [line for b in read_blocks(path) for line in b.lines]
 
 
-def timed(lines: list[str], span: tuple[float, float]) -> list[tuple[float, int, str]]:
+def timed(lines: list[str], span: tuple[float, float], year: int) -> list[tuple[float, int, str]]:
     """Each line with the time it was printed: its own stamp when it has one; else it came in
     a burst with the stamped line before it (a microsecond apart; before the first stamp, just
     before it), except a traceback: a process prints it as it dies, so from a "Traceback" line
     on, the lines without a stamp come together just before the next stamp, or the run's end
     (``span``) after a file's last stamp. Giving a crash the stamp before it would put its last
-    words next to the start-up of a rank that stamps only its start-up."""
-    stamps = [parse_header(line, 2025).timestamp for line in lines]
+    words next to the start-up of a rank that stamps only its start-up. A stamp without a year
+    (glog's) is read in the run's ``year``."""
+    stamps = [parse_header(line, year).timestamp for line in lines]
     at: list[float] = [0.0] * len(lines)
     bounds = [i for i, t in enumerate(stamps) if t is not None]
     if not bounds:
@@ -61,15 +64,26 @@ def timed(lines: list[str], span: tuple[float, float]) -> list[tuple[float, int,
     return [(at[i], i, line) for i, line in enumerate(lines)]
 
 
-def run_span(files: list[LogFile]) -> tuple[float, float]:
+def run_span(files: list[LogFile], year: int) -> tuple[float, float]:
     """The first and last time any line of the run states."""
     times = [
         ts
         for f in files
         for line in lines_of(f.path)
-        if (ts := parse_header(line, 2025).timestamp) is not None
+        if (ts := parse_header(line, year).timestamp) is not None
     ]
     return (min(times), max(times)) if times else (0.0, 0.0)
+
+
+_YEAR = re.compile(r"\b(20\d\d)-[01]\d-[0-3]\d[ T]\d\d:")
+
+
+def run_year(files: list[LogFile]) -> int:
+    """The year the run's dated stamps state most often (its year-less ones are in it too)."""
+    years = Counter(
+        m.group(1) for f in files for line in lines_of(f.path) for m in [_YEAR.search(line)] if m
+    )
+    return int(years.most_common(1)[0][0]) if years else 2025
 
 
 def run_dir(src: Path, dst: Path, layout: str) -> None:
@@ -78,7 +92,8 @@ def run_dir(src: Path, dst: Path, layout: str) -> None:
     if (src / "job.yaml").exists():
         shutil.copy(src / "job.yaml", dst / "job.yaml")
     files = discover(src)
-    span = run_span(files)
+    year = run_year(files)
+    span = run_span(files, year)
     order = {n: i for i, n in enumerate(sorted({f.node for f in files}))}
     merged: list[tuple[float, str, int, int, str]] = []
     per_node: dict[str, list[Row]] = {}
@@ -88,7 +103,7 @@ def run_dir(src: Path, dst: Path, layout: str) -> None:
             kernel[f.node] = (Path(f.relative).name, lines_of(f.path))
             continue
         ni = order[f.node]
-        for t, i, line in timed(lines_of(f.path), span):
+        for t, i, line in timed(lines_of(f.path), span, year):
             r = f.rank
             text = line
             if r is None:
