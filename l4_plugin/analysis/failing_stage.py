@@ -87,9 +87,12 @@ def failing_stage(
     failing: Sequence[str],
     reader: StageReader | None,
     printed_in: Mapping[str, str | None] | None = None,
+    consequences: frozenset[str] = frozenset(),
 ) -> str | None:
     """The job's failing stage (see the module docstring); ``failing`` are template ids of the
-    failing records, most telling first, and ``printed_in`` the stage each template was printed
+    failing records, most telling first, ``printed_in`` the stage each template was printed
+    in, ``consequences`` the templates whose words are a consequence's: while the job ran, a
+    teardown's stack (a DataLoader's iterator stopping its workers) names no stage it failed
     in."""
     stage = marked.stage if marked is not None else None
     if reader is None:
@@ -104,7 +107,9 @@ def failing_stage(
             stage = running[0]
         if stage in _RUNNING:
             # (the ranks' records: a kernel's line has no stack of the job's)
-            ranks = [t for t in failing if t not in data.job.system_templates]
+            ranks = [
+                t for t in failing if t not in data.job.system_templates and t not in consequences
+            ]
             inner = _first_stage(
                 reader.stage_of_stack, _told([_text(data, t) for t in ranks[:_INNER]])
             )

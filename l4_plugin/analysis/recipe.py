@@ -526,8 +526,7 @@ _NOT_FAILING = ("cascade", "consequence-words", "benign-words")
 
 
 def _consequence_ids(ordering: Mapping[str, tuple[float, str]]) -> frozenset[str]:
-    """The templates whose words are a consequence's: a teardown's stack (a DataLoader's
-    iterator stopping its workers) says nothing of where the job failed."""
+    """The templates whose words are a consequence's (``ordering``'s "consequence-words")."""
     return frozenset(t for t, (_, why) in ordering.items() if why == "consequence-words")
 
 
@@ -1038,7 +1037,7 @@ def analyze(
     )
     # The stage the failing records' stacks and words name refines the markers'.
     fusion = _with_failing_stage(
-        fusion, data, events, kept - _consequence_ids(consequences), stage, hang, stages
+        fusion, data, events, kept, stage, hang, stages, _consequence_ids(consequences)
     )
     return Analysis(
         events=events,
@@ -1069,13 +1068,15 @@ def _with_failing_stage(
     stage: StageResult | None,
     hang: HangResult | None,
     stages: StageReader | None,
+    consequences: frozenset[str] = frozenset(),
 ) -> FusionResult:
     """``fusion`` with the stage the failing records' stacks and words name (the fusion keeps
     judging "in the failing stage" by the lines' own stages), or the stack of a rank its peers
-    wait for (the ranks' dumps): where a hung job stood."""
+    wait for (the ranks' dumps): where a hung job stood. ``consequences``: the templates whose
+    words are a consequence's."""
     printed_in = {e.template_id: e.stage for e in events}
     failing = _failing_records(fusion, events, kept)
-    reported = failing_stage(data, stage, failing, stages, printed_in)
+    reported = failing_stage(data, stage, failing, stages, printed_in, consequences)
     reported = _stage_of_hang(hang, stages) or reported
     if reported is not None and reported != fusion.stage:
         return replace(fusion, stage=reported)

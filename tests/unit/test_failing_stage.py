@@ -77,6 +77,26 @@ def test_a_dataloader_failure_inside_training_is_data_loading() -> None:
     assert failing_stage(data, _marked("training"), ["tb"], RULES) == "training"
 
 
+def test_a_teardowns_stack_names_no_stage_the_job_failed_in() -> None:
+    # tests/realruns/cases/straggler: torchrun's SIGTERM at the wall-clock limit stopped the
+    # DataLoader workers; their iterators' __del__ printed tracebacks in dataloader.py. A
+    # consequence's stack: the job stays in training; the same record, no consequence, is a
+    # failure in data loading.
+    tb = (
+        "Traceback (most recent call last):\n"
+        '  File "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1704,'
+        " in __del__\n    self._shutdown_workers()\n"
+        '  File "/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", line 1654,'
+        " in _shutdown_workers\n    w.join(timeout=_utils.MP_STATUS_CHECK_INTERVAL)\n"
+        "RuntimeError: DataLoader worker (pid 7323) is killed by signal: Terminated."
+    )
+    spans = {("n", "init"): (0, 1), ("n", "training"): (1, 9)}
+    data = _data([("tb", tb)], spans)
+    teardown = frozenset({"tb"})
+    assert failing_stage(data, _marked("training"), ["tb"], RULES, None, teardown) == "training"
+    assert failing_stage(data, _marked("training"), ["tb"], RULES) == "data_loading"
+
+
 def test_a_dataloader_failure_after_a_saves_marker_is_data_loading() -> None:
     # NVIDIA/Megatron-LM#5: saved, then evaluated; the validation iterator ran dry. A save's
     # own stack after its marker stays checkpointing.
