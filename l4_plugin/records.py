@@ -157,11 +157,12 @@ class Template:
     text: str
 
 
-def host_shapes(spellings: Iterable[str]) -> frozenset[str]:
-    """The job's host names as ``may_name_a_node`` looks for them in template text: each as its
-    lines' words are masked (``spellings``: "node-17" → "node-<NUM>", "gpu-a11" → "gpu-a0",
-    the masker's, whole and by first label), lower case."""
-    return frozenset(s.lower() for s in spellings if len(s) > 2)
+def host_shapes(nodes: Iterable[str]) -> frozenset[str]:
+    """The job's host names as template text spells them (lower case, digits masked to 0), both
+    the full name and its first label."""
+    return frozenset(
+        re.sub(r"\d", "0", name) for n in nodes for name in (n.lower(), n.lower().split(".")[0])
+    )
 
 
 def host_blinder(spellings: Iterable[str]) -> Callable[[str], str]:

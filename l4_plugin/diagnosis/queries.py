@@ -40,7 +40,7 @@ from l4_plugin.analysis.clock import (
 from l4_plugin.analysis.tables import BaselinePool, Cell, JobAttempt, JobData, JobDoc, TemplateInfo
 from l4_plugin.analysis.temporal import progress_templates
 from l4_plugin.errors import AnalysisError
-from l4_plugin.ingest.masking import host_spellings
+from l4_plugin.ingest.masking import default_masker
 from l4_plugin.ingest.stages import default_stage_rules
 from l4_plugin.records import host_blinder, host_shapes, is_flagged, level_label, may_name_a_node
 from l4_plugin.store import Store, generations, jobs
@@ -386,7 +386,7 @@ def _read_address_lines(
     the kept raw lines (several ranks of a node may name different peers).
     """
     announce = sorted(t for t, info in templates.items() if _ANNOUNCES.search(info.text))
-    hosts = host_shapes(host_spellings(nodes))
+    hosts = host_shapes(nodes)
     peer = sorted(
         t
         for t, info in templates.items()
@@ -708,6 +708,13 @@ def read_baseline_pool(store: Store, jobs: Sequence[JobDoc]) -> BaselinePool:
             per_iteration[len(per_iteration) // 2],
         )
     return BaselinePool(tuple(jobs), stats, _blind_templates(store, jobs, stats))
+
+
+def host_spellings(nodes: Iterable[str]) -> frozenset[str]:
+    """The job's host names as its templates spell them (each masked as a line's words are:
+    "h100-x2" → "h0-x0", "node-17" → "node-<NUM>")."""
+    masker = default_masker()
+    return frozenset(masker.mask(n) for n in nodes)
 
 
 def with_aliases(pool: BaselinePool, data: JobData) -> BaselinePool:

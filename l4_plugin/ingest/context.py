@@ -23,7 +23,6 @@ from l4_plugin.ingest.documents import (
     rare_limit,
     this_year,
 )
-from l4_plugin.ingest.masking import host_spellings
 from l4_plugin.ingest.parser import LineKind
 from l4_plugin.ingest.scanner import NodeDigest
 from l4_plugin.ingest.timeline import Timeline
@@ -103,7 +102,7 @@ def doc_context(
     for each in (timeline, *(attempts or {}).values()):
         each.resolve(clock.seconds)
     clock.cache.clear()
-    shapes = host_shapes(host_spellings(split_unit(n)[0] for n in found.nodes))
+    shapes = host_shapes(split_unit(n)[0] for n in found.nodes)
     named = frozenset(t for t, text in found.texts.items() if may_name_a_node(text, shapes))
     least = max(2, MAJORITY * len(found.nodes))
     majority = frozenset(t for t, n in found.node_counts.items() if n >= least and t not in named)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 import re._constants as _sre  # the parsed form of a pattern (``required_texts``)
 import re._parser as _sre_parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -433,10 +433,3 @@ def default_masker() -> Masker:
     if _DEFAULT is None:
         _DEFAULT = Masker.load()
     return _DEFAULT
-
-
-def host_spellings(nodes: Iterable[str]) -> frozenset[str]:
-    """The job's host names as its templates spell them: each masked as a line's words are
-    ("h100-x2" → "h0-x0", "node-17" → "node-<NUM>"), the full name and its first label."""
-    masker = default_masker()
-    return frozenset(masker.mask(name) for n in nodes for name in {n, n.split(".")[0]})

@@ -276,36 +276,11 @@ def test_kernel_lines_are_not_absent_from_baselines_without_kernel_logs() -> Non
     assert kept.reason_of("panic") == "absent-in-baseline"
 
 
-def test_a_template_naming_a_host_of_several_digits_may_name_a_node() -> None:
-    # Template text masks a run of digits glued to a word as one "0" ("gpu-a11" → "gpu-a0") or
-    # a number after a hyphen as <NUM> ("node-17" → "node-<NUM>"): the job's host names are
-    # looked for as the masker spells them, not digit by digit ("gpu-a00", "node-00").
-    from l4_plugin.ingest.masking import host_spellings
-    from l4_plugin.ingest.parser import LineParser
-    from l4_plugin.records import host_shapes, may_name_a_node
-
-    nodes = ["gpu-a11", "node-17.cluster.local", "h100-x2"]
-    shapes = host_shapes(host_spellings(nodes))
-    lines = [
-        "[E socket.cpp:1] Connection to gpu-a11 port 29500 failed",
-        "NCCL WARN Net : Connection closed by remote peer node-17.cluster.local<56978>",
-        "timed out waiting for h100-x2 to join",
-    ]
-    parser = LineParser()
-    kinds = parser.feed(lines)
-    parser.finish()
-    for kind in kinds:
-        assert kind.template is not None
-        assert may_name_a_node(kind.template.text, shapes), kind.template.text
-    assert not may_name_a_node("Connection to localhost port <NUM> failed", shapes)
-
-
 def test_a_line_naming_its_host_is_found_in_a_baseline_run_on_other_nodes() -> None:
     # tests/realruns: every rank prints "initialized process group: rank R of W on HOST"; the
     # run's hosts (h100-x1, h100-x2) are spelt "h0-x0" in its template, the baseline's
     # (trn-r2-n01…) "trn-r0-n0": two templates, one line.
-    from l4_plugin.diagnosis.queries import with_aliases
-    from l4_plugin.ingest.masking import host_spellings
+    from l4_plugin.diagnosis.queries import host_spellings, with_aliases
     from l4_plugin.records import host_blinder
 
     said = "initialized process group: rank <RANK> of <NUM> on {}, backend gloo"
