@@ -187,7 +187,7 @@ class Fusion:
         selected = self._select(candidates, order)
 
         seen = (spatial, silence, stage, stragglers, earliest, by_id, slowdown, peers, hang)
-        gone = _gone(discounts) | _consequences(ordering)
+        gone = _gone(discounts) | consequences_of(ordering)
 
         def rank_nodes(chosen: Sequence[RankedEvent]) -> tuple[RankedNode, ...]:
             return self._nodes(all_nodes, chosen, *seen, stack, gone)
@@ -195,7 +195,7 @@ class Fusion:
         ranked_nodes = rank_nodes(selected)
         culprit = _culprit(ranked_nodes)
         if culprit is not None and (peers is not None or hang):
-            said = _consequences(ordering)
+            said = consequences_of(ordering)
             own = self._culprit_evidence(culprit, pre, by_id, job_stage, teardown, said)
             heard = _witness_statements(culprit, peers, reasons, by_id) if peers else set()
             _credit_culprit(culprit, own, heard, reasons, order)
@@ -753,7 +753,7 @@ def _causes(
     """The candidates that may be the evidence everything else followed: not a consequence's
     words (a teardown's SIGTERM, the launcher's report), however early it was printed, nor a
     fault that went away before the failure (a link that flapped and came back)."""
-    said = _consequences(ordering) | _gone(discounts)
+    said = consequences_of(ordering) | _gone(discounts)
     return {t: s for t, s in pre.items() if t not in said}
 
 
@@ -765,6 +765,6 @@ def _gone(discounts: Mapping[str, tuple[float, str]] | None) -> frozenset[str]:
     )
 
 
-def _consequences(ordering: Mapping[str, tuple[float, str]] | None) -> frozenset[str]:
+def consequences_of(ordering: Mapping[str, tuple[float, str]] | None) -> frozenset[str]:
     """The templates whose words are a consequence's (``ordering``'s "consequence-words")."""
     return frozenset(t for t, (_, why) in (ordering or {}).items() if why == "consequence-words")

@@ -35,7 +35,7 @@ from l4_plugin.analysis.evidence import (
     timed_in_stage,
 )
 from l4_plugin.analysis.failing_stage import StageReader, failing_stage, last_marker
-from l4_plugin.analysis.fusion import Fusion
+from l4_plugin.analysis.fusion import Fusion, consequences_of
 from l4_plugin.analysis.hang import HangResult
 from l4_plugin.analysis.hang import analyse as analyse_hang
 from l4_plugin.analysis.lexicon import Term, default_lexicon
@@ -523,11 +523,6 @@ def _silence_among(
 
 # Reasons of ranked events that are not the failure itself.
 _NOT_FAILING = ("cascade", "consequence-words", "benign-words")
-
-
-def _consequence_ids(ordering: Mapping[str, tuple[float, str]]) -> frozenset[str]:
-    """The templates whose words are a consequence's (``ordering``'s "consequence-words")."""
-    return frozenset(t for t, (_, why) in ordering.items() if why == "consequence-words")
 
 
 def _failing_records(
@@ -1037,7 +1032,7 @@ def analyze(
     )
     # The stage the failing records' stacks and words name refines the markers'.
     fusion = _with_failing_stage(
-        fusion, data, events, kept, stage, hang, stages, _consequence_ids(consequences)
+        fusion, data, events, kept, stage, hang, stages, consequences_of(consequences)
     )
     return Analysis(
         events=events,
