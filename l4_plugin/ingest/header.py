@@ -326,18 +326,25 @@ def _rank_spans(line: str) -> tuple[int, int, int, int]:
         if 8 < end < 15 and line[8:end].isdecimal() and line[end + 2 : end + 3] != "[":
             return 1, 8, end, end + 2
     start = outer_labels(line)[2] if line[:1] in _OUTER_FIRST else 0
+    return _spans_at(line, start)
+
+
+def _spans_at(line: str, start: int, srun: bool = True) -> tuple[int, int, int, int]:
+    """``_rank_spans`` of the prefixes at ``start`` (``srun``: srun's "N: " may be one)."""
     m = _prefix_match(line, start)
-    if m is None:
-        sm = _SRUN_PREFIX.match(line, start)
-        if sm is None:
-            return 0, 0, 0, start
-        after = _RANK_PREFIX.match(line, sm.end())
-        if after is None:
-            return 1, sm.start(1), sm.end(1), sm.end()
-        if _names_global_rank(after.group(1)):
-            return 2, after.start(1), after.end(1), after.end()
-        return 1, sm.start(1), sm.end(1), after.end()
-    return 2, m.start(1), m.end(1), m.end()
+    if m is not None:
+        return 2, m.start(1), m.end(1), m.end()
+    sm = _SRUN_PREFIX.match(line, start) if srun else None
+    if sm is None:
+        return 0, 0, 0, start
+    # srun -l's task id, then the process's own prefixes: torchrun's under srun
+    # ("0: [default3]:[rank3]: …"), torch's C++ log lines ("67: [rank67]:E0916 …").
+    after = _RANK_PREFIX.match(line, sm.end())
+    if after is None:
+        return 1, sm.start(1), sm.end(1), sm.end()
+    if _names_global_rank(after.group(1)):
+        return 2, after.start(1), after.end(1), after.end()
+    return 1, sm.start(1), sm.end(1), after.end()
 
 
 def _names_global_rank(prefixes: str) -> bool:
@@ -392,20 +399,7 @@ def _prefix_match(line: str, start: int) -> re.Match[str] | None:
 
 
 def _rank_at(line: str, start: int, srun: bool = True) -> tuple[int | None, int]:
-    m = _prefix_match(line, start)
-    if m is None:
-        sm = _SRUN_PREFIX.match(line, start) if srun else None
-        if sm is None:
-            return None, start
-        # srun -l's task id, then the process's own prefixes: torchrun's under srun
-        # ("0: [default3]:[rank3]: …"), torch's C++ log lines ("67: [rank67]:E0916 …").
-        after = _RANK_PREFIX.match(line, sm.end())
-        if after is None:
-            return int(sm.group(1)), sm.end()
-        if _names_global_rank(after.group(1)):
-            return _prefix_rank(after.group(1)), after.end()
-        return int(sm.group(1)), after.end()
-    return _prefix_rank(m.group(1)), m.end()
+    return _rank_of(line, _spans_at(line, start, srun))
 
 
 def _prefix_rank(text: str) -> int | None:
