@@ -105,15 +105,23 @@ class HostRouter:
         return self.last, line
 
 
-def plan(lines: Iterable[str], sample: int = _SAMPLE) -> HostRouter | None:
+def plan(
+    lines: Iterable[str], sample: int = _SAMPLE, own_rank: int | None = None
+) -> HostRouter | None:
     """A router when the first ``sample`` lines are an interleaved stream of two or more hosts
-    (most lines labelled by host, or ranks whose NCCL prefix names their host); else None."""
+    (most lines labelled by host, or ranks whose NCCL prefix names their host); else None.
+
+    ``own_rank``: the rank the file's name gives it. A file so named whose first ``_LOOK``
+    lines all carry that one rank's launcher prefix is that rank's own log (torchrun's
+    ``--log-dir`` files, a per-rank redirect of a prefixed stream), decided there instead of
+    reading the sample through: a stream of several ranks is not named for one of them."""
     tally = _Tally()
     head = itertools.islice(lines, sample)
     for read, line in enumerate(head, 1):
         tally.add(line)
         if tally.labelled or tally.ranked:
-            _tally_rest(tally, head, sample - read)
+            if _tally_rest(tally, head, sample - read, own_rank):
+                return None
             break
         if tally.seen == _LOOK:
             return None  # the usual file of one node: decided after a few lines, whatever its size
@@ -123,7 +131,7 @@ def plan(lines: Iterable[str], sample: int = _SAMPLE) -> HostRouter | None:
 class _Tally:
     """What :func:`plan` counts over the lines it reads."""
 
-    __slots__ = ("by_ray", "hosts", "labelled", "rank_host", "ranked", "seen")
+    __slots__ = ("by_ray", "hosts", "labelled", "rank_host", "ranked", "ranks", "seen")
 
     def __init__(self) -> None:
         self.seen = 0  # lines that are not blank
@@ -132,6 +140,7 @@ class _Tally:
         self.ranked = 0  # lines that name no host but a rank
         self.hosts: Counter[str] = Counter()
         self.rank_host: dict[int, str] = {}  # each rank's host, from its first NCCL prefix
+        self.ranks: set[int] = set()  # the ranks the ranked lines name
 
     def add(self, line: str) -> None:
         """Count one line of the sample."""
@@ -159,6 +168,7 @@ class _Tally:
         rank, after = rank_prefix_cached(line, shape or None)
         if rank is not None:
             self.ranked += 1
+            self.ranks.add(rank)
             if rank not in self.rank_host:  # else the ``setdefault`` of its host changes nothing
                 m = _NCCL_HOST.match(line, after)
                 if m is not None:
@@ -185,24 +195,38 @@ _CHUNK = 512  # lines :func:`plan` counts at a time once some line is labelled o
 _FIRST_CHUNK = 32  # ... after chunks of 32, 64, 128 and 256 (the early stop is checked after each)
 
 
-def _tally_rest(tally: _Tally, head: Iterator[str], left: int) -> None:
+def _tally_rest(tally: _Tally, head: Iterator[str], left: int, own_rank: int | None) -> bool:
     """Count the rest of the sample (at most ``left`` lines), a chunk at a time, and stop early
     once no share can reach its threshold (``_RAY_SHARE`` of labelled lines, ``_LABELLED_SHARE``
     of ranked ones) even if every line left counted for it:
-    the decision is then None whatever those lines say (and None on the lines counted)."""
+    the decision is then None whatever those lines say (and None on the lines counted). True
+    when it stopped once ``_LOOK`` lines were all ``own_rank``'s (see ``plan``): no stream."""
     size = _FIRST_CHUNK  # small first: most files of one node stop after a few dozen lines
     while left > 0:
         chunk = list(itertools.islice(head, min(left, size)))
         if not chunk:
-            return
+            return False
         size = min(2 * size, _CHUNK)
         left -= len(chunk)
         _tally_chunk(tally, chunk)
+        if _own_log(tally, own_rank):
+            return True
         total = tally.seen + left
         if tally.labelled + left < _RAY_SHARE * total and (
             tally.ranked + left < _LABELLED_SHARE * total
         ):
-            return
+            return False
+    return False
+
+
+def _own_log(tally: _Tally, own_rank: int | None) -> bool:
+    return (
+        own_rank is not None
+        and tally.seen >= _LOOK
+        and tally.ranked == tally.seen
+        and not tally.labelled
+        and tally.ranks == {own_rank}
+    )
 
 
 def _tally_chunk(tally: _Tally, chunk: list[str]) -> None:
@@ -245,6 +269,8 @@ def _tally_run(tally: _Tally, lines: list[str], prefix: tuple[str, int]) -> None
     text, rank = prefix
     tally.seen += len(lines)
     tally.ranked += len(lines)
+    if lines:
+        tally.ranks.add(rank)
     if rank in tally.rank_host:
         return
     for line in lines:

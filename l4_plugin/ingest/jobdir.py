@@ -534,9 +534,9 @@ def _name_file(
     return node, None if system else rank, system, "name"
 
 
-def _router(lines: Iterable[str]) -> HostRouter | None:
+def _router(lines: Iterable[str], own_rank: int | None = None) -> HostRouter | None:
     try:
-        return plan(lines)
+        return plan(lines, own_rank=own_rank)
     except (OSError, IngestError):
         return None
 
@@ -591,7 +591,7 @@ def _probe(path: Path, system: bool, root: Path, limits: ReadLimits, depth: int)
         return checked, None, FileFacts()
     if dumps.is_stack_text(head):
         return STACK_DUMP, None, FileFacts()
-    router = None if system else _router(itertools.chain(head, it))
+    router = None if system else _router(itertools.chain(head, it), _rank_of(path.stem))
     return checked, router, identity.facts(head, depth)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 
@@ -225,3 +226,40 @@ def test_a_ray_workers_timeless_lines_take_the_time_the_driver_log_had_reached()
     # a pdsh stream's lines are a host's own output, as printed: no such block
     pdsh = plan(["worker-1: x 1", "worker-2: y 2", "worker-1: z 3"] * 3)
     assert pdsh is not None and pdsh.carry
+
+
+def _counted(lines: list[str], read: list[int]) -> Iterator[str]:
+    for line in lines:
+        read[0] += 1
+        yield line
+
+
+def _rank_file(rank: int, n: int) -> list[str]:
+    nccl = f"[rank{rank}]:gpu-a:1:2 [3] NCCL INFO Bootstrap : Using eth0:10.0.0.1<0>"
+    return [nccl] + [f"[rank{rank}]:iteration {i} | loss 2.0" for i in range(n - 1)]
+
+
+def test_a_file_named_for_its_one_ranks_prefix_is_decided_on_its_first_lines() -> None:
+    # torchrun's per-rank files with "[rankN]:": the plan stops within a few chunks
+    read = [0]
+    assert plan(_counted(_rank_file(7, 1300), read), own_rank=7) is None
+    assert read[0] <= 4 * 32
+    read = [0]
+    assert plan(_counted(_rank_file(7, 1300), read)) is None  # without the name: read through
+    assert read[0] == 1300
+
+
+def test_a_stream_named_for_one_rank_is_still_routed() -> None:
+    # a file named for rank 0 whose lines are of several ranks and hosts: a stream, as before
+    lines = (
+        _rank_file(0, 40)
+        + [
+            "[rank1]:gpu-b:1:2 [3] NCCL INFO Bootstrap : Using eth0:10.0.0.2<0>",
+            "[rank1]:RuntimeError: boom",
+        ]
+        * 20
+    )
+    router = plan(lines, own_rank=0)
+    assert router is not None and router.by_rank and router.hosts == ("gpu-a", "gpu-b")
+    # another rank's file name: not its own
+    assert plan(_rank_file(7, 64) + lines, own_rank=3) is not None
