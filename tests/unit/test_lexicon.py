@@ -552,6 +552,12 @@ CONSEQUENCES = [
     "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4194 closing signal "
     "SIGTERM",
     "TERM_OWNER: job killed by owner.",
+    # torch's agent logs "Received %s death signal" of a signal.Signals: under Python 3.11+ its
+    # "%s" is the number (a real run of ours stopped by its wall-clock limit), before "Signals.…"
+    "W1127 16:02:54.819000 7186 torch/distributed/elastic/agent/server/api.py:753] Received 15 "
+    "death signal, shutting down workers",
+    "WARNING:torch.distributed.elastic.agent.server.api:Received Signals.SIGTERM death signal, "
+    "shutting down workers",
     # deepspeedai/DeepSpeed#7174: ninja's failed step and the linker driver's summary around
     # the linker's own "cannot find -lcurand", then torch's RuntimeError
     "FAILED: cpu_adam.so",
