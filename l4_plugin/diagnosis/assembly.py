@@ -123,11 +123,18 @@ def report_events(
     onset = _slowdown_line(data, analysis, out)
     if onset is not None:
         # (second: what slowed the job down, when a line says, stays first; a thermal report
-        # the kernel rate-limits may be printed long after the throttling began)
-        at = min(1, len(out))
-        score = out[min(1, len(out) - 1)].score if out else 1.0
+        # the kernel rate-limits may be printed long after the throttling began. First when
+        # the lead's words are only a consequence: the teardown of a job that ran into its
+        # time limit says nothing of why it was slow)
+        at = 0 if out and _says_nothing(out[0]) else min(1, len(out))
+        score = out[min(at, len(out) - 1)].score if out else 1.0
         out.insert(at, replace(onset, score=score))
     return tuple(out)
+
+
+def _says_nothing(event: ReportEvent) -> bool:
+    """Whether the lexicon read ``event``'s words as a consequence or a handled condition."""
+    return any(r in ("consequence-words", "benign-words") for r in event.reasons)
 
 
 def _slowdown_line(

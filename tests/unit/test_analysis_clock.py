@@ -400,6 +400,15 @@ def test_the_line_where_a_slowdown_began_is_an_event() -> None:
     # reports: the first may come long after the throttling began)
     later = replace(data, iteration_cells=data.iteration_cells | {(12, "oom"): (T0 + 12, 1)})
     assert [e.template_id for e in report_events(later, analysis, {})] == ["oom", "it", "term"]
+    # first when the lead's words are only a consequence (the teardown of a job stopped at its
+    # time limit: "Received 15 death signal", a DataLoader's finalizer) or a handled condition
+    for said in ("consequence-words", "benign-words"):
+        analysis.fusion.events = [fused("term", 0.5), fused("oom", 0.4)]
+        analysis.fusion.events[0].reasons = ["error-level", said]
+        reported = report_events(data, analysis, {})
+        assert [e.template_id for e in reported] == ["it", "term", "oom"]
+        assert reported[0].score == 0.5
+    analysis.fusion.events = events
     # no slowdown: no such event
     analysis.slowdown = None
     assert [e.template_id for e in report_events(data, analysis, {})] == ["oom", "term"]
