@@ -25,7 +25,10 @@ where they were printed and by whom: a generic error type by whose code raised i
 multi-node job printed it. A verdict category is one of DESIGN §6's; a rule's
 ``user/misoperation`` (somebody cancelled the job, reused a port) is the user's configuration;
 versions that do not fit, on the culprit whose software differs from the other nodes', are its
-image's (platform).
+image's (platform). A job that failed in init waiting on its peers (a rendezvous or store that
+timed out, the platform's or the network's words) while its launcher's configuration asks for
+more nodes than ran (``asked_nodes``: torchrun's ``--nnodes``) was launched for nodes it never
+had: the configuration.
 
 Eviction follows the evidence: a hardware fault evicts the nodes whose own lines carry it when
 they are few, else the culprit the ranking singles out; storage and platform faults evict only a
@@ -62,6 +65,9 @@ _LEAD_WEIGHT = 0.9  # lexicon weight from which the lead event's words decide th
 _LEADS = 3  # the leading events: the first few that are not consequences...
 _LEAD_CLOSE = 0.9  # ... scored within this fraction of the first
 _PREPARING = ("data_loading", "model_loading")  # stages where a lexicon term's `preparing` holds
+# Categories of a job's words while its nodes wait on peers that never came (a rendezvous
+# timeout, a store unreachable): what fewer nodes than the launcher asks for print in init.
+_WAITING = ("platform", "hardware/network")
 _FEW = 4  # evidence on at most 1 node in this many (and at least one) is a node's own
 _ALONE_CONFIDENCE = 0.35
 _LOCAL_CONFIDENCE = 0.5  # a consequence that only the culprit printed, with a meaning there
@@ -155,12 +161,14 @@ def decide(
     outsiders: Mapping[str, str] | None = None,
     stage: str | None = None,
     finished: Mapping[str, str] | None = None,
+    asked_nodes: int | None = None,
 ) -> Verdict:
     """The verdict of one diagnosis (see the module docstring); ``hang`` is what the ranks'
     dumps say of the category (``analysis.hang``: category, confidence, why), read after the
     rules; ``outsiders`` the nodes whose memory another's process held (``analysis.memory``:
     node → why); ``stage`` the stage the job failed in; ``finished`` the nodes whose ranks
-    printed the end of their training (node → that line)."""
+    printed the end of their training (node → that line); ``asked_nodes`` the nodes the
+    launcher's configuration waits for (None: it does not say)."""
     suspects = culprits(nodes)
     why: list[str] = []
     if suspects:
@@ -203,6 +211,20 @@ def decide(
             category="platform",
             nodes=suspects,
             why=f"{basis.why}; {suspects[0]} runs other versions than the rest (platform)",
+        )
+    if (
+        asked_nodes is not None
+        and asked_nodes > n_nodes
+        and stage == "init"
+        and basis.category in _WAITING
+    ):
+        basis = _Basis(
+            "user/config",
+            basis.confidence,
+            (),
+            False,
+            f"{basis.why}; the launcher's configuration waits for {asked_nodes} nodes, "
+            f"{n_nodes} ran (user/config)",
         )
     why.append(basis.why)
     category = _AS_VERDICT.get(basis.category, basis.category)

@@ -272,8 +272,29 @@ def decide_verdict(
         outsiders={node: hog.why for node, hog in analysis.outsiders.items()},
         stage=analysis.fusion.stage,
         finished=finished_nodes(data),
+        asked_nodes=asked_nodes(data.job.config),
     )
     return replace(decided, confidence=round(decided.confidence, 3))
+
+
+#: Configuration keys (the last part of a dotted one) that give how many nodes the launcher
+#: waits for: torchrun's ``--nnodes`` ("4", or "MIN:MAX"), DeepSpeed's ``--num_nodes``,
+#: Accelerate's ``num_machines``, an elastic minimum. A scheduler's own count (``nodes``) is
+#: what it allocated, not what the launcher waits for.
+_ASKED_NODES_KEYS = frozenset({"nnodes", "num_nodes", "num_machines", "min_nodes"})
+_ASKED = re.compile(r"\s*(\d{1,6})\s*(?::\s*\d{1,6}\s*)?")
+
+
+def asked_nodes(config: Mapping[str, Any]) -> int | None:
+    """The nodes the job's launcher configuration waits for (the minimum of "MIN:MAX"); None
+    when it does not say or says it twice differently."""
+    found = {
+        int(m.group(1))
+        for key, value in config.items()
+        if str(key).rsplit(".", 1)[-1].lower() in _ASKED_NODES_KEYS
+        and (m := _ASKED.fullmatch(str(value))) is not None
+    }
+    return found.pop() if len(found) == 1 else None
 
 
 def finished_nodes(data: JobData) -> dict[str, str]:

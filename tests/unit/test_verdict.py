@@ -534,3 +534,50 @@ def test_versions_that_do_not_fit_on_the_node_whose_software_differs_are_its_ima
     # the same words with no node standing apart by its versions: the job's build
     plain = [VerdictNode("n3", 0.97, ("spatial-outlier",)), VerdictNode("n1", 0.4, ())]
     assert decide(events, plain, [], LEX, n_nodes=8).category == "user/software-incompatibility"
+
+
+def test_a_rendezvous_short_of_the_nodes_its_launcher_asks_for_is_the_configuration() -> None:
+    # torchrun --nnodes 4 on three started nodes: the rendezvous waits for a fourth and times
+    # out (a real run of ours). The words alone say the platform's rendezvous.
+    events = [
+        _ev(
+            "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+            ("n1", "n2", "n3"),
+            "error-level",
+        )
+    ]
+    nodes = [VerdictNode(n, 0.3, ()) for n in ("n1", "n2", "n3")]
+    alone = decide(events, nodes, [], LEX, n_nodes=3, stage="init")
+    assert alone.category == "platform"
+    short = decide(events, nodes, [], LEX, n_nodes=3, stage="init", asked_nodes=4)
+    assert short.category == "user/config" and short.evict == ()
+    assert short.restart == "after-fix" and "waits for 4 nodes, 3 ran" in short.why[-1]
+    # as many nodes as asked, or failing after init, or words that name another cause: as read
+    for kept in (
+        decide(events, nodes, [], LEX, n_nodes=3, stage="init", asked_nodes=3),
+        decide(events, nodes, [], LEX, n_nodes=3, stage="training", asked_nodes=4),
+    ):
+        assert kept.category == "platform"
+    code = [_ev("ZeroDivisionError: division by zero", ("n1",), "error-level")]
+    assert decide(code, nodes, [], LEX, n_nodes=3, stage="init", asked_nodes=4).category == (
+        "user/code"
+    )
+
+
+@pytest.mark.parametrize(
+    ("config", "asked"),
+    [
+        ({"nnodes": "4"}, 4),
+        ({"launcher.nnodes": "2:4"}, 2),  # torchrun's elastic MIN:MAX waits for MIN
+        ({"num_nodes": " 8 "}, 8),  # DeepSpeed's launcher
+        ({"NUM_MACHINES": "2"}, 2),
+        ({"nodes": "4"}, None),  # a scheduler's allocation, not what a launcher waits for
+        ({"nnodes": "$NNODES"}, None),
+        ({"nnodes": "4", "trainer.num_nodes": "2"}, None),  # two answers: none
+        ({}, None),
+    ],
+)
+def test_the_nodes_a_launcher_waits_for(config: dict[str, str], asked: int | None) -> None:
+    from l4_plugin.diagnosis.assembly import asked_nodes
+
+    assert asked_nodes(config) == asked
