@@ -1319,3 +1319,25 @@ def test_a_rule_or_box_edge_after_the_words_is_not_what_a_record_says() -> None:
     assert last_line("[default0]:x: y\n[default0]:" + "=" * 60) == "[default0]:x: y"
     term = default_lexicon().classify_record(record)
     assert term is not None and term.category == "user/config"
+
+
+def test_of_one_moments_consequences_a_dumps_note_says_least() -> None:
+    # A real run of ours (a rank left its loop early): each peer printed that its Flight Recorder
+    # trace was written, then the traceback of its collective's failure; ranked alike, the
+    # failure's words come first (fusion orders ties by these weights).
+    note = LEX.cause_of_record(
+        "[rank2] RuntimeError: flight recorder trace written to /tmp/run/fr/fr_trace_rank_2"
+    )
+    finalizer = LEX.cause_of_record(
+        "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f2a63daff60>"
+    )
+    for failure in (
+        "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by "
+        "peer [10.77.0.12]:6171",
+        "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
+        "unbound_buffer.cc:78] Timed out waiting 30000ms for recv operation to complete",
+    ):
+        said = LEX.cause_of_record(failure)
+        assert said is not None and said.cascade
+        assert note is not None and finalizer is not None
+        assert note.weight < said.weight and finalizer.weight < said.weight
