@@ -59,7 +59,12 @@ _CUDA_HINTS = re.compile(
 # A line of nothing but a rule or a box's edge ("-----", "=====", "*****"), labels before it or
 # not: a layout says nothing (Open MPI's help boxes, torchrun's failure summary, Ascend's error
 # report all end or begin so).
-_ORNAMENT = re.compile(r"^(?:\s*\[[^\]\n]*\]:?)*[^\w\n]*$")
+# (a rule or a blank under labels, or under a collector's stamp of each line: kubectl's
+# ``--timestamps``, RFC 3339 with nanoseconds)
+_ORNAMENT = re.compile(
+    r"^(?:\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)\s)?"
+    r"(?:\s*\[[^\]\n]*\]:?)*[^\w\n]*$"
+)
 # A list of causes an emitter offers for every failure of a kind, none of them known to be this
 # one's (Ray's raylet on any worker that dropped its connection: "There are some potential root
 # causes. (1) … OOM killer … (2) ray stop --force … (3) … SIGSEGV …"): never the record's words.

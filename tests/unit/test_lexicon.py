@@ -1341,3 +1341,30 @@ def test_of_one_moments_consequences_a_dumps_note_says_least() -> None:
         assert said is not None and said.cascade
         assert note is not None and finalizer is not None
         assert note.weight < said.weight and finalizer.weight < said.weight
+
+
+@pytest.mark.parametrize(
+    "stamp", ["", "2026-11-27T15:55:55.974999808Z ", "2026-11-27T15:55:55+00:00 "]
+)
+def test_a_summarys_root_cause_row_is_read_under_a_collectors_stamps(stamp: str) -> None:
+    # torchrun's failure summary after a rank's quoted traceback (a real run of ours, one rank
+    # killed by SIGKILL), as the node's stderr and as a pod log's stamped lines: its table's
+    # closing rule says nothing, the root cause's row says what happened.
+    tail = [
+        '    File "/work/train.py", line 261, in train',
+        "      loss.backward()",
+        "  RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] "
+        "Read error [10.77.0.12]:60819: Connection reset by peer. This is typically caused by a "
+        "remote worker hanging or bugs in the application.",
+        "  ",
+        "------------------------------------------------------------",
+        "Root Cause (first observed failure):",
+        "[0]:",
+        "  exitcode  : -9 (pid: 3319)  (SIGKILL)",
+        "  error_file: <N/A>",
+        "  traceback : Signal 9 (SIGKILL) received by PID 3319",
+        "============================================================",
+    ]
+    term = LEX.classify_record("\n".join(stamp + line for line in tail))
+    assert term is not None and not term.cascade and term.says_cause, term
+    assert term.pattern.search("Signal 9 (SIGKILL)")
