@@ -196,7 +196,29 @@ def _within(
     if held > 0:
         # (a save in the middle of the bucket: the iterations before it count too)
         alive, moment = -math.inf, moment - held
-    return iteration_at(starts, spans, key, moment, alive, pace, lag=lag, beyond=unprinted)
+    placed = iteration_at(starts, spans, key, moment, alive, pace, lag=lag, beyond=unprinted)
+    if unprinted and placed > _stated_total(data, key):
+        # (more iterations than the job was to run: it did not go on unseen, it stalled before
+        # the stuck collective began — a save, a slow step —, so the moment says only that it
+        # got past its last line)
+        return iteration_at(starts, spans, key, moment, alive, pace, lag=lag)
+    return placed
+
+
+#: A progress line's "N/TOTAL" ("step 20/40", "iteration        8/      40", tqdm's "450/1000").
+_OF_TOTAL = re.compile(r"(?<![\d.])(\d+)\s*/\s*(\d+)(?![\d.])")
+
+
+def _stated_total(data: JobData, bucket: int) -> float:
+    """The iterations the job was to run, as its progress line of ``bucket`` states them after
+    the bucket's own number ("step 20/40": 40); inf when none says."""
+    for _, _, b, _, line in data.progress_lines:
+        if b != bucket:
+            continue
+        for m in _OF_TOTAL.finditer(line):
+            if int(m.group(1)) == bucket and int(m.group(2)) >= bucket:
+                return int(m.group(2))
+    return math.inf
 
 
 def _from_the_save(

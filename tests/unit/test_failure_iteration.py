@@ -718,3 +718,10 @@ def test_a_stall_long_after_the_last_line_counts_the_unprinted_iterations() -> N
         templates={**data.templates, "save": TemplateInfo("Saving checkpoint to <PATH>")},
     )
     assert failure_iteration(saved, _analysis("xid")) == (47, "xid")
+    # the progress line states the run's length: 22 unprinted iterations fit in "46/ 100"; past
+    # "46/ 60" they cannot have run (a real run of ours: 88 more at its pace than its 40 steps,
+    # the stall after a save no line told of): the job got past its last line, no more is known
+    for total, placed in ((100, 68), (60, 47)):
+        line = f" iteration       46/     {total} | elapsed time per iteration (ms): 2720.0 |"
+        stated = replace(data, progress_lines=(("a", "it", 46, starts[46], line),))
+        assert failure_iteration(stated, _analysis("xid")) == (placed, "xid")
