@@ -12,7 +12,9 @@ and whether restarting helps (``restart``). The category, from the strongest evi
    then what the ranks' Flight Recorder traces and stacks say of a hang (``analysis.hang``);
 3. the failure lexicon (``rules/lexicon.yaml``) on the culprit's own events, then what the
    culprit did (a node that went silent is a node fault; a node its peers name while it stays
-   up had a rank hang on its accelerator), then the lexicon on all ranked events;
+   up had a rank hang on its accelerator), then a job whose report leads with the line where
+   it slowed down (its other events only consequences: a slow machine held every rank back),
+   then the lexicon on all ranked events;
 4. else the consequences themselves, when the lexicon says what they mean alone (collective
    timeouts and nothing else: the ranks disagreed on a collective; the same before training,
    while the job loaded its data or its model: one rank preparing them for longer than the
@@ -189,6 +191,8 @@ def decide(
                 or _finished_first(suspects[0], finished or {}, n_nodes, stage)
                 or _from_behaviour(nodes[0])
             )
+    if basis is None:
+        basis = _slowed(events)
     if basis is None:
         basis = words.first(events) or words.alone(events, stage)
         if basis is not None and suspects and not set(basis.nodes) & set(suspects):
@@ -433,6 +437,22 @@ def _finished_first(
         "peers' collectives failed: the ranks ran unequal numbers of steps"
     )
     return _Basis("user/code", 0.55, (culprit,), evict=False, why=said)
+
+
+def _slowed(events: Sequence[VerdictEvent]) -> _Basis | None:
+    """A job whose report leads with the line where it slowed down (the report puts it first
+    when the fused lead's words are only consequences: a job that then ran into its time limit,
+    torn down): every rank held back by a slow machine, which no line names (hardware/node)."""
+    if not events:
+        return None
+    onset = next((r for r in events[0].reasons if r.startswith("slowdown-line:")), None)
+    if onset is None:
+        return None
+    said = (
+        f"the job slowed down from iteration {onset.partition(':')[2]} and nothing it printed "
+        "says why: a slow machine holds every rank back (hardware/node)"
+    )
+    return _Basis("hardware/node", 0.45, why=said)
 
 
 def _from_behaviour(top: VerdictNode) -> _Basis | None:

@@ -581,3 +581,30 @@ def test_the_nodes_a_launcher_waits_for(config: dict[str, str], asked: int | Non
     from l4_plugin.diagnosis.assembly import asked_nodes
 
     assert asked_nodes(config) == asked
+
+
+def test_a_job_that_slowed_down_and_then_was_torn_down_is_a_slow_machines() -> None:
+    # A real run of ours: one rank slowed every step from iteration 8 on, the job ran into its
+    # wall-clock limit; the report leads with the line where it slowed (its other events the
+    # teardown's: a DataLoader's worker terminated, torchrun's agent stopping).
+    onset = _ev(
+        " iteration        8/      40 | elapsed time per iteration (ms): 1035.1 |",
+        ("n4",),
+        "slowdown-line:8",
+    )
+    teardown = [
+        _ev(
+            "Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__>\n"
+            "RuntimeError: DataLoader worker (pid 7318) is killed by signal: Terminated.",
+            ("n2", "n3"),
+            "error-level",
+            "consequence-words",
+        ),
+        _ev("Received 15 death signal, shutting down workers", ("n1",), "consequence-words"),
+    ]
+    nodes = [VerdictNode(n, 0.3, ()) for n in ("n1", "n2", "n3", "n4")]
+    v = decide([onset, *teardown], nodes, [], LEX, n_nodes=4, stage="training")
+    assert v.category == "hardware/node" and "slowed down from iteration 8" in v.why[-1]
+    # the line second (what the job printed says why: a thermal report first): its words
+    thermal = _ev("NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus", ("n4",))
+    assert decide([thermal, onset], nodes, [], LEX, n_nodes=4).category == "hardware/accelerator"
