@@ -216,20 +216,7 @@ def decide(
             nodes=suspects,
             why=f"{basis.why}; {suspects[0]} runs other versions than the rest (platform)",
         )
-    if (
-        asked_nodes is not None
-        and asked_nodes > n_nodes
-        and stage == "init"
-        and basis.category in _WAITING
-    ):
-        basis = _Basis(
-            "user/config",
-            basis.confidence,
-            (),
-            False,
-            f"{basis.why}; the launcher's configuration waits for {asked_nodes} nodes, "
-            f"{n_nodes} ran (user/config)",
-        )
+    basis = _short_of_nodes(basis, asked_nodes, n_nodes, stage)
     why.append(basis.why)
     category = _AS_VERDICT.get(basis.category, basis.category)
     evict = _evict(basis, category, suspects, n_nodes)
@@ -437,6 +424,28 @@ def _finished_first(
         "peers' collectives failed: the ranks ran unequal numbers of steps"
     )
     return _Basis("user/code", 0.55, (culprit,), evict=False, why=said)
+
+
+def _short_of_nodes(
+    basis: _Basis, asked_nodes: int | None, n_nodes: int, stage: str | None
+) -> _Basis:
+    """``basis``, or the configuration's when the job failed in init waiting on peers
+    (``_WAITING`` words) while its launcher waits for more nodes than ran."""
+    if (
+        asked_nodes is None
+        or asked_nodes <= n_nodes
+        or stage != "init"
+        or basis.category not in _WAITING
+    ):
+        return basis
+    return _Basis(
+        "user/config",
+        basis.confidence,
+        (),
+        False,
+        f"{basis.why}; the launcher's configuration waits for {asked_nodes} nodes, "
+        f"{n_nodes} ran (user/config)",
+    )
 
 
 def _slowed(events: Sequence[VerdictEvent]) -> _Basis | None:
