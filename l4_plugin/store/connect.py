@@ -12,7 +12,6 @@ import urllib3
 
 from l4_plugin.errors import StoreError
 from l4_plugin.store.base import Store
-from l4_plugin.store.elastic import ElasticsearchStore
 from l4_plugin.store.embedded import EmbeddedCluster, running_cluster_url
 from l4_plugin.store.names import IndexNames
 from l4_plugin.store.opensearch import OpenSearchStore
@@ -110,6 +109,9 @@ def connect(
     names = IndexNames(settings.index_prefix)
     if flavour == "opensearch":
         return OpenSearchStore(target, names, **options)
+    # (the Elasticsearch client, a fifth of a command's start-up, only when one is reached)
+    from l4_plugin.store.elastic import ElasticsearchStore
+
     return ElasticsearchStore(target, names, **options)
 
 

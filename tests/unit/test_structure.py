@@ -249,3 +249,18 @@ def test_the_store_loads_neither_the_settings_nor_the_parser() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_the_command_line_loads_the_elasticsearch_client_only_to_reach_elasticsearch() -> None:
+    """The CLI and an ingest on the embedded (OpenSearch) cluster never import the
+    Elasticsearch client (a fifth of a command's start-up); asking the store package for its
+    adapter does."""
+    probe = (
+        "import sys, l4_plugin.cli.main, l4_plugin.ingest.pipeline, l4_plugin.store as s; "
+        "print('elasticsearch' in sys.modules, s.ElasticsearchStore.__name__, "
+        "'elasticsearch' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
+    )
+    assert out.stdout.split() == ["False", "ElasticsearchStore", "True"]
