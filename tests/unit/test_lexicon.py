@@ -552,6 +552,11 @@ CONSEQUENCES = [
     "WARNING:torch.distributed.elastic.multiprocessing.api:Sending process 4194 closing signal "
     "SIGTERM",
     "TERM_OWNER: job killed by owner.",
+    # torch's agent closing its rendezvous at exit after the store's host had gone (a real run
+    # of ours as pod logs: the pod's name, "lr-blowup-nan-worker-0", is no NaN)
+    "W1129 19:53:36.688000 27581 torch/distributed/elastic/rendezvous/dynamic_rendezvous.py:1298] "
+    "The node 'lr-blowup-nan-worker-0_27581_0' has failed to shutdown the rendezvous 'job1' due "
+    "to an error of type RendezvousConnectionError.",
     # torch's agent logs "Received %s death signal" of a signal.Signals: under Python 3.11+ its
     # "%s" is the number (a real run of ours stopped by its wall-clock limit), before "Signals.…"
     "W1127 16:02:54.819000 7186 torch/distributed/elastic/agent/server/api.py:753] Received 15 "
