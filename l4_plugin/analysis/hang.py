@@ -393,6 +393,30 @@ def symmetric(op: str) -> bool:
     return name.removesuffix("_coalesced") in _SYMMETRIC or name in _SYMMETRIC
 
 
+#: A collective's timeout that a rank's Python traceback ends with (gloo's transport, raised
+#: from the collective's ``work.wait()``): the frames above it say which collective it waited in.
+_TIMED_OUT_WAIT = re.compile(r"Timed out waiting \S+ for (?:recv|send) operation to complete")
+#: The call into torch.distributed a rank's stack made (the innermost is the collective it was in).
+_C10D_CALL = re.compile(r'distributed_c10d\.py"?, line \d+, in (\w+)')
+
+
+def collectives_apart(records: Iterable[str]) -> tuple[str, ...]:
+    """The collectives the ranks' timed-out records (``records``: their texts, frames and
+    all) waited in, when they name more than one that every rank calls alike (``symmetric``):
+    one rank in a barrier while the others wait in an all_reduce — the ranks called
+    different collectives, as Flight Recorder's traces would tell (the user's code); () when
+    they agree or say nothing (point-to-point sends and receives of pipeline stages differ by
+    design)."""
+    names: set[str] = set()
+    for text in records:
+        if _TIMED_OUT_WAIT.search(text) is None:
+            continue
+        calls = _C10D_CALL.findall(text)
+        if calls and symmetric(calls[-1]):
+            names.add(calls[-1])
+    return tuple(sorted(names)) if len(names) > 1 else ()
+
+
 def _culprits(
     members: tuple[int, ...],
     in_op: tuple[int, ...],

@@ -166,7 +166,7 @@ def decide(
     asked_nodes: int | None = None,
 ) -> Verdict:
     """The verdict of one diagnosis (see the module docstring); ``hang`` is what the ranks'
-    dumps say of the category (``analysis.hang``: category, confidence, why), read after the
+    dumps or tracebacks say of a hang's category (category, confidence, why), read after the
     rules; ``outsiders`` the nodes whose memory another's process held (``analysis.memory``:
     node → why); ``stage`` the stage the job failed in; ``finished`` the nodes whose ranks
     printed the end of their training (node → that line); ``asked_nodes`` the nodes the
@@ -182,9 +182,7 @@ def decide(
     if basis is None:
         basis = _from_rules(rules, suspects, silent, n_nodes)
         if basis is None and hang is not None:
-            basis = _Basis(
-                hang[0], hang[1], suspects, None, f"the ranks' dumps: {hang[2]} ({hang[0]})"
-            )
+            basis = _Basis(hang[0], hang[1], suspects, None, f"{hang[2]} ({hang[0]})")
         if suspects:
             basis = (
                 _culprits_own(words, events, suspects, basis)

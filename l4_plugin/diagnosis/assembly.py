@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from l4_plugin.analysis.hang import collectives_apart
 from l4_plugin.analysis.lexicon import default_lexicon
 from l4_plugin.analysis.recipe import Analysis
 from l4_plugin.analysis.tables import JobData, JobDoc
@@ -268,7 +269,7 @@ def decide_verdict(
         ],
         default_lexicon(),
         len(data.nodes),
-        hang=_hang_hint(analysis),
+        hang=_hang_hint(analysis, data),
         outsiders={node: hog.why for node, hog in analysis.outsiders.items()},
         stage=analysis.fusion.stage,
         finished=finished_nodes(data),
@@ -313,12 +314,24 @@ def finished_nodes(data: JobData) -> dict[str, str]:
     return out
 
 
-def _hang_hint(analysis: Analysis) -> tuple[str, float, str] | None:
-    """What the ranks' dumps say of the fault's category, if anything."""
+def _hang_hint(analysis: Analysis, data: JobData) -> tuple[str, float, str] | None:
+    """What the ranks' dumps say of the fault's category, if anything; else what their
+    tracebacks do: collectives that timed out in different calls (``hang.collectives_apart``,
+    over each timed-out record's copies)."""
     hang = analysis.hang
-    if hang is None or hang.category is None:
+    if hang is not None and hang.category is not None:
+        return hang.category, hang.confidence, f"the ranks' dumps: {hang.why}"
+    records = [
+        text
+        for tid, info in data.templates.items()
+        for text in (info.message, *data.variants.get(tid, ()))
+    ]
+    apart = collectives_apart(records)
+    if not apart:
         return None
-    return hang.category, hang.confidence, hang.why
+    calls = ", ".join(apart)
+    said = f"the ranks' tracebacks: their collectives timed out in different calls ({calls})"
+    return "user/code", 0.6, said
 
 
 def _filtering(analysis: Analysis) -> ReportFiltering:

@@ -69,3 +69,18 @@ def test_a_teardowns_dataloader_stack_does_not_say_where_the_job_failed(
     not a failure in data loading. The job failed in training."""
     report = _diagnosed(store, tmp_path, "straggler")
     assert report.stage == "training"
+    # what it printed says only that it slowed down, then was torn down: a slow machine's
+    assert report.events[0].reasons == ("slowdown-line:8",), report.events[0]
+    assert report.verdict is not None and report.verdict.category == "hardware/node"
+
+
+def test_ranks_whose_collectives_timed_out_in_different_calls_are_the_users_code(
+    store: Store, tmp_path: Path
+) -> None:
+    """One rank skipped an all_reduce: its peers timed out waiting in it, the rank itself in
+    the barrier it went on to. Without Flight Recorder's traces, the ranks' tracebacks say
+    they called different collectives: the user's code."""
+    report = _diagnosed(store, tmp_path, "skip-collective")
+    assert report.verdict is not None
+    assert report.verdict.category == "user/code", report.verdict.why
+    assert any("all_reduce, barrier" in w for w in report.verdict.why), report.verdict.why

@@ -201,3 +201,39 @@ def test_the_stuck_ranks_stage_is_its_innermost_frames() -> None:
     result = hang.analyse(JobDumps(stacks=tuple(stacks)), ("a", "b"))
     assert result is not None and result.stage_frames == busy
     assert _stage_of_hang(result, default_stage_rules()) == "checkpointing"
+
+
+def _timed_out(call: str, line: int = 3252) -> str:
+    # a rank's traceback as torch prints it under torchrun (a real run of ours: one rank skipped
+    # the all_reduce its peers waited in, and waited in the barrier after it)
+    return "\n".join(
+        [
+            "[default1]:[rank3]: Traceback (most recent call last):",
+            '[default1]:[rank3]:   File "/work/train.py", line 261, in train',
+            "[default1]:[rank3]:     dist.all_reduce(t)",
+            '[default1]:[rank3]:   File "/venv/lib/python3.11/site-packages/torch/distributed/'
+            'c10d_logger.py", line 81, in wrapper',
+            "[default1]:[rank3]:     return func(*args, **kwargs)",
+            '[default1]:[rank3]:   File "/venv/lib/python3.11/site-packages/torch/distributed/'
+            f'distributed_c10d.py", line {line}, in {call}',
+            "[default1]:[rank3]:     work.wait()",
+            "[default1]:[rank3]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/"
+            "transport/tcp/unbound_buffer.cc:78] Timed out waiting 30000ms for recv operation to "
+            "complete",
+        ]
+    )
+
+
+def test_ranks_whose_collectives_timed_out_in_different_calls() -> None:
+    from l4_plugin.analysis.hang import collectives_apart
+
+    assert collectives_apart([_timed_out("all_reduce"), _timed_out("barrier", 5356)]) == (
+        "all_reduce",
+        "barrier",
+    )
+    # agreeing ranks, one record, a pipeline's point-to-point calls, records of no timeout
+    assert collectives_apart([_timed_out("all_reduce"), _timed_out("all_reduce", 3260)]) == ()
+    assert collectives_apart([_timed_out("barrier")]) == ()
+    assert collectives_apart([_timed_out("all_reduce"), _timed_out("recv")]) == ()
+    crashed = _timed_out("barrier").replace("Timed out waiting 30000ms", "Connection closed by")
+    assert collectives_apart([_timed_out("all_reduce"), crashed]) == ()
