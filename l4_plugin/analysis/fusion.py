@@ -180,14 +180,16 @@ class Fusion:
         _add_result_reasons(reasons, by_id, spatial, iterations, slowdown, silence, priors)
         factor = {t: f for t, (f, _) in (discounts or {}).items()}
         pre = {t: _noisy_or(w for _, w in r) * factor.get(t, 1.0) for t, r in reasons.items() if r}
-        earliest = self._earliest(_causes(pre, ordering, discounts), by_id, job_stage, n_nodes)
+        said = consequences_of(ordering)
+        # (consequences and faults that went away before the failure: no node's own evidence)
+        gone = _gone(discounts) | said
+        earliest = self._earliest(_causes(pre, gone), by_id, job_stage, n_nodes)
         self._mark_cascade(reasons, by_id, earliest, n_nodes)
         order = _ordering(reasons, discounts, ordering)
         candidates = self._sorted(reasons, by_id, factor, order, named=named, telling=telling)
         selected = self._select(candidates, order)
 
         seen = (spatial, silence, stage, stragglers, earliest, by_id, slowdown, peers, hang)
-        gone = _gone(discounts) | consequences_of(ordering)
 
         def rank_nodes(chosen: Sequence[RankedEvent]) -> tuple[RankedNode, ...]:
             return self._nodes(all_nodes, chosen, *seen, stack, gone)
@@ -195,7 +197,6 @@ class Fusion:
         ranked_nodes = rank_nodes(selected)
         culprit = _culprit(ranked_nodes)
         if culprit is not None and (peers is not None or hang):
-            said = consequences_of(ordering)
             own = self._culprit_evidence(culprit, pre, by_id, job_stage, teardown, said)
             heard = _witness_statements(culprit, peers, reasons, by_id) if peers else set()
             _credit_culprit(culprit, own, heard, reasons, order)
@@ -745,16 +746,12 @@ def _hosts(nodes: Iterable[str]) -> list[str]:
     return [n for n in nodes if not is_job_node(n)]
 
 
-def _causes(
-    pre: Mapping[str, float],
-    ordering: Mapping[str, tuple[float, str]] | None,
-    discounts: Mapping[str, tuple[float, str]] | None = None,
-) -> dict[str, float]:
-    """The candidates that may be the evidence everything else followed: not a consequence's
-    words (a teardown's SIGTERM, the launcher's report), however early it was printed, nor a
-    fault that went away before the failure (a link that flapped and came back)."""
-    said = consequences_of(ordering) | _gone(discounts)
-    return {t: s for t, s in pre.items() if t not in said}
+def _causes(pre: Mapping[str, float], gone: frozenset[str]) -> dict[str, float]:
+    """The candidates that may be the evidence everything else followed: not ``gone`` — a
+    consequence's words (a teardown's SIGTERM, the launcher's report), however early it was
+    printed, nor a fault that went away before the failure (a link that flapped and came
+    back)."""
+    return {t: s for t, s in pre.items() if t not in gone}
 
 
 def _gone(discounts: Mapping[str, tuple[float, str]] | None) -> frozenset[str]:
