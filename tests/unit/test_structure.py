@@ -245,10 +245,7 @@ def test_the_store_loads_neither_the_settings_nor_the_parser() -> None:
         "print(sorted(m for m in sys.modules if m.startswith(('pydantic', 'l4_plugin.ingest', "
         "'l4_plugin.config'))))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
-    )
-    assert out.stdout.strip() == "[]"
+    assert _fresh_python(probe).strip() == "[]"
 
 
 def test_the_command_line_loads_the_elasticsearch_client_only_to_reach_elasticsearch() -> None:
@@ -260,7 +257,12 @@ def test_the_command_line_loads_the_elasticsearch_client_only_to_reach_elasticse
         "print('elasticsearch' in sys.modules, s.ElasticsearchStore.__name__, "
         "'elasticsearch' in sys.modules)"
     )
+    assert _fresh_python(probe).split() == ["False", "ElasticsearchStore", "True"]
+
+
+def _fresh_python(probe: str) -> str:
+    """What ``probe`` prints in a new interpreter (nothing imported yet)."""
     out = subprocess.run(
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=ROOT
     )
-    assert out.stdout.split() == ["False", "ElasticsearchStore", "True"]
+    return out.stdout
